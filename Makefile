@@ -1,0 +1,47 @@
+# Front door. `make run` and `make test` are the two newcomer commands (README.md).
+JOBS   ?= $(shell nproc)
+BUILD  ?= build
+ASAN   ?= build-asan
+FUZZB  ?= build-fuzz
+FUZZ_SECONDS ?= 60
+DEMO   ?= $(BUILD)/demo-tiny.gguf
+DEPS   := build-essential cmake pkg-config libgtest-dev libgmock-dev libbenchmark-dev \
+          libpcre2-dev liburing-dev libxxhash-dev clang libclang-rt-14-dev gnuplot-nox ninja-build
+
+.PHONY: deps build test unit asan fuzz run clean
+
+deps:
+	@missing=$$(for p in $(DEPS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+build: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+# Unit + golden tests (Release), then the unit tests again under ASan+UBSan,
+# then a short fuzz run of every parser harness.
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) asan
+	$(MAKE) fuzz FUZZ_SECONDS=$(FUZZ_SECONDS)
+
+asan: deps
+	@cmake -S . -B $(ASAN) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESTREAM_SANITIZE=ON >/dev/null
+	@cmake --build $(ASAN) -j $(JOBS)
+	cd $(ASAN) && MOESTREAM_SANITIZED=1 ctest --output-on-failure -j $(JOBS)
+
+fuzz: deps
+	@CC=clang CXX=clang++ cmake -S . -B $(FUZZB) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESTREAM_FUZZ=ON -DMOESTREAM_TESTS=OFF >/dev/null
+	@cmake --build $(FUZZB) -j $(JOBS) --target fuzzers
+	scripts/fuzz.sh $(FUZZB) $(FUZZ_SECONDS)
+
+run: build
+	$(BUILD)/moestream synth --preset tiny -o $(DEMO)
+	$(BUILD)/moestream run -m $(DEMO) -p "The quick brown fox" -n 32 --mem 6M --seed 1
+
+clean:
+	rm -rf $(BUILD) $(ASAN) $(FUZZB)

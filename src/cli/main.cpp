@@ -1,0 +1,55 @@
+// moestream: run Mixture-of-Experts models larger than memory by streaming
+// routed experts from disk. This file only dispatches to the subcommands and
+// turns any escaped exception into a one-line error and exit status 1.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "cli/commands.h"
+
+namespace {
+
+struct Command {
+    const char* name;
+    int (*fn)(int, char**);
+    const char* summary;
+};
+
+const Command kCommands[] = {
+    {"run", ms::cmd_run, "generate text from a prompt, streaming experts under a memory budget"},
+    {"chat", ms::cmd_chat, "interactive chat with the model's own chat template"},
+    {"logits", ms::cmd_logits, "write prompt logits (and a greedy continuation) for comparison"},
+    {"inspect", ms::cmd_inspect, "describe a GGUF model: architecture, sizes, experts, memory needs"},
+    {"pack", ms::cmd_pack, "write (or --verify) the packed expert sidecar MODEL.gguf.experts"},
+    {"synth", ms::cmd_synth, "make a synthetic model of a real architecture"},
+    {"tokenize", ms::cmd_tokenize, "print the token ids of a text"},
+    {"template", ms::cmd_template, "render a chat template with a context JSON"},
+    {"bench", ms::cmd_bench, "benchmarks: ssd, cache, gemm, model, protocol"},
+};
+
+void usage(FILE* f) {
+    fprintf(f, "usage: moestream <command> [options]   (moestream <command> --help for details)\n\ncommands:\n");
+    for (const Command& c : kCommands) fprintf(f, "  %-10s %s\n", c.name, c.summary);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (const Command& c : kCommands) {
+        if (strcmp(argv[1], c.name) != 0) continue;
+        try {
+            return c.fn(argc, argv);
+        } catch (const std::exception& e) {
+            fprintf(stderr, "moestream %s: error: %s\n", c.name, e.what());
+            return 1;
+        }
+    }
+    fprintf(stderr, "moestream: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,92 @@
+// The forward pass's only way to routed-expert weights: it names experts by
+// (layer, expert id) and an ExpertSource makes their bytes available, from
+// RAM (RamExperts) or streamed from the drive by the store.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "quant/types.h"
+
+namespace ms {
+
+// One matrix (gate, up or down) of every routed expert of a layer, as stored
+// in the GGUF. Expert e's rows are the bytes [offset(e), offset(e) + bytes)
+// of split `split`. A fused gate_up tensor appears as two matrices naming the
+// same tensor: gate at the start of each expert's slice, up right after it.
+struct ExpertMatrix {
+    std::string tensor;              // "blk.3.ffn_gate_exps"
+    GgmlType type = GgmlType::F32;
+    int64_t cols = 0;                // row length: the input width
+    int64_t rows = 0;                // output width
+    int split = 0;                   // which file of a split set
+    uint64_t base = 0;               // absolute file offset of expert 0's rows
+    uint64_t stride = 0;             // bytes from one expert to the next in the file
+    size_t bytes = 0;                // bytes of one expert's matrix (rows x row bytes)
+
+    uint64_t offset(int expert) const { return base + uint64_t(expert) * stride; }
+};
+
+// The routed experts of one layer; n_expert == 0 for a layer without routed
+// experts (a dense FFN layer).
+struct ExpertLayer {
+    int layer = 0;
+    int n_expert = 0;
+    ExpertMatrix gate, up, down;
+
+    size_t expert_bytes() const { return gate.bytes + up.bytes + down.bytes; }
+};
+
+// One expert's matrices in memory, laid out exactly as in the file (rows of
+// the ExpertMatrix's type), so kernels use them as they would the tensor.
+struct ExpertView {
+    const uint8_t* gate = nullptr;
+    const uint8_t* up = nullptr;
+    const uint8_t* down = nullptr;
+};
+
+// Protocol, driven from one thread (the forward pass), per layer:
+//   begin_step(n_tokens)                      once per forward call
+//   acquire(layer, ids, n)                    n <= capacity(), ids distinct
+//   while ((i = next_ready(layer, &v)) >= 0)  compute expert ids[i] from v
+//   release(layer)
+// Several layers may be acquired at once (reading layer l+1 while computing
+// layer l) as long as their total stays within capacity(). Because experts
+// come back in arrival order, callers write each expert's result to the slot
+// of its index and combine slots in index order, so the output is the same
+// bit for bit whatever order the reads complete in.
+class ExpertSource {
+public:
+    virtual ~ExpertSource() = default;
+
+    // Most experts that can be held (acquired and not released) at once;
+    // callers split larger sets (e.g. a prefill chunk's union) into groups.
+    virtual int capacity() const = 0;
+
+    // A forward call over n_tokens tokens starts (1: decode step; more:
+    // prefill chunk). For accounting only.
+    virtual void begin_step(int n_tokens) { (void)n_tokens; }
+
+    // Starts making experts ids[0..n) of `layer` available and pins them
+    // until release(layer). Those already in memory are ready at once; all
+    // others are requested together, as one batch.
+    virtual void acquire(int layer, const int32_t* ids, int n) = 0;
+
+    // Blocks until an acquired expert of `layer` not yet handed out is in
+    // memory; returns its index i into the acquire's ids and sets *view,
+    // valid until release(layer). Returns -1 once all n have been handed out.
+    // Throws std::runtime_error naming layer and expert on a read error.
+    virtual int next_ready(int layer, ExpertView* view) = 0;
+
+    // Unpins the layer's acquired experts; their views become invalid.
+    virtual void release(int layer) = 0;
+
+    // Hint: experts ids[0..n) of `layer` are likely wanted soon. Low
+    // priority, never displaces pinned experts; free to ignore.
+    virtual void prefetch(int layer, const int32_t* ids, int n) {
+        (void)layer, (void)ids, (void)n;
+    }
+};
+
+}  // namespace ms

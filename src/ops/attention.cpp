@@ -1,0 +1,91 @@
+#include "ops/attention.h"
+
+#include <cstring>
+
+#include "ops/activation.h"
+#include "quant/half.h"
+
+namespace ms {
+
+void kv_store(const KvLayer& kv, int64_t pos, const float* k, const float* v) {
+    if (kv.type == GgmlType::F32) {
+        std::memcpy(kv.k + size_t(pos * kv.width) * 4, k, size_t(kv.width) * 4);
+        std::memcpy(kv.v + size_t(pos * kv.width) * 4, v, size_t(kv.width) * 4);
+        return;
+    }
+    uint16_t* kd = reinterpret_cast<uint16_t*>(kv.k) + pos * kv.width;
+    uint16_t* vd = reinterpret_cast<uint16_t*>(kv.v) + pos * kv.width;
+    for (int64_t i = 0; i < kv.width; i++) {
+        kd[i] = fp32_to_fp16(k[i]);
+        vd[i] = fp32_to_fp16(v[i]);
+    }
+}
+
+size_t attention_scratch_floats(const AttentionShape& s, int64_t n_ctx) {
+    return size_t(n_ctx) + size_t(s.head_dim);
+}
+
+namespace {
+
+// One query head against positions [0, n_pos) of one KV head.
+void attend_head(const AttentionShape& s, const KvLayer& kv, int kv_head, const float* q, int64_t n_pos,
+                 float* scores, float* qh, float* out) {
+    const int64_t k_off = int64_t(kv_head) * s.head_dim;
+    const int64_t v_off = int64_t(kv_head) * s.head_dim_v;
+    if (kv.type == GgmlType::F32) {
+        const float* K = reinterpret_cast<const float*>(kv.k);
+        for (int64_t j = 0; j < n_pos; j++) {
+            const float* kr = K + j * kv.width + k_off;
+            float sum = 0;
+            for (int d = 0; d < s.head_dim; d++) sum += q[d] * kr[d];
+            scores[j] = sum;
+        }
+    } else {
+        for (int d = 0; d < s.head_dim; d++) qh[d] = fp16_to_fp32(fp32_to_fp16(q[d]));
+        const uint16_t* K = reinterpret_cast<const uint16_t*>(kv.k);
+        for (int64_t j = 0; j < n_pos; j++) {
+            const uint16_t* kr = K + j * kv.width + k_off;
+            float sum = 0;
+            for (int d = 0; d < s.head_dim; d++) sum += qh[d] * fp16_to_fp32(kr[d]);
+            scores[j] = sum;
+        }
+    }
+    softmax(scores, n_pos, s.scale);
+
+    for (int d = 0; d < s.head_dim_v; d++) out[d] = 0;
+    if (kv.type == GgmlType::F32) {
+        const float* V = reinterpret_cast<const float*>(kv.v);
+        for (int64_t j = 0; j < n_pos; j++) {
+            const float* vr = V + j * kv.width + v_off;
+            const float p = scores[j];
+            for (int d = 0; d < s.head_dim_v; d++) out[d] += p * vr[d];
+        }
+    } else {
+        const uint16_t* V = reinterpret_cast<const uint16_t*>(kv.v);
+        for (int64_t j = 0; j < n_pos; j++) {
+            const uint16_t* vr = V + j * kv.width + v_off;
+            const float p = scores[j];
+            for (int d = 0; d < s.head_dim_v; d++) out[d] += p * fp16_to_fp32(vr[d]);
+        }
+    }
+}
+
+}  // namespace
+
+void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, const float* q, int64_t n_tok,
+               int64_t pos0, int64_t n_ctx, float* scratch, float* out) {
+    const int group = s.n_head / s.n_head_kv;
+    const size_t per_thread = attention_scratch_floats(s, n_ctx);
+    pool.parallel_for(n_tok * s.n_head, [&](int64_t b, int64_t e, int thread) {
+        float* scores = scratch + size_t(thread) * per_thread;
+        float* qh = scores + n_ctx;
+        for (int64_t i = b; i < e; i++) {
+            const int64_t t = i / s.n_head;
+            const int h = int(i % s.n_head);
+            attend_head(s, kv, h / group, q + (t * s.n_head + h) * s.head_dim, pos0 + t + 1, scores, qh,
+                        out + (t * s.n_head + h) * s.head_dim_v);
+        }
+    });
+}
+
+}  // namespace ms

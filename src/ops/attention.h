@@ -1,0 +1,45 @@
+// Causal grouped-query attention over a KV cache held in F16 or F32. With an
+// F16 cache the query is rounded to F16 before its dot products with the keys
+// and each value row is widened to float, the way the reference engine mixes
+// the two precisions.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "ops/thread_pool.h"
+#include "quant/types.h"
+
+namespace ms {
+
+// One layer's cache: at each position, a K row and a V row of `width`
+// elements (all KV heads side by side), of type F16 or F32.
+struct KvLayer {
+    GgmlType type = GgmlType::F16;
+    int64_t width = 0;
+    uint8_t* k = nullptr;
+    uint8_t* v = nullptr;
+};
+
+// Writes k and v (width floats each) at position pos, rounding to F16 with
+// round-to-nearest-even when the cache is F16.
+void kv_store(const KvLayer& kv, int64_t pos, const float* k, const float* v);
+
+struct AttentionShape {
+    int n_head = 0;
+    int n_head_kv = 0;
+    int head_dim = 0;   // of q and k
+    int head_dim_v = 0; // of v and the output
+    float scale = 1.0f; // applied to q.k before the softmax
+};
+
+// Floats of per-thread scratch attention needs for contexts up to n_ctx.
+size_t attention_scratch_floats(const AttentionShape& s, int64_t n_ctx);
+
+// For each of n_tok queries (q: n_tok rows of n_head*head_dim), query t at
+// position pos0 + t attends to cache positions [0, pos0 + t]; out gets n_tok
+// rows of n_head*head_dim_v. scratch holds pool.size() times
+// attention_scratch_floats(s, n_ctx) floats. Parallel over (token, head).
+void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, const float* q, int64_t n_tok,
+               int64_t pos0, int64_t n_ctx, float* scratch, float* out);
+
+}  // namespace ms

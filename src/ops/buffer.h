@@ -1,0 +1,51 @@
+// A 64-byte aligned heap buffer: weights, KV cache and scratch live in these,
+// so SIMD kernels can use aligned loads and rows never straddle cache lines
+// more than they must. Allocation happens only at load / setup time.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <utility>
+
+namespace ms {
+
+class AlignedBuffer {
+public:
+    AlignedBuffer() = default;
+    explicit AlignedBuffer(size_t bytes) { resize(bytes); }
+    AlignedBuffer(AlignedBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+    AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
+        std::swap(p_, o.p_);
+        std::swap(n_, o.n_);
+        return *this;
+    }
+    AlignedBuffer(const AlignedBuffer&) = delete;
+    AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+    ~AlignedBuffer() { std::free(p_); }
+
+    // Discards the contents; the new bytes are zeroed.
+    void resize(size_t bytes) {
+        std::free(p_);
+        p_ = nullptr;
+        n_ = 0;
+        if (bytes == 0) return;
+        size_t rounded = (bytes + 63) & ~size_t(63);
+        p_ = static_cast<uint8_t*>(std::aligned_alloc(64, rounded));
+        if (!p_) throw std::bad_alloc();
+        for (size_t i = 0; i < rounded; i++) p_[i] = 0;
+        n_ = bytes;
+    }
+
+    uint8_t* data() { return p_; }
+    const uint8_t* data() const { return p_; }
+    float* f32() { return reinterpret_cast<float*>(p_); }
+    const float* f32() const { return reinterpret_cast<const float*>(p_); }
+    size_t size() const { return n_; }
+
+private:
+    uint8_t* p_ = nullptr;
+    size_t n_ = 0;
+};
+
+}  // namespace ms

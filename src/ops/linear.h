@@ -1,0 +1,29 @@
+// y = W x for a weight tensor W with float activations, computed the way
+// the reference engine computes them: the activations are first converted to
+// the format the weight type's dot product wants (quant/dot.h), then rows are
+// split over the thread pool. Per-row results do not depend on the thread
+// count or on how many tokens are multiplied at once.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "ops/tensor.h"
+#include "ops/thread_pool.h"
+
+namespace ms {
+
+// Bytes of the converted-activation scratch linear needs for n_tok rows of
+// w.cols elements.
+size_t linear_scratch_bytes(const Tensor& w, int64_t n_tok);
+
+// Converts x (n_tok rows of w.cols floats, contiguous) for w into act
+// (linear_scratch_bytes(w, n_tok) bytes, 64-byte aligned), in parallel.
+void convert_acts(ThreadPool& pool, const Tensor& w, const float* x, int64_t n_tok, uint8_t* act);
+
+// y (n_tok rows of w.rows floats) = converted act rows times w's rows.
+void linear_converted(ThreadPool& pool, const Tensor& w, const uint8_t* act, int64_t n_tok, float* y);
+
+// convert_acts then linear_converted, using act as scratch.
+void linear(ThreadPool& pool, const Tensor& w, const float* x, int64_t n_tok, float* y, uint8_t* act);
+
+}  // namespace ms

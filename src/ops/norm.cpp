@@ -1,0 +1,19 @@
+#include "ops/norm.h"
+
+#include <cmath>
+
+namespace ms {
+
+void rms_norm(const float* x, const float* w, int64_t n, float eps, float* out) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += double(x[i] * x[i]);
+    const float mean = float(sum / double(n));
+    const float scale = 1.0f / std::sqrt(mean + eps);
+    if (w) {
+        for (int64_t i = 0; i < n; i++) out[i] = (x[i] * scale) * w[i];
+    } else {
+        for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale;
+    }
+}
+
+}  // namespace ms

@@ -35,6 +35,24 @@ constexpr size_t kBufferBytes = 4u << 20;
 
 std::string errno_text() { return std::strerror(errno); }
 
+// A key or tensor name as it may appear in a one-line error: control bytes
+// escaped, very long names cut.
+std::string show(const std::string& name) {
+    std::string out;
+    for (size_t i = 0; i < name.size() && i < 120; ++i) {
+        unsigned char c = uint8_t(name[i]);
+        if (c < 0x20 || c == 0x7f) {
+            char esc[8];
+            std::snprintf(esc, sizeof esc, "\\x%02x", c);
+            out += esc;
+        } else {
+            out += char(c);
+        }
+    }
+    if (name.size() > 120) out += "...";
+    return out;
+}
+
 // Smallest number of bytes one value of type t occupies on disk; 0 for an
 // unknown type.
 uint64_t min_value_bytes(uint32_t t) {
@@ -111,16 +129,16 @@ struct HeaderReader {
         return v;
     }
 
-    std::string get_string(const char* what) {
+    std::string get_string(const std::string& what) {
         uint64_t at = pos;
-        uint64_t n = get<uint64_t>(what);
+        uint64_t n = get<uint64_t>(what.c_str());
         if (n > remaining())
-            fail(path, std::string(what) + ": string length " + std::to_string(n) + " at offset " +
-                           std::to_string(at) + " runs past the end of the file");
+            fail(path, what + ": string length " + std::to_string(n) + " at offset " + std::to_string(at) +
+                           " runs past the end of the file");
         if (n > kMaxString)
-            fail(path, std::string(what) + ": string length " + std::to_string(n) + " at offset " +
-                           std::to_string(at) + " is implausibly large");
-        const uint8_t* p = take(n, what);
+            fail(path, what + ": string length " + std::to_string(n) + " at offset " + std::to_string(at) +
+                           " is implausibly large");
+        const uint8_t* p = take(n, what.c_str());
         return std::string(reinterpret_cast<const char*>(p), size_t(n));
     }
 };
@@ -158,15 +176,15 @@ void read_array(HeaderReader& r, const std::string& key, GgufValue& v, int depth
     uint32_t et = r.get<uint32_t>(what);
     uint64_t n = r.get<uint64_t>(what);
     uint64_t min = min_value_bytes(et);
-    if (min == 0) fail(r.path, "key " + key + ": unknown array element type " + std::to_string(et));
+    if (min == 0) fail(r.path, "key " + show(key) + ": unknown array element type " + std::to_string(et));
     if (GgufType(et) == GgufType::ARRAY && depth + 1 >= kMaxNesting)
-        fail(r.path, "key " + key + ": arrays nested deeper than " + std::to_string(kMaxNesting));
+        fail(r.path, "key " + show(key) + ": arrays nested deeper than " + std::to_string(kMaxNesting));
     uint64_t need;
     if (__builtin_mul_overflow(n, min, &need) || need > r.remaining())
-        fail(r.path, "key " + key + ": array of " + std::to_string(n) + " elements at offset " +
+        fail(r.path, "key " + show(key) + ": array of " + std::to_string(n) + " elements at offset " +
                          std::to_string(r.pos) + " cannot fit in the file");
     if (n > kMaxArray)
-        fail(r.path, "key " + key + ": array of " + std::to_string(n) + " elements is implausibly large");
+        fail(r.path, "key " + show(key) + ": array of " + std::to_string(n) + " elements is implausibly large");
     v.type = GgufType::ARRAY;
     v.elem = GgufType(et);
     GgufType e = v.elem;
@@ -188,7 +206,8 @@ void read_array(HeaderReader& r, const std::string& key, GgufValue& v, int depth
         for (uint64_t i = 0; i < n; ++i) v.af[i] = read_float(r, e, "array data");
     } else if (e == GgufType::STRING) {
         v.as.resize(size_t(n));
-        for (uint64_t i = 0; i < n; ++i) v.as[i] = r.get_string("array string");
+        const std::string what = "key " + show(key);
+        for (uint64_t i = 0; i < n; ++i) v.as[i] = r.get_string(what);
     } else {
         v.aa.resize(size_t(n));
         for (uint64_t i = 0; i < n; ++i) read_value(r, key, et, v.aa[i], depth + 1);
@@ -196,11 +215,11 @@ void read_array(HeaderReader& r, const std::string& key, GgufValue& v, int depth
 }
 
 void read_value(HeaderReader& r, const std::string& key, uint32_t type, GgufValue& v, int depth) {
-    if (min_value_bytes(type) == 0) fail(r.path, "key " + key + ": unknown value type " + std::to_string(type));
+    if (min_value_bytes(type) == 0) fail(r.path, "key " + show(key) + ": unknown value type " + std::to_string(type));
     v.type = GgufType(type);
     if (is_integer(v.type)) v.i = read_integer(r, v.type, "value");
     else if (is_float(v.type)) v.f = read_float(r, v.type, "value");
-    else if (v.type == GgufType::STRING) v.s = r.get_string("string value");
+    else if (v.type == GgufType::STRING) v.s = r.get_string("key " + show(key));
     else read_array(r, key, v, depth);
 }
 
@@ -244,7 +263,7 @@ Part parse_part(const std::string& path, int fd, uint64_t size, int split) {
     for (uint64_t k = 0; k < n_kv; ++k) {
         std::string key = r.get_string("metadata key");
         if (key.empty()) fail(path, "empty metadata key at entry " + std::to_string(k));
-        if (!seen.emplace(key, k).second) fail(path, "duplicate key " + key);
+        if (!seen.emplace(key, k).second) fail(path, "duplicate key " + show(key));
         uint32_t type = r.get<uint32_t>("metadata type");
         GgufValue v;
         read_value(r, key, type, v, 0);
@@ -266,8 +285,8 @@ Part parse_part(const std::string& path, int fd, uint64_t size, int split) {
         GgufTensor t;
         t.name = r.get_string("tensor name");
         if (t.name.empty()) fail(path, "tensor " + std::to_string(ti) + " has an empty name");
-        if (!names.emplace(t.name, ti).second) fail(path, "duplicate tensor " + t.name);
-        const std::string& tn = t.name;
+        if (!names.emplace(t.name, ti).second) fail(path, "duplicate tensor " + show(t.name));
+        const std::string tn = show(t.name);
         t.n_dims = r.get<uint32_t>("tensor dims");
         if (t.n_dims < 1 || t.n_dims > 4)
             fail(path, "tensor " + tn + ": " + std::to_string(t.n_dims) + " dimensions (must be 1 to 4)");
@@ -309,26 +328,26 @@ Part parse_part(const std::string& path, int fd, uint64_t size, int split) {
     for (size_t ti = 0; ti < part.tensors.size(); ++ti) {
         GgufTensor& t = part.tensors[ti];
         if (rel[ti] % a)
-            fail(path, "tensor " + t.name + ": offset " + std::to_string(rel[ti]) +
+            fail(path, "tensor " + show(t.name) + ": offset " + std::to_string(rel[ti]) +
                            " is not a multiple of the alignment " + std::to_string(a));
         uint64_t begin, end;
         if (__builtin_add_overflow(data_start, rel[ti], &begin) || begin > size)
-            fail(path, "tensor " + t.name + ": offset " + std::to_string(rel[ti]) + " lies outside the file (" +
+            fail(path, "tensor " + show(t.name) + ": offset " + std::to_string(rel[ti]) + " lies outside the file (" +
                            std::to_string(size) + " bytes)");
         if (__builtin_add_overflow(begin, t.nbytes, &end) || end > size)
-            fail(path, "tensor " + t.name + ": data of " + std::to_string(t.nbytes) + " bytes at offset " +
+            fail(path, "tensor " + show(t.name) + ": data of " + std::to_string(t.nbytes) + " bytes at offset " +
                            std::to_string(begin) + " lies outside the file (" + std::to_string(size) + " bytes)");
         t.offset = begin;
     }
     std::vector<const GgufTensor*> order;
     order.reserve(part.tensors.size());
     for (const GgufTensor& t : part.tensors) order.push_back(&t);
-    std::sort(order.begin(), order.end(), [](const GgufTensor* x, const GgufTensor* y) { return x->offset < y->offset; });
+    std::stable_sort(order.begin(), order.end(), [](const GgufTensor* x, const GgufTensor* y) { return x->offset < y->offset; });
     for (size_t i = 1; i < order.size(); ++i) {
         const GgufTensor& p = *order[i - 1];
         const GgufTensor& q = *order[i];
         if (p.offset + p.nbytes > q.offset)
-            fail(path, "tensors " + p.name + " " + range_text(p.offset, p.offset + p.nbytes) + " and " + q.name + " " +
+            fail(path, "tensors " + show(p.name) + " " + range_text(p.offset, p.offset + p.nbytes) + " and " + show(q.name) + " " +
                            range_text(q.offset, q.offset + q.nbytes) + " overlap");
     }
     return part;
@@ -466,7 +485,7 @@ GgufFile GgufFile::open(const std::string& path) {
         }
         for (GgufTensor& t : part.tensors) {
             if (!f.tensor_index_.emplace(t.name, f.tensors_.size()).second)
-                fail(p, "duplicate tensor " + t.name + " (also in an earlier part)");
+                fail(p, "duplicate tensor " + show(t.name) + " (also in an earlier part)");
             f.tensors_.push_back(std::move(t));
         }
     }

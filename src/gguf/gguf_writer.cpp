@@ -65,6 +65,9 @@ struct GgufWriter::Impl {
 
     // The value's payload (without its type tag).
     void put_value(const std::string& key, const GgufValue& v) {
+        if (uint32_t(v.type) > uint32_t(GgufType::FLOAT64) ||
+            (v.type == GgufType::ARRAY && uint32_t(v.elem) > uint32_t(GgufType::FLOAT64)))
+            fail("key " + key + ": unknown value type");
         if (v.type == GgufType::STRING) return put_string(v.s);
         if (v.type != GgufType::ARRAY) return put_scalar(v.type, v.i, v.f);
         // The count comes from the vector that matches elem, so a value with

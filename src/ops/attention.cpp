@@ -9,16 +9,14 @@ namespace ms {
 
 void kv_store(const KvLayer& kv, int64_t pos, const float* k, const float* v) {
     if (kv.type == GgmlType::F32) {
-        std::memcpy(kv.k + size_t(pos * kv.width) * 4, k, size_t(kv.width) * 4);
-        std::memcpy(kv.v + size_t(pos * kv.width) * 4, v, size_t(kv.width) * 4);
+        std::memcpy(kv.k + size_t(pos * kv.k_width) * 4, k, size_t(kv.k_width) * 4);
+        std::memcpy(kv.v + size_t(pos * kv.v_width) * 4, v, size_t(kv.v_width) * 4);
         return;
     }
-    uint16_t* kd = reinterpret_cast<uint16_t*>(kv.k) + pos * kv.width;
-    uint16_t* vd = reinterpret_cast<uint16_t*>(kv.v) + pos * kv.width;
-    for (int64_t i = 0; i < kv.width; i++) {
-        kd[i] = fp32_to_fp16(k[i]);
-        vd[i] = fp32_to_fp16(v[i]);
-    }
+    uint16_t* kd = reinterpret_cast<uint16_t*>(kv.k) + pos * kv.k_width;
+    uint16_t* vd = reinterpret_cast<uint16_t*>(kv.v) + pos * kv.v_width;
+    for (int64_t i = 0; i < kv.k_width; i++) kd[i] = fp32_to_fp16(k[i]);
+    for (int64_t i = 0; i < kv.v_width; i++) vd[i] = fp32_to_fp16(v[i]);
 }
 
 size_t attention_scratch_floats(const AttentionShape& s, int64_t n_ctx) {
@@ -35,7 +33,7 @@ void attend_head(const AttentionShape& s, const KvLayer& kv, int kv_head, const 
     if (kv.type == GgmlType::F32) {
         const float* K = reinterpret_cast<const float*>(kv.k);
         for (int64_t j = 0; j < n_pos; j++) {
-            const float* kr = K + j * kv.width + k_off;
+            const float* kr = K + j * kv.k_width + k_off;
             float sum = 0;
             for (int d = 0; d < s.head_dim; d++) sum += q[d] * kr[d];
             scores[j] = sum;
@@ -44,7 +42,7 @@ void attend_head(const AttentionShape& s, const KvLayer& kv, int kv_head, const 
         for (int d = 0; d < s.head_dim; d++) qh[d] = fp16_to_fp32(fp32_to_fp16(q[d]));
         const uint16_t* K = reinterpret_cast<const uint16_t*>(kv.k);
         for (int64_t j = 0; j < n_pos; j++) {
-            const uint16_t* kr = K + j * kv.width + k_off;
+            const uint16_t* kr = K + j * kv.k_width + k_off;
             float sum = 0;
             for (int d = 0; d < s.head_dim; d++) sum += qh[d] * fp16_to_fp32(kr[d]);
             scores[j] = sum;
@@ -56,14 +54,14 @@ void attend_head(const AttentionShape& s, const KvLayer& kv, int kv_head, const 
     if (kv.type == GgmlType::F32) {
         const float* V = reinterpret_cast<const float*>(kv.v);
         for (int64_t j = 0; j < n_pos; j++) {
-            const float* vr = V + j * kv.width + v_off;
+            const float* vr = V + j * kv.v_width + v_off;
             const float p = scores[j];
             for (int d = 0; d < s.head_dim_v; d++) out[d] += p * vr[d];
         }
     } else {
         const uint16_t* V = reinterpret_cast<const uint16_t*>(kv.v);
         for (int64_t j = 0; j < n_pos; j++) {
-            const uint16_t* vr = V + j * kv.width + v_off;
+            const uint16_t* vr = V + j * kv.v_width + v_off;
             const float p = scores[j];
             for (int d = 0; d < s.head_dim_v; d++) out[d] += p * fp16_to_fp32(vr[d]);
         }

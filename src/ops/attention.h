@@ -11,16 +11,17 @@
 
 namespace ms {
 
-// One layer's cache: at each position, a K row and a V row of `width`
-// elements (all KV heads side by side), of type F16 or F32.
+// One layer's cache: at each position, a K row of k_width and a V row of
+// v_width elements (all KV heads side by side), of type F16 or F32.
 struct KvLayer {
     GgmlType type = GgmlType::F16;
-    int64_t width = 0;
+    int64_t k_width = 0;
+    int64_t v_width = 0;
     uint8_t* k = nullptr;
     uint8_t* v = nullptr;
 };
 
-// Writes k and v (width floats each) at position pos, rounding to F16 with
+// Writes k (k_width floats) and v (v_width floats) at position pos, rounding to F16 with
 // round-to-nearest-even when the cache is F16.
 void kv_store(const KvLayer& kv, int64_t pos, const float* k, const float* v);
 

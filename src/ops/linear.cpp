@@ -19,16 +19,16 @@ void convert_acts(ThreadPool& pool, const Tensor& w, const float* x, int64_t n_t
     });
 }
 
-void linear_converted(ThreadPool& pool, const Tensor& w, const uint8_t* act, int64_t n_tok, float* y) {
+void linear_rows(const Tensor& w, const uint8_t* act, int64_t n_tok, float* y, int64_t r0, int64_t r1) {
     if (n_tok == 1) {
-        pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
-            matvec(w.type, w.data, act, y, w.cols, r0, r1);
-        });
-        return;
+        matvec(w.type, w.data, act, y, w.cols, r0, r1);
+    } else {
+        matmul(w.type, w.data, w.rows, act, n_tok, y, w.cols, r0, r1);
     }
-    pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
-        ms::matmul(w.type, w.data, w.rows, act, n_tok, y, w.cols, r0, r1);
-    });
+}
+
+void linear_converted(ThreadPool& pool, const Tensor& w, const uint8_t* act, int64_t n_tok, float* y) {
+    pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) { linear_rows(w, act, n_tok, y, r0, r1); });
 }
 
 void linear(ThreadPool& pool, const Tensor& w, const float* x, int64_t n_tok, float* y, uint8_t* act) {

@@ -23,6 +23,9 @@ void convert_acts(ThreadPool& pool, const Tensor& w, const float* x, int64_t n_t
 // y (n_tok rows of w.rows floats) = converted act rows times w's rows.
 void linear_converted(ThreadPool& pool, const Tensor& w, const uint8_t* act, int64_t n_tok, float* y);
 
+// linear_converted for output rows [r0, r1) only, on the calling thread.
+void linear_rows(const Tensor& w, const uint8_t* act, int64_t n_tok, float* y, int64_t r0, int64_t r1);
+
 // convert_acts then linear_converted, using act as scratch.
 void linear(ThreadPool& pool, const Tensor& w, const float* x, int64_t n_tok, float* y, uint8_t* act);
 

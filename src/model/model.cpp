@@ -1,0 +1,101 @@
+#include "model/model.h"
+
+#include <stdexcept>
+
+#include "gguf/gguf.h"
+#include "quant/dequant.h"
+
+namespace ms {
+
+namespace {
+
+std::string shape_string(const int64_t* ne, size_t n) {
+    std::string s = "[";
+    for (size_t i = 0; i < n; i++) s += (i ? ", " : "") + std::to_string(ne[i]);
+    return s + "]";
+}
+
+// Finds `name` and checks its shape and type; nullptr when absent.
+const GgufTensor* find_checked(const GgufFile& f, const std::string& name, const std::vector<int64_t>& shape) {
+    const GgufTensor* t = f.tensor(name);
+    if (!t) return nullptr;
+    bool same = t->n_dims == shape.size();
+    for (size_t i = 0; same && i < shape.size(); i++) same = t->ne[i] == shape[i];
+    if (!same) {
+        throw std::runtime_error(f.path() + ": tensor " + name + " has shape " + shape_string(t->ne, t->n_dims) +
+                                 ", expected " + shape_string(shape.data(), shape.size()));
+    }
+    check_runnable(t->type, name);
+    if (shape.size() == 1 && t->type != GgmlType::F32) {
+        throw std::runtime_error(f.path() + ": tensor " + name + " has type " + type_name(t->type) +
+                                 ", expected F32 for a 1-D tensor");
+    }
+    return t;
+}
+
+}  // namespace
+
+std::vector<std::string> Model::architectures() { return {"qwen3moe"}; }
+
+std::unique_ptr<Model> Model::open(const GgufFile& file) {
+    ModelConfig config = read_config(file);
+    if (config.arch == "qwen3moe") return open_qwen3moe(file, std::move(config));
+    std::string list;
+    for (const std::string& a : architectures()) list += (list.empty() ? "" : ", ") + a;
+    throw std::runtime_error(file.path() + ": unknown architecture '" + config.arch + "' (supported: " + list + ")");
+}
+
+bool Model::maybe(const GgufFile& f, const std::string& name, std::vector<int64_t> shape, Tensor* out) {
+    const GgufTensor* t = find_checked(f, name, shape);
+    if (!t) return false;
+    *out = Tensor{t->type, t->ne[0], shape.size() > 1 ? t->ne[1] : 1, nullptr};
+    uint64_t offset = (resident_bytes_ + 63) & ~uint64_t(63);
+    pending_.push_back({name, out, offset, t->nbytes});
+    resident_bytes_ = offset + t->nbytes;
+    return true;
+}
+
+void Model::need(const GgufFile& f, const std::string& name, std::vector<int64_t> shape, Tensor* out) {
+    if (!maybe(f, name, shape, out)) throw std::runtime_error(f.path() + ": missing tensor " + name);
+}
+
+void Model::need_experts(const GgufFile& f, int layer, int n_expert, int64_t n_embd, int64_t n_ff) {
+    const std::string prefix = "blk." + std::to_string(layer) + ".";
+    auto matrix = [&](const char* what, int64_t cols, int64_t rows) {
+        const std::string name = prefix + what;
+        const GgufTensor* t = find_checked(f, name, {cols, rows, n_expert});
+        if (!t) throw std::runtime_error(f.path() + ": missing tensor " + name);
+        ExpertMatrix m;
+        m.tensor = name;
+        m.type = t->type;
+        m.cols = cols;
+        m.rows = rows;
+        m.split = t->split;
+        m.base = t->offset;
+        m.bytes = t->row_bytes() * size_t(rows);
+        m.stride = m.bytes;
+        return m;
+    };
+    if (expert_layers_.size() < size_t(layer + 1)) expert_layers_.resize(size_t(layer + 1));
+    ExpertLayer& e = expert_layers_[size_t(layer)];
+    e.layer = layer;
+    e.n_expert = n_expert;
+    e.gate = matrix("ffn_gate_exps", n_embd, n_ff);
+    e.up = matrix("ffn_up_exps", n_embd, n_ff);
+    e.down = matrix("ffn_down_exps", n_ff, n_embd);
+}
+
+void Model::load_resident(const GgufFile& f, const std::function<void(uint64_t, uint64_t)>& progress) {
+    arena_.resize(resident_bytes_);
+    uint64_t done = 0;
+    for (const Pending& p : pending_) {
+        const GgufTensor* t = f.tensor(p.name);
+        if (!t || t->nbytes != p.bytes) throw std::runtime_error(f.path() + ": tensor " + p.name + " changed");
+        f.read_tensor(*t, arena_.data() + p.offset);
+        p.out->data = arena_.data() + p.offset;
+        done += p.bytes;
+        if (progress) progress(done, resident_bytes_);
+    }
+}
+
+}  // namespace ms

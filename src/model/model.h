@@ -1,0 +1,104 @@
+// A model: its configuration, its resident weights (read into RAM, not
+// mapped), the file description of its routed experts, and the forward pass
+// of its architecture. Each architecture is one subclass in its own file
+// (model/qwen3moe.cpp ...), written as plain loops over ops/.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/config.h"
+#include "model/expert_source.h"
+#include "ops/buffer.h"
+#include "ops/tensor.h"
+#include "ops/thread_pool.h"
+
+namespace ms {
+
+class GgufFile;
+struct GgufTensor;
+
+struct StateOptions {
+    int64_t n_ctx = 4096;               // positions the KV cache holds
+    int max_batch = 512;                // most tokens one forward call takes
+    GgmlType kv_type = GgmlType::F16;   // F16 or F32
+    int n_threads = 1;                  // size of the pool forward() runs on
+};
+
+// Everything a forward pass changes: the KV cache, the position, scratch.
+class ModelState {
+public:
+    virtual ~ModelState() = default;
+    StateOptions options;
+    int64_t n_past = 0;  // positions filled; the next forward writes at n_past.
+                         // Lowering it forgets the tail (chat rewinds this way).
+    virtual uint64_t bytes() const = 0;  // KV cache + scratch
+};
+
+class Model {
+public:
+    // Reads the configuration and checks every tensor the architecture needs
+    // (name, shape, type) without reading weight data. Throws naming the
+    // unknown architecture, the missing tensor, the wrong shape (expected vs
+    // actual) or the unsupported type.
+    static std::unique_ptr<Model> open(const GgufFile& file);
+    // Architectures open() accepts.
+    static std::vector<std::string> architectures();
+
+    virtual ~Model() = default;
+    Model(const Model&) = delete;
+    Model& operator=(const Model&) = delete;
+
+    // Reads the resident weights into RAM; progress(done, total) in bytes.
+    void load_resident(const GgufFile& file, const std::function<void(uint64_t, uint64_t)>& progress = {});
+    uint64_t resident_bytes() const { return resident_bytes_; }
+
+    const ModelConfig& config() const { return config_; }
+    // Routed experts per layer (index = layer; n_expert == 0 for dense layers).
+    const std::vector<ExpertLayer>& expert_layers() const { return expert_layers_; }
+
+    virtual std::unique_ptr<ModelState> new_state(const StateOptions& options) const = 0;
+
+    // Evaluates tokens[0..n) at positions n_past.., causally, appending to
+    // the KV cache and advancing n_past. Requires 1 <= n <= max_batch,
+    // n_past + n <= n_ctx and token ids < n_vocab (callers check). Writes
+    // n rows of n_vocab logits when all_logits, else the last token's row.
+    // Allocates nothing.
+    virtual void forward(ModelState& state, ExpertSource& experts, ThreadPool& pool, const int32_t* tokens, int n,
+                         float* logits, bool all_logits) const = 0;
+
+protected:
+    explicit Model(ModelConfig config) : config_(std::move(config)) {}
+
+    // Declares a resident tensor that must exist with exactly this shape
+    // (ne[0] first) and a type the kernels can run; its data is read by
+    // load_resident() into *out. 1-D tensors (norms) must be F32.
+    void need(const GgufFile& file, const std::string& name, std::vector<int64_t> shape, Tensor* out);
+    // The same, for a tensor a family may omit; returns false if absent.
+    bool maybe(const GgufFile& file, const std::string& name, std::vector<int64_t> shape, Tensor* out);
+    // Declares layer `layer`'s routed experts: ffn_{gate,up,down}_exps of
+    // n_ff x n_embd (down: n_embd x n_ff) per expert, n_expert of each.
+    void need_experts(const GgufFile& file, int layer, int n_expert, int64_t n_embd, int64_t n_ff);
+
+    ModelConfig config_;
+    std::vector<ExpertLayer> expert_layers_;
+
+private:
+    struct Pending {
+        std::string name;  // tensor in the file
+        Tensor* out;
+        uint64_t offset;   // in arena_
+        uint64_t bytes;
+    };
+    std::vector<Pending> pending_;
+    AlignedBuffer arena_;
+    uint64_t resident_bytes_ = 0;
+};
+
+// Architecture constructors, one per file.
+std::unique_ptr<Model> open_qwen3moe(const GgufFile& file, ModelConfig config);
+
+}  // namespace ms

@@ -1,0 +1,168 @@
+#include "model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "ops/activation.h"
+#include "ops/linear.h"
+#include "quant/dot.h"
+
+namespace ms {
+
+void route_softmax_topk(const float* logits, int n_tok, int n_expert, int k, bool renorm, int32_t* ids,
+                        float* weights) {
+    // Select on the logits (softmax keeps their order), then take the chosen
+    // experts' probabilities from a softmax over all experts, as the
+    // reference does.
+    for (int t = 0; t < n_tok; t++) {
+        const float* l = logits + int64_t(t) * n_expert;
+        int32_t* id = ids + int64_t(t) * k;
+        float* w = weights + int64_t(t) * k;
+        for (int r = 0; r < k; r++) {
+            int best = -1;
+            for (int e = 0; e < n_expert; e++) {
+                bool taken = false;
+                for (int q = 0; q < r; q++) taken = taken || id[q] == e;
+                if (!taken && (best < 0 || l[e] > l[best])) best = e;
+            }
+            id[r] = best;
+        }
+        float max = l[id[0]];
+        double sum = 0;
+        for (int e = 0; e < n_expert; e++) sum += double(std::exp(l[e] - max));
+        const float inv = float(1.0 / sum);
+        for (int r = 0; r < k; r++) w[r] = std::exp(l[id[r]] - max) * inv;
+        if (renorm) {
+            double s = 0;
+            for (int r = 0; r < k; r++) s += double(w[r]);
+            const float total = std::max(float(s), 6.103515625e-5f);
+            for (int r = 0; r < k; r++) w[r] /= total;
+        }
+    }
+}
+
+void MoeScratch::init(const std::vector<ExpertLayer>& layers, int max_batch, int k) {
+    max_batch_ = max_batch;
+    k_ = k;
+    size_t gate_act = 0, up_act = 0, down_act = 0, ff = 0, embd = 0;
+    int n_expert = 0;
+    for (const ExpertLayer& l : layers) {
+        if (l.n_expert == 0) continue;
+        gate_act = std::max(gate_act, act_bytes(l.gate.type, l.gate.cols));
+        up_act = std::max(up_act, act_bytes(l.up.type, l.up.cols));
+        down_act = std::max(down_act, act_bytes(l.down.type, l.down.cols));
+        ff = std::max(ff, size_t(l.gate.rows));
+        embd = std::max(embd, size_t(l.down.rows));
+        n_expert = std::max(n_expert, l.n_expert);
+    }
+    const size_t b = size_t(max_batch);
+    acts_gate_.resize(gate_act * b);
+    acts_up_.resize(up_act * b);
+    rows_gate_.resize(gate_act * b);
+    rows_up_.resize(up_act * b);
+    gate_.resize(ff * b * 4);
+    up_.resize(ff * b * 4);
+    acts_down_.resize(down_act * b);
+    down_.resize(embd * b * 4);
+    slots_.resize(embd * b * size_t(k) * 4);
+    count_.assign(size_t(n_expert), 0);
+    first_.assign(size_t(n_expert), 0);
+    entries_.assign(b * size_t(k), 0);
+    used_.assign(size_t(n_expert), 0);
+}
+
+uint64_t MoeScratch::bytes() const {
+    return acts_gate_.size() + acts_up_.size() + rows_gate_.size() + rows_up_.size() + gate_.size() + up_.size() +
+           acts_down_.size() + down_.size() + slots_.size() +
+           4 * (count_.size() + first_.size() + entries_.size() + used_.size());
+}
+
+namespace {
+
+// Converted rows of the tokens in entries[0..m) (each t*k + r), contiguous:
+// the batch's rows themselves when they already are.
+const uint8_t* gather_rows(const uint8_t* acts, size_t row, const int32_t* entries, int m, int k, int n_tok,
+                           uint8_t* dst) {
+    if (m == n_tok) return acts;  // every token uses this expert: rows in token order
+    for (int i = 0; i < m; i++) std::memcpy(dst + size_t(i) * row, acts + size_t(entries[i] / k) * row, row);
+    return dst;
+}
+
+}  // namespace
+
+void moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& layer, const float* x, int n_tok,
+                 const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out) {
+    const int64_t n_embd = layer.gate.cols, n_ff = layer.gate.rows;
+    const bool shared_acts = act_type(layer.gate.type) == act_type(layer.up.type);
+    const Tensor gate_shape{layer.gate.type, n_embd, n_ff, nullptr};
+    const Tensor up_shape{layer.up.type, n_embd, n_ff, nullptr};
+    convert_acts(pool, gate_shape, x, n_tok, s.acts_gate_.data());
+    if (!shared_acts) convert_acts(pool, up_shape, x, n_tok, s.acts_up_.data());
+    const uint8_t* acts_up = shared_acts ? s.acts_gate_.data() : s.acts_up_.data();
+    const size_t gate_row = act_bytes(layer.gate.type, n_embd), up_row = act_bytes(layer.up.type, n_embd);
+
+    // Group (token, rank) entries by expert, tokens ascending within each.
+    std::fill(s.count_.begin(), s.count_.end(), 0);
+    for (int i = 0; i < n_tok * k; i++) s.count_[size_t(ids[i])]++;
+    int n_used = 0, start = 0;
+    for (int e = 0; e < layer.n_expert; e++) {
+        s.first_[size_t(e)] = start;
+        start += s.count_[size_t(e)];
+        if (s.count_[size_t(e)] > 0) s.used_[size_t(n_used++)] = e;
+    }
+    for (int i = 0; i < n_tok * k; i++) s.entries_[size_t(s.first_[size_t(ids[i])]++)] = i;
+    for (int j = 0; j < n_used; j++) s.first_[size_t(s.used_[size_t(j)])] -= s.count_[size_t(s.used_[size_t(j)])];
+
+    float* G = s.gate_.f32();
+    float* U = s.up_.f32();
+    float* D = s.down_.f32();
+    float* slots = s.slots_.f32();
+    for (int g0 = 0; g0 < n_used; g0 += source.capacity()) {
+        const int group = std::min(n_used - g0, source.capacity());
+        source.acquire(layer.layer, s.used_.data() + g0, group);
+        ExpertView v;
+        int i;
+        while ((i = source.next_ready(layer.layer, &v)) >= 0) {
+            const int e = s.used_[size_t(g0 + i)];
+            const int m = s.count_[size_t(e)];
+            const int32_t* entries = s.entries_.data() + s.first_[size_t(e)];
+            const uint8_t* ag = gather_rows(s.acts_gate_.data(), gate_row, entries, m, k, n_tok, s.rows_gate_.data());
+            const uint8_t* au = shared_acts ? ag
+                                            : gather_rows(acts_up, up_row, entries, m, k, n_tok, s.rows_up_.data());
+            const Tensor wg{layer.gate.type, n_embd, n_ff, v.gate};
+            const Tensor wu{layer.up.type, n_embd, n_ff, v.up};
+            const Tensor wd{layer.down.type, n_ff, n_embd, v.down};
+            // Gate and up rows in one pass over the pool.
+            pool.parallel_for(2 * n_ff, [&](int64_t b, int64_t end) {
+                if (b < n_ff) linear_rows(wg, ag, m, G, b, std::min(end, n_ff));
+                if (end > n_ff) linear_rows(wu, au, m, U, std::max(b, n_ff) - n_ff, end - n_ff);
+            });
+            pool.parallel_for(int64_t(m) * n_ff, [&](int64_t b, int64_t end) { swiglu(G + b, U + b, end - b, G + b); });
+            linear(pool, wd, G, m, D, s.acts_down_.data());
+            for (int r = 0; r < m; r++) {
+                std::memcpy(slots + int64_t(entries[r]) * n_embd, D + int64_t(r) * n_embd, size_t(n_embd) * 4);
+            }
+        }
+        source.release(layer.layer);
+    }
+
+    // Combine in rank order: w0*e0 + w1*e1 + ..., each product rounded first,
+    // as the reference's separate multiply and add steps do.
+    pool.parallel_for(n_tok, [&](int64_t b, int64_t end) {
+        for (int64_t t = b; t < end; t++) {
+            float* o = out + t * n_embd;
+            for (int r = 0; r < k; r++) {
+                const float w = weights[t * k + r];
+                const float* e = slots + (t * k + r) * n_embd;
+                if (r == 0) {
+                    for (int64_t i = 0; i < n_embd; i++) o[i] = w * e[i];
+                } else {
+                    for (int64_t i = 0; i < n_embd; i++) o[i] += w * e[i];
+                }
+            }
+        }
+    });
+}
+
+}  // namespace ms

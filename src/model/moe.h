@@ -1,0 +1,50 @@
+// The routed-expert half of a MoE layer over a batch of tokens: route each
+// token, group the tokens by expert, get each expert through the
+// ExpertSource, run it once over all its tokens, and combine every token's
+// experts in rank order, so the sum is the same bit for bit whatever order the
+// experts arrive in and however many tokens are in the batch.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/expert_source.h"
+#include "ops/buffer.h"
+#include "ops/thread_pool.h"
+
+namespace ms {
+
+// ids/weights of token t are at [t*k, t*k + k), best first: the top k of
+// softmax(logits[t]); with renorm the k weights are divided by their sum.
+void route_softmax_topk(const float* logits, int n_tok, int n_expert, int k, bool renorm, int32_t* ids,
+                        float* weights);
+
+// Scratch for moe_forward, sized once for the largest batch.
+class MoeScratch {
+public:
+    // layers: the model's expert layers (their types decide activation sizes).
+    void init(const std::vector<ExpertLayer>& layers, int max_batch, int k);
+    uint64_t bytes() const;
+
+private:
+    friend void moe_forward(ThreadPool&, ExpertSource&, const ExpertLayer&, const float*, int, const int32_t*,
+                            const float*, int, MoeScratch&, float*);
+    int max_batch_ = 0, k_ = 0;
+    AlignedBuffer acts_gate_, acts_up_;  // every token's input, converted for gate / up
+    AlignedBuffer rows_gate_, rows_up_;  // the converted rows of one expert's tokens
+    AlignedBuffer gate_, up_;            // one expert's gate / up outputs, then its hidden state
+    AlignedBuffer acts_down_;            // the hidden state converted for down
+    AlignedBuffer down_;                 // one expert's outputs
+    AlignedBuffer slots_;                // output of token t's rank-r expert at (t*k + r)
+    std::vector<int32_t> count_;         // tokens per expert
+    std::vector<int32_t> first_;         // start of each expert's entries
+    std::vector<int32_t> entries_;       // t*k + r, grouped by expert, tokens ascending
+    std::vector<int32_t> used_;          // experts used by the batch, ascending
+};
+
+// out[t] = sum over r in rank order of weights[t*k+r] * expert ids[t*k+r]
+// applied to x[t] (SwiGLU: down(silu(gate x) * up x)). x and out: n_tok rows
+// of n_embd floats.
+void moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& layer, const float* x, int n_tok,
+                 const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out);
+
+}  // namespace ms

@@ -1,0 +1,85 @@
+// Synthetic models of a real architecture (qwen3moe): real tensor names,
+// shapes and metadata, a real tokenizer copied from a vocabulary GGUF, and
+// random but valid quantized weights. Big tensors are never made as floats:
+// blocks are filled from a fast PRNG and only their scale fields are set, so
+// a 17 GB model is written at disk speed. Router rows are scaled so expert
+// popularity follows a Zipf-like law (--router-skew).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "quant/types.h"
+
+namespace ms {
+
+struct SynthSpec {
+    std::string preset = "custom";
+    int n_layer = 4;
+    int n_expert = 16;
+    int n_expert_used = 4;
+    int n_embd = 256;
+    int expert_ffn = 256;
+    int n_head = 4;
+    int n_head_kv = 2;
+    int head_dim = 64;
+    int64_t context = 4096;
+    double rope_base = 1e6;
+    std::string vocab_path;       // GGUF whose tokenizer.* keys (and vocabulary size) are copied
+    std::string recipe = "Q4_K_M";  // Q4_K_M, Q8_0, MXFP4, F16
+    double router_skew = 0;       // Zipf exponent of expert popularity; 0 = uniform
+    uint64_t seed = 1;
+};
+
+// Presets at real dimensions: "qwen3-30b-a3b", "qwen3-235b-a22b", and
+// "tiny" (a few MB, the README demo). Vocabularies are looked up in
+// golden_dir (the project's shared golden data). Throws on an unknown name.
+SynthSpec synth_preset(const std::string& name, const std::string& golden_dir);
+const std::vector<std::string>& synth_preset_names();
+
+// Checks dimensions and recipe; throws std::runtime_error naming the problem.
+void validate_spec(const SynthSpec& s);
+
+// Type of one tensor under a recipe, following the usual llama.cpp choices
+// for Q4_K_M: Q6_K output head; ffn_down and attn_v in Q6_K on the layers
+// use_more_bits picks (first and last eighth, every third in between), Q4_K
+// elsewhere; with exactly 8 experts attn_k/attn_v Q8_0 and attn_output Q5_K.
+// 1-D tensors and routers stay F32. A type whose block does not divide the
+// row length falls back to Q8_0, then F16.
+GgmlType synth_tensor_type(const std::string& recipe, const std::string& tensor, int layer, int n_layer,
+                           int n_expert, int64_t row_len);
+
+// Selection probability per popularity rank r (0 = most popular) for k of n
+// experts: proportional to 1/(r+1)^skew, capped at `cap` and renormalized so
+// the probabilities sum to k.
+std::vector<double> zipf_targets(int n_expert, int k, double skew, double cap);
+
+// Router logits of random rows with norms scale[e] against an isotropic
+// Gaussian input are independent Gaussians with std scale[e]. Finds scales
+// (by a Monte Carlo over such inputs) whose top-k selection frequency matches
+// `target`, and the frequencies they reach (`popularity`, summing to k).
+// A symmetric input can never put one expert in the top k of more than half
+// the tokens (x and -x select opposite ends), so targets must stay below 0.5.
+struct RouterCalibration {
+    std::vector<double> scale;
+    std::vector<double> popularity;
+};
+RouterCalibration calibrate_router(const std::vector<double>& target, int k, uint64_t seed);
+
+// The popularity cap synth uses (below the 0.5 limit above, with margin to
+// converge).
+constexpr double kRouterCap = 0.45;
+
+struct SynthResult {
+    uint64_t bytes = 0;
+    double seconds = 0;
+    int n_tensors = 0;
+};
+
+// Writes the model to `path` (through `path`.partial, renamed at the end).
+// progress(done, total) is called from the calling thread after each chunk.
+SynthResult write_synth_model(const SynthSpec& spec, const std::string& path,
+                              const std::function<void(uint64_t, uint64_t)>& progress);
+
+}  // namespace ms

@@ -1,0 +1,103 @@
+// Reading the golden reference files (../shared/golden/models) in tests:
+// the json, the float32 logits, and the comparison measures the golden
+// README defines.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "json/json.h"
+
+namespace ms::golden {
+
+inline std::string models_dir() { return std::string(MOESTREAM_GOLDEN_DIR) + "/models"; }
+
+// Names like "qwen3moe-Q4_K_M" of every model of a family, sorted.
+inline std::vector<std::string> family(const std::string& name) {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(models_dir())) {
+        const std::string f = e.path().filename().string();
+        if (f.rfind(name + "-", 0) == 0 && e.path().extension() == ".gguf") out.push_back(e.path().stem().string());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+inline std::vector<float> read_f32(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot open " + path);
+    in.seekg(0, std::ios::end);
+    const size_t n = size_t(in.tellg()) / 4;
+    in.seekg(0);
+    std::vector<float> v(n);
+    in.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * 4));
+    return v;
+}
+
+inline std::vector<int32_t> ints(const Json& a) {
+    std::vector<int32_t> out;
+    for (const Json& v : a.as_array()) out.push_back(int32_t(v.as_int()));
+    return out;
+}
+
+struct Case {
+    std::string name;  // "qwen3moe-Q4_K_M"
+    std::string gguf;
+    Json meta;
+    std::vector<int32_t> prompt, greedy;
+    int64_t n_vocab = 0;
+    std::vector<float> logits;  // prompt x n_vocab
+    std::vector<float> gen;     // greedy steps x n_vocab
+};
+
+inline Case load(const std::string& name) {
+    Case c;
+    c.name = name;
+    const std::string base = models_dir() + "/" + name;
+    c.gguf = base + ".gguf";
+    c.meta = Json::parse_file(base + ".json");
+    c.prompt = ints(c.meta.at("prompt_tokens"));
+    c.greedy = ints(c.meta.at("greedy_tokens"));
+    c.n_vocab = c.meta.at("n_vocab").as_int();
+    c.logits = read_f32(base + ".logits.f32");
+    c.gen = read_f32(base + ".gen.f32");
+    return c;
+}
+
+// ||a - ref|| / ||ref|| over n values.
+inline double rel_l2(const float* a, const float* ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = double(a[i]) - double(ref[i]);
+        num += d * d;
+        den += double(ref[i]) * double(ref[i]);
+    }
+    return std::sqrt(num / den);
+}
+
+inline int argmax(const float* x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++) if (x[i] > x[best]) best = i;
+    return int(best);
+}
+
+// Gap between the largest and second-largest value.
+inline float top2_gap(const float* x, int64_t n) {
+    float a = -INFINITY, b = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        if (x[i] > a) { b = a; a = x[i]; } else if (x[i] > b) { b = x[i]; }
+    }
+    return a - b;
+}
+
+// The README's bound on the prompt logits of a main (non-exact/) file.
+inline double tolerance(const std::string& type) {
+    return (type == "F32" || type == "F16") ? 1e-3 : 2e-2;
+}
+
+}  // namespace ms::golden

@@ -1,0 +1,52 @@
+// Picks the next token from a row of logits: repeat penalty over the last N
+// tokens, then top-k, top-p, min-p, temperature and a draw from a seeded
+// generator (the reference engine's order). Temperature 0 is greedy. The
+// same seed and the same logits give the same tokens on every machine.
+// Buffers are sized once, so sampling allocates nothing.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ms {
+
+struct SamplerParams {
+    float temp = 0.8f;            // <= 0: greedy (argmax)
+    int top_k = 40;               // <= 0: all tokens
+    float top_p = 0.95f;          // >= 1: off
+    float min_p = 0.05f;          // <= 0: off; keep p >= min_p * p_max
+    float repeat_penalty = 1.0f;  // 1: off; > 1 discourages repeats
+    int repeat_last_n = 64;       // tokens of history the penalty looks at
+    uint64_t seed = 0;
+};
+
+class Sampler {
+public:
+    Sampler(const SamplerParams& params, int64_t n_vocab);
+
+    // Picks a token from logits[0..n_vocab). Does not record it: call
+    // accept() with the token actually used (prompt tokens too).
+    int32_t sample(const float* logits);
+    void accept(int32_t token);
+    // Forgets the history and restarts the generator from the seed.
+    void reset();
+
+    const SamplerParams& params() const { return params_; }
+
+private:
+    struct Candidate {
+        float logit;
+        int32_t id;
+    };
+    double uniform();  // [0, 1)
+
+    SamplerParams params_;
+    int64_t n_vocab_;
+    std::vector<Candidate> cand_;
+    std::vector<float> probs_;
+    std::vector<int32_t> history_;  // ring of the last repeat_last_n tokens
+    size_t history_len_ = 0, history_pos_ = 0;
+    uint64_t state_[4];  // xoshiro256** state
+};
+
+}  // namespace ms

@@ -1,0 +1,144 @@
+// Sampler: greedy picks, seeded reproducibility, and the distribution each
+// filter leaves, checked against softmax probabilities computed here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "sampling/sampler.h"
+
+namespace ms {
+namespace {
+
+SamplerParams plain(uint64_t seed) {
+    SamplerParams p;
+    p.temp = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.seed = seed;
+    return p;
+}
+
+std::vector<double> frequencies(Sampler& s, const std::vector<float>& logits, int draws) {
+    std::vector<double> f(logits.size(), 0.0);
+    for (int i = 0; i < draws; i++) f[size_t(s.sample(logits.data()))] += 1.0 / draws;
+    return f;
+}
+
+// softmax(logits / temp) over the ids in `keep` (others 0), in double.
+std::vector<double> expected(const std::vector<float>& logits, double temp, const std::vector<int>& keep) {
+    std::vector<double> p(logits.size(), 0.0);
+    double sum = 0;
+    for (int i : keep) sum += std::exp(logits[size_t(i)] / temp);
+    for (int i : keep) p[size_t(i)] = std::exp(logits[size_t(i)] / temp) / sum;
+    return p;
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want) {
+    for (size_t i = 0; i < got.size(); i++) {
+        if (want[i] == 0) {
+            EXPECT_EQ(got[i], 0.0) << "token " << i;
+        } else {
+            EXPECT_NEAR(got[i], want[i], 0.015) << "token " << i;
+        }
+    }
+}
+
+TEST(Sampler, GreedyIsArgmaxWithLowestIdOnTies) {
+    SamplerParams p;
+    p.temp = 0;
+    Sampler s(p, 5);
+    const float a[5] = {0.1f, 3.0f, -1.0f, 2.9f, 0.0f};
+    EXPECT_EQ(s.sample(a), 1);
+    const float b[5] = {1.0f, 2.0f, 2.0f, 0.0f, 2.0f};
+    EXPECT_EQ(s.sample(b), 1);
+}
+
+TEST(Sampler, SameSeedSameTokensOtherSeedOthers) {
+    std::vector<float> logits(50);
+    for (size_t i = 0; i < logits.size(); i++) logits[i] = float(std::sin(double(i)) * 2.0);
+    auto run = [&](uint64_t seed) {
+        Sampler s(plain(seed), int64_t(logits.size()));
+        std::vector<int32_t> out;
+        for (int i = 0; i < 200; i++) out.push_back(s.sample(logits.data()));
+        return out;
+    };
+    EXPECT_EQ(run(42), run(42));
+    EXPECT_NE(run(42), run(43));
+
+    Sampler s(plain(7), int64_t(logits.size()));
+    std::vector<int32_t> first, again;
+    for (int i = 0; i < 50; i++) first.push_back(s.sample(logits.data()));
+    s.reset();
+    for (int i = 0; i < 50; i++) again.push_back(s.sample(logits.data()));
+    EXPECT_EQ(first, again);
+}
+
+TEST(Sampler, DrawsFollowTheTemperedSoftmax) {
+    const std::vector<float> logits = {0.0f, 1.0f, 2.0f, 0.5f};
+    Sampler s1(plain(1), 4);
+    expect_close(frequencies(s1, logits, 40000), expected(logits, 1.0, {0, 1, 2, 3}));
+    SamplerParams p = plain(2);
+    p.temp = 0.5f;
+    Sampler s2(p, 4);
+    expect_close(frequencies(s2, logits, 40000), expected(logits, 0.5, {0, 1, 2, 3}));
+}
+
+TEST(Sampler, TopKKeepsTheKBest) {
+    const std::vector<float> logits = {0.0f, 1.0f, 2.0f, 0.5f, -1.0f};
+    SamplerParams p = plain(3);
+    p.top_k = 2;
+    Sampler s(p, 5);
+    expect_close(frequencies(s, logits, 40000), expected(logits, 1.0, {1, 2}));
+}
+
+TEST(Sampler, TopPKeepsTheSmallestPrefixReachingP) {
+    // Probabilities 0.5, 0.3, 0.15, 0.05.
+    const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+    SamplerParams p = plain(4);
+    p.top_p = 0.7f;
+    Sampler a(p, 4);
+    expect_close(frequencies(a, logits, 40000), expected(logits, 1.0, {0, 1}));
+    p.top_p = 0.85f;
+    Sampler b(p, 4);
+    expect_close(frequencies(b, logits, 40000), expected(logits, 1.0, {0, 1, 2}));
+}
+
+TEST(Sampler, MinPDropsTokensBelowAFractionOfTheBest) {
+    const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+    SamplerParams p = plain(5);
+    p.min_p = 0.25f;  // keeps p >= 0.125
+    Sampler s(p, 4);
+    expect_close(frequencies(s, logits, 40000), expected(logits, 1.0, {0, 1, 2}));
+}
+
+TEST(Sampler, RepeatPenaltyOverTheLastNTokens) {
+    SamplerParams p;
+    p.temp = 0;
+    p.repeat_penalty = 1.1f;
+    p.repeat_last_n = 2;
+    Sampler s(p, 4);
+    const float pos[4] = {2.0f, 1.9f, 0.0f, 0.0f};  // 2.0 / 1.1 = 1.82 < 1.9
+    EXPECT_EQ(s.sample(pos), 0);
+    s.accept(0);
+    EXPECT_EQ(s.sample(pos), 1);
+    s.accept(2);
+    s.accept(3);  // token 0 left the 2-token window
+    EXPECT_EQ(s.sample(pos), 0);
+
+    const float neg[4] = {-1.0f, -1.05f, -5.0f, -5.0f};  // -1 * 1.1 = -1.1 < -1.05
+    Sampler t(p, 4);
+    t.accept(0);
+    EXPECT_EQ(t.sample(neg), 1);
+}
+
+TEST(Sampler, RejectsBadParameters) {
+    SamplerParams p;
+    p.top_p = 0;
+    EXPECT_THROW(Sampler(p, 4), std::runtime_error);
+    EXPECT_THROW(Sampler(SamplerParams{}, 0), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace ms

@@ -1,0 +1,82 @@
+// The baseline: experts copied out of a read-only mapping of the file, so
+// every miss is served by page faults and kernel readahead, as in engines
+// that mmap the model today. Synchronous: reads complete inside submit().
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "store/io.h"
+
+namespace ms {
+
+namespace {
+
+class MmapEngine : public IoEngine {
+public:
+    ~MmapEngine() override {
+        for (const Mapping& m : maps_)
+            if (m.data) munmap(m.data, m.size);
+    }
+    const char* name() const override { return "mmap"; }
+    bool wants_direct() const override { return false; }
+
+    void submit(const IoRequest* reqs, size_t n) override {
+        for (size_t i = 0; i < n; i++) {
+            const IoRequest& r = reqs[i];
+            const Mapping* m = mapping(r.fd);
+            int64_t result;
+            if (!m) {
+                result = -int64_t(mmap_errno_);
+            } else if (r.offset >= m->size) {
+                result = 0;
+            } else {
+                uint64_t n_copy = std::min<uint64_t>(r.len, m->size - r.offset);
+                memcpy(r.dst, static_cast<const uint8_t*>(m->data) + r.offset, n_copy);
+                result = int64_t(n_copy);
+            }
+            done_.push_back({r.tag, result});
+        }
+    }
+
+    size_t reap(IoCompletion* out, size_t max, bool) override {
+        size_t n = std::min(max, done_.size() - head_);
+        for (size_t i = 0; i < n; i++) out[i] = done_[head_ + i];
+        head_ += n;
+        if (head_ == done_.size()) done_.clear(), head_ = 0;
+        return n;
+    }
+    size_t outstanding() const override { return done_.size() - head_; }
+
+private:
+    struct Mapping {
+        int fd;
+        void* data;
+        uint64_t size;
+    };
+    // Maps each file once, on its first read.
+    const Mapping* mapping(int fd) {
+        for (const Mapping& m : maps_)
+            if (m.fd == fd) return &m;
+        struct stat st;
+        if (fstat(fd, &st) != 0) return mmap_errno_ = errno, nullptr;
+        uint64_t size = uint64_t(st.st_size);
+        void* p = size ? mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0) : nullptr;
+        if (p == MAP_FAILED) return mmap_errno_ = errno, nullptr;
+        maps_.push_back({fd, p, size});
+        return &maps_.back();
+    }
+    std::vector<Mapping> maps_;
+    std::vector<IoCompletion> done_;
+    size_t head_ = 0;
+    int mmap_errno_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<IoEngine> make_mmap_engine() { return std::make_unique<MmapEngine>(); }
+
+}  // namespace ms

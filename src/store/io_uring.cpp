@@ -1,0 +1,161 @@
+// `uring`: io_uring with up to `depth` reads in flight, on O_DIRECT files,
+// into buffers registered once with the kernel (the slot arena), so a miss
+// costs one SQE and the DMA lands straight in its slot.
+#include <liburing.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <stdexcept>
+#include <vector>
+
+#include "store/io.h"
+
+namespace ms {
+
+namespace {
+
+class UringEngine : public IoEngine {
+public:
+    explicit UringEngine(int depth) {
+        // One thread submits and reaps, so the kernel may defer completion
+        // work to our reap calls; older kernels reject the flags.
+        io_uring_params p{};
+        p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+        int r = io_uring_queue_init_params(unsigned(depth), &ring_, &p);
+        if (r == -EINVAL) r = io_uring_queue_init(unsigned(depth), &ring_, 0);
+        else deferred_ = r == 0;
+        if (r < 0)
+            throw std::runtime_error(std::string("io_uring unavailable: ") + strerror(-r) +
+                                     " (use --io pread)");
+        slots_.resize(size_t(depth));
+        for (int i = depth - 1; i >= 0; i--) free_.push_back(i);
+    }
+    ~UringEngine() override { io_uring_queue_exit(&ring_); }
+
+    const char* name() const override { return "uring"; }
+    bool wants_direct() const override { return true; }
+
+    void register_memory(void* base, size_t bytes, size_t unit) override {
+        // A registered buffer may not exceed 1 GiB: cut the arena into pieces
+        // of whole units (slots) so no read straddles two.
+        size_t per = unit ? (size_t(1) << 30) / unit * unit : 0;
+        if (per == 0) {
+            note_ = "io_uring: slots larger than 1 GiB, buffers not registered";
+            return;
+        }
+        std::vector<iovec> iov;
+        for (size_t off = 0; off < bytes; off += per)
+            iov.push_back({static_cast<uint8_t*>(base) + off, std::min(per, bytes - off)});
+        int r = io_uring_register_buffers(&ring_, iov.data(), unsigned(iov.size()));
+        if (r < 0) {
+            note_ = std::string("io_uring: buffer registration refused (") + strerror(-r) +
+                    "; raise `ulimit -l`), using unregistered reads";
+            return;
+        }
+        reg_base_ = static_cast<uint8_t*>(base);
+        reg_bytes_ = bytes;
+        reg_piece_ = per;
+    }
+
+    void submit(const IoRequest* reqs, size_t n) override {
+        for (size_t i = 0; i < n; i++) pending_.push_back({reqs[i], 0});
+        outstanding_ += n;
+        fill();
+    }
+
+    size_t reap(IoCompletion* out, size_t max, bool wait) override {
+        size_t n = 0;
+        // With deferred task work, completions only show up in the ring once
+        // we enter the kernel to ask for them.
+        if (deferred_ && outstanding_ > 0) io_uring_get_events(&ring_);
+        for (;;) {
+            io_uring_cqe* cqe;
+            while (n < max && io_uring_peek_cqe(&ring_, &cqe) == 0) {
+                int idx = int(io_uring_cqe_get_data64(cqe));
+                int res = cqe->res;
+                io_uring_cqe_seen(&ring_, cqe);
+                n += finish(idx, res, out + n);
+            }
+            fill();
+            if (n > 0 || !wait || outstanding_ == 0) return n;
+            int r = io_uring_wait_cqe(&ring_, &cqe);
+            if (r < 0 && r != -EINTR && r != -EAGAIN && r != -ETIME)
+                throw std::runtime_error(std::string("io_uring wait failed: ") + strerror(-r));
+        }
+    }
+    size_t outstanding() const override { return outstanding_; }
+
+private:
+    struct Read {
+        IoRequest req;
+        uint64_t done;  // bytes already read (short reads continue from here)
+    };
+
+    // Handles one completion of slot idx; returns 1 if a request finished
+    // (written to *out), 0 if it was resubmitted.
+    int finish(int idx, int res, IoCompletion* out) {
+        Read rd = slots_[size_t(idx)];
+        free_.push_back(idx);
+        if (res == -EINTR || res == -EAGAIN) {
+            pending_.push_front(rd);
+            return 0;
+        }
+        if (res > 0) {
+            rd.done += uint64_t(res);
+            if (rd.done < rd.req.len) {
+                pending_.push_front(rd);
+                return 0;
+            }
+        }
+        out->tag = rd.req.tag;
+        out->result = res < 0 ? int64_t(res) : int64_t(rd.done);  // res == 0: end of file
+        outstanding_--;
+        return 1;
+    }
+
+    // Moves pending reads into the submission queue while slots are free.
+    void fill() {
+        bool any = false;
+        while (!pending_.empty() && !free_.empty()) {
+            io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+            if (!sqe) break;
+            int idx = free_.back();
+            free_.pop_back();
+            Read& rd = slots_[size_t(idx)] = pending_.front();
+            pending_.pop_front();
+            uint8_t* dst = static_cast<uint8_t*>(rd.req.dst) + rd.done;
+            unsigned len = unsigned(rd.req.len - rd.done);
+            uint64_t off = rd.req.offset + rd.done;
+            size_t at = size_t(dst - reg_base_);
+            if (reg_base_ && dst >= reg_base_ && at < reg_bytes_)
+                io_uring_prep_read_fixed(sqe, rd.req.fd, dst, len, off, int(at / reg_piece_));
+            else
+                io_uring_prep_read(sqe, rd.req.fd, dst, len, off);
+            io_uring_sqe_set_data64(sqe, uint64_t(idx));
+            any = true;
+        }
+        if (any) {
+            int r;
+            do r = io_uring_submit(&ring_);
+            while (r == -EINTR || r == -EAGAIN);
+            if (r < 0) throw std::runtime_error(std::string("io_uring submit failed: ") + strerror(-r));
+        }
+    }
+
+    io_uring ring_;
+    bool deferred_ = false;
+    std::vector<Read> slots_;  // reads in flight, by SQE user data
+    std::vector<int> free_;
+    std::deque<Read> pending_;
+    size_t outstanding_ = 0;
+    uint8_t* reg_base_ = nullptr;
+    size_t reg_bytes_ = 0, reg_piece_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<IoEngine> make_uring_engine(const IoOptions& opt) { return std::make_unique<UringEngine>(opt.depth); }
+
+}  // namespace ms

@@ -1,0 +1,100 @@
+#include "store/slot_cache.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace ms {
+
+CachePolicy parse_cache_policy(const std::string& s) {
+    if (s == "lru") return CachePolicy::Lru;
+    if (s == "lfu") return CachePolicy::Lfu;
+    throw std::runtime_error("--cache-policy: expected lru or lfu, got '" + s + "'");
+}
+
+SlotCache::SlotCache(int n_slots, uint64_t slot_bytes, int n_layers, int n_experts, CachePolicy policy)
+    : slot_bytes_(slot_bytes), n_experts_(n_experts), policy_(policy) {
+    if (n_slots < 1 || slot_bytes == 0 || slot_bytes % 4096 != 0 || n_layers < 1 || n_experts < 1)
+        throw std::runtime_error("slot cache: bad geometry (" + std::to_string(n_slots) + " slots of " +
+                                 std::to_string(slot_bytes) + " bytes)");
+    void* p = mmap(nullptr, slot_bytes * uint64_t(n_slots), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        throw std::runtime_error("slot cache: cannot reserve " + std::to_string(slot_bytes * uint64_t(n_slots)) +
+                                 " bytes: " + strerror(errno));
+    arena_ = static_cast<uint8_t*>(p);
+    slots_.resize(size_t(n_slots));
+    index_.assign(size_t(n_layers) * size_t(n_experts), -1);
+    for (int i = n_slots - 1; i >= 0; i--) free_.push_back(i);
+    aging_period_ = std::max<uint64_t>(64, 4 * uint64_t(n_slots));
+}
+
+SlotCache::~SlotCache() {
+    if (arena_) munmap(arena_, arena_bytes());
+}
+
+int SlotCache::victim() const {
+    int best = -1;
+    for (int i = 0; i < int(slots_.size()); i++) {
+        const Slot& s = slots_[size_t(i)];
+        if (s.pins > 0 || s.state != State::Ready) continue;
+        if (best < 0) {
+            best = i;
+            continue;
+        }
+        const Slot& b = slots_[size_t(best)];
+        bool better = policy_ == CachePolicy::Lru
+                          ? s.last_use < b.last_use
+                          : (s.freq < b.freq || (s.freq == b.freq && s.last_use < b.last_use));
+        if (better) best = i;
+    }
+    return best;
+}
+
+int SlotCache::claim(int layer, int expert, int* evicted_layer, int* evicted_expert) {
+    if (evicted_layer) *evicted_layer = -1;
+    if (evicted_expert) *evicted_expert = -1;
+    int s;
+    if (!free_.empty()) {
+        s = free_.back();
+        free_.pop_back();
+    } else {
+        s = victim();
+        if (s < 0) return -1;
+        Slot& v = slots_[size_t(s)];
+        if (evicted_layer) *evicted_layer = v.layer;
+        if (evicted_expert) *evicted_expert = v.expert;
+        index_[key(v.layer, v.expert)] = -1;
+        evictions_++;
+    }
+    Slot& n = slots_[size_t(s)];
+    n.layer = layer;
+    n.expert = expert;
+    n.state = State::Loading;
+    n.pins = 0;
+    n.freq = 0;
+    n.last_use = clock_;
+    index_[key(layer, expert)] = s;
+    return s;
+}
+
+void SlotCache::drop(int slot) {
+    Slot& s = slots_[size_t(slot)];
+    if (s.state == State::Empty) return;
+    index_[key(s.layer, s.expert)] = -1;
+    s = Slot{};
+    free_.push_back(slot);
+}
+
+void SlotCache::touch(int slot) {
+    Slot& s = slots_[size_t(slot)];
+    s.last_use = ++clock_;
+    s.freq++;
+    if (policy_ == CachePolicy::Lfu && ++since_aging_ >= aging_period_) {
+        since_aging_ = 0;
+        for (Slot& o : slots_) o.freq /= 2;
+    }
+}
+
+}  // namespace ms

@@ -1,0 +1,82 @@
+// The expert cache: one 4 KiB-aligned arena cut into equal slots (each holds
+// the largest expert plus its alignment headroom), an index (layer, expert)
+// -> slot, and the eviction policy: LRU, or LFU with aging. Slots in use
+// (pinned) and slots still being read are never chosen as victims.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ms {
+
+enum class CachePolicy { Lru, Lfu };
+// "lru" or "lfu"; throws on anything else.
+CachePolicy parse_cache_policy(const std::string& s);
+
+class SlotCache {
+public:
+    enum class State : uint8_t { Empty, Loading, Ready };
+
+    // slot_bytes must be a multiple of 4 KiB. The arena is anonymous memory
+    // that becomes resident only as slots are first written.
+    SlotCache(int n_slots, uint64_t slot_bytes, int n_layers, int n_experts, CachePolicy policy);
+    ~SlotCache();
+    SlotCache(const SlotCache&) = delete;
+    SlotCache& operator=(const SlotCache&) = delete;
+
+    int n_slots() const { return int(slots_.size()); }
+    uint64_t slot_bytes() const { return slot_bytes_; }
+    uint8_t* arena() const { return arena_; }
+    uint64_t arena_bytes() const { return slot_bytes_ * slots_.size(); }
+    uint8_t* data(int slot) const { return arena_ + slot_bytes_ * uint64_t(slot); }
+
+    // Slot holding (or loading) (layer, expert), or -1.
+    int find(int layer, int expert) const { return index_[key(layer, expert)]; }
+
+    // Assigns a slot to (layer, expert), which must not be present: a free
+    // slot if any, else the policy's victim among slots that are neither
+    // pinned nor loading (its old expert is forgotten). The slot comes back
+    // in state Loading with no pins. Returns -1 when every slot is busy.
+    // *evicted (optional) is set to the key evicted, or -1.
+    int claim(int layer, int expert, int* evicted_layer = nullptr, int* evicted_expert = nullptr);
+    // Forgets a slot's expert (e.g. its read failed); the slot becomes free.
+    void drop(int slot);
+
+    State state(int slot) const { return slots_[size_t(slot)].state; }
+    void set_ready(int slot) { slots_[size_t(slot)].state = State::Ready; }
+    int layer_of(int slot) const { return slots_[size_t(slot)].layer; }
+    int expert_of(int slot) const { return slots_[size_t(slot)].expert; }
+
+    // One use of the slot's expert: updates recency and frequency.
+    void touch(int slot);
+    void pin(int slot) { slots_[size_t(slot)].pins++; }
+    void unpin(int slot) { slots_[size_t(slot)].pins--; }
+    int pins(int slot) const { return slots_[size_t(slot)].pins; }
+
+    uint64_t evictions() const { return evictions_; }
+    // LFU halves every frequency after this many uses, so experts that were
+    // popular long ago do not squat in the cache forever.
+    uint64_t aging_period() const { return aging_period_; }
+
+private:
+    struct Slot {
+        int layer = -1, expert = -1;
+        State state = State::Empty;
+        int pins = 0;
+        uint64_t last_use = 0;   // use clock of the latest touch
+        uint32_t freq = 0;       // LFU count, halved every aging period
+    };
+    size_t key(int layer, int expert) const { return size_t(layer) * size_t(n_experts_) + size_t(expert); }
+    int victim() const;
+
+    uint8_t* arena_ = nullptr;
+    uint64_t slot_bytes_;
+    int n_experts_;
+    CachePolicy policy_;
+    std::vector<Slot> slots_;
+    std::vector<int> index_;  // key -> slot or -1
+    std::vector<int> free_;   // empty slots
+    uint64_t clock_ = 0, evictions_ = 0, aging_period_ = 0, since_aging_ = 0;
+};
+
+}  // namespace ms

@@ -1,0 +1,261 @@
+#include "store/store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+#include "telemetry/system.h"
+
+namespace ms {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Each expert needs at most 3 reads; a completion's tag is slot * 4 + read.
+constexpr uint64_t kReadsPerSlot = 4;
+
+}  // namespace
+
+Store::Store(ExpertLayout layout, int n_slots, const StoreOptions& options, StoreCounters* counters)
+    : layout_(std::move(layout)),
+      options_(options),
+      counters_(counters ? counters : &own_counters_),
+      cache_(n_slots, layout_.slot_bytes() ? layout_.slot_bytes() : kIoAlign, std::max(1, layout_.n_layers()),
+             std::max(1, layout_.max_experts()), parse_cache_policy(options.cache_policy)),
+      engine_(make_io_engine(options.io, options.io_options)),
+      slot_io_(size_t(n_slots)),
+      reuse_(size_t(std::max(1, layout_.n_layers())) * size_t(std::max(1, layout_.max_experts()))) {
+    if (layout_.total_experts() == 0) throw std::runtime_error("store: the model has no routed experts");
+    if (counters_->uses.size() != size_t(layout_.n_layers()) * size_t(layout_.max_experts()))
+        counters_->init(layout_.n_layers(), layout_.max_experts());
+    for (const std::string& path : layout_.files()) {
+        int flags = O_RDONLY | O_CLOEXEC;
+        int fd = engine_->wants_direct() ? open(path.c_str(), flags | O_DIRECT) : -1;
+        if (engine_->wants_direct() && fd < 0 && errno == EINVAL) {
+            std::string fs = filesystem_of(path);
+            notes_.push_back(path + ": O_DIRECT is not supported" + (fs.empty() ? "" : " on " + fs) +
+                             "; reading through the page cache");
+        }
+        if (fd < 0) fd = open(path.c_str(), flags);
+        if (fd < 0) {
+            std::string why = strerror(errno);
+            for (int f : fds_) close(f);
+            throw std::runtime_error(path + ": " + why);
+        }
+        fds_.push_back(fd);
+    }
+    engine_->register_memory(cache_.arena(), cache_.arena_bytes(), cache_.slot_bytes());
+    if (!engine_->note().empty()) notes_.push_back(engine_->note());
+    done_.resize(256);
+    held_.reserve(8);
+}
+
+Store::~Store() {
+    // Reads still in flight write into the arena: wait for them first.
+    while (engine_->outstanding() > 0) engine_->reap(done_.data(), done_.size(), true);
+    for (int fd : fds_) close(fd);
+}
+
+void Store::begin_step(int n_tokens) {
+    step_tokens_ = n_tokens;
+    counters_->steps++;
+    if (n_tokens == 1) counters_->decode_steps++;
+    else counters_->prefill_tokens += uint64_t(n_tokens);
+}
+
+Store::Held* Store::held(int layer) {
+    for (Held& h : held_)
+        if (h.layer == layer) return &h;
+    return nullptr;
+}
+
+void Store::start_reads(int slot, int layer, int expert, ReadReason reason) {
+    ExpertPlacement p = layout_.place(layer, expert);
+    SlotIo& io = slot_io_[size_t(slot)];
+    io = SlotIo{};
+    io.reads_left = p.n_reads;
+    uint8_t* base = cache_.data(slot);
+    uint64_t bytes = 0;
+    for (int k = 0; k < p.n_reads; k++) {
+        const ExpertRead& r = p.reads[k];
+        batch_.push_back({fds_[size_t(r.file)], r.offset, r.len, base + r.slot_offset,
+                          uint64_t(slot) * kReadsPerSlot + uint64_t(k)});
+        bytes += r.len;
+    }
+    counters_->add_read(reason, p.bytes, bytes, uint64_t(p.n_reads));
+}
+
+void Store::note_eviction(int slot) {
+    counters_->evictions = cache_.evictions();
+    if (slot_io_[size_t(slot)].prefetched) counters_->prefetch_unused_evicted++;
+}
+
+void Store::acquire(int layer, const int32_t* ids, int n) {
+    if (layer < 0 || layer >= layout_.n_layers() || layout_.layers()[size_t(layer)].n_expert == 0)
+        throw std::runtime_error("store: layer " + std::to_string(layer) + " has no routed experts");
+    if (n > capacity())
+        throw std::runtime_error("store: " + std::to_string(n) + " experts acquired at once, the cache holds " +
+                                 std::to_string(capacity()));
+    if (held(layer)) throw std::runtime_error("store: layer " + std::to_string(layer) + " acquired twice");
+    Held* h = held(-1);
+    if (!h) h = &held_.emplace_back();
+    h->layer = layer;
+    h->ids.assign(ids, ids + n);
+    h->slots.assign(size_t(n), -1);
+    h->handed.assign(size_t(n), 0);
+    h->n_handed = 0;
+
+    const int n_expert = layout_.layers()[size_t(layer)].n_expert;
+    const ReadReason reason = step_tokens_ > 1 ? ReadReason::Prefill : ReadReason::Demand;
+    batch_.clear();
+    for (int i = 0; i < n; i++) {
+        int e = ids[i];
+        if (e < 0 || e >= n_expert) {
+            release(layer);
+            throw std::runtime_error("store: layer " + std::to_string(layer) + ": expert id " + std::to_string(e) +
+                                     " out of range");
+        }
+        int s = cache_.find(layer, e);
+        bool hit = s >= 0;
+        bool late = hit && cache_.state(s) == SlotCache::State::Loading;
+        if (!hit) {
+            int old_layer;
+            s = cache_.claim(layer, e, &old_layer);
+            if (s < 0) {
+                if (!batch_.empty()) engine_->submit(batch_.data(), batch_.size());
+                release(layer);
+                throw std::runtime_error("store: layer " + std::to_string(layer) + ": no slot free for expert " +
+                                         std::to_string(e) + ": all " + std::to_string(capacity()) +
+                                         " slots are in use");
+            }
+            if (old_layer >= 0) note_eviction(s);
+            start_reads(s, layer, e, reason);
+        } else if (slot_io_[size_t(s)].prefetched) {
+            slot_io_[size_t(s)].prefetched = false;
+            counters_->prefetch_used++;
+        }
+        cache_.pin(s);
+        cache_.touch(s);
+        h->slots[size_t(i)] = s;
+        int64_t dist = reuse_.use(size_t(layer) * size_t(layout_.max_experts()) + size_t(e));
+        counters_->record_use(layer, e, hit, late, dist);
+    }
+    if (!batch_.empty()) engine_->submit(batch_.data(), batch_.size());
+}
+
+int Store::next_ready(int layer, ExpertView* view) {
+    Held* h = held(layer);
+    if (!h) throw std::runtime_error("store: next_ready on layer " + std::to_string(layer) + ", not acquired");
+    const int n = int(h->ids.size());
+    for (;;) {
+        if (h->n_handed == n) return -1;
+        for (int i = 0; i < n; i++) {
+            int s = h->slots[size_t(i)];
+            if (h->handed[size_t(i)] || cache_.state(s) != SlotCache::State::Ready) continue;
+            h->handed[size_t(i)] = 1;
+            h->n_handed++;
+            ExpertPlacement p = layout_.place(layer, h->ids[size_t(i)]);
+            const uint8_t* base = cache_.data(s);
+            view->gate = base + p.gate;
+            view->up = base + p.up;
+            view->down = base + p.down;
+            return i;
+        }
+        auto t0 = std::chrono::steady_clock::now();
+        reap(true);
+        counters_->io_wait_s += seconds_since(t0);
+    }
+}
+
+void Store::release(int layer) {
+    Held* h = held(layer);
+    if (!h) return;
+    for (int s : h->slots)
+        if (s >= 0) cache_.unpin(s);
+    h->layer = -1;
+}
+
+void Store::prefetch(int layer, const int32_t* ids, int n) {
+    if (layer < 0 || layer >= layout_.n_layers()) return;
+    const int n_expert = layout_.layers()[size_t(layer)].n_expert;
+    batch_.clear();
+    for (int i = 0; i < n; i++) {
+        int e = ids[i];
+        if (e < 0 || e >= n_expert || cache_.find(layer, e) >= 0) continue;
+        int old_layer;
+        int s = cache_.claim(layer, e, &old_layer);
+        if (s < 0) break;  // every slot busy: a hint is not worth waiting for
+        if (old_layer >= 0) note_eviction(s);
+        start_reads(s, layer, e, ReadReason::Prefetch);
+        slot_io_[size_t(s)].prefetched = true;
+        counters_->prefetch_issued++;
+    }
+    if (!batch_.empty()) engine_->submit(batch_.data(), batch_.size());
+}
+
+void Store::reap(bool wait) {
+    size_t n = engine_->reap(done_.data(), done_.size(), wait);
+    if (wait && n == 0) throw std::runtime_error("store: waiting for an expert with no read in flight");
+    for (size_t i = 0; i < n; i++) complete_read(done_[i]);
+}
+
+void Store::complete_read(const IoCompletion& c) {
+    int s = int(c.tag / kReadsPerSlot);
+    int k = int(c.tag % kReadsPerSlot);
+    SlotIo& io = slot_io_[size_t(s)];
+    const ExpertRead& r = layout_.place(cache_.layer_of(s), cache_.expert_of(s)).reads[k];
+    if (io.error == 0 && (c.result < 0 || uint64_t(c.result) < r.need)) {
+        io.error = c.result < 0 ? c.result : 1;
+        io.error_offset = r.offset;
+    }
+    if (--io.reads_left > 0) return;
+    if (io.error == 0) {
+        slot_loaded(s);
+        return;
+    }
+    if (cache_.pins(s) == 0) {  // a prefetch nobody waits for: forget it quietly
+        cache_.drop(s);
+        return;
+    }
+    const std::string& path = layout_.files()[size_t(r.file)];
+    if (io.error < 0)
+        fail(s, path, "read failed at offset " + std::to_string(io.error_offset) + ": " + strerror(int(-io.error)));
+    fail(s, path, "the file ends before the expert's bytes (truncated?)");
+}
+
+void Store::slot_loaded(int s) {
+    if (layout_.kind() == LayoutKind::Packed && options_.verify_checksums) {
+        ExpertPlacement p = layout_.place(cache_.layer_of(s), cache_.expert_of(s));
+        auto t0 = std::chrono::steady_clock::now();
+        uint64_t h = XXH3_64bits(cache_.data(s), p.bytes);
+        counters_->checksum_s += seconds_since(t0);
+        counters_->checksum_bytes += p.bytes;
+        if (h != p.checksum) {
+            if (cache_.pins(s) == 0) {
+                cache_.drop(s);
+                return;
+            }
+            fail(s, layout_.files()[0],
+                 "checksum mismatch (the sidecar is damaged: check it with `moestream pack --verify`, write it "
+                 "again with `moestream pack`)");
+        }
+    }
+    cache_.set_ready(s);
+}
+
+void Store::fail(int s, const std::string& path, const std::string& why) {
+    std::string msg = path + ": layer " + std::to_string(cache_.layer_of(s)) + " expert " +
+                      std::to_string(cache_.expert_of(s)) + ": " + why;
+    cache_.drop(s);
+    throw std::runtime_error(msg);
+}
+
+}  // namespace ms

@@ -1,0 +1,91 @@
+// The store: routed experts streamed from the drive into the slot cache, as an
+// ExpertSource for the forward pass. acquire() serves hits at once and sends
+// every miss of the call to the I/O engine as one batch; next_ready() hands
+// experts out as their reads complete (verifying packed checksums);
+// release() unpins them. Every byte is counted in StoreCounters by reason.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/expert_source.h"
+#include "store/io.h"
+#include "store/layout.h"
+#include "store/reuse_distance.h"
+#include "store/slot_cache.h"
+#include "telemetry/counters.h"
+
+namespace ms {
+
+struct StoreOptions {
+    std::string io = "uring";           // uring | pread | buffered | mmap
+    IoOptions io_options;
+    std::string cache_policy = "lru";   // lru | lfu
+    bool verify_checksums = true;       // packed layout: xxh3 of every expert read
+};
+
+class Store : public ExpertSource {
+public:
+    // n_slots from plan_memory (store/budget.h). counters may be null.
+    Store(ExpertLayout layout, int n_slots, const StoreOptions& options, StoreCounters* counters);
+    ~Store() override;
+    Store(const Store&) = delete;
+    Store& operator=(const Store&) = delete;
+
+    int capacity() const override { return cache_.n_slots(); }
+    void begin_step(int n_tokens) override;
+    void acquire(int layer, const int32_t* ids, int n) override;
+    int next_ready(int layer, ExpertView* view) override;
+    void release(int layer) override;
+    void prefetch(int layer, const int32_t* ids, int n) override;
+
+    const ExpertLayout& layout() const { return layout_; }
+    const SlotCache& cache() const { return cache_; }
+    const char* engine_name() const { return engine_->name(); }
+    // Things the user should know: O_DIRECT unsupported, buffers not
+    // registered... one line each.
+    const std::vector<std::string>& notes() const { return notes_; }
+
+private:
+    // One acquire() still held: which experts, in which slots, which handed out.
+    struct Held {
+        int layer = -1;
+        std::vector<int32_t> ids;
+        std::vector<int> slots;
+        std::vector<uint8_t> handed;
+        int n_handed = 0;
+    };
+    // Per-slot read bookkeeping.
+    struct SlotIo {
+        int reads_left = 0;
+        int64_t error = 0;        // first failure: -errno, or 1 for a short read
+        uint64_t error_offset = 0;
+        bool prefetched = false;  // loaded by prefetch and not used yet
+    };
+
+    Held* held(int layer);
+    void start_reads(int slot, int layer, int expert, ReadReason reason);
+    // Processes finished reads; with wait, blocks until at least one.
+    void reap(bool wait);
+    void complete_read(const IoCompletion& c);
+    void slot_loaded(int slot);
+    [[noreturn]] void fail(int slot, const std::string& path, const std::string& why);
+    void note_eviction(int slot);
+
+    ExpertLayout layout_;
+    StoreOptions options_;
+    StoreCounters* counters_;
+    StoreCounters own_counters_;
+    SlotCache cache_;
+    std::unique_ptr<IoEngine> engine_;  // after cache_: destroyed first
+    std::vector<int> fds_;
+    std::vector<SlotIo> slot_io_;
+    std::vector<Held> held_;
+    std::vector<IoRequest> batch_;
+    std::vector<IoCompletion> done_;
+    ReuseDistance reuse_;
+    std::vector<std::string> notes_;
+    int step_tokens_ = 1;
+};
+
+}  // namespace ms

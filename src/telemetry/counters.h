@@ -1,0 +1,61 @@
+// Store statistics: every byte the store reads, by reason; hits and misses per
+// layer; how often each expert of each layer was used; the reuse-distance
+// histogram. Plain counters the store bumps as it works; to_json adds the
+// derived figures (hit rate, experts covering 50/80/90 % of uses).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "json/json.h"
+
+namespace ms {
+
+enum class ReadReason : int { Resident = 0, Demand = 1, Prefetch = 2, Prefill = 3 };
+constexpr int kReadReasons = 4;
+const char* read_reason_name(ReadReason r);
+
+struct StoreCounters {
+    // Sizes (and zeroes) the per-layer tables; byte counters are kept, so
+    // resident loading may be counted before the store exists.
+    void init(int n_layers, int n_experts);
+
+    // Bytes the model needed (expert bytes, resident tensor bytes), bytes
+    // actually requested from the drive (4 KiB-aligned supersets) and read
+    // requests, per reason.
+    uint64_t needed[kReadReasons] = {};
+    uint64_t read[kReadReasons] = {};
+    uint64_t requests[kReadReasons] = {};
+    void add_read(ReadReason r, uint64_t needed_bytes, uint64_t read_bytes, uint64_t n_requests) {
+        needed[int(r)] += needed_bytes;
+        read[int(r)] += read_bytes;
+        requests[int(r)] += n_requests;
+    }
+
+    int n_layers = 0, n_experts = 0;
+    std::vector<uint64_t> hits, misses;  // per layer; a hit on a read still in flight is also in late_hits
+    std::vector<uint64_t> late_hits;
+    std::vector<uint64_t> uses;          // [layer * n_experts + expert]
+    // One use of (layer, expert); distance from ReuseDistance (-1: first use).
+    void record_use(int layer, int expert, bool hit, bool late, int64_t reuse_distance);
+
+    // Reuse distances in power-of-two buckets: bucket 0 holds distance 0,
+    // bucket b >= 1 holds [2^(b-1), 2^b). First uses are counted apart.
+    std::vector<uint64_t> reuse_hist = std::vector<uint64_t>(40, 0);
+    uint64_t first_uses = 0;
+
+    uint64_t evictions = 0;
+    uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_unused_evicted = 0;
+    uint64_t checksum_bytes = 0;  // expert bytes verified against the sidecar's xxh3
+    double checksum_s = 0;
+    double io_wait_s = 0;         // time the forward pass blocked waiting for reads
+    uint64_t steps = 0, decode_steps = 0, prefill_tokens = 0;
+
+    uint64_t total_hits() const;
+    uint64_t total_misses() const;
+    uint64_t total_needed() const;
+    uint64_t total_read() const;
+
+    Json to_json() const;
+};
+
+}  // namespace ms

@@ -118,7 +118,9 @@ private:
 class GgufWriter {
 public:
     explicit GgufWriter(std::string path, uint64_t alignment = 32);
-    ~GgufWriter();
+    ~GgufWriter();  // an unfinished (failed) output file is removed
+    GgufWriter(const GgufWriter&) = delete;
+    GgufWriter& operator=(const GgufWriter&) = delete;
 
     void set_u32(const std::string& key, uint32_t v);
     void set_i32(const std::string& key, int32_t v);

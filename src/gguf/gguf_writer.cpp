@@ -116,11 +116,13 @@ struct GgufWriter::Impl {
     }
 };
 
-GgufWriter::GgufWriter(std::string path, uint64_t alignment) : impl_(new Impl) {
+GgufWriter::GgufWriter(std::string path, uint64_t alignment) {
+    // Checked before impl_ exists: a throwing constructor runs no destructor.
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > (1u << 30))
+        throw std::runtime_error(path + ": alignment " + std::to_string(alignment) + " is not a power of two");
+    impl_ = new Impl;
     impl_->path = std::move(path);
     impl_->alignment = alignment;
-    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > (1u << 30))
-        impl_->fail("alignment " + std::to_string(alignment) + " is not a power of two");
     if (alignment != 32) set_u32("general.alignment", uint32_t(alignment));
 }
 

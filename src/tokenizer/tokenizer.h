@@ -98,6 +98,7 @@ public:
     struct Impl;
 
 private:
+    Tokenizer() = default;  // built only by from_gguf / from_spec
     std::shared_ptr<const Impl> impl_;  // immutable once built: copies share it, encode is thread-safe
 };
 

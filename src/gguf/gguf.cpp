@@ -25,7 +25,7 @@ constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as little-endian u32
 // have ~260k tokens and ~500k merges; chat templates are tens of KB), so a
 // corrupt length is refused before it becomes an allocation.
 constexpr uint64_t kMaxString = 64ull << 20;
-constexpr uint64_t kMaxArray = 1ull << 26;
+constexpr uint64_t kMaxArray = 1ull << 24;
 constexpr int kMaxNesting = 4;
 constexpr size_t kBufferBytes = 4u << 20;
 
@@ -188,29 +188,22 @@ void read_array(HeaderReader& r, const std::string& key, GgufValue& v, int depth
     v.type = GgufType::ARRAY;
     v.elem = GgufType(et);
     GgufType e = v.elem;
+    // Vectors grow with what is actually parsed (the reserve is capped), so
+    // memory follows the bytes present, not the count claimed.
+    size_t hint = size_t(std::min<uint64_t>(n, 1u << 20));
     if (is_integer(e)) {
-        v.ai.resize(size_t(n));
-        if (e == GgufType::INT32 || e == GgufType::UINT32) {
-            // The common case (token types, layer lists): convert a block at a time.
-            const uint8_t* p = r.take(n * 4, "array data");
-            for (uint64_t i = 0; i < n; ++i) {
-                uint32_t x;
-                std::memcpy(&x, p + i * 4, 4);
-                v.ai[i] = e == GgufType::INT32 ? int64_t(int32_t(x)) : int64_t(x);
-            }
-        } else {
-            for (uint64_t i = 0; i < n; ++i) v.ai[i] = read_integer(r, e, "array data");
-        }
+        v.ai.reserve(hint);
+        for (uint64_t i = 0; i < n; ++i) v.ai.push_back(read_integer(r, e, "array data"));
     } else if (is_float(e)) {
-        v.af.resize(size_t(n));
-        for (uint64_t i = 0; i < n; ++i) v.af[i] = read_float(r, e, "array data");
+        v.af.reserve(hint);
+        for (uint64_t i = 0; i < n; ++i) v.af.push_back(read_float(r, e, "array data"));
     } else if (e == GgufType::STRING) {
-        v.as.resize(size_t(n));
+        v.as.reserve(hint);
         const std::string what = "key " + show(key);
-        for (uint64_t i = 0; i < n; ++i) v.as[i] = r.get_string(what);
+        for (uint64_t i = 0; i < n; ++i) v.as.push_back(r.get_string(what));
     } else {
-        v.aa.resize(size_t(n));
-        for (uint64_t i = 0; i < n; ++i) read_value(r, key, et, v.aa[i], depth + 1);
+        v.aa.reserve(hint);
+        for (uint64_t i = 0; i < n; ++i) read_value(r, key, et, v.aa.emplace_back(), depth + 1);
     }
 }
 
@@ -259,7 +252,7 @@ Part parse_part(const std::string& path, int fd, uint64_t size, int split) {
                        std::to_string(size) + " bytes");
 
     std::unordered_map<std::string, size_t> seen;
-    part.kv.reserve(size_t(n_kv));
+    part.kv.reserve(size_t(std::min<uint64_t>(n_kv, 1024)));
     for (uint64_t k = 0; k < n_kv; ++k) {
         std::string key = r.get_string("metadata key");
         if (key.empty()) fail(path, "empty metadata key at entry " + std::to_string(k));
@@ -279,8 +272,9 @@ Part parse_part(const std::string& path, int fd, uint64_t size, int split) {
     }
 
     std::unordered_map<std::string, size_t> names;
-    part.tensors.reserve(size_t(n_tensors));
-    std::vector<uint64_t> rel(static_cast<size_t>(n_tensors));
+    std::vector<uint64_t> rel;  // offsets relative to the data section
+    part.tensors.reserve(size_t(std::min<uint64_t>(n_tensors, 1u << 16)));
+    rel.reserve(part.tensors.capacity());
     for (uint64_t ti = 0; ti < n_tensors; ++ti) {
         GgufTensor t;
         t.name = r.get_string("tensor name");
@@ -302,7 +296,7 @@ Part parse_part(const std::string& path, int fd, uint64_t size, int split) {
         const TypeTraits& tr = type_traits(type);
         if (!tr.valid) fail(path, "tensor " + tn + ": unknown or retired type id " + std::to_string(type));
         t.type = GgmlType(type);
-        rel[ti] = r.get<uint64_t>("tensor offset");
+        rel.push_back(r.get<uint64_t>("tensor offset"));
         t.split = split;
 
         int64_t n_el;

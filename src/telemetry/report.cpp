@@ -1,0 +1,108 @@
+#include "telemetry/report.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+namespace ms {
+
+RunReport::RunReport(const std::string& model_path) : model_path_(model_path) {
+    try {
+        device_ = block_device_of(model_path);
+        if (!device_.empty()) disk0_ = read_diskstats(device_);
+    } catch (const std::exception&) {
+        device_.clear();  // no device counters: the report says so
+    }
+    cpu0_ = read_cpu_times();
+    t0_ = std::chrono::steady_clock::now();
+}
+
+static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+Json RunReport::finish(const StoreCounters* store, uint64_t decode_tokens) {
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    CpuTimes cpu1 = read_cpu_times();
+    Json r = Json::object();
+    r["settings"] = settings;
+    r["machine"] = machine_info(model_path_);
+    r["results"] = results;
+    r["wall_s"] = wall;
+    r["cpu_idle"] = cpu_idle_fraction(cpu0_, cpu1);
+    r["cpu_iowait"] = cpu_iowait_fraction(cpu0_, cpu1);
+    r["rss_bytes"] = rss_bytes();
+    r["peak_rss_bytes"] = peak_rss_bytes();
+
+    // Device counters are device-wide: anything else reading the same disk
+    // during the run is counted too.
+    Json disk = Json::object();
+    uint64_t physical = 0;
+    bool have_disk = false;
+    if (!device_.empty()) {
+        try {
+            DiskStats d = diskstats_delta(disk0_, read_diskstats(device_));
+            physical = d.read_bytes;
+            have_disk = true;
+            disk["device"] = device_;
+            disk["read_bytes"] = d.read_bytes;
+            disk["reads"] = d.reads;
+            disk["read_ms"] = d.read_ms;
+            disk["io_ms"] = d.io_ms;
+            disk["read_mb_per_s"] = wall > 0 ? double(d.read_bytes) / 1e6 / wall : 0.0;
+        } catch (const std::exception&) {
+        }
+    }
+    if (!have_disk) disk["device"] = nullptr;
+    r["disk"] = std::move(disk);
+
+    if (store) {
+        Json s = store->to_json();
+        uint64_t tokens = decode_tokens ? decode_tokens : store->decode_steps;
+        uint64_t decode_read = store->read[int(ReadReason::Demand)] + store->read[int(ReadReason::Prefetch)];
+        uint64_t decode_needed = store->needed[int(ReadReason::Demand)] + store->needed[int(ReadReason::Prefetch)];
+        s["decode_tokens"] = tokens;
+        s["mb_read_per_token"] = ratio(double(decode_read) / 1e6, double(tokens));
+        s["mb_needed_per_token"] = ratio(double(decode_needed) / 1e6, double(tokens));
+        // Bytes the drive delivered for every byte the model needed
+        // (resident loading included when the runtime counted it).
+        s["read_amplification"] = have_disk ? Json(ratio(double(physical), double(store->total_needed()))) : Json();
+        s["request_amplification"] = ratio(double(store->total_read()), double(store->total_needed()));
+        r["store"] = std::move(s);
+    }
+    return r;
+}
+
+void RunReport::write(const std::string& path, const Json& report) {
+    FILE* f = fopen(path.c_str(), "w");
+    if (!f) throw std::runtime_error(path + ": " + strerror(errno));
+    std::string text = report.dump(2) + "\n";
+    bool ok = fwrite(text.data(), 1, text.size(), f) == text.size();
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) throw std::runtime_error(path + ": write failed");
+}
+
+std::string RunReport::summary(const Json& r) {
+    std::string out;
+    char line[256];
+    if (const Json* s = r.find("store")) {
+        snprintf(line, sizeof line, "store: hit rate %.1f%% (%lld hits, %lld misses), %.2f MB read per token\n",
+                 100 * s->at("hit_rate").as_number(), (long long)s->at("hits").as_int(),
+                 (long long)s->at("misses").as_int(), s->at("mb_read_per_token").as_number());
+        out += line;
+        const Json& amp = s->at("read_amplification");
+        if (amp.is_number())
+            snprintf(line, sizeof line, "disk: %.1f MB physical for %.1f MB needed, read amplification %.3f (%s)\n",
+                     double(r.at("disk").at("read_bytes").as_int()) / 1e6,
+                     double(s->at("bytes_needed").as_int()) / 1e6, amp.as_number(),
+                     r.at("disk").at("device").as_string().c_str());
+        else
+            snprintf(line, sizeof line, "disk: no device counters for this file system; %.1f MB requested\n",
+                     double(s->at("bytes_read").as_int()) / 1e6);
+        out += line;
+    }
+    snprintf(line, sizeof line, "peak RSS %.1f MiB\n", double(r.at("peak_rss_bytes").as_int()) / (1 << 20));
+    out += line;
+    return out;
+}
+
+}  // namespace ms

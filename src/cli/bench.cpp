@@ -1,13 +1,208 @@
-// moestream bench (not yet written: see the issue tracker).
-#include <cstdio>
+// moestream bench {ssd,cache,gemm,model,protocol}: flags and terminal output
+// for the measurement toolkit; the measuring itself lives in src/bench/.
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bench/bench_file.h"
+#include "bench/model_experts.h"
+#include "bench/ssd.h"
+#include "bench/table.h"
+#include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
+#include "json/json.h"
+#include "telemetry/system.h"
 
 namespace ms {
 
-int cmd_bench(int, char**) {
-    fprintf(stderr, "moestream bench: not implemented yet\n");
-    return 1;
+namespace {
+
+std::vector<int> parse_int_list(const std::string& flag, const std::string& s) {
+    std::vector<int> out;
+    size_t i = 0;
+    while (i <= s.size()) {
+        size_t comma = s.find(',', i);
+        if (comma == std::string::npos) comma = s.size();
+        std::string item = s.substr(i, comma - i);
+        char* end = nullptr;
+        long v = strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end || v < 1 || v > 4096)
+            throw std::runtime_error(flag + ": expected a comma list of positive integers, got '" + s + "'");
+        out.push_back(int(v));
+        i = comma + 1;
+    }
+    return out;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+    std::vector<std::string> out;
+    size_t i = 0;
+    while (i <= s.size()) {
+        size_t comma = s.find(',', i);
+        if (comma == std::string::npos) comma = s.size();
+        out.push_back(s.substr(i, comma - i));
+        i = comma + 1;
+    }
+    return out;
+}
+
+void write_json(const std::string& path, const Json& j) {
+    std::ofstream f(path);
+    if (!f) throw std::runtime_error(path + ": cannot write");
+    f << j.dump(2) << "\n";
+    if (!f) throw std::runtime_error(path + ": write failed");
+    fprintf(stderr, "wrote %s\n", path.c_str());
+}
+
+// A progress bar over a count of steps whose label names the current one.
+struct StepProgress {
+    std::unique_ptr<ProgressBar> bar;
+    std::string name;
+    explicit StepProgress(std::string n) : name(std::move(n)) {}
+    void operator()(const std::string& label, uint64_t done, uint64_t total) {
+        if (!bar) bar = std::make_unique<ProgressBar>(name, total, false);
+        if (done >= total) {
+            bar->finish();
+            return;
+        }
+        (void)label;
+        bar->update(done);
+    }
+};
+
+const char* kBenchUsage =
+    "usage: moestream bench <ssd|cache|gemm|model|protocol> [options]   (moestream bench <name> --help)\n\n"
+    "  ssd       uncached drive study: read patterns of expert streaming, threads and io_uring depths,\n"
+    "            every byte verified through /proc/diskstats\n"
+    "  cache     warm page-cache pread study: threads x split fan-out over experts\n"
+    "  gemm      compute ceiling of our kernels, and a sustained run for thermal sag\n"
+    "  model     llama-bench compatible prompt/generation benchmark of `moestream run`\n"
+    "  protocol  community benchmark protocol: warm-up, short/medium/long cases, device autopsy\n";
+
+int bench_ssd(int argc, char** argv) {
+    SsdOptions o;
+    std::string file, model, threads = "1,2,4,8", depths = "1,2,4,8,16,32,64",
+                         patterns = "sequential,gguf_expert,packed_expert,strided,rows,cached", json;
+    uint64_t size = 0, slice = 0, part = 512 << 10, control = o.control_bytes;
+    int parts = 3, layer = 0, stride = o.stride;
+    int64_t seed = 1;
+    double seconds = o.seconds;
+    bool quick = false, remove = false;
+    Args a("moestream bench ssd [options]",
+           "Measures what the drive delivers for the read patterns of expert streaming, uncached: every test "
+           "reads its own never-read slice of a file of unique incompressible 4 KiB blocks with O_DIRECT, and "
+           "the device's /proc/diskstats counters confirm the bytes came from the device (the physical share, "
+           "which must be >= 99%). Patterns: sequential 4 MiB; GGUF experts (one read per gate/up/down part, "
+           "random order); packed experts (one contiguous read, random order); prefill strided ascending; random "
+           "4 KiB rows (embedding lookups); and a RAM-cached control through the page cache. Each runs with 1..N "
+           "threads of blocking pread and at io_uring queue depths. The file is kept and reused by later runs, "
+           "which continue where the previous one stopped reading.");
+    a.option("--file", &file, "PATH",
+             "bench data file (created if missing; default moestream-bench.dat in the model's directory with -m, "
+             "else in the current directory)");
+    a.size_option("--size", &size, "SIZE",
+                  "size of a new bench file (default: 16 GiB or a quarter of the free space, whichever is less); "
+                  "an existing file of another size is recreated");
+    a.size_option("--slice", &slice, "SIZE", "bytes each test may read (default: the unread part of the file "
+                                              "shared among the tests, at most 1 GiB each)");
+    a.option("--seconds", &seconds, "S", "time limit of one test");
+    a.option("-t,--threads", &threads, "LIST", "pread thread counts");
+    a.option("--depths", &depths, "LIST", "io_uring queue depths (one submitting thread)");
+    a.option("--patterns", &patterns, "LIST",
+             "which patterns: sequential,gguf_expert,packed_expert,strided,rows,cached");
+    a.option("-m,--model", &model, "MODEL.gguf", "use this model's real expert part sizes (gate, up, down)");
+    a.option("--layer", &layer, "N", "with -m: which MoE layer's sizes (index among MoE layers)");
+    a.size_option("--part-size", &part, "SIZE", "without -m: bytes of one expert part");
+    a.option("--parts", &parts, "N", "without -m: parts per expert (GGUF gate, up, down = 3)");
+    a.option("--stride", &stride, "N", "strided pattern: read every N-th expert, ascending");
+    a.size_option("--control", &control, "SIZE", "working set of the RAM-cached control");
+    a.option("--seed", &seed, "N", "seed of the random read orders");
+    a.flag("--quick", &quick,
+           "small and fast: 512 MiB file, 0.25 s per test, threads 1,4, depths 1,16 (for tests and a first look)");
+    a.flag("--remove", &remove, "delete the bench file at the end instead of keeping it for the next run");
+    a.option("--json", &json, "FILE", "write the report (machine, settings, every result) as JSON");
+    if (!a.parse(argc, argv, 3)) return 0;
+
+    if (quick) {
+        if (!a.given("--size")) size = 512ull << 20;
+        if (!a.given("--seconds")) seconds = 0.25;
+        if (!a.given("--threads")) threads = "1,4";
+        if (!a.given("--depths")) depths = "1,16";
+        if (!a.given("--control")) control = 32ull << 20;
+    }
+    if (seconds <= 0) throw std::runtime_error("--seconds must be positive");
+    if (parts < 1 || parts > 3) throw std::runtime_error("--parts must be 1, 2 or 3");
+    o.threads = parse_int_list("--threads", threads);
+    o.depths = parse_int_list("--depths", depths);
+    o.patterns.clear();
+    for (const std::string& p : split_list(patterns)) {
+        SsdPattern sp;
+        if (!parse_ssd_pattern(p, &sp)) throw std::runtime_error("--patterns: unknown pattern '" + p + "'");
+        o.patterns.push_back(sp);
+    }
+    if (!model.empty()) {
+        ModelExperts me = read_model_experts(model);
+        o.expert_parts = expert_part_sizes(me, layer);
+        o.model = model;
+    } else {
+        o.expert_parts.assign(size_t(parts), part);
+    }
+    if (file.empty()) {
+        std::string dir = ".";
+        if (!model.empty() && model.find('/') != std::string::npos) dir = model.substr(0, model.rfind('/'));
+        file = dir + "/moestream-bench.dat";
+    }
+    if (size == 0 && access(file.c_str(), F_OK) != 0)
+        size = std::min<uint64_t>(16ull << 30, free_bytes_at(file) / 4) / (4ull << 20) * (4ull << 20);
+    o.file = file;
+    o.size = size;
+    o.slice = slice;
+    o.seconds = seconds;
+    o.stride = stride;
+    o.control_bytes = control;
+    o.seed = uint64_t(seed);
+
+    std::unique_ptr<ProgressBar> create_bar;
+    o.create_progress = [&](uint64_t done, uint64_t total) {
+        if (!create_bar) create_bar = std::make_unique<ProgressBar>("creating " + file, total);
+        if (done >= total) create_bar->finish();
+        else create_bar->update(done);
+    };
+    StepProgress steps("bench ssd tests");
+    o.progress = [&](const std::string& l, uint64_t d, uint64_t t) { steps(l, d, t); };
+
+    fprintf(stderr, "bench ssd: %s, %.2f s per test at most\n", file.c_str(), seconds);
+    SsdReport r = run_ssd_bench(o);
+    const Json& f = r.json.at("file");
+    printf("bench ssd: %s (%s, device %s, %s), %s per test, expert parts from %s\n", f.at("path").as_string().c_str(),
+           size_label(uint64_t(f.at("size_bytes").as_int())).c_str(),
+           f.at("device").is_null() ? "none" : f.at("device").as_string().c_str(),
+           f.at("direct").as_bool() ? "O_DIRECT" : "buffered", size_label(uint64_t(r.json.at("settings").at("slice_bytes").as_int())).c_str(),
+           model.empty() ? "defaults" : model.c_str());
+    fputs(r.table.c_str(), stdout);
+    if (!json.empty()) write_json(json, r.json);
+    if (remove) unlink(file.c_str());
+    return 0;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+    if (argc < 3 || !strcmp(argv[2], "-h") || !strcmp(argv[2], "--help")) {
+        fputs(kBenchUsage, argc < 3 ? stderr : stdout);
+        return argc < 3 ? 2 : 0;
+    }
+    std::string which = argv[2];
+    if (which == "ssd") return bench_ssd(argc, argv);
+    fprintf(stderr, "moestream bench: unknown benchmark '%s'\n%s", which.c_str(), kBenchUsage);
+    return 2;
 }
 
 }  // namespace ms

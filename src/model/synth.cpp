@@ -1,0 +1,637 @@
+#include "model/synth.h"
+
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cerrno>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include "gguf/gguf.h"
+#include "quant/blocks.h"
+#include "quant/half.h"
+
+namespace ms {
+
+namespace {
+
+// wyrand: one 64-bit multiply per 8 random bytes, fast enough that filling
+// blocks costs far less than writing them.
+struct Rng {
+    uint64_t s;
+    explicit Rng(uint64_t seed) : s(seed) {}
+    uint64_t next() {
+        s += 0xa0761d6478bd642full;
+        __uint128_t t = (__uint128_t)s * (s ^ 0xe7037ed1a0b428dbull);
+        return uint64_t(t >> 64) ^ uint64_t(t);
+    }
+    double uniform() { return double(next() >> 11) * 0x1p-53; }  // [0, 1)
+    double gaussian() {
+        double u1 = uniform(), u2 = uniform();
+        return std::sqrt(-2.0 * std::log(1.0 - u1)) * std::cos(6.283185307179586 * u2);
+    }
+    void fill(uint8_t* p, size_t n) {
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            uint64_t r = next();
+            memcpy(p + i, &r, 8);
+        }
+        if (i < n) {
+            uint64_t r = next();
+            memcpy(p + i, &r, n - i);
+        }
+    }
+};
+
+uint64_t mix_seed(uint64_t a, uint64_t b) {
+    Rng r(a * 0x9e3779b97f4a7c15ull ^ (b + 0x632be59bd9b4e019ull));
+    r.next();
+    return r.next();
+}
+
+bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+// --- block headers -------------------------------------------------------
+// Each quantized block is random bytes except a few scale bytes, the same
+// for every block of a tensor, chosen so dequantized values are zero-mean
+// with standard deviation ~sigma.
+
+struct BlockHeader {
+    size_t offset = 0;  // where in the block the fixed bytes go
+    size_t size = 0;
+    uint8_t bytes[24] = {};
+};
+
+void put_f16(uint8_t* p, float v) {
+    uint16_t h = fp32_to_fp16(v);
+    memcpy(p, &h, 2);
+}
+
+// 6-bit scales and mins of the 8 sub-blocks of Q4_K / Q5_K into 12 bytes
+// (the layout quant/blocks.h's k4_scale_min reads).
+void pack_k4_scales(const uint8_t sc[8], const uint8_t m[8], uint8_t q[12]) {
+    memset(q, 0, 12);
+    for (int j = 0; j < 4; ++j) {
+        q[j] = sc[j] & 63;
+        q[j + 4] = m[j] & 63;
+    }
+    for (int j = 4; j < 8; ++j) {
+        q[j + 4] = uint8_t((sc[j] & 0xf) | ((m[j] & 0xf) << 4));
+        q[j - 4] |= uint8_t((sc[j] >> 4) << 6);
+        q[j] |= uint8_t((m[j] >> 4) << 6);
+    }
+}
+
+// Std of a uniform random integer over `levels` consecutive values.
+double uniform_std(int levels) { return std::sqrt((double(levels) * levels - 1) / 12.0); }
+
+BlockHeader make_header(GgmlType t, double sigma) {
+    BlockHeader h;
+    switch (t) {
+        case GgmlType::Q8_0:  // x = d * q, q uniform int8
+            h.size = 2;
+            put_f16(h.bytes, float(sigma / uniform_std(256)));
+            break;
+        case GgmlType::Q4_K:
+        case GgmlType::Q5_K: {
+            // x = d*sc*q - dmin*m with q uniform over 16 (32) levels; sc = 16
+            // and m = 30 (31) with dmin = 4d (8d) centre q exactly.
+            int levels = t == GgmlType::Q4_K ? 16 : 32;
+            uint8_t sc[8], m[8];
+            std::fill(sc, sc + 8, uint8_t(16));
+            std::fill(m, m + 8, uint8_t(t == GgmlType::Q4_K ? 30 : 31));
+            float d = float(sigma / (16 * uniform_std(levels)));
+            h.size = 16;
+            put_f16(h.bytes, d);
+            put_f16(h.bytes + 2, d * (t == GgmlType::Q4_K ? 4.0f : 8.0f));
+            pack_k4_scales(sc, m, h.bytes + 4);
+            break;
+        }
+        case GgmlType::Q6_K:  // x = d * sc * (q - 32), q uniform over 64 levels
+            h.offset = offsetof(BlockQ6_K, scales);
+            h.size = 18;
+            memset(h.bytes, 16, 16);
+            put_f16(h.bytes + 16, float(sigma / (16 * uniform_std(64))));
+            break;
+        case GgmlType::MXFP4: {  // x = fp4(q) * 2^(e-128); fp4 codes (doubled) have std sqrt(34.25)
+            double e = 128 + std::round(std::log2(sigma / std::sqrt(34.25)));
+            h.size = 1;
+            h.bytes[0] = uint8_t(std::clamp(e, 2.0, 254.0));
+            break;
+        }
+        default:
+            break;
+    }
+    return h;
+}
+
+// --- the tensor plan -----------------------------------------------------
+
+enum class Fill { Random, Ones, Router };
+
+struct PlannedTensor {
+    std::string name;
+    GgmlType type;
+    std::vector<int64_t> ne;
+    Fill fill = Fill::Random;
+    double sigma = 0;
+    int layer = -1;
+    uint64_t nbytes = 0;
+    uint64_t n_blocks = 0;
+    BlockHeader header;
+    std::vector<uint16_t> f16_table;  // F16 tensors: 4096 Gaussian values to pick from
+};
+
+struct Plan {
+    std::vector<PlannedTensor> tensors;
+    uint64_t total_bytes = 0;
+    // Routers: per-rank row scales and, per MoE layer, the rank of each expert.
+    std::vector<double> rank_scale;
+    std::vector<std::vector<int>> rank_of;  // [layer][expert]
+};
+
+Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal) {
+    Plan p;
+    auto add = [&](const std::string& name, std::vector<int64_t> ne, Fill fill, double sigma, int layer) {
+        PlannedTensor t;
+        t.name = name;
+        t.ne = std::move(ne);
+        t.fill = fill;
+        t.sigma = sigma;
+        t.layer = layer;
+        t.type = fill == Fill::Random ? synth_tensor_type(s.recipe, name, layer, s.n_layer, s.n_expert, t.ne[0])
+                                      : GgmlType::F32;
+        uint64_t rows = 1;
+        for (size_t d = 1; d < t.ne.size(); ++d) rows *= uint64_t(t.ne[d]);
+        t.nbytes = row_bytes(t.type, t.ne[0]) * rows;
+        t.n_blocks = uint64_t(t.ne[0]) / type_traits(t.type).block_size * rows;
+        t.header = make_header(t.type, sigma);
+        if (t.type == GgmlType::F16) {
+            Rng r(mix_seed(s.seed, p.tensors.size()));
+            for (int i = 0; i < 4096; ++i) t.f16_table.push_back(fp32_to_fp16(float(sigma * r.gaussian())));
+        }
+        p.total_bytes += t.nbytes;
+        p.tensors.push_back(std::move(t));
+    };
+    const int64_t E = s.n_embd, F = s.expert_ffn, Q = int64_t(s.n_head) * s.head_dim,
+                  KV = int64_t(s.n_head_kv) * s.head_dim;
+    // Embedding rows go straight into the residual stream (unit scale); every
+    // other matrix has std 1/sqrt(fan_in) so activations keep their size
+    // through the layers. The head is 2x that, for peaked but not one-hot logits.
+    add("token_embd.weight", {E, n_vocab}, Fill::Random, 1.0, -1);
+    for (int l = 0; l < s.n_layer; ++l) {
+        std::string b = "blk." + std::to_string(l) + ".";
+        add(b + "attn_norm.weight", {E}, Fill::Ones, 0, l);
+        add(b + "attn_q.weight", {E, Q}, Fill::Random, 1 / std::sqrt(double(E)), l);
+        add(b + "attn_k.weight", {E, KV}, Fill::Random, 1 / std::sqrt(double(E)), l);
+        add(b + "attn_v.weight", {E, KV}, Fill::Random, 1 / std::sqrt(double(E)), l);
+        add(b + "attn_output.weight", {Q, E}, Fill::Random, 1 / std::sqrt(double(Q)), l);
+        add(b + "attn_q_norm.weight", {s.head_dim}, Fill::Ones, 0, l);
+        add(b + "attn_k_norm.weight", {s.head_dim}, Fill::Ones, 0, l);
+        add(b + "ffn_norm.weight", {E}, Fill::Ones, 0, l);
+        add(b + "ffn_gate_inp.weight", {E, s.n_expert}, Fill::Router, 0, l);
+        add(b + "ffn_gate_exps.weight", {E, F, s.n_expert}, Fill::Random, 1 / std::sqrt(double(E)), l);
+        add(b + "ffn_up_exps.weight", {E, F, s.n_expert}, Fill::Random, 1 / std::sqrt(double(E)), l);
+        add(b + "ffn_down_exps.weight", {F, E, s.n_expert}, Fill::Random, 1 / std::sqrt(double(F)), l);
+    }
+    add("output_norm.weight", {E}, Fill::Ones, 0, -1);
+    add("output.weight", {E, n_vocab}, Fill::Random, 2 / std::sqrt(double(E)), -1);
+
+    p.rank_scale = cal.scale;
+    Rng rng(mix_seed(s.seed, 0x726f75746572ull));
+    for (int l = 0; l < s.n_layer; ++l) {
+        std::vector<int> rank(size_t(s.n_expert));
+        for (int e = 0; e < s.n_expert; ++e) rank[size_t(e)] = e;
+        for (int e = s.n_expert - 1; e > 0; --e) std::swap(rank[size_t(e)], rank[rng.next() % uint64_t(e + 1)]);
+        p.rank_of.push_back(rank);
+    }
+    return p;
+}
+
+// --- chunked generation ----------------------------------------------------
+
+constexpr size_t kChunkBytes = 16u << 20;  // the writer sends chunks this big straight to write(2)
+constexpr int kRing = 4;
+
+struct Chunk {
+    size_t tensor;
+    uint64_t first_block, n_blocks, bytes;
+};
+
+std::vector<Chunk> make_chunks(const Plan& p) {
+    std::vector<Chunk> out;
+    for (size_t i = 0; i < p.tensors.size(); ++i) {
+        const PlannedTensor& t = p.tensors[i];
+        uint64_t block_bytes = type_traits(t.type).type_size;
+        uint64_t per_chunk = t.fill == Fill::Random ? (kChunkBytes + block_bytes - 1) / block_bytes : t.n_blocks;
+        for (uint64_t b = 0; b < t.n_blocks; b += per_chunk) {
+            uint64_t n = std::min(per_chunk, t.n_blocks - b);
+            out.push_back({i, b, n, n * block_bytes});
+        }
+    }
+    return out;
+}
+
+void generate_chunk(const SynthSpec& s, const Plan& p, const Chunk& c, size_t chunk_index, uint8_t* out) {
+    const PlannedTensor& t = p.tensors[c.tensor];
+    Rng rng(mix_seed(s.seed, (uint64_t(c.tensor) << 32) ^ chunk_index));
+    if (t.fill == Fill::Ones) {
+        for (uint64_t i = 0; i < c.n_blocks; ++i) {
+            float one = 1.0f;
+            memcpy(out + 4 * i, &one, 4);
+        }
+        return;
+    }
+    if (t.fill == Fill::Router) {
+        // Row e: rank scale of expert e times a random unit-variance direction
+        // normalized by sqrt(n_embd), so logits against a unit-RMS input have
+        // std = the scale.
+        const std::vector<int>& rank = p.rank_of[size_t(t.layer)];
+        int64_t n = t.ne[0];
+        for (int64_t e = 0; e < t.ne[1]; ++e) {
+            double scale = p.rank_scale[size_t(rank[size_t(e)])] / std::sqrt(double(n));
+            for (int64_t i = 0; i < n; ++i) {
+                float v = float(scale * rng.gaussian());
+                memcpy(out + 4 * (e * n + i), &v, 4);
+            }
+        }
+        return;
+    }
+    if (t.type == GgmlType::F16) {
+        // 4 weights per random word, each one of the tensor's 4096 Gaussian values.
+        for (uint64_t i = 0; i < c.n_blocks; i += 4) {
+            uint64_t r = rng.next();
+            for (uint64_t k = 0; k < 4 && i + k < c.n_blocks; ++k)
+                memcpy(out + 2 * (i + k), &t.f16_table[(r >> (16 * k)) & 4095], 2);
+        }
+        return;
+    }
+    rng.fill(out, c.bytes);
+    const size_t bs = type_traits(t.type).type_size;
+    const BlockHeader& h = t.header;
+    for (uint64_t b = 0; b < c.n_blocks; ++b) memcpy(out + b * bs + h.offset, h.bytes, h.size);
+}
+
+// Bounded hand-off of generated chunks from the generator thread to the
+// writer (the calling thread), in order.
+struct ChunkRing {
+    std::vector<std::vector<uint8_t>> bufs;
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t produced = 0, consumed = 0;
+    bool abort = false;
+    explicit ChunkRing(size_t bytes) : bufs(kRing) {
+        for (auto& b : bufs) b.resize(bytes);
+    }
+};
+
+// Streams a big file through the page cache without letting dirty pages
+// pile up: buffered writes of many GB otherwise stall in writeback throttling
+// (here 126 MB/s sustained against 1.1 GB/s for this pattern or O_DIRECT).
+// Each new range is handed to writeback at once; ranges well behind the write
+// position are waited for and dropped from the cache. Works on its own
+// descriptor of the file, since the page cache belongs to the file.
+class WriteBehind {
+public:
+    explicit WriteBehind(const std::string& path) : fd_(::open(path.c_str(), O_WRONLY | O_CLOEXEC)) {}
+    ~WriteBehind() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    // The file's logical size is now `end` (some of it may still sit in the
+    // writer's own buffer: harmless, sync_file_range skips absent pages).
+    void advance(uint64_t end) {
+        if (fd_ < 0) return;  // advisory only
+        if (end > kicked_) {
+            sync_file_range(fd_, off_t(kicked_), off_t(end - kicked_), SYNC_FILE_RANGE_WRITE);
+            kicked_ = end;
+        }
+        constexpr uint64_t kLag = 64u << 20;
+        if (end > dropped_ + 2 * kLag) {
+            uint64_t upto = end - kLag;
+            sync_file_range(fd_, off_t(dropped_), off_t(upto - dropped_),
+                            SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+            posix_fadvise(fd_, off_t(dropped_), off_t(upto - dropped_), POSIX_FADV_DONTNEED);
+            dropped_ = upto;
+        }
+    }
+
+private:
+    int fd_;
+    uint64_t kicked_ = 0, dropped_ = 0;
+};
+
+void check_free_space(const std::string& path, uint64_t need) {
+    std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/') + 1);
+    struct statvfs st;
+    if (statvfs(dir.c_str(), &st) != 0) return;  // cannot tell: let the writes report it
+    uint64_t free_bytes = uint64_t(st.f_bavail) * st.f_frsize;
+    if (free_bytes < need + (64u << 20))
+        throw std::runtime_error(path + ": needs " + std::to_string(need >> 20) + " MiB but only " +
+                                 std::to_string(free_bytes >> 20) + " MiB are free there");
+}
+
+uint32_t file_type_of(const std::string& recipe) {
+    if (recipe == "Q4_K_M") return 15;
+    if (recipe == "Q8_0") return 7;
+    if (recipe == "MXFP4") return 38;  // MXFP4_MOE
+    return 1;                          // F16
+}
+
+}  // namespace
+
+const std::vector<std::string>& synth_preset_names() {
+    static const std::vector<std::string> names = {"tiny", "qwen3-30b-a3b", "qwen3-235b-a22b"};
+    return names;
+}
+
+SynthSpec synth_preset(const std::string& name, const std::string& golden_dir) {
+    SynthSpec s;
+    s.preset = name;
+    s.vocab_path = golden_dir + "/tokenizer/qwen3-vocab.gguf";
+    if (name == "tiny") {
+        // Small enough to make in a blink, still MoE with 16 experts per layer
+        // so that a few MB of budget forces expert reads. Its ~500-token
+        // vocabulary (byte-level BPE with a ChatML template) keeps the head tiny.
+        s.n_layer = 6;
+        s.n_expert = 16;
+        s.n_expert_used = 4;
+        s.n_embd = 256;
+        s.expert_ffn = 256;
+        s.n_head = 4;
+        s.n_head_kv = 2;
+        s.head_dim = 64;
+        s.context = 512;
+        s.vocab_path = golden_dir + "/models/qwen3moe-F32.gguf";
+    } else if (name == "qwen3-30b-a3b") {
+        s.n_layer = 48;
+        s.n_expert = 128;
+        s.n_expert_used = 8;
+        s.n_embd = 2048;
+        s.expert_ffn = 768;
+        s.n_head = 32;
+        s.n_head_kv = 4;
+        s.head_dim = 128;
+        s.context = 40960;
+    } else if (name == "qwen3-235b-a22b") {
+        s.n_layer = 94;
+        s.n_expert = 128;
+        s.n_expert_used = 8;
+        s.n_embd = 4096;
+        s.expert_ffn = 1536;
+        s.n_head = 64;
+        s.n_head_kv = 4;
+        s.head_dim = 128;
+        s.context = 40960;
+    } else {
+        std::string known;
+        for (const std::string& n : synth_preset_names()) known += (known.empty() ? "" : ", ") + n;
+        throw std::runtime_error("unknown preset '" + name + "' (known: " + known + ")");
+    }
+    return s;
+}
+
+void validate_spec(const SynthSpec& s) {
+    auto need = [](bool ok, const std::string& what) {
+        if (!ok) throw std::runtime_error(what);
+    };
+    need(s.recipe == "Q4_K_M" || s.recipe == "Q8_0" || s.recipe == "MXFP4" || s.recipe == "F16",
+         "unknown --type '" + s.recipe + "' (use Q4_K_M, Q8_0, MXFP4 or F16)");
+    need(s.n_layer >= 1 && s.n_layer <= 1000, "--layers must be 1..1000");
+    need(s.n_expert >= 1 && s.n_expert <= 1024, "--experts must be 1..1024");
+    need(s.n_expert_used >= 1 && s.n_expert_used <= s.n_expert, "--experts-used must be 1..experts");
+    need(s.n_embd >= 32 && s.n_embd % 32 == 0 && s.n_embd <= 65536, "--n-embd must be a multiple of 32, 32..65536");
+    need(s.expert_ffn >= 32 && s.expert_ffn % 32 == 0 && s.expert_ffn <= 65536,
+         "--ffn must be a multiple of 32, 32..65536");
+    need(s.n_head >= 1 && s.n_head_kv >= 1 && s.n_head % s.n_head_kv == 0,
+         "--heads must be a positive multiple of --kv-heads");
+    need(s.head_dim >= 2 && s.head_dim % 2 == 0 && int64_t(s.head_dim) * s.n_head % 32 == 0 &&
+             int64_t(s.head_dim) * s.n_head <= 65536,
+         "--head-dim must be even, with heads x head-dim a multiple of 32");
+    need(s.context >= 1, "--context must be positive");
+    need(std::isfinite(s.router_skew) && s.router_skew >= 0 && s.router_skew <= 8, "--router-skew must be 0..8");
+}
+
+GgmlType synth_tensor_type(const std::string& recipe, const std::string& tensor, int layer, int n_layer,
+                           int n_expert, int64_t row_len) {
+    auto has = [&](const char* s) { return tensor.find(s) != std::string::npos; };
+    GgmlType t = GgmlType::F16;
+    if (recipe == "Q8_0") {
+        t = GgmlType::Q8_0;
+    } else if (recipe == "MXFP4") {
+        t = has("_exps.") ? GgmlType::MXFP4 : GgmlType::Q8_0;
+    } else if (recipe == "Q4_K_M") {
+        t = GgmlType::Q4_K;
+        if (tensor == "output.weight") t = GgmlType::Q6_K;
+        else if (has("attn_v.") && n_expert == 8) t = GgmlType::Q8_0;
+        else if (has("attn_v.") && use_more_bits(layer, n_layer)) t = GgmlType::Q6_K;
+        else if (has("attn_k.") && n_expert == 8) t = GgmlType::Q8_0;
+        else if (has("attn_output.") && n_expert == 8) t = GgmlType::Q5_K;
+        else if (has("ffn_down") && use_more_bits(layer, n_layer)) t = GgmlType::Q6_K;
+    }
+    // Rows must hold whole blocks.
+    if (row_len % type_traits(t).block_size != 0) t = GgmlType::Q8_0;
+    if (row_len % type_traits(t).block_size != 0) t = GgmlType::F16;
+    return t;
+}
+
+std::vector<double> zipf_targets(int n_expert, int k, double skew, double cap) {
+    cap = std::max(cap, double(k) / n_expert);  // uniform must stay reachable
+    std::vector<double> w(static_cast<size_t>(n_expert));
+    for (int r = 0; r < n_expert; ++r) w[size_t(r)] = std::pow(double(r + 1), -skew);
+    // Find c with sum(min(cap, c * w)) = k by bisection (monotone in c).
+    double lo = 0, hi = 1;
+    auto total = [&](double c) {
+        double t = 0;
+        for (double x : w) t += std::min(cap, c * x);
+        return t;
+    };
+    while (total(hi) < k) hi *= 2;
+    for (int it = 0; it < 100; ++it) {
+        double mid = 0.5 * (lo + hi);
+        (total(mid) < k ? lo : hi) = mid;
+    }
+    std::vector<double> p(static_cast<size_t>(n_expert));
+    for (int r = 0; r < n_expert; ++r) p[size_t(r)] = std::min(cap, hi * w[size_t(r)]);
+    return p;
+}
+
+namespace {
+
+// Fraction of samples in which each expert is among the top k of
+// scale[e] * z[s][e].
+std::vector<double> selection_frequency(const std::vector<float>& z, int n, int k, const std::vector<double>& scale) {
+    size_t samples = z.size() / size_t(n);
+    std::vector<double> count(size_t(n), 0);
+    std::vector<std::pair<float, int>> logit(static_cast<size_t>(n));
+    for (size_t s = 0; s < samples; ++s) {
+        for (int e = 0; e < n; ++e) logit[size_t(e)] = {float(scale[size_t(e)]) * z[s * size_t(n) + size_t(e)], e};
+        std::nth_element(logit.begin(), logit.begin() + (k - 1), logit.end(),
+                         [](const auto& a, const auto& b) { return a.first > b.first; });
+        for (int i = 0; i < k; ++i) count[size_t(logit[size_t(i)].second)] += 1;
+    }
+    for (double& c : count) c /= double(samples);
+    return count;
+}
+
+std::vector<float> gaussian_samples(size_t n, uint64_t seed) {
+    Rng r(seed);
+    std::vector<float> z(n);
+    for (float& x : z) x = float(r.gaussian());
+    return z;
+}
+
+}  // namespace
+
+RouterCalibration calibrate_router(const std::vector<double>& target, int k, uint64_t seed) {
+    const int n = int(target.size());
+    RouterCalibration cal;
+    cal.scale.assign(size_t(n), 1.0);
+    bool uniform = std::all_of(target.begin(), target.end(), [&](double t) { return std::fabs(t - target[0]) < 1e-12; });
+    // Enough samples that the rarest experts are seen a few hundred times.
+    double rarest = std::max(1e-3, *std::min_element(target.begin(), target.end()));
+    size_t samples = size_t(std::clamp(300.0 / rarest, 4000.0, 20000.0));
+    if (!uniform) {
+        // The same samples every round (common random numbers) so the
+        // fixed-point iteration settles instead of chasing noise.
+        std::vector<float> z = gaussian_samples(samples * size_t(n), mix_seed(seed, 1));
+        for (int it = 0; it < 60; ++it) {
+            std::vector<double> got = selection_frequency(z, n, k, cal.scale);
+            double worst = 0;
+            for (int e = 0; e < n; ++e) {
+                double g = std::max(got[size_t(e)], 0.5 / double(samples));
+                double ratio = target[size_t(e)] / g;
+                worst = std::max(worst, std::fabs(std::log(ratio)));
+                cal.scale[size_t(e)] *= std::pow(ratio, 0.7);
+            }
+            // Selection depends only on ratios of scales: keep the geometric mean at 1.
+            double log_mean = 0;
+            for (double x : cal.scale) log_mean += std::log(x);
+            log_mean /= n;
+            for (double& x : cal.scale) x = std::clamp(x / std::exp(log_mean), 1e-4, 1e4);
+            if (worst < 0.01) break;
+        }
+    }
+    // Report what the scales achieve on fresh samples (exact when uniform).
+    if (uniform) cal.popularity = target;
+    else cal.popularity = selection_frequency(gaussian_samples(samples * size_t(n), mix_seed(seed, 2)), n, k, cal.scale);
+    return cal;
+}
+
+SynthResult write_synth_model(const SynthSpec& spec, const std::string& path,
+                              const std::function<void(uint64_t, uint64_t)>& progress) {
+    validate_spec(spec);
+    auto t0 = std::chrono::steady_clock::now();
+    GgufFile vocab = GgufFile::open(spec.vocab_path);
+    int64_t n_vocab = int64_t(vocab.get_strings("tokenizer.ggml.tokens").size());
+    if (n_vocab == 0) throw std::runtime_error(spec.vocab_path + ": no tokenizer.ggml.tokens (not a vocabulary GGUF)");
+
+    std::vector<double> target =
+        zipf_targets(spec.n_expert, spec.n_expert_used, spec.router_skew, kRouterCap);
+    RouterCalibration cal = calibrate_router(target, spec.n_expert_used, mix_seed(spec.seed, 0xca1));
+    Plan plan = make_plan(spec, n_vocab, cal);
+    check_free_space(path, plan.total_bytes);
+
+    std::string tmp = path + ".partial";
+    GgufWriter w(tmp);
+    const std::string a = "qwen3moe.";
+    w.set_string("general.architecture", "qwen3moe");
+    w.set_string("general.name", "moestream synthetic " + spec.preset);
+    w.set_u32("general.file_type", file_type_of(spec.recipe));
+    w.set_u32("general.quantization_version", 2);
+    w.set_u32(a + "block_count", uint32_t(spec.n_layer));
+    w.set_u32(a + "context_length", uint32_t(spec.context));
+    w.set_u32(a + "embedding_length", uint32_t(spec.n_embd));
+    // Qwen3 MoE checkpoints state the dense-equivalent width (experts-used x
+    // expert width); loaders read the expert width from its own key.
+    w.set_u32(a + "feed_forward_length", uint32_t(spec.expert_ffn * spec.n_expert_used));
+    w.set_u32(a + "attention.head_count", uint32_t(spec.n_head));
+    w.set_u32(a + "attention.head_count_kv", uint32_t(spec.n_head_kv));
+    w.set_u32(a + "attention.key_length", uint32_t(spec.head_dim));
+    w.set_u32(a + "attention.value_length", uint32_t(spec.head_dim));
+    w.set_u32(a + "rope.dimension_count", uint32_t(spec.head_dim));
+    w.set_f32(a + "rope.freq_base", float(spec.rope_base));
+    w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+    w.set_u32(a + "expert_count", uint32_t(spec.n_expert));
+    w.set_u32(a + "expert_used_count", uint32_t(spec.n_expert_used));
+    w.set_u32(a + "expert_feed_forward_length", uint32_t(spec.expert_ffn));
+    for (const auto& [key, value] : vocab.metadata())
+        if (key.rfind("tokenizer.", 0) == 0) w.set_value(key, value);
+    w.set_string("moestream.synth.preset", spec.preset);
+    w.set_string("moestream.synth.type", spec.recipe);
+    w.set_u64("moestream.synth.seed", spec.seed);
+    w.set_f32("moestream.synth.router_skew", float(spec.router_skew));
+    std::vector<float> popularity;
+    for (int l = 0; l < spec.n_layer; ++l)
+        for (int e = 0; e < spec.n_expert; ++e)
+            popularity.push_back(float(cal.popularity[size_t(plan.rank_of[size_t(l)][size_t(e)])]));
+    w.set_f32s("moestream.synth.expert_popularity", popularity);
+    for (const PlannedTensor& t : plan.tensors) w.add_tensor(t.name, t.type, t.ne);
+    w.begin_data();
+
+    std::vector<Chunk> chunks = make_chunks(plan);
+    size_t largest = 0;
+    for (const Chunk& c : chunks) largest = std::max<size_t>(largest, c.bytes);
+    ChunkRing ring(largest);
+    std::thread generator([&] {
+        for (size_t i = 0; i < chunks.size(); ++i) {
+            {
+                std::unique_lock<std::mutex> lock(ring.mu);
+                ring.cv.wait(lock, [&] { return ring.abort || ring.produced - ring.consumed < kRing; });
+                if (ring.abort) return;
+            }
+            generate_chunk(spec, plan, chunks[i], i, ring.bufs[i % kRing].data());
+            std::lock_guard<std::mutex> lock(ring.mu);
+            ring.produced++;
+            ring.cv.notify_all();
+        }
+    });
+    uint64_t done = 0;
+    WriteBehind behind(tmp);
+    try {
+        for (size_t i = 0; i < chunks.size(); ++i) {
+            {
+                std::unique_lock<std::mutex> lock(ring.mu);
+                ring.cv.wait(lock, [&] { return ring.produced > i; });
+            }
+            w.write_tensor_data(ring.bufs[i % kRing].data(), chunks[i].bytes);
+            behind.advance(w.bytes_written());
+            done += chunks[i].bytes;
+            {
+                std::lock_guard<std::mutex> lock(ring.mu);
+                ring.consumed++;
+                ring.cv.notify_all();
+            }
+            if (progress) progress(done, plan.total_bytes);
+        }
+        generator.join();
+        w.finish();
+    } catch (...) {
+        {
+            std::lock_guard<std::mutex> lock(ring.mu);
+            ring.abort = true;
+            ring.cv.notify_all();
+        }
+        if (generator.joinable()) generator.join();
+        ::unlink(tmp.c_str());
+        throw;
+    }
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+        ::unlink(tmp.c_str());
+        throw std::runtime_error(path + ": cannot rename " + tmp + ": " + std::strerror(errno));
+    }
+    SynthResult r;
+    r.bytes = w.bytes_written();
+    r.n_tensors = int(plan.tensors.size());
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+}
+
+}  // namespace ms

@@ -11,6 +11,7 @@ ModelExperts read_model_experts(const std::string& path) {
     GgufFile f = GgufFile::open(path);
     ModelExperts m;
     m.path = path;
+    m.files = f.paths();
     m.file_bytes = f.total_bytes();
     std::string arch = f.get_string("general.architecture");
     m.n_expert_used = int(f.get_int(arch + ".expert_used_count", 0));

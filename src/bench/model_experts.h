@@ -12,6 +12,7 @@ namespace ms {
 
 struct ModelExperts {
     std::string path;
+    std::vector<std::string> files;    // one per split of the GGUF (ExpertMatrix::split)
     uint64_t file_bytes = 0;
     int n_layers = 0;                  // blocks with routed experts
     int n_expert = 0, n_expert_used = 0;

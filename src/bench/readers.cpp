@@ -63,12 +63,13 @@ PreadPool::~PreadPool() {
     for (uint8_t* b : buffers_) free(b);
 }
 
-ReadStats PreadPool::run(int fd, const ReadOp* ops, size_t n, double max_seconds) {
+ReadStats PreadPool::run(int fd, const ReadOp* ops, size_t n, double max_seconds, uint8_t* arena) {
     if (lat_us_.size() < n) lat_us_.resize(n);
     std::unique_lock<std::mutex> lk(mu_);
     fd_ = fd;
     ops_ = ops;
     n_ = n;
+    arena_ = arena;
     next_ = 0;
     bytes_ = 0;
     reads_ = 0;
@@ -108,10 +109,11 @@ void PreadPool::worker(int index) {
             size_t i = next_.fetch_add(1, std::memory_order_relaxed);
             if (i >= n_) break;
             const ReadOp& op = ops_[i];
+            uint8_t* dst = arena_ ? arena_ + op.dst : buf;
             uint32_t done = 0;
             int64_t r = 0;
             while (done < op.length) {
-                r = pread(fd_, buf + done, op.length - done, off_t(op.offset + done));
+                r = pread(fd_, dst + done, op.length - done, off_t(op.offset + done));
                 if (r < 0 && errno == EINTR) continue;
                 if (r <= 0) break;
                 done += uint32_t(r);

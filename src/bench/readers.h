@@ -17,6 +17,7 @@ namespace ms {
 struct ReadOp {
     uint64_t offset = 0;
     uint32_t length = 0;
+    uint64_t dst = 0;  // where it lands in the caller's arena, when one is given
 };
 
 struct ReadStats {
@@ -42,9 +43,11 @@ public:
     int threads() const { return int(workers_.size()); }
 
     // Runs ops[0..n) on fd; stops taking new reads once max_seconds have
-    // passed (<= 0: no limit). Throws "pread at OFFSET: reason" on an error
-    // or a short read.
-    ReadStats run(int fd, const ReadOp* ops, size_t n, double max_seconds);
+    // passed (<= 0: no limit). Reads land in the thread's own buffer, or at
+    // arena + op.dst when an arena is given (as in a slot cache, where every
+    // expert has its own destination). Throws "read at offset N: reason" on
+    // an error or a short read.
+    ReadStats run(int fd, const ReadOp* ops, size_t n, double max_seconds, uint8_t* arena = nullptr);
 
 private:
     void worker(int index);
@@ -60,6 +63,7 @@ private:
     int fd_ = -1;
     const ReadOp* ops_ = nullptr;
     size_t n_ = 0;
+    uint8_t* arena_ = nullptr;
     int64_t deadline_ns_ = 0;
     std::atomic<size_t> next_{0};
     std::atomic<uint64_t> bytes_{0}, reads_{0};

@@ -3,6 +3,7 @@
 // std::runtime_error (never a crash, never another exception type).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -275,4 +276,44 @@ TEST(GgufCorrupt, RangesOverlapsAndDuplicates) {
     expect_error(Bytes{}.header(0, 2).kv_u32("x.y", 1).kv_u32("x.y", 2), "duplicate key x.y");
     expect_error(Bytes{}.header(0, 1).kv_u32("", 1), "empty metadata key");
     expect_error(Bytes{}.header(1, 0).tensor("", {8}, 0, 0).data(32), "tensor 0 has an empty name");
+}
+
+// Counts that a big file could in principle hold must still not turn into
+// big allocations: a 16 GB sparse file (zeros after the header) claiming
+// hundreds of millions of entries.
+TEST(GgufCorrupt, BogusCountsInABigSparseFile) {
+    std::string path = testing::TempDir() + "gguf_sparse_" + std::to_string(getpid()) + ".gguf";
+    auto sparse = [&](const Bytes& head) {
+        FILE* f = fopen(path.c_str(), "wb");
+        ASSERT_NE(f, nullptr);
+        fwrite(head.b.data(), 1, head.b.size(), f);
+        fclose(f);
+        fs::resize_file(path, uint64_t(16) << 30);
+    };
+    auto error = [&]() -> std::string {
+        try {
+            GgufFile::open(path);
+        } catch (const std::runtime_error& e) {
+            return e.what();
+        }
+        return "";
+    };
+    struct rusage before;
+    getrusage(RUSAGE_SELF, &before);
+    sparse(Bytes{}.header(uint64_t(1) << 28, 0));
+    EXPECT_NE(error().find("tensor 0 has an empty name"), std::string::npos);
+    sparse(Bytes{}.header(0, uint64_t(1) << 28));
+    EXPECT_NE(error().find("empty metadata key at entry 0"), std::string::npos);
+    sparse(Bytes{}.header(0, 1).str("a").u32(9).u32(8).u64(uint64_t(1) << 30));
+    EXPECT_NE(error().find("key a: array of 1073741824 elements is implausibly large"), std::string::npos);
+    // A million empty strings do exist in the zeros; parsing them is
+    // allowed, but the next (bogus) entry must still be caught.
+    sparse(Bytes{}.header(0, 2).str("a").u32(9).u32(8).u64(uint64_t(1) << 20));
+    EXPECT_NE(error().find("empty metadata key at entry 1"), std::string::npos);
+    struct rusage after;
+    getrusage(RUSAGE_SELF, &after);
+    // ru_maxrss is in KB: a million empty strings cost ~32 MB; the bogus
+    // counts must add nothing near the GBs they claim.
+    EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024);
+    fs::remove(path);
 }

@@ -2,6 +2,7 @@
 // structs that alias the bytes of a GGUF tensor row. Scales marked "fp16" are
 // IEEE half bits (quant/half.h); MXFP4's e is an E8M0 power-of-two exponent.
 #pragma once
+#include <bit>
 #include <cstdint>
 
 namespace ms {
@@ -45,34 +46,49 @@ inline constexpr int8_t kIQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
 // to compensate (e8m0_half).
 inline constexpr int8_t kMXFP4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-// 2^(e-128) as float (half the E8M0 scale; e = 0 and 1 are float subnormals).
-inline float e8m0_half(uint8_t e) {
-    uint32_t bits = e < 2 ? (0x00200000u << e) : (uint32_t(e - 1) << 23);
-    float f;
-    __builtin_memcpy(&f, &bits, 4);
-    return f;
+// 2^(e-128) as float: half the E8M0 scale (e = 0 and 1 give float
+// subnormals). A table, because kernels look one up per 32 weights.
+struct E8M0HalfTable {
+    float v[256];
+    constexpr E8M0HalfTable() : v() {
+        for (int e = 0; e < 256; ++e) v[e] = std::bit_cast<float>(e < 2 ? (0x00200000u << e) : (uint32_t(e - 1) << 23));
+    }
+};
+inline constexpr E8M0HalfTable kE8M0Half{};
+inline float e8m0_half(uint8_t e) { return kE8M0Half.v[e]; }
+
+// Q4_K / Q5_K pack 8 six-bit scales and 8 six-bit mins into 12 bytes: bytes
+// 0-3 hold scales 0-3 and bytes 4-7 mins 0-3 in their low 6 bits; bytes 8-11
+// hold the low nibbles of scales 4-7 (low) and mins 4-7 (high), whose top two
+// bits sit in the spare top bits of bytes 0-3 (scales) and 4-7 (mins).
+// out[0..8) = scales, out[8..16) = mins. Word-wise, so kernels can afford it.
+inline void k4_unpack(const uint8_t q[12], uint8_t out[16]) {
+    uint32_t w[3];
+    __builtin_memcpy(w, q, 12);
+    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+    uint32_t u[4] = {
+        w[0] & low6,                                          // scales 0-3
+        (w[2] & low4) | (((w[0] >> 6) & low2) << 4),         // scales 4-7
+        w[1] & low6,                                          // mins 0-3
+        ((w[2] >> 4) & low4) | (((w[1] >> 6) & low2) << 4),  // mins 4-7
+    };
+    __builtin_memcpy(out, u, 16);
 }
 
-// The 6-bit scale and min of sub-block j (0..7) of Q4_K / Q5_K, packed in 12 bytes:
-// bytes 0-3 low 6 bits of scales 0-3, bytes 4-7 of mins 0-3, bytes 8-11 the low
-// nibbles of scales/mins 4-7 whose top 2 bits sit in the spare bits of bytes 0-7.
-inline void k4_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = uint8_t((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
-        *m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
-// The 16 signed 6-bit scales of Q3_K (stored biased by 32 in 12 bytes).
-inline void q3k_scales(const uint8_t* s, int8_t out[16]) {
-    for (int j = 0; j < 16; ++j) {
-        int low = j < 8 ? (s[j] & 0xf) : (s[j - 8] >> 4);
-        int high = (s[8 + (j % 4)] >> (2 * (j / 4))) & 3;
-        out[j] = int8_t((low | (high << 4)) - 32);
-    }
+// Q3_K packs 16 six-bit scales (biased by 32) into 12 bytes: low nibbles of
+// scales 0-7 and high nibbles of 8-15 in bytes 0-7, the top two bits of scale
+// j in bits 2*(j/4) of byte 8 + j%4. out[j] = scale j + 32, in [0, 63].
+inline void q3k_unpack(const uint8_t s[12], uint8_t out[16]) {
+    uint32_t w[3];
+    __builtin_memcpy(w, s, 12);
+    const uint32_t low4 = 0x0f0f0f0f, low2 = 0x03030303;
+    uint32_t u[4] = {
+        (w[0] & low4) | (((w[2] >> 0) & low2) << 4),
+        (w[1] & low4) | (((w[2] >> 2) & low2) << 4),
+        ((w[0] >> 4) & low4) | (((w[2] >> 4) & low2) << 4),
+        ((w[1] >> 4) & low4) | (((w[2] >> 6) & low2) << 4),
+    };
+    __builtin_memcpy(out, u, 16);
 }
 
 }  // namespace ms

@@ -132,8 +132,8 @@ void deq_q3_k(const void* src, float* y, int64_t n) {
     const BlockQ3_K* x = static_cast<const BlockQ3_K*>(src);
     for (int64_t i = 0; i < n / QK_K; ++i) {
         float d = fp16_to_fp32(x[i].d);
-        int8_t scales[16];
-        q3k_scales(x[i].scales, scales);
+        uint8_t scales[16];
+        q3k_unpack(x[i].scales, scales);
         const uint8_t* q = x[i].qs;
         const uint8_t* hm = x[i].hmask;
         int is = 0;
@@ -141,7 +141,7 @@ void deq_q3_k(const void* src, float* y, int64_t n) {
         for (int half = 0; half < 2; ++half, q += 32) {
             for (int shift = 0; shift < 8; shift += 2, m = uint8_t(m << 1)) {
                 for (int part = 0; part < 2; ++part) {
-                    float dl = d * float(scales[is++]);
+                    float dl = d * float(scales[is++] - 32);
                     for (int l = 16 * part; l < 16 * part + 16; ++l) {
                         int v = ((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4);
                         *y++ = dl * float(v);
@@ -159,12 +159,11 @@ void deq_q4_k(const void* src, float* y, int64_t n) {
     for (int64_t i = 0; i < n / QK_K; ++i) {
         float d = fp16_to_fp32(x[i].d), dmin = fp16_to_fp32(x[i].dmin);
         const uint8_t* q = x[i].qs;
+        uint8_t sm[16];
+        k4_unpack(x[i].scales, sm);
         for (int j = 0; j < 8; j += 2, q += 32) {
-            uint8_t sc, m;
-            k4_scale_min(j, x[i].scales, &sc, &m);
-            float d1 = d * float(sc), m1 = dmin * float(m);
-            k4_scale_min(j + 1, x[i].scales, &sc, &m);
-            float d2 = d * float(sc), m2 = dmin * float(m);
+            float d1 = d * float(sm[j]), m1 = dmin * float(sm[8 + j]);
+            float d2 = d * float(sm[j + 1]), m2 = dmin * float(sm[9 + j]);
             for (int l = 0; l < 32; ++l) *y++ = d1 * float(q[l] & 0xf) - m1;
             for (int l = 0; l < 32; ++l) *y++ = d2 * float(q[l] >> 4) - m2;
         }
@@ -178,12 +177,11 @@ void deq_q5_k(const void* src, float* y, int64_t n) {
         float d = fp16_to_fp32(x[i].d), dmin = fp16_to_fp32(x[i].dmin);
         const uint8_t* q = x[i].qs;
         const uint8_t* qh = x[i].qh;
+        uint8_t sm[16];
+        k4_unpack(x[i].scales, sm);
         for (int j = 0; j < 8; j += 2, q += 32) {
-            uint8_t sc, m;
-            k4_scale_min(j, x[i].scales, &sc, &m);
-            float d1 = d * float(sc), m1 = dmin * float(m);
-            k4_scale_min(j + 1, x[i].scales, &sc, &m);
-            float d2 = d * float(sc), m2 = dmin * float(m);
+            float d1 = d * float(sm[j]), m1 = dmin * float(sm[8 + j]);
+            float d2 = d * float(sm[j + 1]), m2 = dmin * float(sm[9 + j]);
             uint8_t u1 = uint8_t(1 << j), u2 = uint8_t(2 << j);
             for (int l = 0; l < 32; ++l) *y++ = d1 * float((q[l] & 0xf) + (qh[l] & u1 ? 16 : 0)) - m1;
             for (int l = 0; l < 32; ++l) *y++ = d2 * float((q[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;

@@ -306,8 +306,8 @@ float dot_q3_k(const void* wv, const void* av, int64_t n) {
     const BlockQ8_K* y = static_cast<const BlockQ8_K*>(av);
     float s = 0;
     for (int64_t i = 0; i < n / QK_K; ++i) {
-        int8_t sc[16];
-        q3k_scales(x[i].scales, sc);
+        uint8_t sc[16];
+        q3k_unpack(x[i].scales, sc);
         const int8_t* a = y[i].qs;
         int isum = 0;
         for (int g = 0; g < 16; ++g) {
@@ -320,7 +320,7 @@ float dot_q3_k(const void* wv, const void* av, int64_t n) {
                 int v = ((q[l] >> (2 * layer)) & 3) - ((hm[l] & m) ? 0 : 4);
                 gs += v * a[16 * g + l];
             }
-            isum += sc[g] * gs;
+            isum += (sc[g] - 32) * gs;
         }
         s += fp16_to_fp32(x[i].d) * y[i].d * float(isum);
     }
@@ -331,9 +331,10 @@ float dot_q3_k(const void* wv, const void* av, int64_t n) {
 inline float dot_k4_block(uint16_t dw, uint16_t dminw, const uint8_t scales[12], const uint8_t* qs,
                           const uint8_t* qh, const BlockQ8_K& y) {
     int isum = 0, summs = 0;
+    uint8_t sm[16];
+    k4_unpack(scales, sm);
     for (int j = 0; j < 8; ++j) {
-        uint8_t sc, m;
-        k4_scale_min(j, scales, &sc, &m);
+        const int sc = sm[j], m = sm[8 + j];
         summs += m * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
         const uint8_t* q = qs + 32 * (j / 2);
         int shift = 4 * (j % 2);

@@ -40,6 +40,17 @@ struct GgufWriter::Impl {
 
     [[noreturn]] void fail(const std::string& msg) const { throw std::runtime_error(path + ": " + msg); }
 
+    // Setting a key again replaces its value in place (file order is kept).
+    void set(const std::string& key, GgufValue&& v) {
+        if (data_started) fail("metadata " + key + " set after begin_data()");
+        for (auto& e : kv)
+            if (e.first == key) {
+                e.second = std::move(v);
+                return;
+            }
+        kv.emplace_back(key, std::move(v));
+    }
+
     void put(const void* p, size_t n) {
         const uint8_t* b = static_cast<const uint8_t*>(p);
         buf.insert(buf.end(), b, b + n);
@@ -139,15 +150,7 @@ GgufWriter::~GgufWriter() {
     delete impl_;
 }
 
-void GgufWriter::set_value(const std::string& key, const GgufValue& v) {
-    if (impl_->data_started) impl_->fail("metadata " + key + " set after begin_data()");
-    for (auto& kv : impl_->kv)
-        if (kv.first == key) {
-            kv.second = v;
-            return;
-        }
-    impl_->kv.emplace_back(key, v);
-}
+void GgufWriter::set_value(const std::string& key, const GgufValue& v) { impl_->set(key, GgufValue(v)); }
 
 namespace {
 GgufValue scalar(GgufType t, int64_t i, double f) {
@@ -157,45 +160,45 @@ GgufValue scalar(GgufType t, int64_t i, double f) {
     v.f = f;
     return v;
 }
+
+GgufValue array_value(GgufType elem) {
+    GgufValue v;
+    v.type = GgufType::ARRAY;
+    v.elem = elem;
+    return v;
+}
 }  // namespace
 
-void GgufWriter::set_u32(const std::string& key, uint32_t v) { set_value(key, scalar(GgufType::UINT32, v, 0)); }
-void GgufWriter::set_i32(const std::string& key, int32_t v) { set_value(key, scalar(GgufType::INT32, v, 0)); }
+void GgufWriter::set_u32(const std::string& key, uint32_t v) { impl_->set(key, scalar(GgufType::UINT32, v, 0)); }
+void GgufWriter::set_i32(const std::string& key, int32_t v) { impl_->set(key, scalar(GgufType::INT32, v, 0)); }
 void GgufWriter::set_u64(const std::string& key, uint64_t v) {
-    set_value(key, scalar(GgufType::UINT64, int64_t(v), 0));
+    impl_->set(key, scalar(GgufType::UINT64, int64_t(v), 0));
 }
-void GgufWriter::set_f32(const std::string& key, float v) { set_value(key, scalar(GgufType::FLOAT32, 0, v)); }
-void GgufWriter::set_bool(const std::string& key, bool v) { set_value(key, scalar(GgufType::BOOL, v, 0)); }
+void GgufWriter::set_f32(const std::string& key, float v) { impl_->set(key, scalar(GgufType::FLOAT32, 0, v)); }
+void GgufWriter::set_bool(const std::string& key, bool v) { impl_->set(key, scalar(GgufType::BOOL, v, 0)); }
 
 void GgufWriter::set_string(const std::string& key, const std::string& s) {
-    GgufValue v;
-    v.type = GgufType::STRING;
+    GgufValue v = scalar(GgufType::STRING, 0, 0);
     v.s = s;
-    set_value(key, v);
+    impl_->set(key, std::move(v));
 }
 
 void GgufWriter::set_strings(const std::string& key, const std::vector<std::string>& a) {
-    GgufValue v;
-    v.type = GgufType::ARRAY;
-    v.elem = GgufType::STRING;
+    GgufValue v = array_value(GgufType::STRING);
     v.as = a;
-    set_value(key, v);
+    impl_->set(key, std::move(v));
 }
 
 void GgufWriter::set_i32s(const std::string& key, const std::vector<int32_t>& a) {
-    GgufValue v;
-    v.type = GgufType::ARRAY;
-    v.elem = GgufType::INT32;
+    GgufValue v = array_value(GgufType::INT32);
     v.ai.assign(a.begin(), a.end());
-    set_value(key, v);
+    impl_->set(key, std::move(v));
 }
 
 void GgufWriter::set_f32s(const std::string& key, const std::vector<float>& a) {
-    GgufValue v;
-    v.type = GgufType::ARRAY;
-    v.elem = GgufType::FLOAT32;
+    GgufValue v = array_value(GgufType::FLOAT32);
     v.af.assign(a.begin(), a.end());
-    set_value(key, v);
+    impl_->set(key, std::move(v));
 }
 
 void GgufWriter::add_tensor(const std::string& name, GgmlType type, std::vector<int64_t> ne) {

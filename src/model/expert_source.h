@@ -16,7 +16,7 @@ namespace ms {
 // of split `split`. A fused gate_up tensor appears as two matrices naming the
 // same tensor: gate at the start of each expert's slice, up right after it.
 struct ExpertMatrix {
-    std::string tensor;              // "blk.3.ffn_gate_exps"
+    std::string tensor;              // "blk.3.ffn_gate_exps.weight"
     GgmlType type = GgmlType::F32;
     int64_t cols = 0;                // row length: the input width
     int64_t rows = 0;                // output width

@@ -62,7 +62,7 @@ void Model::need(const GgufFile& f, const std::string& name, std::vector<int64_t
 void Model::need_experts(const GgufFile& f, int layer, int n_expert, int64_t n_embd, int64_t n_ff) {
     const std::string prefix = "blk." + std::to_string(layer) + ".";
     auto matrix = [&](const char* what, int64_t cols, int64_t rows) {
-        const std::string name = prefix + what;
+        const std::string name = prefix + what + ".weight";
         const GgufTensor* t = find_checked(f, name, {cols, rows, n_expert});
         if (!t) throw std::runtime_error(f.path() + ": missing tensor " + name);
         ExpertMatrix m;

@@ -60,7 +60,9 @@ void ThreadPool::run(int64_t n, Fn fn, void* ctx) {
 }
 
 void ThreadPool::worker(int index) {
-    uint32_t seen = generation_.load(std::memory_order_acquire);
+    // Generation 0 is the pool's state before any job. Reading the counter
+    // here instead would miss a job posted before this thread got going.
+    uint32_t seen = 0;
     for (;;) {
         int spins = 0;
         uint32_t g;

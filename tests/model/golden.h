@@ -2,6 +2,7 @@
 // the json, the float32 logits, and the comparison measures the golden
 // README defines.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -95,9 +96,9 @@ inline float top2_gap(const float* x, int64_t n) {
     return a - b;
 }
 
-// The README's bound on the prompt logits of a main (non-exact/) file.
-inline double tolerance(const std::string& type) {
-    return (type == "F32" || type == "F16") ? 1e-3 : 2e-2;
-}
+// The README's bound on the prompt logits of a main (non-exact/) file. F16
+// gets the quantized bound: the README holds qwen3moe-F16 to its exact/ file
+// instead (the reference's F16 run is 0.007 from exact).
+inline double tolerance(const std::string& type) { return type == "F32" ? 1e-3 : 2e-2; }
 
 }  // namespace ms::golden

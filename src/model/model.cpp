@@ -38,11 +38,11 @@ const GgufTensor* find_checked(const GgufFile& f, const std::string& name, const
 std::vector<std::string> Model::architectures() { return {"qwen3moe"}; }
 
 std::unique_ptr<Model> Model::open(const GgufFile& file) {
-    ModelConfig config = read_config(file);
-    if (config.arch == "qwen3moe") return open_qwen3moe(file, std::move(config));
+    const std::string arch = file.require_string("general.architecture");
+    if (arch == "qwen3moe") return open_qwen3moe(file, read_config(file));
     std::string list;
     for (const std::string& a : architectures()) list += (list.empty() ? "" : ", ") + a;
-    throw std::runtime_error(file.path() + ": unknown architecture '" + config.arch + "' (supported: " + list + ")");
+    throw std::runtime_error(file.path() + ": unknown architecture '" + arch + "' (supported: " + list + ")");
 }
 
 bool Model::maybe(const GgufFile& f, const std::string& name, std::vector<int64_t> shape, Tensor* out) {

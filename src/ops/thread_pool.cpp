@@ -6,9 +6,10 @@ namespace ms {
 
 namespace {
 
-// Spin this many pauses (a few microseconds) before sleeping: decode issues
-// hundreds of small jobs per token, and a futex wake costs more than that.
-constexpr int kSpins = 20000;
+// Spin this many pauses (tens of microseconds) before sleeping: decode
+// issues hundreds of small jobs per token, and a futex wake costs more than
+// that. Longer spins only burn a core another thread may need.
+constexpr int kSpins = 1000;
 
 }  // namespace
 

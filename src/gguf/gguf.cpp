@@ -222,35 +222,8 @@ std::string range_text(uint64_t a, uint64_t b) {
     return buf;
 }
 
-// Parses and validates one GGUF file (one part of a split set).
-Part parse_part(const std::string& path, int fd, uint64_t size, int split) {
-    if (size == 0) fail(path, "empty file (not GGUF)");
-    HeaderReader r(path, fd, size);
-    Part part;
-    if (size < 4) fail(path, "not a GGUF file (only " + std::to_string(size) + " bytes)");
-    uint32_t magic = r.get<uint32_t>("magic");
-    if (magic != kMagic) fail(path, "not a GGUF file (bad magic)");
-    uint32_t version = r.get<uint32_t>("version");
-    if (version == 1) fail(path, "unsupported GGUF version 1 (only versions 2 and 3 are supported)");
-    if (version != 2 && version != 3) {
-        if (version == 0x02000000u || version == 0x03000000u)
-            fail(path, "big-endian GGUF is not supported");
-        fail(path, "unsupported GGUF version " + std::to_string(version) + " (only versions 2 and 3 are supported)");
-    }
-    part.version = version;
-    uint64_t n_tensors = r.get<uint64_t>("tensor count");
-    uint64_t n_kv = r.get<uint64_t>("metadata count");
-    // Each key-value needs at least a key length, a 1-byte key and a type and
-    // 1-byte value; each tensor entry a name length, a 1-byte name, n_dims, one
-    // dimension, a type and an offset.
-    constexpr uint64_t kMinKv = 8 + 1 + 4 + 1, kMinTensor = 8 + 1 + 4 + 8 + 4 + 8;
-    if (n_kv > r.remaining() / kMinKv)
-        fail(path, "metadata count " + std::to_string(n_kv) + " cannot fit in a file of " + std::to_string(size) +
-                       " bytes");
-    if (n_tensors > r.remaining() / kMinTensor)
-        fail(path, "tensor count " + std::to_string(n_tensors) + " cannot fit in a file of " +
-                       std::to_string(size) + " bytes");
-
+void read_metadata(HeaderReader& r, uint64_t n_kv, Part& part) {
+    const std::string& path = r.path;
     std::unordered_map<std::string, size_t> seen;
     part.kv.reserve(size_t(std::min<uint64_t>(n_kv, 1024)));
     for (uint64_t k = 0; k < n_kv; ++k) {
@@ -270,57 +243,51 @@ Part parse_part(const std::string& path, int fd, uint64_t size, int split) {
         }
         part.kv.emplace_back(std::move(key), std::move(v));
     }
+}
 
-    std::unordered_map<std::string, size_t> names;
-    std::vector<uint64_t> rel;  // offsets relative to the data section
-    part.tensors.reserve(size_t(std::min<uint64_t>(n_tensors, 1u << 16)));
-    rel.reserve(part.tensors.capacity());
-    for (uint64_t ti = 0; ti < n_tensors; ++ti) {
-        GgufTensor t;
-        t.name = r.get_string("tensor name");
-        if (t.name.empty()) fail(path, "tensor " + std::to_string(ti) + " has an empty name");
-        if (!names.emplace(t.name, ti).second) fail(path, "duplicate tensor " + show(t.name));
-        const std::string tn = show(t.name);
-        t.n_dims = r.get<uint32_t>("tensor dims");
-        if (t.n_dims < 1 || t.n_dims > 4)
-            fail(path, "tensor " + tn + ": " + std::to_string(t.n_dims) + " dimensions (must be 1 to 4)");
-        for (uint32_t d = 0; d < t.n_dims; ++d) {
-            uint64_t ne = r.get<uint64_t>("tensor shape");
-            if (ne == 0) fail(path, "tensor " + tn + ": dimension " + std::to_string(d) + " is 0");
-            if (ne > uint64_t(INT64_MAX))
-                fail(path, "tensor " + tn + ": dimension " + std::to_string(d) + " is " + std::to_string(ne) +
-                               ", too large");
-            t.ne[d] = int64_t(ne);
-        }
-        uint32_t type = r.get<uint32_t>("tensor type");
-        const TypeTraits& tr = type_traits(type);
-        if (!tr.valid) fail(path, "tensor " + tn + ": unknown or retired type id " + std::to_string(type));
-        t.type = GgmlType(type);
-        rel.push_back(r.get<uint64_t>("tensor offset"));
-        t.split = split;
-
-        int64_t n_el;
-        if (__builtin_mul_overflow(t.ne[0], t.ne[1], &n_el) || __builtin_mul_overflow(n_el, t.ne[2], &n_el) ||
-            __builtin_mul_overflow(n_el, t.ne[3], &n_el))
-            fail(path, "tensor " + tn + ": element count overflows");
-        if (t.ne[0] % tr.block_size != 0)
-            fail(path, "tensor " + tn + ": row length " + std::to_string(t.ne[0]) + " is not a multiple of the " +
-                           tr.name + " block size " + std::to_string(tr.block_size));
-        uint64_t rows = uint64_t(n_el / t.ne[0]);
-        uint64_t row;
-        if (__builtin_mul_overflow(uint64_t(t.ne[0] / tr.block_size), uint64_t(tr.type_size), &row) ||
-            __builtin_mul_overflow(row, rows, &t.nbytes))
-            fail(path, "tensor " + tn + ": byte size overflows");
-        part.tensors.push_back(std::move(t));
+// One tensor table entry; *rel gets its offset relative to the data section.
+GgufTensor read_tensor_info(HeaderReader& r, uint64_t index, uint64_t* rel) {
+    const std::string& path = r.path;
+    GgufTensor t;
+    t.name = r.get_string("tensor name");
+    if (t.name.empty()) fail(path, "tensor " + std::to_string(index) + " has an empty name");
+    const std::string tn = show(t.name);
+    t.n_dims = r.get<uint32_t>("tensor dims");
+    if (t.n_dims < 1 || t.n_dims > 4)
+        fail(path, "tensor " + tn + ": " + std::to_string(t.n_dims) + " dimensions (must be 1 to 4)");
+    for (uint32_t d = 0; d < t.n_dims; ++d) {
+        uint64_t ne = r.get<uint64_t>("tensor shape");
+        if (ne == 0) fail(path, "tensor " + tn + ": dimension " + std::to_string(d) + " is 0");
+        if (ne > uint64_t(INT64_MAX))
+            fail(path, "tensor " + tn + ": dimension " + std::to_string(d) + " is " + std::to_string(ne) + ", too large");
+        t.ne[d] = int64_t(ne);
     }
+    uint32_t type = r.get<uint32_t>("tensor type");
+    const TypeTraits& tr = type_traits(type);
+    if (!tr.valid) fail(path, "tensor " + tn + ": unknown or retired type id " + std::to_string(type));
+    t.type = GgmlType(type);
+    *rel = r.get<uint64_t>("tensor offset");
 
-    // The data section starts at the first aligned offset after the table;
-    // tensor offsets are relative to it.
-    uint64_t data_start = r.pos;
-    uint64_t a = part.alignment;
-    if (data_start % a) data_start += a - data_start % a;
-    for (size_t ti = 0; ti < part.tensors.size(); ++ti) {
-        GgufTensor& t = part.tensors[ti];
+    int64_t n_el;
+    if (__builtin_mul_overflow(t.ne[0], t.ne[1], &n_el) || __builtin_mul_overflow(n_el, t.ne[2], &n_el) ||
+        __builtin_mul_overflow(n_el, t.ne[3], &n_el))
+        fail(path, "tensor " + tn + ": element count overflows");
+    if (t.ne[0] % tr.block_size != 0)
+        fail(path, "tensor " + tn + ": row length " + std::to_string(t.ne[0]) + " is not a multiple of the " + tr.name +
+                       " block size " + std::to_string(tr.block_size));
+    uint64_t rows = uint64_t(n_el / t.ne[0]), row;
+    if (__builtin_mul_overflow(uint64_t(t.ne[0] / tr.block_size), uint64_t(tr.type_size), &row) ||
+        __builtin_mul_overflow(row, rows, &t.nbytes))
+        fail(path, "tensor " + tn + ": byte size overflows");
+    return t;
+}
+
+// Turns relative offsets into absolute ones and checks every tensor lies in
+// the file and no two overlap.
+void place_tensors(const std::string& path, uint64_t size, uint64_t data_start, uint64_t a,
+                   const std::vector<uint64_t>& rel, std::vector<GgufTensor>& tensors) {
+    for (size_t ti = 0; ti < tensors.size(); ++ti) {
+        GgufTensor& t = tensors[ti];
         if (rel[ti] % a)
             fail(path, "tensor " + show(t.name) + ": offset " + std::to_string(rel[ti]) +
                            " is not a multiple of the alignment " + std::to_string(a));
@@ -334,16 +301,63 @@ Part parse_part(const std::string& path, int fd, uint64_t size, int split) {
         t.offset = begin;
     }
     std::vector<const GgufTensor*> order;
-    order.reserve(part.tensors.size());
-    for (const GgufTensor& t : part.tensors) order.push_back(&t);
-    std::stable_sort(order.begin(), order.end(), [](const GgufTensor* x, const GgufTensor* y) { return x->offset < y->offset; });
+    order.reserve(tensors.size());
+    for (const GgufTensor& t : tensors) order.push_back(&t);
+    std::stable_sort(order.begin(), order.end(),
+                     [](const GgufTensor* x, const GgufTensor* y) { return x->offset < y->offset; });
     for (size_t i = 1; i < order.size(); ++i) {
         const GgufTensor& p = *order[i - 1];
         const GgufTensor& q = *order[i];
         if (p.offset + p.nbytes > q.offset)
-            fail(path, "tensors " + show(p.name) + " " + range_text(p.offset, p.offset + p.nbytes) + " and " + show(q.name) + " " +
-                           range_text(q.offset, q.offset + q.nbytes) + " overlap");
+            fail(path, "tensors " + show(p.name) + " " + range_text(p.offset, p.offset + p.nbytes) + " and " +
+                           show(q.name) + " " + range_text(q.offset, q.offset + q.nbytes) + " overlap");
     }
+}
+
+// Parses and validates one GGUF file (one part of a split set).
+Part parse_part(const std::string& path, int fd, uint64_t size, int split) {
+    if (size == 0) fail(path, "empty file (not GGUF)");
+    if (size < 4) fail(path, "not a GGUF file (only " + std::to_string(size) + " bytes)");
+    HeaderReader r(path, fd, size);
+    Part part;
+    uint32_t magic = r.get<uint32_t>("magic");
+    if (magic != kMagic) fail(path, "not a GGUF file (bad magic)");
+    uint32_t version = r.get<uint32_t>("version");
+    if (version == 0x02000000u || version == 0x03000000u) fail(path, "big-endian GGUF is not supported");
+    if (version != 2 && version != 3)
+        fail(path, "unsupported GGUF version " + std::to_string(version) + " (only versions 2 and 3 are supported)");
+    part.version = version;
+    uint64_t n_tensors = r.get<uint64_t>("tensor count");
+    uint64_t n_kv = r.get<uint64_t>("metadata count");
+    // Each key-value needs at least a key length, a 1-byte key, a type and a
+    // 1-byte value; each tensor entry a name length, a 1-byte name, n_dims,
+    // one dimension, a type and an offset.
+    constexpr uint64_t kMinKv = 8 + 1 + 4 + 1, kMinTensor = 8 + 1 + 4 + 8 + 4 + 8;
+    if (n_kv > r.remaining() / kMinKv)
+        fail(path, "metadata count " + std::to_string(n_kv) + " cannot fit in a file of " + std::to_string(size) +
+                       " bytes");
+    if (n_tensors > r.remaining() / kMinTensor)
+        fail(path, "tensor count " + std::to_string(n_tensors) + " cannot fit in a file of " + std::to_string(size) +
+                       " bytes");
+
+    read_metadata(r, n_kv, part);
+
+    std::unordered_map<std::string, size_t> names;
+    std::vector<uint64_t> rel;
+    part.tensors.reserve(size_t(std::min<uint64_t>(n_tensors, 1u << 16)));
+    rel.reserve(part.tensors.capacity());
+    for (uint64_t ti = 0; ti < n_tensors; ++ti) {
+        rel.push_back(0);
+        GgufTensor t = read_tensor_info(r, ti, &rel.back());
+        if (!names.emplace(t.name, ti).second) fail(path, "duplicate tensor " + show(t.name));
+        t.split = split;
+        part.tensors.push_back(std::move(t));
+    }
+
+    // The data section starts at the first aligned offset after the table.
+    uint64_t a = part.alignment;
+    uint64_t data_start = r.pos + (a - r.pos % a) % a;
+    place_tensors(path, size, data_start, a, rel, part.tensors);
     return part;
 }
 
@@ -373,6 +387,29 @@ std::string split_name(const std::string& prefix, int no, int count) {
     char tail[32];
     std::snprintf(tail, sizeof tail, "-%05d-of-%05d.gguf", no, count);
     return prefix + tail;
+}
+
+// Opens path read-only; a directory or device is refused. Part and parts
+// (1 for a plain file) only shape the error message.
+int open_regular_file(const std::string& path, size_t part, size_t parts, uint64_t* size) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (parts > 1)
+            fail(path, "cannot open part " + std::to_string(part + 1) + " of " + std::to_string(parts) +
+                           " of the split model: " + errno_text());
+        fail(path, "cannot open: " + errno_text());
+    }
+    struct stat st;
+    std::string problem;
+    if (fstat(fd, &st) != 0) problem = "cannot stat: " + errno_text();
+    else if (S_ISDIR(st.st_mode)) problem = "is a directory, not a GGUF file";
+    else if (!S_ISREG(st.st_mode)) problem = "not a regular file";
+    if (!problem.empty()) {
+        ::close(fd);
+        fail(path, problem);
+    }
+    *size = uint64_t(st.st_size);
+    return fd;
 }
 
 }  // namespace
@@ -415,19 +452,9 @@ GgufFile GgufFile::open(const std::string& path) {
     uint64_t expected_tensors = 0;
     for (size_t i = 0; i < paths.size(); ++i) {
         const std::string& p = paths[i];
-        int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-            if (paths.size() > 1)
-                fail(p, "cannot open part " + std::to_string(i + 1) + " of " + std::to_string(paths.size()) +
-                            " of the split model: " + errno_text());
-            fail(p, "cannot open: " + errno_text());
-        }
+        uint64_t size = 0;
+        int fd = open_regular_file(p, i, paths.size(), &size);
         f.fds_.push_back(fd);  // owned from here on, closed by ~GgufFile on error
-        struct stat st;
-        if (fstat(fd, &st) != 0) fail(p, "cannot stat: " + errno_text());
-        if (S_ISDIR(st.st_mode)) fail(p, "is a directory, not a GGUF file");
-        if (!S_ISREG(st.st_mode)) fail(p, "not a regular file");
-        uint64_t size = uint64_t(st.st_size);
         Part part = parse_part(p, fd, size, int(i));
         f.paths_.push_back(p);
         f.sizes_.push_back(size);

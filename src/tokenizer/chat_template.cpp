@@ -64,7 +64,7 @@ std::string ChatTemplate::render(const Json& context) const {
         Interp interp(*program_, lim);
         return interp.render(root);
     } catch (const jinja::RaisedError& e) {
-        throw TemplateError(e.what());
+        throw TemplateError(e.what(), true);
     } catch (const RenderError& e) {
         throw TemplateError("template: line " + std::to_string(e.line) + ": " + e.what());
     }

@@ -19,7 +19,9 @@ namespace jinja { struct Program; }
 // errors, limits).
 class TemplateError : public std::runtime_error {
 public:
-    using std::runtime_error::runtime_error;
+    explicit TemplateError(const std::string& msg, bool raised_by_template = false)
+        : std::runtime_error(msg), raised(raised_by_template) {}
+    bool raised;  // the template's own raise_exception()
 };
 
 // Bounds that keep a hostile template from hanging or exhausting memory.

@@ -547,8 +547,8 @@ private:
         expect(Tok::BlockEnd, "'%}'");
         end_stack_.push_back(ends);
         std::vector<Stmt*> body = subparse(ends);
-        end_stack_.pop_back();
         if (cur().type == Tok::Eof) fail_tag(nullptr, cur().line);
+        end_stack_.pop_back();
         if (drop) next();
         return body;
     }

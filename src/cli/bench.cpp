@@ -12,6 +12,7 @@
 
 #include "bench/bench_file.h"
 #include "bench/cache.h"
+#include "bench/gemm.h"
 #include "bench/model_experts.h"
 #include "bench/ssd.h"
 #include "bench/table.h"
@@ -34,7 +35,7 @@ std::vector<int> parse_int_list(const std::string& flag, const std::string& s) {
         std::string item = s.substr(i, comma - i);
         char* end = nullptr;
         long v = strtol(item.c_str(), &end, 10);
-        if (item.empty() || *end || v < 1 || v > 4096)
+        if (item.empty() || *end || v < 1 || v > (1 << 20))
             throw std::runtime_error(flag + ": expected a comma list of positive integers, got '" + s + "'");
         out.push_back(int(v));
         i = comma + 1;
@@ -235,6 +236,71 @@ int bench_cache(int argc, char** argv) {
     return 0;
 }
 
+
+int bench_gemm(int argc, char** argv) {
+    GemmOptions o;
+    std::string json, ms_list = "512,1024,4096", types = "f32,f16,bf16,q8_0", sustain_type = "q8_0";
+    int64_t k = o.k, n = o.n, sustain_m = o.sustain_m;
+    bool quick = false;
+    Args a("moestream bench gemm [options]",
+           "Measures this machine's compute ceiling through moestream's own kernels: Y = X . W^T with X of M rows "
+           "(tokens) of K floats and W of N rows of K weights, computed the way the model computes (activations "
+           "converted to the weight type's dot format, rows split over the thread pool). Synthetic weights in each "
+           "--types at every --m, plus with -m the model's real expert matrices (gate, up, down of one layer) at "
+           "every --m. Then a sustained run (--duration seconds, one sample per --sample seconds) reports the sag "
+           "from the first to the last sample. A theoretical peak (cores x clock x operations per cycle of the "
+           "SIMD level in use) is printed with its formula; CPU share shows when other work shared the cores.");
+    a.option("--m", &ms_list, "LIST", "token counts M (rows of X)");
+    a.option("--k", &k, "K", "synthetic shapes: input width K");
+    a.option("--n", &n, "N", "synthetic shapes: output width N (rows of W)");
+    a.option("--types", &types, "LIST", "synthetic weight types (f32,f16,bf16,q8_0,q4_0,q4_k,q6_k,...; none: only -m)");
+    a.option("-m,--model", &o.model, "MODEL.gguf", "also time this model's expert matrices (real weights of expert 0)");
+    a.option("--layer", &o.layer, "N", "with -m: which MoE layer (index among MoE layers)");
+    a.option("-t,--threads", &o.threads, "N", "threads (0: every CPU)");
+    a.option("--min-seconds", &o.min_seconds, "S", "time each shape at least this long (after one untimed call)");
+    a.option("--duration", &o.sustain_seconds, "S", "sustained run length (0: skip it)");
+    a.option("--sample", &o.sample_seconds, "S", "sustained run: seconds per sample");
+    a.option("--sustain-type", &sustain_type, "TYPE", "sustained run: weight type");
+    a.option("--sustain-m", &sustain_m, "M", "sustained run: token count (K and N as above)");
+    a.flag("--quick", &quick, "small and fast: f32,q8_0 at M=64, K=N=1024, 0.2 s per shape, 3 s sustained (1 s samples)");
+    a.option("--json", &json, "FILE", "write the report (machine, settings, peaks, results, samples) as JSON");
+    if (!a.parse(argc, argv, 3)) return 0;
+    if (quick) {
+        if (!a.given("--m")) ms_list = "64";
+        if (!a.given("--k")) k = 1024;
+        if (!a.given("--n")) n = 1024;
+        if (!a.given("--types")) types = "f32,q8_0";
+        if (!a.given("--min-seconds")) o.min_seconds = 0.2;
+        if (!a.given("--duration")) o.sustain_seconds = 3;
+        if (!a.given("--sample")) o.sample_seconds = 1;
+        if (!a.given("--sustain-m")) sustain_m = 64;
+    }
+    if (k < 1 || n < 1 || sustain_m < 1) throw std::runtime_error("--k, --n and --sustain-m must be positive");
+    if (o.sample_seconds <= 0 || o.min_seconds < 0 || o.sustain_seconds < 0)
+        throw std::runtime_error("--sample must be positive, --min-seconds and --duration not negative");
+    o.ms.clear();
+    for (int m : parse_int_list("--m", ms_list)) o.ms.push_back(m);
+    o.k = k;
+    o.n = n;
+    o.sustain_m = sustain_m;
+    o.types.clear();
+    if (types != "none") {
+        for (const std::string& t : split_list(types)) {
+            GgmlType gt;
+            if (!parse_type_name(t, &gt)) throw std::runtime_error("--types: unknown type '" + t + "'");
+            o.types.push_back(gt);
+        }
+    }
+    if (!parse_type_name(sustain_type, &o.sustain_type))
+        throw std::runtime_error("--sustain-type: unknown type '" + sustain_type + "'");
+    StepProgress steps("bench gemm shapes");
+    o.progress = [&](const std::string& l, uint64_t d, uint64_t t) { steps(l, d, t); };
+    GemmReport r = run_gemm_bench(o);
+    fputs(r.text.c_str(), stdout);
+    if (!json.empty()) write_json(json, r.json);
+    return 0;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -245,6 +311,7 @@ int cmd_bench(int argc, char** argv) {
     std::string which = argv[2];
     if (which == "ssd") return bench_ssd(argc, argv);
     if (which == "cache") return bench_cache(argc, argv);
+    if (which == "gemm") return bench_gemm(argc, argv);
     fprintf(stderr, "moestream bench: unknown benchmark '%s'\n%s", which.c_str(), kBenchUsage);
     return 2;
 }

@@ -1,0 +1,357 @@
+#include "bench/gemm.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <random>
+#include <stdexcept>
+
+#include "bench/model_experts.h"
+#include "bench/readers.h"
+#include "bench/table.h"
+#include "gguf/gguf.h"
+#include "ops/buffer.h"
+#include "ops/linear.h"
+#include "ops/thread_pool.h"
+#include "quant/blocks.h"
+#include "quant/cpu.h"
+#include "quant/dot.h"
+#include "quant/half.h"
+#include "telemetry/system.h"
+
+namespace ms {
+
+namespace {
+
+// Where the fp16 scale fields of each block type sit: everything else in a
+// block is quantized values or packed sub-scales, for which any bits are
+// valid.
+struct ScaleFields {
+    GgmlType type;
+    size_t offsets[2];
+    int count;
+};
+const ScaleFields kScaleFields[] = {
+    {GgmlType::Q4_0, {offsetof(BlockQ4_0, d), 0}, 1},
+    {GgmlType::Q4_1, {offsetof(BlockQ4_1, d), offsetof(BlockQ4_1, m)}, 2},
+    {GgmlType::Q5_0, {offsetof(BlockQ5_0, d), 0}, 1},
+    {GgmlType::Q5_1, {offsetof(BlockQ5_1, d), offsetof(BlockQ5_1, m)}, 2},
+    {GgmlType::IQ4_NL, {offsetof(BlockIQ4_NL, d), 0}, 1},
+    {GgmlType::Q2_K, {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)}, 2},
+    {GgmlType::Q3_K, {offsetof(BlockQ3_K, d), 0}, 1},
+    {GgmlType::Q4_K, {offsetof(BlockQ4_K, d), offsetof(BlockQ4_K, dmin)}, 2},
+    {GgmlType::Q5_K, {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)}, 2},
+    {GgmlType::Q6_K, {offsetof(BlockQ6_K, d), 0}, 1},
+    {GgmlType::IQ4_XS, {offsetof(BlockIQ4_XS, d), 0}, 1},
+};
+
+const ScaleFields* scale_fields(GgmlType t) {
+    for (const ScaleFields& s : kScaleFields)
+        if (s.type == t) return &s;
+    return nullptr;
+}
+
+// Types whose weight rows have exactly the activation format's layout, so
+// quantize_act writes valid weight rows.
+bool act_layout_type(GgmlType t) {
+    return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0;
+}
+
+bool is_float_type(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
+
+double cpu_seconds() {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
+}
+
+struct Weights {
+    AlignedBuffer data;
+    Tensor t;
+};
+
+// One timed shape: an untimed call, then repeated until min_seconds pass.
+GemmResult time_shape(ThreadPool& pool, const GemmShape& s, const Tensor& w, double min_seconds) {
+    AlignedBuffer x(size_t(s.m * s.k) * sizeof(float));
+    float* xf = reinterpret_cast<float*>(x.data());
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (int64_t i = 0; i < s.m * s.k; ++i) xf[i] = nd(rng);
+    AlignedBuffer y(size_t(s.m * s.n) * sizeof(float));
+    AlignedBuffer act(linear_scratch_bytes(w, s.m));
+    float* yf = reinterpret_cast<float*>(y.data());
+    linear(pool, w, xf, s.m, yf, act.data());
+    GemmResult r;
+    r.shape = s;
+    int64_t t0 = now_ns();
+    double c0 = cpu_seconds();
+    do {
+        linear(pool, w, xf, s.m, yf, act.data());
+        ++r.iterations;
+        r.seconds = double(now_ns() - t0) / 1e9;
+    } while (r.seconds < min_seconds);
+    r.cpu_seconds = cpu_seconds() - c0;
+    return r;
+}
+
+}  // namespace
+
+bool gemm_synthetic_type_ok(GgmlType t) { return act_layout_type(t) || scale_fields(t) != nullptr; }
+
+void fill_random_weights(GgmlType t, int64_t k, int64_t n_rows, uint8_t* dst, uint64_t seed) {
+    const size_t rb = row_bytes(t, k);
+    if (act_layout_type(t)) {
+        std::mt19937 rng(static_cast<uint32_t>(seed));
+        std::normal_distribution<float> nd(0.0f, 0.02f);
+        std::vector<float> row(static_cast<size_t>(k));
+        for (int64_t r = 0; r < n_rows; ++r) {
+            for (float& v : row) v = nd(rng);
+            quantize_act(t, row.data(), dst + size_t(r) * rb, k);
+        }
+        return;
+    }
+    const ScaleFields* sf = scale_fields(t);
+    if (!sf) throw std::runtime_error(std::string("bench gemm: cannot make synthetic ") + type_name(t) + " weights");
+    std::mt19937_64 rng(seed);
+    size_t total = rb * size_t(n_rows);
+    for (size_t i = 0; i < total; i += 8) {
+        uint64_t v = rng();
+        memcpy(dst + i, &v, std::min<size_t>(8, total - i));
+    }
+    const size_t block = type_traits(t).type_size;
+    const uint16_t scale = fp32_to_fp16(0.01f);
+    for (size_t b = 0; b < total; b += block)
+        for (int f = 0; f < sf->count; ++f) memcpy(dst + b + sf->offsets[f], &scale, 2);
+}
+
+PeakEstimate theoretical_peak(GgmlType t, int threads) {
+    SimdLevel lvl = simd_level();
+    const CpuFeatures& f = cpu_features();
+    int cores = std::min(threads, physical_core_count());
+    double ghz = cpu_mhz() / 1000.0;
+    double per_cycle = 2;
+    std::string unit;
+    if (is_float_type(t)) {
+        if (t == GgmlType::BF16 && lvl == SimdLevel::Avx512 && f.avx512bf16) {
+            per_cycle = 128, unit = "128 FLOP/cycle (AVX512-BF16 vdpbf16ps: 2 units x 32 bf16 pairs x 2)";
+        } else if (lvl == SimdLevel::Avx512) {
+            per_cycle = 64, unit = "64 FLOP/cycle (AVX-512: 2 FMA units x 16 fp32 lanes x 2)";
+        } else if (lvl == SimdLevel::Avx2) {
+            per_cycle = 32, unit = "32 FLOP/cycle (AVX2: 2 FMA units x 8 fp32 lanes x 2)";
+        } else {
+            unit = "2 FLOP/cycle (scalar FMA)";
+        }
+    } else {
+        if (lvl == SimdLevel::Avx512 && f.avx512vnni) {
+            per_cycle = 256, unit = "256 int8 ops/cycle (AVX512-VNNI vpdpbusd: 2 units x 64 multiply-adds x 2)";
+        } else if (lvl >= SimdLevel::Avx2) {
+            per_cycle = 128, unit = "128 int8 ops/cycle (AVX2 vpmaddubsw: 2 units x 32 multiply-adds x 2)";
+        } else {
+            per_cycle = 4, unit = "4 ops/cycle (scalar)";
+        }
+    }
+    PeakEstimate p;
+    p.gflops = cores * ghz * per_cycle;
+    p.how = strf("%d cores x %.2f GHz x %s; cores = min(threads, physical cores), clock = 'cpu MHz' of "
+                 "/proc/cpuinfo (nominal; turbo not counted), two vector units per core assumed",
+                 cores, ghz, unit.c_str());
+    return p;
+}
+
+
+GemmReport run_gemm_bench(const GemmOptions& opt) {
+    ThreadPool pool(opt.threads);
+    std::vector<GemmShape> shapes;
+    std::map<std::string, Weights> weights;  // by label + type + k + n
+    auto key = [](const GemmShape& s) { return s.label + "/" + type_name(s.type) + "/" + std::to_string(s.k) + "x" + std::to_string(s.n); };
+    for (GgmlType t : opt.types) {
+        if (!gemm_synthetic_type_ok(t))
+            throw std::runtime_error(std::string("bench gemm: no synthetic weights for type ") + type_name(t));
+        if (opt.k % int64_t(type_traits(t).block_size) != 0)
+            throw std::runtime_error(strf("bench gemm: K=%lld is not a multiple of %s's block size %u",
+                                          (long long)opt.k, type_name(t), type_traits(t).block_size));
+        for (int64_t m : opt.ms) shapes.push_back({"synthetic", t, m, opt.k, opt.n});
+    }
+    if (!opt.model.empty()) {
+        ModelExperts me = read_model_experts(opt.model);
+        const ExpertLayer& l = me.layers.at(opt.layer >= 0 && opt.layer < me.n_layers ? size_t(opt.layer) : 0);
+        GgufFile f = GgufFile::open(opt.model);
+        for (const ExpertMatrix* mx : {&l.gate, &l.up, &l.down}) {
+            GemmShape s{mx->tensor, mx->type, 0, mx->cols, mx->rows};
+            Weights& w = weights[key(s)];
+            w.data.resize(mx->bytes);
+            f.read(mx->split, mx->offset(0), w.data.data(), mx->bytes);  // expert 0's real weights
+            w.t = {mx->type, mx->cols, mx->rows, w.data.data()};
+            for (int64_t m : opt.ms) {
+                s.m = m;
+                shapes.push_back(s);
+            }
+        }
+    }
+    uint64_t steps = shapes.size() + (opt.sustain_seconds > 0 ? 1 : 0), step = 0;
+    GemmReport rep;
+    for (const GemmShape& s : shapes) {
+        if (opt.progress) opt.progress(strf("%s M=%lld", type_name(s.type), (long long)s.m), step++, steps);
+        Weights& w = weights[key(s)];
+        if (!w.data.data()) {
+            w.data.resize(row_bytes(s.type, s.k) * size_t(s.n));
+            fill_random_weights(s.type, s.k, s.n, w.data.data(), 11);
+            w.t = {s.type, s.k, s.n, w.data.data()};
+        }
+        rep.results.push_back(time_shape(pool, s, w.t, opt.min_seconds));
+    }
+
+    GemmShape sus{"sustained", opt.sustain_type, opt.sustain_m, opt.k, opt.n};
+    if (opt.sustain_seconds > 0) {
+        if (opt.progress) opt.progress("sustained", step, steps);
+        Weights w;
+        w.data.resize(row_bytes(sus.type, sus.k) * size_t(sus.n));
+        fill_random_weights(sus.type, sus.k, sus.n, w.data.data(), 13);
+        w.t = {sus.type, sus.k, sus.n, w.data.data()};
+        AlignedBuffer x(size_t(sus.m * sus.k) * sizeof(float)), y(size_t(sus.m * sus.n) * sizeof(float));
+        AlignedBuffer act(linear_scratch_bytes(w.t, sus.m));
+        float* xf = reinterpret_cast<float*>(x.data());
+        for (int64_t i = 0; i < sus.m * sus.k; ++i) xf[i] = float((i * 7919) % 1000) / 1000.0f - 0.5f;
+        int64_t t0 = now_ns(), win = t0;
+        double cwin = cpu_seconds();
+        int iters = 0;
+        for (;;) {
+            linear(pool, w.t, xf, sus.m, reinterpret_cast<float*>(y.data()), act.data());
+            ++iters;
+            int64_t now = now_ns();
+            if (double(now - win) / 1e9 >= opt.sample_seconds || double(now - t0) / 1e9 >= opt.sustain_seconds) {
+                GemmSample g;
+                g.t_start = double(win - t0) / 1e9;
+                g.t_end = double(now - t0) / 1e9;
+                g.gflops = sus.flops() * iters / (g.t_end - g.t_start) / 1e9;
+                double c = cpu_seconds();
+                g.cpu_share = (c - cwin) / ((g.t_end - g.t_start) * pool.size());
+                cwin = c;
+                rep.samples.push_back(g);
+                if (opt.progress) opt.progress("sustained", step, steps);
+                win = now;
+                iters = 0;
+                if (double(now - t0) / 1e9 >= opt.sustain_seconds) break;
+            }
+        }
+        if (rep.samples.size() >= 2 && rep.samples.front().gflops > 0)
+            rep.sag_percent = (rep.samples.front().gflops - rep.samples.back().gflops) / rep.samples.front().gflops * 100;
+        ++step;
+    }
+    if (opt.progress) opt.progress("done", steps, steps);
+
+    // Text and JSON.
+    std::map<GgmlType, PeakEstimate> peaks;
+    for (const GemmResult& r : rep.results) peaks.emplace(r.shape.type, theoretical_peak(r.shape.type, pool.size()));
+    if (!rep.samples.empty()) peaks.emplace(sus.type, theoretical_peak(sus.type, pool.size()));
+    std::string t = strf("bench gemm: %d threads, kernels at SIMD level %s, Y = X . W^T through ops/linear "
+                         "(activation conversion included)\n\n",
+                         pool.size(), simd_level_name(simd_level()));
+    Table tb;
+    tb.left_columns = 2;
+    tb.header = {"weights", "type", "M", "K", "N", "ms/call", "GFLOP/s", "% of peak", "CPU share %"};
+    for (const GemmResult& r : rep.results) {
+        double peak = peaks[r.shape.type].gflops;
+        tb.add({r.shape.label, type_name(r.shape.type), std::to_string(r.shape.m), std::to_string(r.shape.k),
+                std::to_string(r.shape.n), strf("%.2f", r.seconds / r.iterations * 1e3), strf("%.1f", r.gflops()),
+                peak > 0 ? strf("%.1f", r.gflops() / peak * 100) : "-",
+                strf("%.0f", r.cpu_seconds / (r.seconds * pool.size()) * 100)});
+    }
+    t += tb.text();
+    t += "\ntheoretical peaks:\n";
+    for (const auto& [type, p] : peaks) t += strf("  %-5s %8.1f GFLOP/s = %s\n", type_name(type), p.gflops, p.how.c_str());
+    if (!rep.samples.empty()) {
+        t += strf("\nsustained: %s M=%lld K=%lld N=%lld for %.0f s, one sample per %.0f s\n", type_name(sus.type),
+                  (long long)sus.m, (long long)sus.k, (long long)sus.n, opt.sustain_seconds, opt.sample_seconds);
+        Table st;
+        st.left_columns = 0;
+        st.header = {"from s", "to s", "GFLOP/s", "CPU share %"};
+        for (const GemmSample& g : rep.samples)
+            st.add({strf("%.1f", g.t_start), strf("%.1f", g.t_end), strf("%.1f", g.gflops),
+                    strf("%.0f", g.cpu_share * 100)});
+        t += st.text();
+        t += strf("sag over the run: %.2f%% (first sample to last; negative = got faster)\n", rep.sag_percent);
+    }
+    t += "CPU share: this process's CPU time / (wall time x threads); well under 100% means other work "
+         "shared the cores and the figures understate the machine\n";
+    t += "GPU (cuBLAS): not measured: moestream is built without CUDA\n";
+    rep.text = t;
+
+    Json j = Json::object();
+    j["command"] = "bench gemm";
+    j["schema_version"] = 1;
+    j["machine"] = machine_info();
+    Json s = Json::object();
+    s["threads"] = pool.size();
+    s["simd_level"] = simd_level_name(simd_level());
+    Json msj = Json::array(), types = Json::array();
+    for (int64_t m : opt.ms) msj.push_back(m);
+    for (GgmlType ty : opt.types) types.push_back(type_name(ty));
+    s["m"] = msj;
+    s["k"] = opt.k;
+    s["n"] = opt.n;
+    s["types"] = types;
+    s["model"] = opt.model.empty() ? Json(nullptr) : Json(opt.model);
+    s["layer"] = opt.layer;
+    s["min_seconds"] = opt.min_seconds;
+    s["sustain_seconds"] = opt.sustain_seconds;
+    s["sample_seconds"] = opt.sample_seconds;
+    j["settings"] = s;
+    Json pk = Json::object();
+    for (const auto& [type, p] : peaks) {
+        Json o = Json::object();
+        o["gflops"] = p.gflops;
+        o["how"] = p.how;
+        pk[type_name(type)] = o;
+    }
+    j["theoretical_peak"] = pk;
+    Json res = Json::array();
+    for (const GemmResult& r : rep.results) {
+        Json o = Json::object();
+        o["weights"] = r.shape.label;
+        o["type"] = type_name(r.shape.type);
+        o["m"] = r.shape.m;
+        o["k"] = r.shape.k;
+        o["n"] = r.shape.n;
+        o["iterations"] = r.iterations;
+        o["seconds"] = r.seconds;
+        o["gflops"] = r.gflops();
+        o["cpu_seconds"] = r.cpu_seconds;
+        o["cpu_share"] = r.seconds > 0 ? r.cpu_seconds / (r.seconds * pool.size()) : 0.0;
+        o["percent_of_peak"] = peaks[r.shape.type].gflops > 0 ? r.gflops() / peaks[r.shape.type].gflops * 100 : 0.0;
+        res.push_back(o);
+    }
+    j["results"] = res;
+    if (!rep.samples.empty()) {
+        Json su = Json::object();
+        su["type"] = type_name(sus.type);
+        su["m"] = sus.m;
+        su["seconds"] = opt.sustain_seconds;
+        su["k"] = sus.k;
+        su["n"] = sus.n;
+        Json sm = Json::array();
+        for (const GemmSample& g : rep.samples) {
+            Json o = Json::object();
+            o["t_start"] = g.t_start;
+            o["t_end"] = g.t_end;
+            o["gflops"] = g.gflops;
+            o["cpu_share"] = g.cpu_share;
+            sm.push_back(o);
+        }
+        su["samples"] = sm;
+        su["sag_percent"] = rep.sag_percent;
+        j["sustained"] = su;
+    } else {
+        j["sustained"] = nullptr;
+    }
+    Json gpu = Json::object();
+    gpu["available"] = false;
+    gpu["reason"] = "built without CUDA";
+    j["gpu"] = gpu;
+    rep.json = j;
+    return rep;
+}
+
+}  // namespace ms

@@ -1,0 +1,80 @@
+// `bench gemm`: the compute ceiling of this machine through moestream's own
+// kernels (ops/linear over quant/dot: activations converted the way each
+// weight type wants, rows split over the thread pool), at fixed shapes and at
+// a model's expert shapes, next to a theoretical peak; then a sustained run
+// sampled every few seconds to show thermal or power sag.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "json/json.h"
+#include "quant/types.h"
+
+namespace ms {
+
+// Y[m x n] = X[m x k] . W^T, W being n rows of k elements of `type`.
+struct GemmShape {
+    std::string label;   // "synthetic", "blk.0.ffn_gate_exps"
+    GgmlType type = GgmlType::F32;
+    int64_t m = 0, k = 0, n = 0;
+    double flops() const { return 2.0 * double(m) * double(k) * double(n); }
+};
+
+// Weight types the synthetic shapes can be made in (random values, valid
+// scales): F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K,
+// IQ4_XS.
+bool gemm_synthetic_type_ok(GgmlType t);
+
+// Fills n_rows rows of k elements of type t with random but valid weights
+// (finite scales near 0.01); dst holds n_rows * row_bytes(t, k) bytes.
+void fill_random_weights(GgmlType t, int64_t k, int64_t n_rows, uint8_t* dst, uint64_t seed);
+
+struct GemmOptions {
+    std::vector<int64_t> ms = {512, 1024, 4096};
+    int64_t k = 2560, n = 2560;
+    std::vector<GgmlType> types = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0};
+    std::string model;     // add this model's expert shapes (its real weights, layer `layer`)
+    int layer = 0;
+    int threads = 0;       // 0: every CPU
+    double min_seconds = 1.0;        // per shape, after one untimed call
+    double sustain_seconds = 60;     // 0: no sustained run
+    double sample_seconds = 5;
+    GgmlType sustain_type = GgmlType::Q8_0;
+    int64_t sustain_m = 512;         // small enough that one call is well under a sample
+    std::function<void(const std::string&, uint64_t, uint64_t)> progress;
+};
+
+struct GemmResult {
+    GemmShape shape;
+    int iterations = 0;
+    double seconds = 0;
+    double cpu_seconds = 0;  // process CPU time meanwhile: shows when other work shared the cores
+    double gflops() const { return seconds > 0 ? shape.flops() * iterations / seconds / 1e9 : 0; }
+};
+
+struct GemmSample {
+    double t_start = 0, t_end = 0;  // seconds since the sustained run began
+    double gflops = 0;
+    double cpu_share = 0;           // process CPU time / (wall time x threads)
+};
+
+// Theoretical peak of this CPU for one arithmetic kind, with the formula.
+struct PeakEstimate {
+    double gflops = 0;
+    std::string how;
+};
+PeakEstimate theoretical_peak(GgmlType t, int threads);
+
+struct GemmReport {
+    std::vector<GemmResult> results;
+    std::vector<GemmSample> samples;
+    double sag_percent = 0;   // (first sample - last sample) / first sample
+    std::string text;
+    Json json;
+};
+
+GemmReport run_gemm_bench(const GemmOptions& opt);
+
+}  // namespace ms

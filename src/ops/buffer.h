@@ -24,7 +24,8 @@ public:
     AlignedBuffer& operator=(const AlignedBuffer&) = delete;
     ~AlignedBuffer() { std::free(p_); }
 
-    // Discards the contents; the new bytes are zeroed.
+    // Discards the contents. The new bytes are uninitialized and untouched,
+    // so a large KV cache costs resident memory only as it fills.
     void resize(size_t bytes) {
         std::free(p_);
         p_ = nullptr;
@@ -33,7 +34,6 @@ public:
         size_t rounded = (bytes + 63) & ~size_t(63);
         p_ = static_cast<uint8_t*>(std::aligned_alloc(64, rounded));
         if (!p_) throw std::bad_alloc();
-        for (size_t i = 0; i < rounded; i++) p_[i] = 0;
         n_ = bytes;
     }
 

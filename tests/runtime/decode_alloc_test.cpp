@@ -1,6 +1,7 @@
 // Decode allocates nothing: every heap entry point of this binary is
-// replaced by a counting wrapper, and a run of single-token forward steps
-// (with a thread pool, routed experts through RamExperts) must not call it.
+// replaced by a counting wrapper, and a session's decode loop (sampling,
+// forward pass on a thread pool, routed experts through RamExperts) must not
+// call it.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -8,9 +9,7 @@
 #include <cstdlib>
 #include <new>
 
-#include "gguf/gguf.h"
-#include "model/model.h"
-#include "model/ram_experts.h"
+#include "runtime/session.h"
 
 namespace {
 std::atomic<bool> g_armed{false};
@@ -99,33 +98,29 @@ TEST(DecodeAlloc, CountingWorks) {
 
 TEST(DecodeAlloc, DecodeStepsAllocateNothing) {
     // Mixed weight types (Q4_K, Q6_K, Q5_K, Q8_0, F32) and both KV types.
-    GgufFile f = GgufFile::open(std::string(MOESTREAM_GOLDEN_DIR) + "/models/qwen3moe-Q4_K_M.gguf");
-    auto model = Model::open(f);
-    model->load_resident(f);
-    RamExperts experts(f, model->expert_layers());
-    ThreadPool pool(2);
-    for (GgmlType kv : {GgmlType::F16, GgmlType::F32}) {
-        StateOptions o;
+    for (const char* kv : {"f16", "f32"}) {
+        SessionOptions o;
+        o.model_path = std::string(MOESTREAM_GOLDEN_DIR) + "/models/qwen3moe-Q4_K_M.gguf";
         o.n_ctx = 128;
-        o.max_batch = 16;
-        o.kv_type = kv;
+        o.n_batch = 16;
+        o.kv_type = parse_kv_type(kv);
         o.n_threads = 2;
-        auto st = model->new_state(o);
-        std::vector<float> logits(size_t(model->config().n_vocab) * 16);
-        std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
-        model->forward(*st, experts, pool, prompt.data(), int(prompt.size()), logits.data(), false);
+        o.sampling.seed = 1;
+        o.sampling.repeat_penalty = 1.1f;
+        auto s = Session::open(o);
+        const std::vector<int32_t> prompt = s->tokenize("The GNU General Public License");
+        s->prefill(prompt);
 
-        int32_t tok = 9;
         g_allocs = 0;
         g_armed = true;
         for (int i = 0; i < 32; i++) {
-            model->forward(*st, experts, pool, &tok, 1, logits.data(), false);
-            tok = int32_t((tok * 31 + 7) % model->config().n_vocab);
+            const int32_t tok = s->sampler().sample(s->logits());
+            s->sampler().accept(tok);
+            s->decode(tok);
         }
-        // A short prefill chunk after decode must not allocate either.
-        model->forward(*st, experts, pool, prompt.data(), int(prompt.size()), logits.data(), true);
         g_armed = false;
-        EXPECT_EQ(g_allocs.load(), 0) << "kv " << type_name(kv);
+        EXPECT_EQ(g_allocs.load(), 0) << "kv " << kv;
+        EXPECT_EQ(s->tokens().size(), prompt.size() + 32);
     }
 }
 

@@ -1,0 +1,148 @@
+#include "runtime/session.h"
+
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+
+#include "model/ram_experts.h"
+
+namespace ms {
+
+namespace {
+
+double now_seconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int thread_count(int requested) {
+    if (requested > 0) return requested;
+    const int n = int(std::thread::hardware_concurrency());
+    return n > 0 ? n : 1;
+}
+
+}  // namespace
+
+GgmlType parse_kv_type(const std::string& s) {
+    if (s == "f16" || s == "F16") return GgmlType::F16;
+    if (s == "f32" || s == "F32") return GgmlType::F32;
+    throw std::runtime_error("--kv-type must be f16 or f32, not '" + s + "'");
+}
+
+Session::Session(GgufFile file, const SessionOptions& o)
+    : file_(std::move(file)),
+      model_(Model::open(file_)),
+      tokenizer_(Tokenizer::from_gguf(file_)),
+      pool_(thread_count(o.n_threads)),
+      sampler_(o.sampling, model_->config().n_vocab) {}
+
+std::unique_ptr<Session> Session::open(const SessionOptions& o, const ExpertSourceFactory& make_experts,
+                                       const std::function<void(const char*, uint64_t, uint64_t)>& progress) {
+    if (o.n_batch < 1) throw std::runtime_error("batch size must be at least 1");
+    std::unique_ptr<Session> s(new Session(GgufFile::open(o.model_path), o));
+    const ModelConfig& c = s->model_->config();
+    if (int64_t(s->tokenizer_.n_vocab()) > c.n_vocab) {
+        throw std::runtime_error(o.model_path + ": tokenizer has " + std::to_string(s->tokenizer_.n_vocab()) +
+                                 " tokens but token_embd only " + std::to_string(c.n_vocab) + " rows");
+    }
+
+    StateOptions so;
+    so.n_ctx = o.n_ctx > 0 ? o.n_ctx : c.n_ctx_train;
+    so.max_batch = int(std::min<int64_t>(o.n_batch, so.n_ctx));
+    so.kv_type = o.kv_type;
+    so.n_threads = s->pool_.size();
+    s->state_ = s->model_->new_state(so);
+
+    s->model_->load_resident(s->file_, [&](uint64_t done, uint64_t total) {
+        if (progress) progress("resident weights", done, total);
+    });
+    const uint64_t fixed = s->model_->resident_bytes() + s->state_->bytes();
+    if (make_experts) {
+        s->experts_ = make_experts(s->file_, *s->model_, fixed);
+    } else {
+        s->experts_ = std::make_unique<RamExperts>(s->file_, s->model_->expert_layers(),
+                                                   [&](uint64_t done, uint64_t total) {
+                                                       if (progress) progress("experts", done, total);
+                                                   });
+    }
+    s->tokens_.reserve(size_t(so.n_ctx));
+    s->logits_.resize(size_t(c.n_vocab));
+    return s;
+}
+
+std::vector<int32_t> Session::tokenize(const std::string& text, bool add_bos) const {
+    return tokenizer_.encode(text, add_bos, true);
+}
+
+void Session::check(const int32_t* tokens, size_t n) const {
+    if (tokens_.size() + n > size_t(n_ctx())) {
+        throw std::runtime_error("context full: " + std::to_string(tokens_.size()) + " + " + std::to_string(n) +
+                                 " tokens exceed the context of " + std::to_string(n_ctx()) + " (raise -c)");
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= config().n_vocab) {
+            throw std::runtime_error("token id " + std::to_string(tokens[i]) + " is outside the vocabulary of " +
+                                     std::to_string(config().n_vocab));
+        }
+    }
+}
+
+void Session::prefill(const std::vector<int32_t>& tokens) {
+    if (tokens.empty()) return;
+    check(tokens.data(), tokens.size());
+    const double t0 = now_seconds();
+    for (size_t i = 0; i < tokens.size(); i += size_t(state_->options.max_batch)) {
+        const int n = int(std::min(tokens.size() - i, size_t(state_->options.max_batch)));
+        model_->forward(*state_, *experts_, pool_, tokens.data() + i, n, logits_.data(), false);
+        tokens_.insert(tokens_.end(), tokens.begin() + ptrdiff_t(i), tokens.begin() + ptrdiff_t(i) + n);
+    }
+    for (int32_t t : tokens) sampler_.accept(t);
+    timings.prefill_seconds += now_seconds() - t0;
+    timings.prefill_tokens += int64_t(tokens.size());
+}
+
+void Session::prefill_all(const std::vector<int32_t>& tokens, float* out) {
+    if (tokens.empty()) return;
+    check(tokens.data(), tokens.size());
+    const double t0 = now_seconds();
+    const int64_t V = config().n_vocab;
+    for (size_t i = 0; i < tokens.size(); i += size_t(state_->options.max_batch)) {
+        const int n = int(std::min(tokens.size() - i, size_t(state_->options.max_batch)));
+        model_->forward(*state_, *experts_, pool_, tokens.data() + i, n, out + int64_t(i) * V, true);
+        tokens_.insert(tokens_.end(), tokens.begin() + ptrdiff_t(i), tokens.begin() + ptrdiff_t(i) + n);
+    }
+    std::copy(out + int64_t(tokens.size() - 1) * V, out + int64_t(tokens.size()) * V, logits_.begin());
+    for (int32_t t : tokens) sampler_.accept(t);
+    timings.prefill_seconds += now_seconds() - t0;
+    timings.prefill_tokens += int64_t(tokens.size());
+}
+
+void Session::decode(int32_t token) {
+    check(&token, 1);
+    const double t0 = now_seconds();
+    model_->forward(*state_, *experts_, pool_, &token, 1, logits_.data(), false);
+    tokens_.push_back(token);  // capacity reserved for n_ctx: no allocation
+    timings.decode_seconds += now_seconds() - t0;
+    timings.decode_tokens++;
+}
+
+void Session::rewind(size_t n) {
+    if (n > tokens_.size()) throw std::runtime_error("rewind past the end of the context");
+    tokens_.resize(n);
+    state_->n_past = int64_t(n);
+}
+
+int Session::generate(int n_max, const std::function<bool(int32_t)>& on_token, const std::atomic<bool>* stop) {
+    if (tokens_.empty()) throw std::runtime_error("generate needs a prompt");
+    int n = 0;
+    while (n < n_max && !(stop && stop->load())) {
+        const int32_t tok = sampler_.sample(logits_.data());
+        sampler_.accept(tok);
+        n++;
+        if (!on_token(tok) || tokenizer_.is_eog(tok)) break;
+        if (tokens_.size() >= size_t(n_ctx())) break;
+        decode(tok);
+    }
+    return n;
+}
+
+}  // namespace ms

@@ -1,0 +1,109 @@
+// A session: one model with its tokenizer, expert source, KV cache, thread
+// pool and sampler, and the tokens its cache holds. Prefill in batches,
+// single-token decode (allocation-free), rewind for chat, generation that
+// stops at end-of-generation tokens, and prefill/decode timings.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ms {
+
+struct SessionOptions {
+    std::string model_path;
+    int64_t n_ctx = 4096;              // 0: the model's training context
+    int n_batch = 512;                 // most prompt tokens per forward call
+    GgmlType kv_type = GgmlType::F16;  // F16 or F32
+    int n_threads = 0;                 // 0: one per CPU
+    SamplerParams sampling;
+};
+
+// Makes the expert source once resident weights are loaded. fixed_bytes is
+// what the session holds besides experts (resident + KV + scratch), for a
+// memory budget. The default reads every expert into RAM (RamExperts).
+using ExpertSourceFactory =
+    std::function<std::unique_ptr<ExpertSource>(const GgufFile& file, const Model& model, uint64_t fixed_bytes)>;
+
+struct Timings {
+    int64_t prefill_tokens = 0, decode_tokens = 0;
+    double prefill_seconds = 0, decode_seconds = 0;
+    double prefill_tps() const { return prefill_seconds > 0 ? double(prefill_tokens) / prefill_seconds : 0; }
+    double decode_tps() const { return decode_seconds > 0 ? double(decode_tokens) / decode_seconds : 0; }
+};
+
+class Session {
+public:
+    // Opens the model, reads its resident weights and tokenizer, makes the
+    // expert source and the KV cache. progress(what, done, total) reports
+    // loading in bytes.
+    static std::unique_ptr<Session> open(
+        const SessionOptions& options, const ExpertSourceFactory& experts = {},
+        const std::function<void(const char* what, uint64_t done, uint64_t total)>& progress = {});
+
+    const Model& model() const { return *model_; }
+    const ModelConfig& config() const { return model_->config(); }
+    const Tokenizer& tokenizer() const { return tokenizer_; }
+    const GgufFile& file() const { return file_; }
+    ExpertSource& experts() { return *experts_; }
+    Sampler& sampler() { return sampler_; }
+    int64_t n_ctx() const { return state_->options.n_ctx; }
+    int n_threads() const { return pool_.size(); }
+    GgmlType kv_type() const { return state_->options.kv_type; }
+    uint64_t state_bytes() const { return state_->bytes(); }
+
+    // Text to tokens the way the model's own tokenizer does it (special
+    // tokens parsed, BOS added when the model's metadata says so).
+    std::vector<int32_t> tokenize(const std::string& text, bool add_bos = true) const;
+
+    // Tokens in the KV cache, in order.
+    const std::vector<int32_t>& tokens() const { return tokens_; }
+    // Appends tokens to the context and evaluates them in batches; logits()
+    // is then the last one's row, and the sampler's repeat-penalty history
+    // has seen them. Throws when the context would overflow or an id is
+    // outside the vocabulary.
+    void prefill(const std::vector<int32_t>& tokens);
+    // The same, writing every position's logits to out (tokens x n_vocab).
+    void prefill_all(const std::vector<int32_t>& tokens, float* out);
+    // Appends one token (not shown to the sampler); allocates nothing.
+    void decode(int32_t token);
+    // Logits after the last evaluated token (n_vocab floats).
+    const float* logits() const { return logits_.data(); }
+    // Keeps the first n tokens of the context, forgets the rest.
+    void rewind(size_t n);
+
+    // Samples up to n_max tokens after the current context, calling
+    // on_token(id) for each (eog tokens included, before stopping). Stops at
+    // an end-of-generation token, at n_max, when the context is full, when
+    // on_token returns false or when *stop becomes true. Returns the number
+    // of tokens generated.
+    int generate(int n_max, const std::function<bool(int32_t)>& on_token, const std::atomic<bool>* stop = nullptr);
+
+    Timings timings;
+
+private:
+    Session(GgufFile file, const SessionOptions& options);
+    void check(const int32_t* tokens, size_t n) const;
+
+    GgufFile file_;
+    std::unique_ptr<Model> model_;
+    Tokenizer tokenizer_;
+    std::unique_ptr<ExpertSource> experts_;
+    std::unique_ptr<ModelState> state_;
+    ThreadPool pool_;
+    Sampler sampler_;
+    std::vector<int32_t> tokens_;
+    std::vector<float> logits_;
+};
+
+// "f16" / "f32" -> the KV cache type; throws on anything else.
+GgmlType parse_kv_type(const std::string& s);
+
+}  // namespace ms

@@ -657,6 +657,30 @@ Value f_format(Interp& in, const Value& v, CallArgs& a) {
     return Value::string(std::move(s));
 }
 
+// Sorted by the attribute, then runs of equal keys: (key, items) pairs.
+Value f_groupby(Interp& in, const Value& v, CallArgs& a) {
+    auto b = bind_args("groupby", a, {"attribute", "default", "case_sensitive"});
+    if (!b[0]) throw RenderError("groupby() missing required argument 'attribute'");
+    std::vector<Value> parts = attribute_parts(*b[0]);
+    bool cs = bool_arg(b[2], false);
+    List items = iterate(v);
+    in.step(items.size());
+    std::vector<std::pair<Value, size_t>> keyed;
+    for (size_t k = 0; k < items.size(); k++) keyed.emplace_back(sort_key(lookup_path(in, items[k], parts, b[1]), cs), k);
+    std::stable_sort(keyed.begin(), keyed.end(), [](const auto& x, const auto& y) { return less(x.first, y.first); });
+    List out;
+    for (size_t k = 0; k < keyed.size();) {
+        size_t e = k;
+        List group;
+        while (e < keyed.size() && equals(keyed[e].first, keyed[k].first)) group.push_back(items[keyed[e++].second]);
+        // the key as written in the first item, not lower-cased
+        Value key = lookup_path(in, group[0], parts, b[1]);
+        out.push_back(make_tuple(key, Value::make_list(std::move(group))));
+        k = e;
+    }
+    return Value::make_list(std::move(out));
+}
+
 Value f_indent(Interp& in, const Value& v, CallArgs& a) {
     auto b = bind_args("indent", a, {"width", "first", "blank"});
     std::string ind;
@@ -1051,6 +1075,7 @@ const FilterDef kFilters[] = {
     {"d", f_default},         {"default", f_default},     {"dictsort", f_dictsort},
     {"e", f_escape},          {"escape", f_escape},       {"first", f_first},
     {"float", f_float},       {"forceescape", f_escape},  {"format", f_format},
+    {"groupby", f_groupby},
     {"indent", f_indent},     {"int", f_int},             {"items", f_items},
     {"join", f_join},         {"last", f_last},           {"length", f_length},
     {"list", f_list},         {"lower", f_lower},         {"map", f_map},
@@ -1349,14 +1374,15 @@ Value slice_value(const Value& obj, const Value& start, const Value& stop, const
 }
 
 void install_globals(Scope& globals) {
-    auto add = [&](const char* name, Value (*fn)(Interp&, CallArgs&)) {
-        globals.set(name, Value::callable(std::make_shared<Callable>(Callable{name, fn})));
+    // The display names are what Python prints for these classes.
+    auto add = [&](const char* name, const char* shown, Value (*fn)(Interp&, CallArgs&)) {
+        globals.set(name, Value::callable(std::make_shared<Callable>(Callable{shown, fn})));
     };
-    add("range", g_range);
-    add("namespace", g_namespace);
-    add("dict", g_dict);
-    add("joiner", g_joiner);
-    add("cycler", g_cycler);
+    add("range", "class 'range'", g_range);
+    add("namespace", "class 'jinja2.utils.Namespace'", g_namespace);
+    add("dict", "class 'dict'", g_dict);
+    add("joiner", "class 'jinja2.utils.Joiner'", g_joiner);
+    add("cycler", "class 'jinja2.utils.Cycler'", g_cycler);
 }
 
 std::string percent_format(const std::string& fmt, const Value& args) {

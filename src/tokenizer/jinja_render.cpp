@@ -292,6 +292,8 @@ Value Interp::call_macro(const Stmt& m, const ScopePtr& def_scope, CallArgs& a) 
         } else if (key == "caller" && m.uses_caller) {
             scope->set("caller", val);
             have_caller = true;
+        } else if (key == "caller") {
+            throw RenderError("macro '" + name + "' was invoked with two values for the special caller argument. This is most likely a bug.");
         } else if (m.uses_kwargs) {
             extra_kw->set(Value::string(key), val);
         } else {

@@ -1,13 +1,145 @@
-// moestream chat (not yet written: see the issue tracker).
-#include <cstdio>
+// moestream chat: an interactive conversation rendered with the model's own
+// chat template. The conversation stays in the KV cache: each turn only the
+// tokens after the longest common prefix with the cache are evaluated.
+// Ctrl-C stops the current reply; /exit or end of input quits.
+#include <signal.h>
 
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/session_flags.h"
+#include "tokenizer/chat_template.h"
 
 namespace ms {
 
-int cmd_chat(int, char**) {
-    fprintf(stderr, "moestream chat: not implemented yet\n");
-    return 1;
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+void on_sigint(int) { g_interrupted.store(true); }
+
+// One line from stdin without its newline. Returns false at end of input;
+// a Ctrl-C while waiting gives an empty line with *interrupted set.
+bool read_line(std::string* out, bool* interrupted) {
+    char* buf = nullptr;
+    size_t cap = 0;
+    errno = 0;
+    const ssize_t n = getline(&buf, &cap, stdin);
+    *interrupted = n < 0 && errno == EINTR;
+    if (n >= 0) out->assign(buf, size_t(n));
+    free(buf);
+    if (*interrupted) clearerr(stdin);
+    if (n < 0) return *interrupted;
+    while (!out->empty() && (out->back() == '\n' || out->back() == '\r')) out->pop_back();
+    return true;
+}
+
+Json message(const char* role, const std::string& content) {
+    Json m = Json::object();
+    m["role"] = role;
+    m["content"] = content;
+    return m;
+}
+
+}  // namespace
+
+int cmd_chat(int argc, char** argv) {
+    Args a("moestream chat -m MODEL [--system TEXT]",
+           "Interactive chat. Each turn renders the whole conversation with the model's own chat template "
+           "(tokenizer.chat_template) and evaluates only what the KV cache does not already hold; replies stream "
+           "as they are generated. Ctrl-C stops the current reply (the conversation goes on); /exit or end of "
+           "input (Ctrl-D) quits. Timings are printed at the end.");
+    SessionFlags flags;
+    std::string system;
+    int n_predict = -1;
+    a.option("--system", &system, "TEXT", "a system message that opens the conversation");
+    a.option("-n,--n-predict", &n_predict, "N", "most tokens per reply (-1: until the end of the turn)");
+    flags.declare(a, true);
+    if (!a.parse(argc, argv)) return 0;
+    if (n_predict < -1 || n_predict == 0) throw std::runtime_error("-n must be -1 or > 0");
+
+    auto s = flags.open();
+    const std::string source = s->file().get_string("tokenizer.chat_template");
+    if (source.empty()) throw std::runtime_error(flags.model + ": the model has no chat template (tokenizer.chat_template)");
+    const ChatTemplate tmpl(source);
+    const Tokenizer& tok = s->tokenizer();
+    ChatContextOptions copt;
+    copt.add_generation_prompt = true;
+    if (tok.bos() != Tokenizer::kNoToken) copt.bos_token = tok.text(tok.bos());
+    if (tok.eos() != Tokenizer::kNoToken) copt.eos_token = tok.text(tok.eos());
+
+    // No SA_RESTART: a Ctrl-C at the prompt interrupts the read instead of
+    // waiting for Enter.
+    struct sigaction sa = {};
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+
+    Json messages = Json::array();
+    if (!system.empty()) messages.push_back(message("system", system));
+    fprintf(stderr, "chat with %s (%s); Ctrl-C stops a reply, /exit or Ctrl-D quits\n", flags.model.c_str(),
+            s->config().arch.c_str());
+    for (;;) {
+        fputs("> ", stdout);
+        fflush(stdout);
+        std::string line;
+        bool interrupted = false;
+        if (!read_line(&line, &interrupted)) break;
+        if (interrupted) {
+            fputs("\n(Ctrl-C stops a reply; /exit or Ctrl-D quits)\n", stdout);
+            continue;
+        }
+        if (line == "/exit" || line == "/quit") break;
+        if (line.empty()) continue;
+
+        messages.push_back(message("user", line));
+        std::vector<int32_t> tokens;
+        try {
+            const std::string text = tmpl.render(chat_context(messages, copt));
+            const bool has_bos = !copt.bos_token.empty() && text.rfind(copt.bos_token, 0) == 0;
+            tokens = s->tokenize(text, !has_bos);
+            if (tokens.size() >= size_t(s->n_ctx())) {
+                throw std::runtime_error("the conversation (" + std::to_string(tokens.size()) +
+                                         " tokens) fills the context of " + std::to_string(s->n_ctx()) +
+                                         "; start again with a larger -c");
+            }
+        } catch (const std::exception& e) {
+            fprintf(stderr, "error: %s\n", e.what());
+            messages.as_array().pop_back();
+            continue;
+        }
+
+        s->prefill_context(tokens);
+
+        g_interrupted.store(false);
+        StreamDecoder text(tok, false);
+        std::vector<int32_t> reply;
+        const int limit = n_predict < 0 ? int(s->n_ctx()) : n_predict;
+        s->generate(
+            limit,
+            [&](int32_t t) {
+                if (!tok.is_eog(t)) reply.push_back(t);
+                const std::string piece = text.push(t);
+                fwrite(piece.data(), 1, piece.size(), stdout);
+                fflush(stdout);
+                return true;
+            },
+            &g_interrupted);
+        fputs((text.flush() + "\n").c_str(), stdout);
+        if (g_interrupted.load()) fputs("[stopped]\n", stderr);
+        // The reply's exact bytes, so the next rendering re-tokenizes to what
+        // the cache holds.
+        messages.push_back(message("assistant", tok.decode(reply)));
+    }
+    fputc('\n', stdout);
+    flags.finish("chat", *s);
+    return 0;
 }
 
 }  // namespace ms

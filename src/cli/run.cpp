@@ -1,13 +1,59 @@
-// moestream run (not yet written: see the issue tracker).
+// moestream run: generate text from a prompt, streamed to stdout as it is
+// produced; prefill and decode speed and peak RSS go to stderr at the end.
 #include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <string>
 
+#include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/session_flags.h"
 
 namespace ms {
 
-int cmd_run(int, char**) {
-    fprintf(stderr, "moestream run: not implemented yet\n");
-    return 1;
+int cmd_run(int argc, char** argv) {
+    Args a("moestream run -m MODEL -p PROMPT [-n N] [sampling flags]",
+           "Generates a continuation of the prompt and streams it to stdout (complete UTF-8 characters only), "
+           "stopping at an end-of-generation token, after N tokens or when the context is full. Prefill and "
+           "decode tokens per second and the peak RSS are printed to stderr at the end (and written with "
+           "--report). The same --seed and flags give the same text.");
+    SessionFlags flags;
+    std::string prompt, prompt_file;
+    int n_predict = 256;
+    bool show_special = false;
+    a.option("-p,--prompt", &prompt, "TEXT", "the prompt (special tokens like <|im_start|> are parsed)");
+    a.option("-f,--file", &prompt_file, "FILE", "read the prompt from FILE instead");
+    a.option("-n,--n-predict", &n_predict, "N", "most tokens to generate (-1: until the context is full)");
+    a.flag("--special", &show_special, "print control tokens (e.g. <|im_end|>) too");
+    flags.declare(a, true);
+    if (!a.parse(argc, argv)) return 0;
+    if (!prompt_file.empty()) {
+        std::ifstream f(prompt_file, std::ios::binary);
+        if (!f) throw std::runtime_error(prompt_file + ": cannot open");
+        prompt.assign(std::istreambuf_iterator<char>(f), {});
+    }
+    if (n_predict < -1) throw std::runtime_error("-n must be >= -1");
+
+    auto s = flags.open();
+    const std::vector<int32_t> tokens = s->tokenize(prompt);
+    if (tokens.empty()) throw std::runtime_error("the prompt gives no tokens (give -p TEXT)");
+    s->prefill(tokens);
+
+    StreamDecoder text(s->tokenizer(), show_special);
+    const int limit = n_predict < 0 ? int(s->n_ctx()) : n_predict;
+    s->generate(limit, [&](int32_t tok) {
+        const std::string piece = text.push(tok);
+        fwrite(piece.data(), 1, piece.size(), stdout);
+        fflush(stdout);
+        return true;
+    });
+    const std::string rest = text.flush();
+    fwrite(rest.data(), 1, rest.size(), stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    flags.finish("run", *s);
+    return 0;
 }
 
 }  // namespace ms

@@ -131,6 +131,16 @@ void Session::rewind(size_t n) {
     state_->n_past = int64_t(n);
 }
 
+size_t Session::prefill_context(const std::vector<int32_t>& context) {
+    if (context.empty()) throw std::runtime_error("empty context");
+    size_t keep = 0;
+    while (keep < tokens_.size() && keep < context.size() && tokens_[keep] == context[keep]) keep++;
+    if (keep == context.size()) keep--;
+    rewind(keep);
+    prefill(std::vector<int32_t>(context.begin() + ptrdiff_t(keep), context.end()));
+    return context.size() - keep;
+}
+
 int Session::generate(int n_max, const std::function<bool(int32_t)>& on_token, const std::atomic<bool>* stop) {
     if (tokens_.empty()) throw std::runtime_error("generate needs a prompt");
     int n = 0;

@@ -78,6 +78,11 @@ public:
     const float* logits() const { return logits_.data(); }
     // Keeps the first n tokens of the context, forgets the rest.
     void rewind(size_t n);
+    // Makes the cache hold exactly `context` (e.g. a re-rendered chat),
+    // evaluating only the tokens after its longest common prefix with what
+    // the cache holds, and at least one so logits() is fresh. Returns how many
+    // tokens were evaluated.
+    size_t prefill_context(const std::vector<int32_t>& context);
 
     // Samples up to n_max tokens after the current context, calling
     // on_token(id) for each (eog tokens included, before stopping). Stops at

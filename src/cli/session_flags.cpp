@@ -1,0 +1,136 @@
+#include "cli/session_flags.h"
+
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <stdexcept>
+
+#include "cli/progress.h"
+#include "model/ram_experts.h"
+#include "telemetry/system.h"
+
+namespace ms {
+
+void SessionFlags::declare(Args& a, bool sampling) {
+    a.option("-m,--model", &model, "MODEL", "the model, a GGUF file (or the first file of a split set)");
+    a.option("-c,--ctx", &ctx, "N", "context length in tokens (0: the model's training context)");
+    a.option("-t,--threads", &threads, "N", "threads (0: one per CPU)");
+    a.option("-b,--batch", &batch, "N", "most prompt tokens evaluated per forward pass");
+    a.option("--kv-type", &kv_type, "TYPE", "KV cache type: f16 or f32");
+    a.size_option("--mem", &mem, "SIZE",
+                  "memory budget (e.g. 6G) for resident weights + expert cache + KV cache + scratch; "
+                  "refuses to start when the fixed part does not fit (0: no budget)");
+    a.option("--report", &report, "FILE", "write settings, timings and peak RSS as JSON to FILE");
+    if (!sampling) return;
+    a.option("--temp", &temp, "T", "sampling temperature (0: greedy)");
+    a.option("--top-k", &top_k, "K", "keep the K most likely tokens (0: all)");
+    a.option("--top-p", &top_p, "P", "keep the smallest set of tokens whose probability reaches P (1: off)");
+    a.option("--min-p", &min_p, "P", "drop tokens less likely than P times the most likely (0: off)");
+    a.option("--repeat-penalty", &repeat_penalty, "R", "divide the logits of recent tokens by R (1: off)");
+    a.option("--repeat-last-n", &repeat_last_n, "N", "how many recent tokens the repeat penalty looks at");
+    a.option("--seed", &seed, "S", "random seed; the same seed gives the same text (-1: a random seed)");
+}
+
+SessionOptions SessionFlags::options() const {
+    if (model.empty()) throw std::runtime_error("no model given (-m MODEL)");
+    if (ctx < 0) throw std::runtime_error("-c must be >= 0");
+    if (threads < 0) throw std::runtime_error("-t must be >= 0");
+    if (batch < 1) throw std::runtime_error("-b must be >= 1");
+    SessionOptions o;
+    o.model_path = model;
+    o.n_ctx = ctx;
+    o.n_threads = threads;
+    o.n_batch = batch;
+    o.kv_type = parse_kv_type(kv_type);
+    SamplerParams& p = o.sampling;
+    p.temp = float(temp);
+    p.top_k = top_k;
+    p.top_p = float(top_p);
+    p.min_p = float(min_p);
+    p.repeat_penalty = float(repeat_penalty);
+    p.repeat_last_n = repeat_last_n;
+    p.seed = seed >= 0 ? uint64_t(seed) : (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+    return o;
+}
+
+std::unique_ptr<Session> SessionFlags::open() const {
+    const SessionOptions o = options();
+    std::unique_ptr<ProgressBar> bar;
+    std::string phase;
+    auto progress = [&](const char* what, uint64_t done, uint64_t total) {
+        if (phase != what) {
+            if (bar) bar->finish();
+            phase = what;
+            bar = std::make_unique<ProgressBar>(std::string("loading ") + what, total);
+        }
+        bar->update(done);
+    };
+    const uint64_t budget = mem;
+    // Until the store streams experts, every expert is read into RAM: the
+    // budget is checked against what can never be streamed (resident
+    // weights, KV cache, scratch), and the experts beyond it are reported.
+    ExpertSourceFactory experts = [&](const GgufFile& file, const Model& model, uint64_t fixed) {
+        uint64_t expert_bytes = 0;
+        for (const ExpertLayer& l : model.expert_layers()) expert_bytes += l.expert_bytes() * uint64_t(l.n_expert);
+        if (budget > 0 && fixed > budget) {
+            throw std::runtime_error("memory budget: resident weights " + format_bytes(double(model.resident_bytes())) +
+                                     " + KV cache and scratch " + format_bytes(double(fixed - model.resident_bytes())) +
+                                     " need " + format_bytes(double(fixed)) + ", more than --mem " +
+                                     format_bytes(double(budget)));
+        }
+        if (budget > 0 && fixed + expert_bytes > budget) {
+            fprintf(stderr, "note: experts (%s) are held in RAM beyond --mem %s\n",
+                    format_bytes(double(expert_bytes)).c_str(), format_bytes(double(budget)).c_str());
+        }
+        return std::unique_ptr<ExpertSource>(
+            new RamExperts(file, model.expert_layers(), [&](uint64_t d, uint64_t t) { progress("experts", d, t); }));
+    };
+    auto s = Session::open(o, experts, progress);
+    if (bar) bar->finish();
+    return s;
+}
+
+Json SessionFlags::report_json(const char* command, const Session& s) const {
+    Json j = Json::object();
+    j["command"] = command;
+    j["model"] = model;
+    j["arch"] = s.config().arch;
+    Json settings = Json::object();
+    settings["ctx"] = s.n_ctx();
+    settings["threads"] = s.n_threads();
+    settings["batch"] = batch;
+    settings["kv_type"] = kv_type;
+    settings["mem"] = mem;
+    j["settings"] = settings;
+    const Timings& t = s.timings;
+    Json prefill = Json::object();
+    prefill["tokens"] = t.prefill_tokens;
+    prefill["seconds"] = t.prefill_seconds;
+    prefill["tokens_per_second"] = t.prefill_tps();
+    j["prefill"] = prefill;
+    Json decode = Json::object();
+    decode["tokens"] = t.decode_tokens;
+    decode["seconds"] = t.decode_seconds;
+    decode["tokens_per_second"] = t.decode_tps();
+    j["decode"] = decode;
+    j["resident_bytes"] = s.model().resident_bytes();
+    j["state_bytes"] = s.state_bytes();
+    j["peak_rss_bytes"] = peak_rss_bytes();
+    return j;
+}
+
+void SessionFlags::finish(const char* command, const Session& s) const {
+    const Timings& t = s.timings;
+    fprintf(stderr, "prefill: %lld tokens in %.3f s (%.2f tok/s)\n", (long long)t.prefill_tokens, t.prefill_seconds,
+            t.prefill_tps());
+    fprintf(stderr, "decode:  %lld tokens in %.3f s (%.2f tok/s)\n", (long long)t.decode_tokens, t.decode_seconds,
+            t.decode_tps());
+    fprintf(stderr, "peak RSS: %s\n", format_bytes(double(peak_rss_bytes())).c_str());
+    if (report.empty()) return;
+    std::ofstream f(report);
+    if (!f) throw std::runtime_error(report + ": cannot write");
+    f << report_json(command, s).dump(2) << "\n";
+    if (!f) throw std::runtime_error(report + ": write failed");
+}
+
+}  // namespace ms

@@ -1,0 +1,41 @@
+// The flags every command that runs a model shares (run, chat, logits, and
+// later serve and bench model): model path, context, threads, batch, KV
+// type, memory budget, sampling and the JSON report. Declared once here, so
+// the store's flags (--io, --layout, --cache-policy, ...) are added in one
+// place for all of them.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "cli/args.h"
+#include "json/json.h"
+#include "runtime/session.h"
+
+namespace ms {
+
+struct SessionFlags {
+    std::string model;
+    int64_t ctx = 4096;
+    int threads = 0;
+    int batch = 512;
+    std::string kv_type = "f16";
+    uint64_t mem = 0;
+    std::string report;
+    // Sampling (declared only by commands that sample).
+    double temp = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0;
+    int top_k = 40, repeat_last_n = 64;
+    int64_t seed = -1;
+
+    // sampling: also declare the sampling flags.
+    void declare(Args& a, bool sampling);
+    SessionOptions options() const;
+    // Opens the session with a progress bar per loading phase, honouring --mem.
+    std::unique_ptr<Session> open() const;
+    // The settings and measurements of a finished run, for --report.
+    Json report_json(const char* command, const Session& s) const;
+    // Writes report_json to --report when given; prints timings and peak RSS
+    // to stderr.
+    void finish(const char* command, const Session& s) const;
+};
+
+}  // namespace ms

@@ -23,8 +23,7 @@ namespace ms {
 
 namespace {
 
-// wyrand: one 64-bit multiply per 8 random bytes, fast enough that filling
-// blocks costs far less than writing them.
+// wyrand: a small, fast 64-bit generator (seeds, the random pool, Gaussians).
 struct Rng {
     uint64_t s;
     explicit Rng(uint64_t seed) : s(seed) {}
@@ -37,17 +36,6 @@ struct Rng {
     double gaussian() {
         double u1 = uniform(), u2 = uniform();
         return std::sqrt(-2.0 * std::log(1.0 - u1)) * std::cos(6.283185307179586 * u2);
-    }
-    void fill(uint8_t* p, size_t n) {
-        size_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            uint64_t r = next();
-            memcpy(p + i, &r, 8);
-        }
-        if (i < n) {
-            uint64_t r = next();
-            memcpy(p + i, &r, n - i);
-        }
     }
 };
 
@@ -150,7 +138,14 @@ struct PlannedTensor {
     std::vector<uint16_t> f16_table;  // F16 tensors: 4096 Gaussian values to pick from
 };
 
+// Random bytes for quantized blocks come from XOR-ing two windows of a 64 MiB
+// random pool at random offsets with a random word: two loads and a store per
+// 8 bytes, which the compiler vectorizes, so generation costs a fraction of
+// the write(2) it feeds even when other work competes for the cores.
+constexpr size_t kPoolWords = 8u << 20;
+
 struct Plan {
+    std::vector<uint64_t> pool;  // kPoolWords random words
     std::vector<PlannedTensor> tensors;
     uint64_t total_bytes = 0;
     // Routers: per-rank row scales and, per MoE layer, the rank of each expert.
@@ -205,6 +200,10 @@ Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal
     add("output_norm.weight", {E}, Fill::Ones, 0, -1);
     add("output.weight", {E, n_vocab}, Fill::Random, 2 / std::sqrt(double(E)), -1);
 
+    Rng pool_rng(mix_seed(s.seed, 0x706f6f6cull));
+    p.pool.resize(std::min<uint64_t>(kPoolWords, p.total_bytes / 8 + 1024));  // small models, small pool
+    for (uint64_t& w : p.pool) w = pool_rng.next();
+
     p.rank_scale = cal.scale;
     Rng rng(mix_seed(s.seed, 0x726f75746572ull));
     for (int l = 0; l < s.n_layer; ++l) {
@@ -238,6 +237,21 @@ std::vector<Chunk> make_chunks(const Plan& p) {
         }
     }
     return out;
+}
+
+void fill_from_pool(const std::vector<uint64_t>& pool, Rng& rng, uint8_t* out, size_t n) {
+    size_t words = n / 8;  // chunks are far smaller than the pool
+    const uint64_t* a = pool.data() + rng.next() % (pool.size() - words);
+    const uint64_t* b = pool.data() + rng.next() % (pool.size() - words);
+    uint64_t key = rng.next();
+    for (size_t i = 0; i < words; ++i) {
+        uint64_t v = a[i] ^ b[i] ^ key;
+        memcpy(out + 8 * i, &v, 8);
+    }
+    if (n % 8) {
+        uint64_t v = rng.next();
+        memcpy(out + 8 * words, &v, n % 8);
+    }
 }
 
 void generate_chunk(const SynthSpec& s, const Plan& p, const Chunk& c, size_t chunk_index, uint8_t* out) {
@@ -274,7 +288,7 @@ void generate_chunk(const SynthSpec& s, const Plan& p, const Chunk& c, size_t ch
         }
         return;
     }
-    rng.fill(out, c.bytes);
+    fill_from_pool(p.pool, rng, out, c.bytes);
     const size_t bs = type_traits(t.type).type_size;
     const BlockHeader& h = t.header;
     for (uint64_t b = 0; b < c.n_blocks; ++b) memcpy(out + b * bs + h.offset, h.bytes, h.size);

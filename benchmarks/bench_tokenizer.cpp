@@ -7,6 +7,7 @@
 //   Decode            ids back to text
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -28,6 +29,13 @@ std::string slurp(const fs::path& p) {
     return ss.str();
 }
 
+// The golden folder: $MOESTREAM_GOLDEN_DIR, else ../shared/golden beside the
+// source tree.
+fs::path golden_dir() {
+    if (const char* e = getenv("MOESTREAM_GOLDEN_DIR")) return e;
+    return fs::path(__FILE__).parent_path().parent_path().parent_path() / "shared" / "golden";
+}
+
 const std::string& corpus() {
     static const std::string text = [] {
         std::string t;
@@ -39,15 +47,15 @@ const std::string& corpus() {
             t += slurp(real);
         }
         for (const char* name : {"qwen3-vocab.gguf.inp", "ggml-vocab-llama-spm.gguf.inp"})
-            t += slurp(fs::path(MOESTREAM_GOLDEN_DIR) / "tokenizer" / name);
+            t += slurp(golden_dir() / "tokenizer" / name);
         return t;
     }();
     return text;
 }
 
 const ms::Tokenizer& qwen3() {
-    static const ms::Tokenizer tok = ms::Tokenizer::from_gguf(
-        ms::GgufFile::open(std::string(MOESTREAM_GOLDEN_DIR) + "/tokenizer/qwen3-vocab.gguf"));
+    static const ms::Tokenizer tok =
+        ms::Tokenizer::from_gguf(ms::GgufFile::open((golden_dir() / "tokenizer" / "qwen3-vocab.gguf").string()));
     return tok;
 }
 

@@ -17,11 +17,18 @@ using namespace ms;
 
 namespace {
 
+std::string temp_dir() { return testing::TempDir() + "gguf_test_" + std::to_string(getpid()); }
+
 std::string temp_path(const std::string& name) {
-    std::string dir = testing::TempDir() + "gguf_test_" + std::to_string(getpid());
-    fs::create_directories(dir);
-    return dir + "/" + name;
+    fs::create_directories(temp_dir());
+    return temp_dir() + "/" + name;
 }
+
+// Removes the test's files when the run ends.
+struct TempCleanup : testing::Environment {
+    void TearDown() override { fs::remove_all(temp_dir()); }
+};
+const auto* kCleanup = testing::AddGlobalTestEnvironment(new TempCleanup);
 
 // Deterministic bytes for tensor t (so each tensor's data is distinct).
 std::vector<uint8_t> pattern(size_t n, uint32_t seed) {

@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+
 namespace ms {
 
 namespace {
@@ -10,6 +12,9 @@ namespace {
 // issues hundreds of small jobs per token, and a futex wake costs more than
 // that. Longer spins only burn a core another thread may need.
 constexpr int kSpins = 1000;
+// Chunks per thread: enough that a late or slow thread leaves work for the
+// others, few enough that claiming costs nothing.
+constexpr int64_t kChunksPerThread = 4;
 
 }  // namespace
 
@@ -23,15 +28,32 @@ ThreadPool::ThreadPool(int n_threads) {
 
 ThreadPool::~ThreadPool() {
     stop_.store(true);
-    generation_.fetch_add(1);
-    generation_.notify_all();
+    posted_.fetch_add(1);
+    posted_.notify_all();
     for (std::thread& t : threads_) t.join();
 }
 
-void ThreadPool::part(int64_t n, int i, int n_threads, int64_t* begin, int64_t* end) {
-    int64_t base = n / n_threads, extra = n % n_threads;
-    *begin = i * base + (i < extra ? i : extra);
+void ThreadPool::part(int64_t n, int64_t i, int64_t n_chunks, int64_t* begin, int64_t* end) {
+    const int64_t base = n / n_chunks, extra = n % n_chunks;
+    *begin = i * base + std::min(i, extra);
     *end = *begin + base + (i < extra ? 1 : 0);
+}
+
+void ThreadPool::participate(int thread, uint32_t generation) {
+    for (;;) {
+        uint64_t cur = job_.load(std::memory_order_acquire);
+        if (uint32_t(cur >> 32) != generation) return;
+        const int64_t k = int64_t(cur & 0xffffffffu);
+        const int64_t chunks = chunks_.load(std::memory_order_relaxed);
+        if (k >= chunks) return;
+        // Claiming chunk k of this generation succeeds only while the job is
+        // unfinished, so the fields read above are this job's.
+        if (!job_.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel)) continue;
+        int64_t b, e;
+        part(n_.load(std::memory_order_relaxed), k, chunks, &b, &e);
+        fn_.load(std::memory_order_relaxed)(ctx_.load(std::memory_order_relaxed), b, e, thread);
+        done_.fetch_add(1, std::memory_order_release);
+    }
 }
 
 void ThreadPool::run(int64_t n, Fn fn, void* ctx) {
@@ -40,18 +62,20 @@ void ThreadPool::run(int64_t n, Fn fn, void* ctx) {
         fn(ctx, 0, n, 0);
         return;
     }
-    n_ = n;
-    fn_ = fn;
-    ctx_ = ctx;
-    pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
-    generation_.notify_all();
+    const int64_t chunks = std::min(n, int64_t(n_threads_) * kChunksPerThread);
+    const uint32_t g = ++generation_;
+    n_.store(n, std::memory_order_relaxed);
+    chunks_.store(chunks, std::memory_order_relaxed);
+    fn_.store(fn, std::memory_order_relaxed);
+    ctx_.store(ctx, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    job_.store(uint64_t(g) << 32, std::memory_order_release);
+    posted_.store(g);  // seq_cst, paired with the sleepers_ count in worker()
+    if (sleepers_.load() > 0) posted_.notify_all();
 
-    int64_t b, e;
-    part(n, 0, n_threads_, &b, &e);
-    if (b < e) fn(ctx, b, e, 0);
-
-    for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; spins++) {
+    participate(0, g);
+    for (int spins = 0; done_.load(std::memory_order_acquire) != chunks; spins++) {
+        // Only chunks other threads already claimed are left.
         if (spins < kSpins) {
             _mm_pause();
         } else {
@@ -61,25 +85,22 @@ void ThreadPool::run(int64_t n, Fn fn, void* ctx) {
 }
 
 void ThreadPool::worker(int index) {
-    // Generation 0 is the pool's state before any job. Reading the counter
-    // here instead would miss a job posted before this thread got going.
-    uint32_t seen = 0;
+    uint32_t seen = 0;  // generation 0: no job yet
     for (;;) {
         int spins = 0;
         uint32_t g;
-        while ((g = generation_.load(std::memory_order_acquire)) == seen) {
+        while ((g = posted_.load(std::memory_order_acquire)) == seen) {
             if (spins++ < kSpins) {
                 _mm_pause();
-            } else {
-                generation_.wait(seen, std::memory_order_acquire);
+                continue;
             }
+            sleepers_.fetch_add(1);
+            posted_.wait(seen);  // returns at once if posted_ moved on meanwhile
+            sleepers_.fetch_sub(1);
         }
         seen = g;
         if (stop_.load()) return;
-        int64_t b, e;
-        part(n_, index, n_threads_, &b, &e);
-        if (b < e) fn_(ctx_, b, e, index);
-        pending_.fetch_sub(1, std::memory_order_release);
+        participate(index, g);
     }
 }
 

@@ -1,8 +1,9 @@
-// A fixed set of worker threads that split one range of work (rows of a
-// matrix, heads of attention) into contiguous parts, one per thread, and wait
-// for all of them. Parts depend only on the range and the thread count, and
-// every row is computed by exactly one thread, so results do not depend on
-// scheduling. Dispatch allocates nothing.
+// A fixed set of worker threads that share one range of work at a time (rows
+// of a matrix, heads of attention). The range is cut into a few chunks per
+// thread and every participant, the caller included, claims chunks until none
+// are left, so a worker the OS has not scheduled yet never holds up the
+// caller. Each row is computed by exactly one call, whole, so results do not
+// depend on which thread ran it. Dispatch allocates nothing.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -22,9 +23,9 @@ public:
 
     int size() const { return n_threads_; }
 
-    // Calls fn(ctx, begin, end, thread) for the non-empty parts of [0, n) and
-    // returns when all are done. thread in [0, size()) names the part (for
-    // per-thread scratch); the caller computes part 0 itself.
+    // Calls fn(ctx, begin, end, thread) on chunks covering [0, n) and returns
+    // when all are done. thread in [0, size()) identifies the participant
+    // (for per-thread scratch); the caller is 0.
     using Fn = void (*)(void* ctx, int64_t begin, int64_t end, int thread);
     void run(int64_t n, Fn fn, void* ctx);
 
@@ -40,21 +41,26 @@ public:
         }
     }
 
-    // The part of [0, n) that thread i of n_threads computes.
-    static void part(int64_t n, int i, int n_threads, int64_t* begin, int64_t* end);
+    // Chunk i of n_chunks contiguous, near-equal chunks of [0, n).
+    static void part(int64_t n, int64_t i, int64_t n_chunks, int64_t* begin, int64_t* end);
 
 private:
     void worker(int index);
+    // Claims and runs chunks of job `generation` until none are left.
+    void participate(int thread, uint32_t generation);
 
     int n_threads_ = 1;
     std::vector<std::thread> threads_;
-    std::atomic<uint32_t> generation_{0};
-    std::atomic<int> pending_{0};
+    uint32_t generation_ = 0;            // caller's count of jobs posted
+    std::atomic<uint64_t> job_{0};       // generation << 32 | next unclaimed chunk
+    std::atomic<uint32_t> posted_{0};    // generation, for workers to sleep on
+    std::atomic<int> sleepers_{0};       // workers blocked in posted_.wait
+    std::atomic<int64_t> done_{0};       // chunks finished in the current job
     std::atomic<bool> stop_{false};
-    // The current job; written before generation_ is bumped.
-    int64_t n_ = 0;
-    Fn fn_ = nullptr;
-    void* ctx_ = nullptr;
+    // The current job; written before job_ publishes its generation.
+    std::atomic<int64_t> n_{0}, chunks_{0};
+    std::atomic<Fn> fn_{nullptr};
+    std::atomic<void*> ctx_{nullptr};
 };
 
 }  // namespace ms

@@ -1,0 +1,179 @@
+// The vector operations against plain double-precision formulas written out
+// here: RMS norm, softmax, SwiGLU, RoPE angles and rotation, causal GQA
+// attention over F32 and F16 caches, and linear() over F32 weights for any
+// thread count.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "ops/activation.h"
+#include "ops/attention.h"
+#include "ops/buffer.h"
+#include "ops/linear.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+#include "quant/half.h"
+
+namespace ms {
+namespace {
+
+std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng);
+    return v;
+}
+
+TEST(Ops, RmsNormMatchesFormula) {
+    const std::vector<float> x = random_vector(96, 1), w = random_vector(96, 2);
+    std::vector<float> out(96);
+    rms_norm(x.data(), w.data(), 96, 1e-6f, out.data());
+    double ss = 0;
+    for (float v : x) ss += double(v) * v;
+    const double scale = 1.0 / std::sqrt(ss / 96 + 1e-6);
+    for (size_t i = 0; i < 96; i++) EXPECT_NEAR(out[i], x[i] * scale * w[i], 1e-5 * std::fabs(x[i] * scale * w[i]) + 1e-7);
+    // In place, without weight.
+    std::vector<float> y = x;
+    rms_norm(y.data(), nullptr, 96, 1e-6f, y.data());
+    for (size_t i = 0; i < 96; i++) EXPECT_NEAR(y[i], x[i] * scale, 1e-5);
+}
+
+TEST(Ops, SoftmaxAndSwiglu) {
+    std::vector<float> x = {1.0f, 2.0f, -3.0f, 0.5f, 100.0f, 99.0f};
+    const std::vector<float> orig = x;
+    softmax(x.data(), 6, 0.5f);
+    double sum = 0;
+    for (float v : orig) sum += std::exp(0.5 * (v - 100.0));
+    for (size_t i = 0; i < 6; i++) EXPECT_NEAR(x[i], std::exp(0.5 * (orig[i] - 100.0)) / sum, 1e-6);
+
+    const std::vector<float> g = {-2.0f, 0.0f, 3.0f}, u = {1.5f, 2.0f, -1.0f};
+    std::vector<float> out(3);
+    swiglu(g.data(), u.data(), 3, out.data());
+    for (size_t i = 0; i < 3; i++) EXPECT_NEAR(out[i], g[i] / (1.0 + std::exp(-double(g[i]))) * u[i], 1e-6);
+}
+
+TEST(Ops, RopeRotatesPairsByPositionTimesFrequency) {
+    const int head_dim = 16, heads = 2;
+    for (bool neox : {true, false}) {
+        Rope rope{head_dim, 10000.0f, neox};
+        std::vector<float> cs(head_dim);
+        const int64_t pos = 7;
+        rope_angles(rope, pos, cs.data());
+        std::vector<float> x = random_vector(size_t(head_dim * heads), 3), orig = x;
+        rope_apply(rope, cs.data(), x.data(), heads, head_dim);
+        for (int h = 0; h < heads; h++) {
+            for (int i = 0; i < head_dim / 2; i++) {
+                const double theta = double(pos) * std::pow(10000.0, -2.0 * i / head_dim);
+                const int a = h * head_dim + (neox ? i : 2 * i);
+                const int b = h * head_dim + (neox ? i + head_dim / 2 : 2 * i + 1);
+                EXPECT_NEAR(x[size_t(a)], orig[size_t(a)] * std::cos(theta) - orig[size_t(b)] * std::sin(theta), 1e-5);
+                EXPECT_NEAR(x[size_t(b)], orig[size_t(a)] * std::sin(theta) + orig[size_t(b)] * std::cos(theta), 1e-5);
+            }
+        }
+    }
+    // Position 0 is the identity; partial rotation leaves the tail alone.
+    Rope partial{8, 10000.0f, true};
+    std::vector<float> cs(8);
+    rope_angles(partial, 0, cs.data());
+    std::vector<float> x = random_vector(16, 4), orig = x;
+    rope_apply(partial, cs.data(), x.data(), 1, 16);
+    EXPECT_EQ(x, orig);
+    rope_angles(partial, 3, cs.data());
+    rope_apply(partial, cs.data(), x.data(), 1, 16);
+    for (int i = 8; i < 16; i++) EXPECT_EQ(x[size_t(i)], orig[size_t(i)]);
+}
+
+// Causal GQA attention in double, from the F32 values the cache holds.
+std::vector<double> reference_attention(const AttentionShape& s, const std::vector<float>& q,
+                                        const std::vector<float>& k, const std::vector<float>& v, int64_t n_tok) {
+    const int64_t kw = int64_t(s.n_head_kv) * s.head_dim, vw = int64_t(s.n_head_kv) * s.head_dim_v;
+    std::vector<double> out(size_t(n_tok * s.n_head * s.head_dim_v), 0.0);
+    for (int64_t t = 0; t < n_tok; t++) {
+        for (int h = 0; h < s.n_head; h++) {
+            const int kvh = h / (s.n_head / s.n_head_kv);
+            std::vector<double> w(size_t(t + 1));
+            double max = -1e300, sum = 0;
+            for (int64_t j = 0; j <= t; j++) {
+                double d = 0;
+                for (int i = 0; i < s.head_dim; i++) {
+                    d += double(q[size_t((t * s.n_head + h) * s.head_dim + i)]) * k[size_t(j * kw + kvh * s.head_dim + i)];
+                }
+                w[size_t(j)] = d * s.scale;
+                max = std::max(max, w[size_t(j)]);
+            }
+            for (double& x : w) sum += (x = std::exp(x - max));
+            for (int64_t j = 0; j <= t; j++) {
+                for (int i = 0; i < s.head_dim_v; i++) {
+                    out[size_t((t * s.n_head + h) * s.head_dim_v + i)] +=
+                        w[size_t(j)] / sum * v[size_t(j * vw + kvh * s.head_dim_v + i)];
+                }
+            }
+        }
+    }
+    return out;
+}
+
+TEST(Ops, CausalGqaAttentionMatchesReference) {
+    const AttentionShape s{4, 2, 32, 32, 1.0f / std::sqrt(32.0f)};
+    const int64_t n_tok = 9, n_ctx = 16, kw = 2 * 32;
+    const std::vector<float> q = random_vector(size_t(n_tok * 4 * 32), 5);
+    const std::vector<float> k = random_vector(size_t(n_tok * kw), 6), v = random_vector(size_t(n_tok * kw), 7);
+    for (GgmlType type : {GgmlType::F32, GgmlType::F16}) {
+        const size_t elt = type == GgmlType::F32 ? 4 : 2;
+        AlignedBuffer kc(size_t(n_ctx * kw) * elt), vc(size_t(n_ctx * kw) * elt);
+        const KvLayer kv{type, kw, kw, kc.data(), vc.data()};
+        for (int64_t t = 0; t < n_tok; t++) kv_store(kv, t, k.data() + t * kw, v.data() + t * kw);
+        // What the cache holds, widened back to float.
+        std::vector<float> kh = k, vh = v;
+        if (type == GgmlType::F16) {
+            for (float& x : kh) x = fp16_to_fp32(fp32_to_fp16(x));
+            for (float& x : vh) x = fp16_to_fp32(fp32_to_fp16(x));
+        }
+        const std::vector<double> want = reference_attention(s, q, kh, vh, n_tok);
+        for (int threads : {1, 3}) {
+            ThreadPool pool(threads);
+            std::vector<float> scratch(size_t(threads) * attention_scratch_floats(s, n_ctx));
+            std::vector<float> out(want.size());
+            // All tokens at once, then the last token alone at its position.
+            attention(pool, s, kv, q.data(), n_tok, 0, n_ctx, scratch.data(), out.data());
+            // F16: the query is rounded to F16 too, as the reference does.
+            const double tol = type == GgmlType::F32 ? 1e-5 : 2e-3;
+            for (size_t i = 0; i < want.size(); i++) ASSERT_NEAR(out[i], want[i], tol) << type_name(type) << " " << i;
+            std::vector<float> last(static_cast<size_t>(4 * 32));
+            attention(pool, s, kv, q.data() + (n_tok - 1) * 4 * 32, 1, n_tok - 1, n_ctx, scratch.data(), last.data());
+            for (size_t i = 0; i < last.size(); i++) EXPECT_EQ(last[i], out[size_t((n_tok - 1) * 4 * 32) + i]);
+        }
+    }
+}
+
+TEST(Ops, LinearF32MatchesDotsForAnyThreadCount) {
+    const int64_t cols = 64, rows = 37, n_tok = 5;
+    const std::vector<float> w = random_vector(size_t(cols * rows), 8), x = random_vector(size_t(cols * n_tok), 9);
+    const Tensor t{GgmlType::F32, cols, rows, reinterpret_cast<const uint8_t*>(w.data())};
+    AlignedBuffer act(linear_scratch_bytes(t, n_tok));
+    std::vector<float> first;
+    for (int threads : {1, 2, 4}) {
+        ThreadPool pool(threads);
+        std::vector<float> y(size_t(rows * n_tok));
+        linear(pool, t, x.data(), n_tok, y.data(), act.data());
+        for (int64_t tok = 0; tok < n_tok; tok++) {
+            for (int64_t r = 0; r < rows; r++) {
+                double d = 0;
+                for (int64_t c = 0; c < cols; c++) d += double(w[size_t(r * cols + c)]) * x[size_t(tok * cols + c)];
+                ASSERT_NEAR(y[size_t(tok * rows + r)], d, 1e-4);
+            }
+        }
+        if (first.empty()) first = y;
+        EXPECT_EQ(y, first) << threads << " threads";
+        // One token alone gives the same bits as inside the batch.
+        std::vector<float> one(static_cast<size_t>(rows));
+        linear(pool, t, x.data() + 2 * cols, 1, one.data(), act.data());
+        for (int64_t r = 0; r < rows; r++) EXPECT_EQ(one[size_t(r)], y[size_t(2 * rows + r)]);
+    }
+}
+
+}  // namespace
+}  // namespace ms

@@ -1,6 +1,8 @@
 // moestream pack: writes the packed expert sidecar MODEL.gguf.experts (each
 // expert's gate|up|down contiguous, 4 KiB aligned, xxh3-checksummed, the
 // header fingerprinting the model), or checks one with --verify.
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 
@@ -41,8 +43,10 @@ int cmd_pack(int argc, char** argv) {
 
     std::string model = pos[0], sidecar = out;
     if (verify && ends_with(model, kSuffix)) {
+        // Given a sidecar: its model sits next to it, or where the header says.
         sidecar = model;
         model = model.substr(0, model.size() - (sizeof kSuffix - 1));
+        if (access(model.c_str(), F_OK) != 0) model = sidecar_source(sidecar);
     }
     if (sidecar.empty()) sidecar = sidecar_path(model);
 

@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -118,7 +119,7 @@ SourceFingerprint fingerprint(const GgufFile& f) {
 
 // ---------------------------------------------------------------------------
 // Sidecar format (little-endian, as the structs lie in memory on x86-64):
-//   SidecarHeader | SidecarEntry x n_entries | padding to 4 KiB | records
+//   SidecarHeader | SidecarEntry x n_entries | source path | padding to 4 KiB | records
 // Each record is one expert's gate|up|down bytes at a 4 KiB-aligned offset,
 // zero-padded to a multiple of 4 KiB, so one O_DIRECT read fetches it whole.
 
@@ -132,7 +133,7 @@ struct SidecarHeader {
     uint32_t version;
     uint32_t n_layers;
     uint32_t n_entries;
-    uint32_t reserved;
+    uint32_t source_path_len;  // the model's absolute path follows the table (for `pack --verify SIDECAR`)
     uint64_t source_size;
     int64_t source_mtime_ns;
     uint64_t table_hash;
@@ -151,12 +152,13 @@ struct SidecarEntry {
 };
 static_assert(sizeof(SidecarEntry) == 32);
 
-uint64_t header_hash(SidecarHeader h, const std::vector<SidecarEntry>& entries) {
+uint64_t header_hash(SidecarHeader h, const std::vector<SidecarEntry>& entries, const std::string& source) {
     h.header_hash = 0;
     XXH3_state_t* st = XXH3_createState();
     XXH3_64bits_reset(st);
     XXH3_64bits_update(st, &h, sizeof h);
     XXH3_64bits_update(st, entries.data(), entries.size() * sizeof(SidecarEntry));
+    XXH3_64bits_update(st, source.data(), source.size());
     uint64_t v = XXH3_64bits_digest(st);
     XXH3_freeState(st);
     return v;
@@ -184,32 +186,52 @@ void read_exact(int fd, const std::string& path, void* dst, uint64_t n, uint64_t
     if (uint64_t(r) != n) throw std::runtime_error(path + ": " + what + ": file is truncated");
 }
 
-// Reads and checks a sidecar's header and table against the model; throws
-// naming the first problem, with every fingerprint field that differs.
-std::vector<SidecarEntry> load_sidecar_table(const GgufFile& f, const std::vector<ExpertLayer>& layers,
-                                             const std::string& path, int fd) {
+// A sidecar's header, table and source path, checked for internal
+// consistency (not yet against a model).
+struct SidecarTable {
+    SidecarHeader h;
+    std::vector<SidecarEntry> entries;
+    std::string source;
+    uint64_t file_size = 0;
+};
+
+SidecarTable read_sidecar_table(const std::string& path, int fd) {
     struct stat st;
     if (fstat(fd, &st) != 0) throw std::runtime_error(path + ": " + strerror(errno));
-    uint64_t file_size = uint64_t(st.st_size);
-    SidecarHeader h;
-    if (file_size < sizeof h) throw std::runtime_error(path + ": not an expert sidecar (too small)");
+    SidecarTable t;
+    SidecarHeader& h = t.h;
+    t.file_size = uint64_t(st.st_size);
+    if (t.file_size < sizeof h) throw std::runtime_error(path + ": not an expert sidecar (too small)");
     read_exact(fd, path, &h, sizeof h, 0, "header");
     if (memcmp(h.magic, kMagic, 8) != 0)
         throw std::runtime_error(path + ": not a moestream expert sidecar (bad magic)");
     if (h.version != kVersion)
         throw std::runtime_error(path + ": sidecar version " + std::to_string(h.version) + ", this build reads " +
                                  std::to_string(kVersion) + " (run `moestream pack` again)");
-    if (h.file_size != file_size)
-        throw std::runtime_error(path + ": sidecar is " + std::to_string(file_size) + " bytes, its header says " +
+    if (h.file_size != t.file_size)
+        throw std::runtime_error(path + ": sidecar is " + std::to_string(t.file_size) + " bytes, its header says " +
                                  std::to_string(h.file_size) + " (truncated or incomplete pack)");
-    uint64_t table_end = sizeof h + uint64_t(h.n_entries) * sizeof(SidecarEntry);
-    if (table_end > file_size || h.data_offset < table_end || h.data_offset > file_size)
+    uint64_t table_end = sizeof h + uint64_t(h.n_entries) * sizeof(SidecarEntry) + h.source_path_len;
+    if (table_end > t.file_size || h.data_offset < table_end || h.data_offset > t.file_size)
         throw std::runtime_error(path + ": sidecar header is damaged (table out of range)");
-    std::vector<SidecarEntry> entries(h.n_entries);
-    read_exact(fd, path, entries.data(), entries.size() * sizeof(SidecarEntry), sizeof h, "expert table");
-    if (header_hash(h, entries) != h.header_hash)
+    t.entries.resize(h.n_entries);
+    read_exact(fd, path, t.entries.data(), t.entries.size() * sizeof(SidecarEntry), sizeof h, "expert table");
+    t.source.resize(h.source_path_len);
+    read_exact(fd, path, t.source.data(), t.source.size(), sizeof h + t.entries.size() * sizeof(SidecarEntry),
+               "source path");
+    if (header_hash(h, t.entries, t.source) != h.header_hash)
         throw std::runtime_error(path + ": sidecar header or expert table is damaged (checksum mismatch)");
+    return t;
+}
 
+// Reads and checks a sidecar's header and table against the model; throws
+// naming the first problem, with every fingerprint field that differs.
+std::vector<SidecarEntry> load_sidecar_table(const GgufFile& f, const std::vector<ExpertLayer>& layers,
+                                             const std::string& path, int fd) {
+    SidecarTable t = read_sidecar_table(path, fd);
+    const SidecarHeader& h = t.h;
+    const std::vector<SidecarEntry>& entries = t.entries;
+    const uint64_t file_size = t.file_size;
     SourceFingerprint fp = fingerprint(f);
     if (fp.table_hash != h.table_hash || fp.size != h.source_size || fp.mtime_ns != h.source_mtime_ns) {
         std::string diff;
@@ -394,7 +416,11 @@ void write_sidecar(const GgufFile& f, const std::vector<ExpertLayer>& layers, co
     h.source_size = fp.size;
     h.source_mtime_ns = fp.mtime_ns;
     h.table_hash = fp.table_hash;
-    h.data_offset = align_up(sizeof h + entries.size() * sizeof(SidecarEntry), kIoAlign);
+    char* real = realpath(f.path().c_str(), nullptr);
+    std::string source = real ? real : f.path();
+    free(real);
+    h.source_path_len = uint32_t(source.size());
+    h.data_offset = align_up(sizeof h + entries.size() * sizeof(SidecarEntry) + source.size(), kIoAlign);
     uint64_t pos = h.data_offset;
     for (SidecarEntry& en : entries) {
         en.offset = pos;
@@ -433,16 +459,24 @@ void write_sidecar(const GgufFile& f, const std::vector<ExpertLayer>& layers, co
             done += en.size;
             if (progress) progress(done, total);
         }
-    h.header_hash = header_hash(h, entries);
+    h.header_hash = header_hash(h, entries, source);
     std::vector<uint8_t> head(h.data_offset, 0);
     memcpy(head.data(), &h, sizeof h);
     memcpy(head.data() + sizeof h, entries.data(), entries.size() * sizeof(SidecarEntry));
+    memcpy(head.data() + sizeof h + entries.size() * sizeof(SidecarEntry), source.data(), source.size());
     write_at(head.data(), head.size(), 0);
     if (fdatasync(fd.fd) != 0 || rename(tmp.c_str(), out.c_str()) != 0) {
         std::string why = strerror(errno);
         unlink(tmp.c_str());
         throw std::runtime_error(out + ": " + why);
     }
+}
+
+std::string sidecar_source(const std::string& sidecar) {
+    Fd fd;
+    fd.fd = ::open(sidecar.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd.fd < 0) throw std::runtime_error(sidecar + ": " + strerror(errno));
+    return read_sidecar_table(sidecar, fd.fd).source;
 }
 
 VerifyResult verify_sidecar(const GgufFile& f, const std::vector<ExpertLayer>& layers, const std::string& sidecar,

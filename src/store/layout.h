@@ -110,6 +110,10 @@ using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 void write_sidecar(const GgufFile& f, const std::vector<ExpertLayer>& layers, const std::string& out,
                    const ProgressFn& progress = nullptr);
 
+// The absolute path of the model a sidecar was packed from, as its header
+// records it; throws when the file is not a sound sidecar.
+std::string sidecar_source(const std::string& sidecar);
+
 struct VerifyResult {
     uint64_t experts = 0, bytes = 0;
 };

@@ -47,6 +47,9 @@ TEST(Pack, RoundTripMatchesGgufBytes) {
                 EXPECT_EQ(p.n_reads, 1);
                 EXPECT_TRUE(p.has_checksum);
             }
+        char* real = realpath(golden_model(name).c_str(), nullptr);
+        EXPECT_EQ(sidecar_source(side), std::string(real));
+        free(real);
         VerifyResult r = verify_sidecar(f, layers, side);
         EXPECT_EQ(r.experts, uint64_t(lay.total_experts()));
         EXPECT_EQ(r.bytes, lay.expert_bytes_total());

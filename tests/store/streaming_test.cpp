@@ -44,7 +44,6 @@ Outputs generate(const Model& model, ExpertSource& experts, int threads, const s
     const int n = int(prompt.size());
     Outputs out;
     out.logits.resize(size_t((n + steps) * V));
-    experts.begin_step(n);
     model.forward(*st, experts, pool, prompt.data(), n, out.logits.data(), true);
     for (int s = 0; s < steps; s++) {
         const float* last = out.logits.data() + (n - 1 + s) * V;
@@ -52,7 +51,6 @@ Outputs generate(const Model& model, ExpertSource& experts, int threads, const s
         for (int64_t i = 1; i < V; i++)
             if (last[i] > last[tok]) tok = int32_t(i);
         out.tokens.push_back(tok);
-        experts.begin_step(1);
         model.forward(*st, experts, pool, &tok, 1, out.logits.data() + (n + s) * V, false);
     }
     return out;

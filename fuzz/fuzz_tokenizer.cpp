@@ -29,16 +29,6 @@ void check(bool ok) {
     if (!ok) abort();
 }
 
-bool valid_utf8(const std::string& s) {
-    auto p = reinterpret_cast<const unsigned char*>(s.data());
-    for (size_t i = 0; i < s.size();) {
-        int n = utf8_check(p + i, s.size() - i);
-        if (n <= 0) return false;
-        i += size_t(n);
-    }
-    return true;
-}
-
 VocabSpec byte_level_spec() {
     VocabSpec v;
     v.model = "gpt2";
@@ -118,8 +108,8 @@ void encode_decode(const Tokenizer& t, std::string_view text, uint8_t mode, bool
     if (complete && !add_bos && !parse_special && !(spm && text.find("\xE2\x96\x81") != std::string_view::npos))
         check(back == text);
     StreamDecoder d(t, !(mode & 4));
-    for (int32_t id : ids) check(valid_utf8(d.push(id)));
-    check(valid_utf8(d.flush()));
+    for (int32_t id : ids) check(utf8_valid(d.push(id)));
+    check(utf8_valid(d.flush()));
     check(d.pending() == 0);
 }
 

@@ -39,6 +39,16 @@ int utf8_check(const unsigned char* s, size_t n) {
     return len;
 }
 
+bool utf8_valid(std::string_view s) {
+    auto p = reinterpret_cast<const unsigned char*>(s.data());
+    for (size_t i = 0; i < s.size();) {
+        int n = utf8_check(p + i, s.size() - i);
+        if (n <= 0) return false;
+        i += size_t(n);
+    }
+    return true;
+}
+
 void utf8_append(std::string& out, uint32_t cp) {
     if (cp < 0x80) {
         out += char(cp);

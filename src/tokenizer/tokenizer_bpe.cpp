@@ -74,10 +74,6 @@ namespace {
 using Symbol = EncodeScratch::Symbol;
 using Bigram = EncodeScratch::Bigram;
 
-struct HeapAfter {  // min-heap on key
-    bool operator()(const Bigram& a, const Bigram& b) const { return a.key > b.key; }
-};
-
 void push_pair(const Tokenizer::Impl& m, EncodeScratch& s, int32_t left) {
     if (left < 0) return;
     int32_t right = s.symbols[left].next;
@@ -86,8 +82,7 @@ void push_pair(const Tokenizer::Impl& m, EncodeScratch& s, int32_t left) {
     if (a < 0 || b < 0) return;
     const MergeTable::Entry* e = m.merges.find(a, b);
     if (!e) return;
-    s.heap.push_back({uint64_t(uint32_t(e->rank)) << 32 | uint32_t(left), a, b, e->result});
-    std::push_heap(s.heap.begin(), s.heap.end(), HeapAfter{});
+    s.push({uint64_t(uint32_t(e->rank)) << 32 | uint32_t(left), a, b, e->result});
 }
 
 // Merges s.symbols (a chain 0 -> next -> ... -> -1) until no ranked pair is left.
@@ -95,32 +90,17 @@ void merge_symbols(const Tokenizer::Impl& m, EncodeScratch& s) {
     s.heap.clear();
     for (int32_t i = 0; i + 1 < int32_t(s.symbols.size()); i++) push_pair(m, s, i);
     while (!s.heap.empty()) {
-        std::pop_heap(s.heap.begin(), s.heap.end(), HeapAfter{});
-        Bigram g = s.heap.back();
-        s.heap.pop_back();
+        Bigram g = s.pop();
         int32_t left = int32_t(uint32_t(g.key));
         Symbol& l = s.symbols[left];
         // A pair queued before one of its sides changed is stale: ids only
         // change by growing, so equal ids mean an unchanged pair.
-        if (l.len == 0 || l.next < 0 || l.id != g.a) continue;
-        Symbol& r = s.symbols[l.next];
-        if (r.id != g.b) continue;
+        if (l.len == 0 || l.next < 0 || l.id != g.a || s.symbols[l.next].id != g.b) continue;
         l.id = g.c;
-        l.len += r.len;
-        r.len = 0;
-        l.next = r.next;
-        if (l.next >= 0) s.symbols[l.next].prev = left;
+        s.join_next(left);
         push_pair(m, s, l.prev);
         push_pair(m, s, left);
     }
-}
-
-void start_symbols(EncodeScratch& s) { s.symbols.clear(); }
-
-void add_symbol(EncodeScratch& s, int32_t id, uint32_t start, uint32_t len) {
-    int32_t i = int32_t(s.symbols.size());
-    s.symbols.push_back({id, i - 1, -1, start, len});
-    if (i > 0) s.symbols[i - 1].next = i;
 }
 
 // Byte-level BPE of one pre-token.
@@ -138,8 +118,8 @@ void byte_bpe_word(const Tokenizer::Impl& m, std::string_view word, EncodeScratc
             return;
         }
     }
-    start_symbols(s);
-    for (uint32_t i = 0; i < word.size(); i++) add_symbol(s, m.byte_token[uint8_t(word[i])], i, 1);
+    s.symbols.clear();
+    for (uint32_t i = 0; i < word.size(); i++) s.add_symbol(m.byte_token[uint8_t(word[i])], i, 1);
     merge_symbols(m, s);
     for (int32_t i = 0; i >= 0; i = s.symbols[i].next) {
         int32_t id = s.symbols[i].id;
@@ -194,12 +174,12 @@ void encode_spm_bpe(const Tokenizer::Impl& m, std::string_view raw, EncodeScratc
                 continue;
             }
         }
-        start_symbols(s);
+        s.symbols.clear();
         auto p = reinterpret_cast<const unsigned char*>(word.data());
         for (uint32_t i = 0; i < word.size();) {
             int n = utf8_check(p + i, word.size() - i);
             uint32_t len = n > 0 ? uint32_t(n) : 1;  // an invalid byte is a symbol of its own
-            add_symbol(s, m.index.find(word.substr(i, len), m.texts), i, len);
+            s.add_symbol(m.index.find(word.substr(i, len), m.texts), i, len);
             i += len;
         }
         merge_symbols(m, s);

@@ -2,6 +2,7 @@
 // pre-tokenizer, the special-token matcher and the per-call scratch space of
 // the encoders (byte-level/SentencePiece-style BPE and SentencePiece).
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -20,6 +21,8 @@ namespace ms {
 int utf8_check(const unsigned char* s, size_t n);
 // Appends the UTF-8 encoding of code point cp.
 void utf8_append(std::string& out, uint32_t cp);
+// True when s is entirely valid UTF-8.
+bool utf8_valid(std::string_view s);
 
 // Byte span [start, start + len) of some text.
 struct Span {
@@ -135,6 +138,32 @@ struct EncodeScratch {
         int32_t a, b, c;
     };
     std::vector<Bigram> heap;
+    void push(const Bigram& g) {
+        heap.push_back(g);
+        std::push_heap(heap.begin(), heap.end(), later);
+    }
+    Bigram pop() {
+        std::pop_heap(heap.begin(), heap.end(), later);
+        Bigram g = heap.back();
+        heap.pop_back();
+        return g;
+    }
+    static bool later(const Bigram& a, const Bigram& b) { return a.key > b.key; }
+    // Appends a symbol to the chain.
+    void add_symbol(int32_t id, uint32_t start, uint32_t len) {
+        int32_t i = int32_t(symbols.size());
+        symbols.push_back({id, i - 1, -1, start, len});
+        if (i > 0) symbols[size_t(i) - 1].next = i;
+    }
+    // Symbol `left` absorbs the one after it.
+    void join_next(int32_t left) {
+        Symbol& l = symbols[size_t(left)];
+        Symbol& r = symbols[size_t(l.next)];
+        l.len += r.len;
+        r.len = 0;
+        l.next = r.next;
+        if (l.next >= 0) symbols[size_t(l.next)].prev = left;
+    }
     std::string text;                          // escaped text (SentencePiece styles)
     std::unordered_map<std::string_view, uint32_t> unused_splits;  // SPM: unused piece -> left length
     void* match_data = nullptr;

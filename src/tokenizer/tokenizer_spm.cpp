@@ -17,10 +17,6 @@ namespace {
 using Symbol = EncodeScratch::Symbol;
 using Bigram = EncodeScratch::Bigram;
 
-struct HeapAfter {  // min-heap on key
-    bool operator()(const Bigram& a, const Bigram& b) const { return a.key > b.key; }
-};
-
 // Orders floats as unsigned integers; inverted so the highest score sorts first.
 uint64_t score_key(float score, int32_t left) {
     uint32_t u = std::bit_cast<uint32_t>(score);
@@ -42,8 +38,7 @@ void push_pair(const Tokenizer::Impl& m, EncodeScratch& s, int32_t left) {
     std::string_view joined(s.text.data() + l.start, l.len + r.len);
     int32_t id = m.index.find(joined, m.texts);
     if (id < 0 || !mergeable(m.types[id])) return;
-    s.heap.push_back({score_key(m.scores[id], left), right, int32_t(joined.size()), id});
-    std::push_heap(s.heap.begin(), s.heap.end(), HeapAfter{});
+    s.push({score_key(m.scores[id], left), right, int32_t(joined.size()), id});
 }
 
 void emit_bytes(const Tokenizer::Impl& m, std::string_view bytes, std::vector<int32_t>& out) {
@@ -88,9 +83,7 @@ void encode_spm(const Tokenizer::Impl& m, std::string_view raw, bool space_prefi
     for (uint32_t i = 0; i < s.text.size();) {
         int n = utf8_check(p + i, s.text.size() - i);
         uint32_t len = n > 0 ? uint32_t(n) : 1;  // an invalid byte is a symbol of its own
-        int32_t k = int32_t(s.symbols.size());
-        s.symbols.push_back({-1, k - 1, -1, i, len});
-        if (k > 0) s.symbols[k - 1].next = k;
+        s.add_symbol(-1, i, len);
         i += len;
     }
     if (s.symbols.empty()) return;
@@ -98,9 +91,7 @@ void encode_spm(const Tokenizer::Impl& m, std::string_view raw, bool space_prefi
     s.heap.clear();
     for (int32_t i = 0; i + 1 < int32_t(s.symbols.size()); i++) push_pair(m, s, i);
     while (!s.heap.empty()) {
-        std::pop_heap(s.heap.begin(), s.heap.end(), HeapAfter{});
-        Bigram g = s.heap.back();
-        s.heap.pop_back();
+        Bigram g = s.pop();
         int32_t left = int32_t(uint32_t(g.key));
         Symbol& l = s.symbols[left];
         Symbol& r = s.symbols[g.a];
@@ -109,10 +100,7 @@ void encode_spm(const Tokenizer::Impl& m, std::string_view raw, bool space_prefi
         if (l.len == 0 || r.len == 0 || l.len + r.len != uint32_t(g.b)) continue;
         if (m.types[g.c] == TokenType::Unused)
             s.unused_splits[std::string_view(s.text.data() + l.start, l.len + r.len)] = l.len;
-        l.len += r.len;
-        r.len = 0;
-        l.next = r.next;
-        if (l.next >= 0) s.symbols[l.next].prev = left;
+        s.join_next(left);
         push_pair(m, s, l.prev);
         push_pair(m, s, left);
     }

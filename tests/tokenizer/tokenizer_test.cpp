@@ -522,16 +522,6 @@ TEST(RoundTrip, ConcurrentEncodeGivesSameIds) {
 
 // ---- streaming decoder -----------------------------------------------------------------
 
-bool valid_utf8(const std::string& s) {
-    auto p = reinterpret_cast<const unsigned char*>(s.data());
-    for (size_t i = 0; i < s.size();) {
-        int n = utf8_check(p + i, s.size() - i);
-        if (n <= 0) return false;
-        i += size_t(n);
-    }
-    return true;
-}
-
 TEST(Stream, MultiByteCharactersSplitAcrossTokens) {
     const Tokenizer& t = qwen3();
     const std::string text = "Emoji 🦙🚀 and 漢字, Ελληνικά, 😶‍🌫️ done";
@@ -539,13 +529,13 @@ TEST(Stream, MultiByteCharactersSplitAcrossTokens) {
     // At least one token must end inside a character for the test to mean anything.
     int split_tokens = 0;
     for (int32_t id : ids)
-        if (!valid_utf8(t.piece(id))) split_tokens++;
+        if (!utf8_valid(t.piece(id))) split_tokens++;
     ASSERT_GT(split_tokens, 0);
     StreamDecoder d(t);
     std::string out;
     for (int32_t id : ids) {
         std::string chunk = d.push(id);
-        EXPECT_TRUE(valid_utf8(chunk)) << "token " << id;
+        EXPECT_TRUE(utf8_valid(chunk)) << "token " << id;
         out += chunk;
     }
     EXPECT_EQ(d.pending(), 0u);

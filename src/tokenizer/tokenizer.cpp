@@ -156,8 +156,9 @@ Tokenizer Tokenizer::from_spec(const VocabSpec& v, const std::string& source) {
     auto m = std::make_shared<Impl>();
     m->source = source;
     m->model = v.model;
-    if (v.model == "gpt2") m->algorithm = Algorithm::ByteBpe;
-    else if (v.model == "gemma4") m->algorithm = Algorithm::SpmBpe;
+    // The gemma4 pre-tokenizer implies Gemma 4's style of BPE whatever the model name.
+    if (v.model == "gpt2" && v.pre != "gemma4") m->algorithm = Algorithm::ByteBpe;
+    else if (v.model == "gemma4" || v.model == "gpt2") m->algorithm = Algorithm::SpmBpe;
     else if (v.model == "llama") m->algorithm = Algorithm::Spm;
     else if (v.model.empty()) fail("no tokenizer (tokenizer.ggml.model is missing)");
     else fail("unsupported tokenizer.ggml.model '" + v.model + "' (supported: gpt2, llama, gemma4)");

@@ -211,6 +211,14 @@ TEST(PreTokenizer, KnownNamesAndFallback) {
     Tokenizer t = Tokenizer::from_spec(v);  // warns on stderr
     EXPECT_EQ(t.pre(), "default");
     EXPECT_EQ(t.encode("ab", false, false), std::vector<int32_t>{2});
+    // A "gpt2" vocabulary with the gemma4 pre-tokenizer is Gemma 4 style BPE:
+    // spaces become U+2581, no byte-level mapping.
+    v.pre = "gemma4";
+    v.tokens = {"a", "\xE2\x96\x81", "b", "\xE2\x96\x81" "b"};
+    v.merges = {"\xE2\x96\x81 b"};
+    Tokenizer g = Tokenizer::from_spec(v);
+    EXPECT_EQ(g.encode("a b", false, false), (std::vector<int32_t>{0, 3}));
+    EXPECT_EQ(g.decode({0, 3}), "a b");
 }
 
 // ---- SentencePiece against a naive reference -------------------------------------

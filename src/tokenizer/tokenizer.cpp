@@ -97,9 +97,10 @@ namespace {
 const char* const kEndOfTurn[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
                                   "<|end_of_text|>", "<EOT>", "<｜end▁of▁sentence｜>"};
 const char* const kEndOfGeneration[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>",   "<|return|>",   "<|call|>",          "<end_of_turn>",
-    "<|endoftext|>", "<|eom_id|>", "<EOT>",  "<|end_of_text|>", "<eos>",         "<turn|>",
-    "<|tool_response>", "<｜end▁of▁sentence｜>"};
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>", "<|endoftext|>",
+    "<|eom_id|>", "<EOT>", "<|end_of_text|>", "<eos>", "<turn|>", "<|tool_response>", "<｜end▁of▁sentence｜>"};
+
+bool is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
 std::string piece_of(Algorithm alg, TokenType type, const std::string& text) {
     switch (type) {
@@ -108,10 +109,9 @@ std::string piece_of(Algorithm alg, TokenType type, const std::string& text) {
         case TokenType::UserDefined:
             return text;
         case TokenType::Byte: {
-            unsigned v = 0;
-            if (text.size() == 6 && text.compare(0, 3, "<0x") == 0 && text[5] == '>' &&
-                sscanf(text.c_str() + 3, "%2x", &v) == 1)
-                return std::string(1, char(v));
+            if (text.size() == 6 && text.compare(0, 3, "<0x") == 0 && text[5] == '>' && is_hex(text[3]) &&
+                is_hex(text[4]))
+                return std::string(1, char(std::stoi(text.substr(3, 2), nullptr, 16)));
             return text;
         }
         case TokenType::Unused:
@@ -283,7 +283,7 @@ Tokenizer Tokenizer::from_spec(const VocabSpec& v, const std::string& source) {
         if (id < 0) continue;
         if (harmony && !strcmp(t, "<|end|>")) continue;  // gpt-oss: <|end|> closes a message, not the turn
         m->eog_flag[size_t(id)] = 1;
-        if (m->types[size_t(id)] != TokenType::Control) m->types[size_t(id)] = TokenType::Control;
+        m->types[size_t(id)] = TokenType::Control;
     }
     if (m->eot == kNoToken && !v.eot) {
         for (const char* t : kEndOfTurn) {

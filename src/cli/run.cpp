@@ -39,6 +39,7 @@ int cmd_run(int argc, char** argv) {
     const std::vector<int32_t> tokens = s->tokenize(prompt);
     if (tokens.empty()) throw std::runtime_error("the prompt gives no tokens (give -p TEXT)");
     s->prefill(tokens);
+    flags.store.mark_decode();
 
     StreamDecoder text(s->tokenizer(), show_special);
     const int limit = n_predict < 0 ? int(s->n_ctx()) : n_predict;

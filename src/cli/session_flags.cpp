@@ -6,7 +6,6 @@
 #include <stdexcept>
 
 #include "cli/progress.h"
-#include "model/ram_experts.h"
 #include "telemetry/system.h"
 
 namespace ms {
@@ -21,6 +20,7 @@ void SessionFlags::declare(Args& a, bool sampling) {
                   "memory budget (e.g. 6G) for resident weights + expert cache + KV cache + scratch; "
                   "refuses to start when the fixed part does not fit (0: no budget)");
     a.option("--report", &report, "FILE", "write settings, timings and peak RSS as JSON to FILE");
+    store.declare(a);
     if (!sampling) return;
     a.option("--temp", &temp, "T", "sampling temperature (0: greedy)");
     a.option("--top-k", &top_k, "K", "keep the K most likely tokens (0: all)");
@@ -66,24 +66,9 @@ std::unique_ptr<Session> SessionFlags::open() const {
         bar->update(done);
     };
     const uint64_t budget = mem;
-    // Until the store streams experts, every expert is read into RAM: the
-    // budget is checked against what can never be streamed (resident
-    // weights, KV cache, scratch), and the experts beyond it are reported.
+    store.start(o.model_path);
     ExpertSourceFactory experts = [&](const GgufFile& file, const Model& model, uint64_t fixed) {
-        uint64_t expert_bytes = 0;
-        for (const ExpertLayer& l : model.expert_layers()) expert_bytes += l.expert_bytes() * uint64_t(l.n_expert);
-        if (budget > 0 && fixed > budget) {
-            throw std::runtime_error("memory budget: resident weights " + format_bytes(double(model.resident_bytes())) +
-                                     " + KV cache and scratch " + format_bytes(double(fixed - model.resident_bytes())) +
-                                     " need " + format_bytes(double(fixed)) + ", more than --mem " +
-                                     format_bytes(double(budget)));
-        }
-        if (budget > 0 && fixed + expert_bytes > budget) {
-            fprintf(stderr, "note: experts (%s) are held in RAM beyond --mem %s\n",
-                    format_bytes(double(expert_bytes)).c_str(), format_bytes(double(budget)).c_str());
-        }
-        return std::unique_ptr<ExpertSource>(
-            new RamExperts(file, model.expert_layers(), [&](uint64_t d, uint64_t t) { progress("experts", d, t); }));
+        return store.make(file, model, fixed, budget);
     };
     auto s = Session::open(o, experts, progress);
     if (bar) bar->finish();
@@ -116,6 +101,7 @@ Json SessionFlags::report_json(const char* command, const Session& s) const {
     j["resident_bytes"] = s.model().resident_bytes();
     j["state_bytes"] = s.state_bytes();
     j["peak_rss_bytes"] = peak_rss_bytes();
+    store.add_to_report(&j);
     return j;
 }
 
@@ -125,6 +111,7 @@ void SessionFlags::finish(const char* command, const Session& s) const {
             t.prefill_tps());
     fprintf(stderr, "decode:  %lld tokens in %.3f s (%.2f tok/s)\n", (long long)t.decode_tokens, t.decode_seconds,
             t.decode_tps());
+    fputs(store.summary().c_str(), stderr);
     fprintf(stderr, "peak RSS: %s\n", format_bytes(double(peak_rss_bytes())).c_str());
     if (report.empty()) return;
     std::ofstream f(report);

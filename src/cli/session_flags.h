@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/args.h"
+#include "cli/store_flags.h"
 #include "json/json.h"
 #include "runtime/session.h"
 
@@ -25,6 +26,7 @@ struct SessionFlags {
     double temp = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0;
     int top_k = 40, repeat_last_n = 64;
     int64_t seed = -1;
+    StoreFlags store;  // --io, --layout, --cache-policy...: experts stream from the drive
 
     // sampling: also declare the sampling flags.
     void declare(Args& a, bool sampling);

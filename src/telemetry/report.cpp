@@ -16,6 +16,25 @@ RunReport::RunReport(const std::string& model_path) : model_path_(model_path) {
     }
     cpu0_ = read_cpu_times();
     t0_ = std::chrono::steady_clock::now();
+    phases_.push_back(snapshot("start", nullptr));
+}
+
+RunReport::Phase RunReport::snapshot(const std::string& name, const StoreCounters* store) const {
+    Phase p;
+    p.name = name;
+    if (!device_.empty()) {
+        try {
+            p.disk = read_diskstats(device_);
+        } catch (const std::exception&) {
+        }
+    }
+    if (store) p.needed = store->total_needed(), p.read = store->total_read();
+    p.t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    return p;
+}
+
+void RunReport::mark(const std::string& phase, const StoreCounters* store) {
+    phases_.push_back(snapshot(phase, store));
 }
 
 static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
@@ -54,6 +73,26 @@ Json RunReport::finish(const StoreCounters* store, uint64_t decode_tokens) {
     }
     if (!have_disk) disk["device"] = nullptr;
     r["disk"] = std::move(disk);
+
+    // Per phase: what the device delivered against what the model needed.
+    phases_.push_back(snapshot("end", store));
+    Json phases = Json::array();
+    for (size_t i = 0; i + 1 < phases_.size(); i++) {
+        const Phase &a = phases_[i], &b = phases_[i + 1];
+        Json p = Json::object();
+        p["phase"] = a.name;
+        p["seconds"] = b.t - a.t;
+        p["bytes_needed"] = b.needed - a.needed;
+        p["bytes_read"] = b.read - a.read;
+        if (have_disk) {
+            uint64_t phys = diskstats_delta(a.disk, b.disk).read_bytes;
+            p["physical_bytes"] = phys;
+            p["read_amplification"] = ratio(double(phys), double(b.needed - a.needed));
+        }
+        phases.push_back(std::move(p));
+    }
+    phases_.pop_back();
+    r["phases"] = std::move(phases);
 
     if (store) {
         Json s = store->to_json();
@@ -100,8 +139,6 @@ std::string RunReport::summary(const Json& r) {
                      double(s->at("bytes_read").as_int()) / 1e6);
         out += line;
     }
-    snprintf(line, sizeof line, "peak RSS %.1f MiB\n", double(r.at("peak_rss_bytes").as_int()) / (1 << 20));
-    out += line;
     return out;
 }
 

@@ -1,0 +1,108 @@
+#include "cli/store_flags.h"
+
+#include <cstdio>
+
+#include "gguf/gguf.h"
+#include "store/store.h"
+#include "telemetry/system.h"
+
+namespace ms {
+
+void StoreFlags::declare(Args& a) {
+    a.option("--io", &io, "ENGINE",
+             "how experts are read: uring (io_uring, O_DIRECT, registered buffers), pread (thread pool, "
+             "O_DIRECT), buffered (thread pool through the page cache) or mmap (copies out of a mapping: "
+             "the page-fault baseline)");
+    a.option("--io-depth", &io_depth, "N", "uring: reads in flight");
+    a.option("--io-threads", &io_threads, "N", "pread/buffered: reader threads");
+    a.option("--io-split", &io_split, "N", "pread/buffered: page-aligned chunks each expert read is cut into");
+    a.option("--cache-policy", &cache_policy, "P", "expert cache eviction: lru, or lfu (with aging)");
+    a.option("--layout", &layout, "L",
+             "where experts are read from: packed (the sidecar MODEL.gguf.experts written by `moestream "
+             "pack`), gguf (the model file), or auto (the sidecar when it is valid, else gguf)");
+    a.flag("--no-verify", &no_verify, "skip the xxh3 check of each expert read from a packed sidecar");
+}
+
+void StoreFlags::start(const std::string& model_path) const {
+    window_ = std::make_unique<RunReport>(model_path);
+    result_ = Json();
+}
+
+std::unique_ptr<ExpertSource> StoreFlags::make(const GgufFile& file, const Model& model, uint64_t fixed_bytes,
+                                               uint64_t budget) const {
+    std::string note;
+    ExpertLayout lay = ExpertLayout::open(file, model.expert_layers(), layout, &note);
+    if (!note.empty()) fprintf(stderr, "note: %s\n", note.c_str());
+
+    MemoryNeeds need;
+    need.resident = model.resident_bytes();
+    need.kv = fixed_bytes - std::min(fixed_bytes, need.resident);  // KV cache and scratch
+    need.slot_bytes = lay.slot_bytes();
+    need.min_slots = std::max(1, model.config().n_expert_used);
+    need.max_slots = lay.total_experts();
+    need.budget = budget;
+    if (budget == 0) {
+        uint64_t all = fixed_bytes + uint64_t(need.max_slots) * need.slot_bytes;
+        uint64_t cap = read_meminfo().available / 5 * 4;
+        need.budget = cap > 0 ? std::min(all, cap) : all;
+        if (need.budget < all)
+            fprintf(stderr, "note: no --mem given; using 80%% of available memory (%s)\n",
+                    format_bytes(double(need.budget)).c_str());
+    }
+    plan_ = plan_memory(need);
+
+    StoreOptions opt;
+    opt.io = io;
+    opt.io_options = {io_depth, io_threads, io_split};
+    opt.cache_policy = cache_policy;
+    opt.verify_checksums = !no_verify;
+    counters_.add_read(ReadReason::Resident, need.resident, need.resident, 0);
+    settings_ = Json::object();
+    settings_["io"] = io;
+    settings_["io_depth"] = io_depth;
+    settings_["io_threads"] = io_threads;
+    settings_["io_split"] = io_split;
+    settings_["cache_policy"] = cache_policy;
+    settings_["layout"] = lay.name();
+    settings_["verify_checksums"] = opt.verify_checksums;
+    settings_["budget_bytes"] = need.budget;
+    settings_["resident_bytes"] = need.resident;
+    settings_["kv_and_scratch_bytes"] = need.kv;
+    settings_["slot_bytes"] = need.slot_bytes;
+    settings_["slots"] = plan_.slots;
+    settings_["cache_bytes"] = plan_.cache_bytes;
+    settings_["experts"] = lay.total_experts();
+    settings_["expert_bytes"] = lay.expert_bytes_total();
+    fprintf(stderr, "store: %d slots of %s = %s cache for %d experts (%s), layout %s, io %s\n", plan_.slots,
+            format_bytes(double(need.slot_bytes)).c_str(), format_bytes(double(plan_.cache_bytes)).c_str(),
+            lay.total_experts(), format_bytes(double(lay.expert_bytes_total())).c_str(), lay.name(), io.c_str());
+
+    auto store = std::make_unique<Store>(std::move(lay), plan_.slots, opt, &counters_);
+    for (const std::string& n : store->notes()) fprintf(stderr, "note: %s\n", n.c_str());
+    settings_["engine"] = store->engine_name();
+    return store;
+}
+
+void StoreFlags::mark_decode() const {
+    if (window_) window_->mark("decode", &counters_);
+}
+
+const Json& StoreFlags::finished() const {
+    if (result_.is_null() && window_) result_ = window_->finish(&counters_);
+    return result_;
+}
+
+void StoreFlags::add_to_report(Json* report) const {
+    const Json& r = finished();
+    if (r.is_null()) return;
+    (*report)["store_settings"] = settings_;
+    for (const char* key : {"store", "disk", "phases", "machine", "cpu_idle", "cpu_iowait"})
+        if (const Json* v = r.find(key)) (*report)[key] = *v;
+}
+
+std::string StoreFlags::summary() const {
+    const Json& r = finished();
+    return r.is_null() ? "" : RunReport::summary(r);
+}
+
+}  // namespace ms

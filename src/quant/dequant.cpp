@@ -152,41 +152,32 @@ void deq_q3_k(const void* src, float* y, int64_t n) {
     }
 }
 
-// Q4_K: 8 sub-blocks of 32; each 32 bytes of qs hold two sub-blocks (low
-// nibbles first).
-void deq_q4_k(const void* src, float* y, int64_t n) {
-    const BlockQ4_K* x = static_cast<const BlockQ4_K*>(src);
-    for (int64_t i = 0; i < n / QK_K; ++i) {
-        float d = fp16_to_fp32(x[i].d), dmin = fp16_to_fp32(x[i].dmin);
-        const uint8_t* q = x[i].qs;
-        uint8_t sm[16];
-        k4_unpack(x[i].scales, sm);
-        for (int j = 0; j < 8; j += 2, q += 32) {
-            float d1 = d * float(sm[j]), m1 = dmin * float(sm[8 + j]);
-            float d2 = d * float(sm[j + 1]), m2 = dmin * float(sm[9 + j]);
-            for (int l = 0; l < 32; ++l) *y++ = d1 * float(q[l] & 0xf) - m1;
-            for (int l = 0; l < 32; ++l) *y++ = d2 * float(q[l] >> 4) - m2;
+// Q4_K / Q5_K: 8 sub-blocks of 32; each 32 bytes of qs hold two sub-blocks
+// (low nibbles first). Q5_K adds a fifth bit per element: bit j of qh[l] for
+// sub-block j (qh is null for Q4_K).
+void deq_k4_block(uint16_t dw, uint16_t dminw, const uint8_t scales[12], const uint8_t* q, const uint8_t* qh,
+                  float* y) {
+    float d = fp16_to_fp32(dw), dmin = fp16_to_fp32(dminw);
+    uint8_t sm[16];
+    k4_unpack(scales, sm);
+    for (int j = 0; j < 8; ++j) {
+        float dl = d * float(sm[j]), ml = dmin * float(sm[8 + j]);
+        const uint8_t* qj = q + 32 * (j / 2);
+        for (int l = 0; l < 32; ++l) {
+            int v = (j % 2 ? qj[l] >> 4 : qj[l] & 0xf) + (qh && ((qh[l] >> j) & 1) ? 16 : 0);
+            *y++ = dl * float(v) - ml;
         }
     }
 }
 
-// Q5_K: Q4_K plus a fifth bit per element; qh bit 2k is sub-block 2k's.
+void deq_q4_k(const void* src, float* y, int64_t n) {
+    const BlockQ4_K* x = static_cast<const BlockQ4_K*>(src);
+    for (int64_t i = 0; i < n / QK_K; ++i, y += QK_K) deq_k4_block(x[i].d, x[i].dmin, x[i].scales, x[i].qs, nullptr, y);
+}
+
 void deq_q5_k(const void* src, float* y, int64_t n) {
     const BlockQ5_K* x = static_cast<const BlockQ5_K*>(src);
-    for (int64_t i = 0; i < n / QK_K; ++i) {
-        float d = fp16_to_fp32(x[i].d), dmin = fp16_to_fp32(x[i].dmin);
-        const uint8_t* q = x[i].qs;
-        const uint8_t* qh = x[i].qh;
-        uint8_t sm[16];
-        k4_unpack(x[i].scales, sm);
-        for (int j = 0; j < 8; j += 2, q += 32) {
-            float d1 = d * float(sm[j]), m1 = dmin * float(sm[8 + j]);
-            float d2 = d * float(sm[j + 1]), m2 = dmin * float(sm[9 + j]);
-            uint8_t u1 = uint8_t(1 << j), u2 = uint8_t(2 << j);
-            for (int l = 0; l < 32; ++l) *y++ = d1 * float((q[l] & 0xf) + (qh[l] & u1 ? 16 : 0)) - m1;
-            for (int l = 0; l < 32; ++l) *y++ = d2 * float((q[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
-        }
-    }
+    for (int64_t i = 0; i < n / QK_K; ++i, y += QK_K) deq_k4_block(x[i].d, x[i].dmin, x[i].scales, x[i].qs, x[i].qh, y);
 }
 
 // Q6_K: per 128 elements, 64 bytes of low nibbles and 32 bytes of 2-bit highs;

@@ -170,110 +170,58 @@ float dot_bf16(const void* wv, const void* av, int64_t n) {
     return float(s);
 }
 
-// 32-element weight blocks decoded to signed integers, against Q8_0.
-inline void decode_q4_0(const BlockQ4_0& b, int v[32]) {
-    for (int j = 0; j < 16; ++j) { v[j] = (b.qs[j] & 0xf) - 8; v[j + 16] = (b.qs[j] >> 4) - 8; }
+// 32-element weight blocks decode to 32 integers and a float scale; against
+// Q8_0 the block contributes d_w * d_a * sum(q * a). Q4_1 / Q5_1 (against
+// Q8_1) add m_w * s_a, with s_a = d_a * sum(a) stored in the activation.
+inline void nibbles(const uint8_t qs[16], int v[32]) {
+    for (int j = 0; j < 16; ++j) { v[j] = qs[j] & 0xf; v[j + 16] = qs[j] >> 4; }
 }
-inline void decode_q5(const uint8_t qs[16], const uint8_t qh[4], int bias, int v[32]) {
+inline void fifth_bits(const uint8_t qh[4], int v[32]) {
     uint32_t h;
     std::memcpy(&h, qh, 4);
-    for (int j = 0; j < 16; ++j) {
-        v[j] = ((qs[j] & 0xf) | int(((h >> j) & 1) << 4)) - bias;
-        v[j + 16] = ((qs[j] >> 4) | int(((h >> (j + 16)) & 1) << 4)) - bias;
-    }
+    for (int j = 0; j < 32; ++j) v[j] |= int((h >> j) & 1) << 4;
 }
-inline void decode_table(const uint8_t qs[16], const int8_t table[16], int v[32]) {
-    for (int j = 0; j < 16; ++j) { v[j] = table[qs[j] & 0xf]; v[j + 16] = table[qs[j] >> 4]; }
+inline void table_lookup(const int8_t table[16], int v[32]) {
+    for (int j = 0; j < 32; ++j) v[j] = table[v[j]];
 }
-inline int dot32(const int v[32], const int8_t a[32]) {
-    int s = 0;
-    for (int j = 0; j < 32; ++j) s += v[j] * a[j];
-    return s;
+inline void add_all(int bias, int v[32]) {
+    for (int j = 0; j < 32; ++j) v[j] += bias;
 }
 
-float dot_q8_0(const void* wv, const void* av, int64_t n) {
-    const BlockQ8_0* x = static_cast<const BlockQ8_0*>(wv);
+void dec_q8_0(const BlockQ8_0& b, int v[32]) { for (int j = 0; j < 32; ++j) v[j] = b.qs[j]; }
+void dec_q4_0(const BlockQ4_0& b, int v[32]) { nibbles(b.qs, v); add_all(-8, v); }
+void dec_q5_0(const BlockQ5_0& b, int v[32]) { nibbles(b.qs, v); fifth_bits(b.qh, v); add_all(-16, v); }
+void dec_iq4_nl(const BlockIQ4_NL& b, int v[32]) { nibbles(b.qs, v); table_lookup(kIQ4NL, v); }
+void dec_mxfp4(const BlockMXFP4& b, int v[32]) { nibbles(b.qs, v); table_lookup(kMXFP4, v); }
+void dec_q4_1(const BlockQ4_1& b, int v[32]) { nibbles(b.qs, v); }
+void dec_q5_1(const BlockQ5_1& b, int v[32]) { nibbles(b.qs, v); fifth_bits(b.qh, v); }
+template <typename B> float scale_fp16(const B& b) { return fp16_to_fp32(b.d); }
+float scale_mxfp4(const BlockMXFP4& b) { return e8m0_half(b.e); }
+
+template <typename B, void (*decode)(const B&, int*), float (*scale)(const B&)>
+float dot_q8_family(const void* wv, const void* av, int64_t n) {
+    const B* x = static_cast<const B*>(wv);
     const BlockQ8_0* y = static_cast<const BlockQ8_0*>(av);
     float s = 0;
     for (int64_t i = 0; i < n / QK; ++i) {
-        int v[32];
-        for (int j = 0; j < 32; ++j) v[j] = x[i].qs[j];
-        s += float(dot32(v, y[i].qs)) * (fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d));
+        int v[32], isum = 0;
+        decode(x[i], v);
+        for (int j = 0; j < 32; ++j) isum += v[j] * y[i].qs[j];
+        s += float(isum) * (scale(x[i]) * fp16_to_fp32(y[i].d));
     }
     return s;
 }
 
-float dot_q4_0(const void* wv, const void* av, int64_t n) {
-    const BlockQ4_0* x = static_cast<const BlockQ4_0*>(wv);
-    const BlockQ8_0* y = static_cast<const BlockQ8_0*>(av);
-    float s = 0;
-    for (int64_t i = 0; i < n / QK; ++i) {
-        int v[32];
-        decode_q4_0(x[i], v);
-        s += float(dot32(v, y[i].qs)) * (fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d));
-    }
-    return s;
-}
-
-float dot_q5_0(const void* wv, const void* av, int64_t n) {
-    const BlockQ5_0* x = static_cast<const BlockQ5_0*>(wv);
-    const BlockQ8_0* y = static_cast<const BlockQ8_0*>(av);
-    float s = 0;
-    for (int64_t i = 0; i < n / QK; ++i) {
-        int v[32];
-        decode_q5(x[i].qs, x[i].qh, 16, v);
-        s += float(dot32(v, y[i].qs)) * (fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d));
-    }
-    return s;
-}
-
-float dot_iq4_nl(const void* wv, const void* av, int64_t n) {
-    const BlockIQ4_NL* x = static_cast<const BlockIQ4_NL*>(wv);
-    const BlockQ8_0* y = static_cast<const BlockQ8_0*>(av);
-    float s = 0;
-    for (int64_t i = 0; i < n / QK; ++i) {
-        int v[32];
-        decode_table(x[i].qs, kIQ4NL, v);
-        s += float(dot32(v, y[i].qs)) * (fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d));
-    }
-    return s;
-}
-
-float dot_mxfp4(const void* wv, const void* av, int64_t n) {
-    const BlockMXFP4* x = static_cast<const BlockMXFP4*>(wv);
-    const BlockQ8_0* y = static_cast<const BlockQ8_0*>(av);
-    float s = 0;
-    for (int64_t i = 0; i < n / QK; ++i) {
-        int v[32];
-        decode_table(x[i].qs, kMXFP4, v);
-        s += float(dot32(v, y[i].qs)) * (e8m0_half(x[i].e) * fp16_to_fp32(y[i].d));
-    }
-    return s;
-}
-
-// Q4_1 / Q5_1 against Q8_1: d_w*d_a*sum(q*a) + m_w*s_a, s_a = d_a*sum(a).
-float dot_q4_1(const void* wv, const void* av, int64_t n) {
-    const BlockQ4_1* x = static_cast<const BlockQ4_1*>(wv);
+template <typename B, void (*decode)(const B&, int*)>
+float dot_q8_1_family(const void* wv, const void* av, int64_t n) {
+    const B* x = static_cast<const B*>(wv);
     const BlockQ8_1* y = static_cast<const BlockQ8_1*>(av);
     float s = 0;
     for (int64_t i = 0; i < n / QK; ++i) {
-        int v[32];
-        for (int j = 0; j < 16; ++j) { v[j] = x[i].qs[j] & 0xf; v[j + 16] = x[i].qs[j] >> 4; }
-        s += float(dot32(v, y[i].qs)) * (fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d)) +
-             fp16_to_fp32(x[i].m) * fp16_to_fp32(y[i].s);
-    }
-    return s;
-}
-
-float dot_q5_1(const void* wv, const void* av, int64_t n) {
-    const BlockQ5_1* x = static_cast<const BlockQ5_1*>(wv);
-    const BlockQ8_1* y = static_cast<const BlockQ8_1*>(av);
-    float s = 0;
-    for (int64_t i = 0; i < n / QK; ++i) {
-        int v[32];
-        decode_q5(x[i].qs, x[i].qh, 0, v);
-        s += float(dot32(v, y[i].qs)) * (fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d)) +
-             fp16_to_fp32(x[i].m) * fp16_to_fp32(y[i].s);
+        int v[32], isum = 0;
+        decode(x[i], v);
+        for (int j = 0; j < 32; ++j) isum += v[j] * y[i].qs[j];
+        s += float(isum) * (fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d)) + fp16_to_fp32(x[i].m) * fp16_to_fp32(y[i].s);
     }
     return s;
 }
@@ -397,9 +345,11 @@ float dot_iq4_xs(const void* wv, const void* av, int64_t n) {
         int isum = 0;
         for (int ib = 0; ib < 8; ++ib) {
             int ls = ((x[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) | (((x[i].scales_h >> (2 * ib)) & 3) << 4);
-            int v[32];
-            decode_table(x[i].qs + 16 * ib, kIQ4NL, v);
-            isum += (ls - 32) * dot32(v, y[i].qs + 32 * ib);
+            int v[32], sub = 0;
+            nibbles(x[i].qs + 16 * ib, v);
+            table_lookup(kIQ4NL, v);
+            for (int j = 0; j < 32; ++j) sub += v[j] * y[i].qs[32 * ib + j];
+            isum += (ls - 32) * sub;
         }
         s += fp16_to_fp32(x[i].d) * y[i].d * float(isum);
     }
@@ -413,19 +363,19 @@ ScalarDotFn scalar_dot(GgmlType w) {
         case GgmlType::F32: return dot_f32;
         case GgmlType::F16: return dot_f16;
         case GgmlType::BF16: return dot_bf16;
-        case GgmlType::Q4_0: return dot_q4_0;
-        case GgmlType::Q4_1: return dot_q4_1;
-        case GgmlType::Q5_0: return dot_q5_0;
-        case GgmlType::Q5_1: return dot_q5_1;
-        case GgmlType::Q8_0: return dot_q8_0;
+        case GgmlType::Q4_0: return dot_q8_family<BlockQ4_0, dec_q4_0, scale_fp16<BlockQ4_0>>;
+        case GgmlType::Q4_1: return dot_q8_1_family<BlockQ4_1, dec_q4_1>;
+        case GgmlType::Q5_0: return dot_q8_family<BlockQ5_0, dec_q5_0, scale_fp16<BlockQ5_0>>;
+        case GgmlType::Q5_1: return dot_q8_1_family<BlockQ5_1, dec_q5_1>;
+        case GgmlType::Q8_0: return dot_q8_family<BlockQ8_0, dec_q8_0, scale_fp16<BlockQ8_0>>;
         case GgmlType::Q2_K: return dot_q2_k;
         case GgmlType::Q3_K: return dot_q3_k;
         case GgmlType::Q4_K: return dot_q4_k;
         case GgmlType::Q5_K: return dot_q5_k;
         case GgmlType::Q6_K: return dot_q6_k;
-        case GgmlType::IQ4_NL: return dot_iq4_nl;
+        case GgmlType::IQ4_NL: return dot_q8_family<BlockIQ4_NL, dec_iq4_nl, scale_fp16<BlockIQ4_NL>>;
         case GgmlType::IQ4_XS: return dot_iq4_xs;
-        case GgmlType::MXFP4: return dot_mxfp4;
+        case GgmlType::MXFP4: return dot_q8_family<BlockMXFP4, dec_mxfp4, scale_mxfp4>;
         default: return nullptr;
     }
 }

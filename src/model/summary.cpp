@@ -57,13 +57,23 @@ bool is_expert_side(const GgufTensor& t) {
     return s.find("_exps.") != std::string::npos && !ends_with(s, ".weight");
 }
 
+// Hyper-parameters are clamped to [0, 2^24] (above any real model's layers,
+// widths, vocabulary or context): a hostile file then gives nonsense figures,
+// never an overflow or a billion-step loop in the memory formulas.
+int64_t sane(int64_t v) { return std::clamp<int64_t>(v, 0, int64_t(1) << 24); }
+
+int64_t get_count(const GgufFile& f, const std::string& key, int64_t fallback = 0) {
+    return sane(f.get_int(key, fallback));
+}
+
 // An integer key that some architectures store per layer: its maximum, and
 // the per-layer values when it is an array.
 int64_t int_or_max(const GgufFile& f, const std::string& key, std::vector<int64_t>* per_layer = nullptr) {
     const GgufValue* v = f.find(key);
     if (!v) return 0;
-    if (!v->is_array()) return f.get_int(key, 0);
+    if (!v->is_array()) return get_count(f, key);
     std::vector<int64_t> a = f.get_ints(key);
+    for (int64_t& x : a) x = sane(x);
     if (per_layer) *per_layer = a;
     int64_t m = 0;
     for (int64_t x : a) m = std::max(m, x);
@@ -75,37 +85,37 @@ Hparams read_hparams(const GgufFile& f) {
     h.arch = f.get_string("general.architecture");
     h.name = f.get_string("general.name");
     auto k = [&](const char* s) { return h.arch + "." + s; };
-    h.n_layer = f.get_int(k("block_count"), 0);
-    h.n_embd = f.get_int(k("embedding_length"), 0);
+    h.n_layer = get_count(f, k("block_count"), 0);
+    h.n_embd = get_count(f, k("embedding_length"), 0);
     h.n_head = int_or_max(f, k("attention.head_count"));
     h.n_head_kv = int_or_max(f, k("attention.head_count_kv"), &h.n_head_kv_layer);
     if (!f.has(k("attention.head_count_kv"))) h.n_head_kv = h.n_head;
-    h.head_dim_k = f.get_int(k("attention.key_length"), h.n_head ? h.n_embd / h.n_head : 0);
-    h.head_dim_v = f.get_int(k("attention.value_length"), h.head_dim_k);
-    h.n_expert = f.get_int(k("expert_count"), 0);
-    h.n_expert_used = f.get_int(k("expert_used_count"), 0);
-    h.expert_ffn = f.get_int(k("expert_feed_forward_length"), 0);
+    h.head_dim_k = get_count(f, k("attention.key_length"), h.n_head ? h.n_embd / h.n_head : 0);
+    h.head_dim_v = get_count(f, k("attention.value_length"), h.head_dim_k);
+    h.n_expert = get_count(f, k("expert_count"), 0);
+    h.n_expert_used = get_count(f, k("expert_used_count"), 0);
+    h.expert_ffn = get_count(f, k("expert_feed_forward_length"), 0);
     h.ffn = int_or_max(f, k("feed_forward_length"));
-    h.n_shared_expert = f.get_int(k("expert_shared_count"), 0);
-    h.shared_ffn = f.get_int(k("expert_shared_feed_forward_length"), 0);
-    h.n_dense_lead = f.get_int(k("leading_dense_block_count"), 0);
-    h.n_nextn = f.get_int(k("nextn_predict_layers"), 0);
-    h.context = f.get_int(k("context_length"), 0);
-    h.sliding_window = f.get_int(k("attention.sliding_window"), 0);
-    h.kv_lora_rank = f.get_int(k("attention.kv_lora_rank"), 0);
+    h.n_shared_expert = get_count(f, k("expert_shared_count"), 0);
+    h.shared_ffn = get_count(f, k("expert_shared_feed_forward_length"), 0);
+    h.n_dense_lead = get_count(f, k("leading_dense_block_count"), 0);
+    h.n_nextn = get_count(f, k("nextn_predict_layers"), 0);
+    h.context = get_count(f, k("context_length"), 0);
+    h.sliding_window = get_count(f, k("attention.sliding_window"), 0);
+    h.kv_lora_rank = get_count(f, k("attention.kv_lora_rank"), 0);
     h.rope_base = f.get_float(k("rope.freq_base"), 0);
-    h.rope_dim = f.get_int(k("rope.dimension_count"), 0);
+    h.rope_dim = get_count(f, k("rope.dimension_count"), 0);
     h.rope_scaling = f.get_string(k("rope.scaling.type"));
     h.rope_factor = f.get_float(k("rope.scaling.factor"), 0);
-    h.full_attention_interval = f.get_int(k("full_attention_interval"), 0);
-    h.ssm_conv_kernel = f.get_int(k("ssm.conv_kernel"), 0);
-    h.ssm_inner = f.get_int(k("ssm.inner_size"), 0);
-    h.ssm_state = f.get_int(k("ssm.state_size"), 0);
-    h.ssm_groups = f.get_int(k("ssm.group_count"), 0);
+    h.full_attention_interval = get_count(f, k("full_attention_interval"), 0);
+    h.ssm_conv_kernel = get_count(f, k("ssm.conv_kernel"), 0);
+    h.ssm_inner = get_count(f, k("ssm.inner_size"), 0);
+    h.ssm_state = get_count(f, k("ssm.state_size"), 0);
+    h.ssm_groups = get_count(f, k("ssm.group_count"), 0);
     h.tokenizer_model = f.get_string("tokenizer.ggml.model");
     h.tokenizer_pre = f.get_string("tokenizer.ggml.pre");
     h.n_vocab = int64_t(f.get_strings("tokenizer.ggml.tokens").size());
-    if (!h.n_vocab) h.n_vocab = f.get_int(k("vocab_size"), 0);
+    if (!h.n_vocab) h.n_vocab = get_count(f, k("vocab_size"));
     h.chat_template = f.has("tokenizer.chat_template");
     return h;
 }
@@ -133,14 +143,15 @@ MemoryNeed memory_need(const GgufFile& f, const Hparams& h, int64_t ctx) {
     MemoryNeed m;
     m.ctx = ctx > 0 ? ctx : std::min<int64_t>(h.context > 0 ? h.context : 4096, 4096);
     std::vector<int64_t> swa = f.get_ints(h.arch + ".attention.sliding_window_pattern");
-    int64_t k_swa = f.get_int(h.arch + ".attention.key_length_swa", h.head_dim_k);
-    int64_t v_swa = f.get_int(h.arch + ".attention.value_length_swa", h.head_dim_v);
-    int64_t shared_kv = f.get_int(h.arch + ".attention.shared_kv_layers", 0);
+    int64_t k_swa = get_count(f, h.arch + ".attention.key_length_swa", h.head_dim_k);
+    int64_t v_swa = get_count(f, h.arch + ".attention.value_length_swa", h.head_dim_v);
+    int64_t shared_kv = get_count(f, h.arch + ".attention.shared_kv_layers");
     int64_t n_cached = h.n_layer - h.n_nextn - shared_kv;
     for (int64_t l = 0; l < n_cached; ++l) {
         if (is_recurrent_layer(h, l)) {
-            int64_t conv_channels = h.ssm_inner + 2 * h.ssm_groups * h.ssm_state;
-            m.state_bytes += 4 * uint64_t((h.ssm_conv_kernel - 1) * conv_channels + h.ssm_inner * h.ssm_state);
+            uint64_t conv_channels = uint64_t(h.ssm_inner + 2 * h.ssm_groups * h.ssm_state);
+            uint64_t conv_rows = uint64_t(std::max<int64_t>(h.ssm_conv_kernel - 1, 0));
+            m.state_bytes += 4 * (conv_rows * conv_channels + uint64_t(h.ssm_inner) * uint64_t(h.ssm_state));
             continue;
         }
         // gpt-oss alternates sliding-window (even) and full (odd) layers
@@ -148,14 +159,14 @@ MemoryNeed memory_need(const GgufFile& f, const Hparams& h, int64_t ctx) {
         bool is_swa = size_t(l) < swa.size() ? swa[size_t(l)] != 0
                                               : (h.arch == "gpt-oss" && h.sliding_window > 0 && l % 2 == 0);
         int64_t tokens = is_swa && h.sliding_window > 0 ? std::min(m.ctx, h.sliding_window) : m.ctx;
-        int64_t per_token;
+        uint64_t per_token;
         if (h.kv_lora_rank > 0) {
-            per_token = h.kv_lora_rank + h.rope_dim;
+            per_token = uint64_t(h.kv_lora_rank + h.rope_dim);
         } else {
             int64_t kv = size_t(l) < h.n_head_kv_layer.size() ? h.n_head_kv_layer[size_t(l)] : h.n_head_kv;
-            per_token = kv * (is_swa ? k_swa + v_swa : h.head_dim_k + h.head_dim_v);
+            per_token = uint64_t(kv) * uint64_t(is_swa ? k_swa + v_swa : h.head_dim_k + h.head_dim_v);
         }
-        m.kv_bytes += 2 * uint64_t(tokens) * uint64_t(per_token);
+        m.kv_bytes += 2 * uint64_t(tokens) * per_token;
     }
     m.kv_bytes += m.state_bytes;
     m.logits_bytes = 4 * uint64_t(h.n_vocab);

@@ -9,6 +9,7 @@
 #include "gguf/gguf.h"
 #include "json/json.h"
 #include "model/summary.h"
+#include "model/synth.h"
 
 namespace ms {
 
@@ -145,6 +146,11 @@ Json to_json(const GgufFile& f, const ModelSummary& s, bool with_tensors) {
         sy["top1_share"] = top_expert_share(s.synth.popularity, 1);
         sy["topk_share"] = top_expert_share(s.synth.popularity, int(h.n_expert_used));
         sy["top10pct_share"] = top_expert_share(s.synth.popularity, int(std::ceil(double(h.n_expert) / 10)));
+        if (h.n_expert > 0 && h.n_expert_used > 0) {
+            std::vector<double> t = zipf_targets(int(h.n_expert), int(h.n_expert_used), s.synth.router_skew, kRouterCap);
+            sy["target_top1_share"] = top_expert_share({t}, 1);
+            sy["target_topk_share"] = top_expert_share({t}, int(h.n_expert_used));
+        }
         j["synth"] = sy;
     }
     if (with_tensors) {
@@ -259,6 +265,11 @@ void print_text(const GgufFile& f, const ModelSummary& s, bool with_tensors) {
                    100 * top_expert_share(s.synth.popularity, 1), (long long)h.n_expert_used,
                    100 * top_expert_share(s.synth.popularity, int(h.n_expert_used)), top10,
                    100 * top_expert_share(s.synth.popularity, top10));
+            std::vector<double> t =
+                zipf_targets(int(h.n_expert), int(h.n_expert_used), s.synth.router_skew, kRouterCap);
+            printf("  target law 1/rank^%g (one expert capped at %.0f%% of tokens): top 1 %.2f%%, top %lld %.1f%%\n",
+                   s.synth.router_skew, 100 * kRouterCap, 100 * top_expert_share({t}, 1), (long long)h.n_expert_used,
+                   100 * top_expert_share({t}, int(h.n_expert_used)));
         }
     }
     if (with_tensors) {

@@ -502,6 +502,16 @@ std::vector<float> gaussian_samples(size_t n, uint64_t seed) {
     return z;
 }
 
+// x with P(z > x) = p for a standard normal z (0 < p < 1), by bisection.
+double normal_upper_quantile(double p) {
+    double lo = -40, hi = 40;
+    for (int i = 0; i < 200; ++i) {
+        double mid = 0.5 * (lo + hi);
+        (0.5 * std::erfc(mid / std::sqrt(2.0)) > p ? lo : hi) = mid;
+    }
+    return 0.5 * (lo + hi);
+}
+
 }  // namespace
 
 RouterCalibration calibrate_router(const std::vector<double>& target, int k, uint64_t seed) {
@@ -509,33 +519,39 @@ RouterCalibration calibrate_router(const std::vector<double>& target, int k, uin
     RouterCalibration cal;
     cal.scale.assign(size_t(n), 1.0);
     bool uniform = std::all_of(target.begin(), target.end(), [&](double t) { return std::fabs(t - target[0]) < 1e-12; });
-    // Enough samples that the rarest experts are seen a few hundred times.
+    if (uniform) {
+        cal.popularity = target;  // equal scales: exactly uniform
+        return cal;
+    }
+    // Start from the many-experts limit: the k-th largest logit is close to
+    // a fixed threshold T, so expert e is picked when scale_e * z > T, i.e.
+    // with probability Q(T / scale_e). With T = 1, scale_e = 1 / Q^-1(p_e).
+    for (int e = 0; e < n; ++e)
+        cal.scale[size_t(e)] = 1.0 / std::max(1e-3, normal_upper_quantile(std::clamp(target[size_t(e)], 1e-6, 0.499)));
+    // Then correct by Monte Carlo: damped, bounded multiplicative steps, on
+    // the same samples every round (common random numbers) so the iteration
+    // settles instead of chasing noise. Enough samples that the rarest
+    // experts are seen a few hundred times.
     double rarest = std::max(1e-3, *std::min_element(target.begin(), target.end()));
     size_t samples = size_t(std::clamp(300.0 / rarest, 4000.0, 20000.0));
-    if (!uniform) {
-        // The same samples every round (common random numbers) so the
-        // fixed-point iteration settles instead of chasing noise.
-        std::vector<float> z = gaussian_samples(samples * size_t(n), mix_seed(seed, 1));
-        for (int it = 0; it < 60; ++it) {
-            std::vector<double> got = selection_frequency(z, n, k, cal.scale);
-            double worst = 0;
-            for (int e = 0; e < n; ++e) {
-                double g = std::max(got[size_t(e)], 0.5 / double(samples));
-                double ratio = target[size_t(e)] / g;
-                worst = std::max(worst, std::fabs(std::log(ratio)));
-                cal.scale[size_t(e)] *= std::pow(ratio, 0.7);
-            }
-            // Selection depends only on ratios of scales: keep the geometric mean at 1.
-            double log_mean = 0;
-            for (double x : cal.scale) log_mean += std::log(x);
-            log_mean /= n;
-            for (double& x : cal.scale) x = std::clamp(x / std::exp(log_mean), 1e-4, 1e4);
-            if (worst < 0.01) break;
+    std::vector<float> z = gaussian_samples(samples * size_t(n), mix_seed(seed, 1));
+    for (int it = 0; it < 40; ++it) {
+        std::vector<double> got = selection_frequency(z, n, k, cal.scale);
+        double worst = 0;
+        for (int e = 0; e < n; ++e) {
+            double g = std::max(got[size_t(e)], 0.5 / double(samples));
+            double step = std::log(target[size_t(e)] / g);
+            worst = std::max(worst, std::fabs(target[size_t(e)] - g) / target[size_t(e)]);
+            cal.scale[size_t(e)] *= std::exp(std::clamp(0.5 * step, -0.2, 0.2));
         }
+        if (worst < 0.02) break;
     }
-    // Report what the scales achieve on fresh samples (exact when uniform).
-    if (uniform) cal.popularity = target;
-    else cal.popularity = selection_frequency(gaussian_samples(samples * size_t(n), mix_seed(seed, 2)), n, k, cal.scale);
+    // Selection depends only on ratios of scales: keep the geometric mean at 1.
+    double log_mean = 0;
+    for (double x : cal.scale) log_mean += std::log(x);
+    for (double& x : cal.scale) x /= std::exp(log_mean / n);
+    // Report what the scales achieve on fresh samples.
+    cal.popularity = selection_frequency(gaussian_samples(samples * size_t(n), mix_seed(seed, 2)), n, k, cal.scale);
     return cal;
 }
 

@@ -361,55 +361,56 @@ uint32_t file_type_of(const std::string& recipe) {
 
 }  // namespace
 
+namespace {
+
+struct Preset {
+    const char* name;
+    int n_layer, n_expert, n_expert_used, n_embd, expert_ffn, n_head, n_head_kv, head_dim;
+    int64_t context;
+    const char* vocab;  // relative to the golden data folder
+};
+
+// tiny: small enough to make in a blink, still MoE with 16 experts per layer
+// so that a few MB of budget forces expert reads; its ~500-token vocabulary
+// (byte-level BPE with a ChatML template, from a golden model) keeps the head
+// tiny. The others are Qwen3 MoE checkpoints' real dimensions and vocabulary.
+const Preset kPresets[] = {
+    {"tiny", 6, 16, 4, 256, 256, 4, 2, 64, 512, "/models/qwen3moe-F32.gguf"},
+    {"qwen3-30b-a3b", 48, 128, 8, 2048, 768, 32, 4, 128, 40960, "/tokenizer/qwen3-vocab.gguf"},
+    {"qwen3-235b-a22b", 94, 128, 8, 4096, 1536, 64, 4, 128, 40960, "/tokenizer/qwen3-vocab.gguf"},
+};
+
+}  // namespace
+
 const std::vector<std::string>& synth_preset_names() {
-    static const std::vector<std::string> names = {"tiny", "qwen3-30b-a3b", "qwen3-235b-a22b"};
+    static const std::vector<std::string> names = [] {
+        std::vector<std::string> v;
+        for (const Preset& p : kPresets) v.push_back(p.name);
+        return v;
+    }();
     return names;
 }
 
 SynthSpec synth_preset(const std::string& name, const std::string& golden_dir) {
-    SynthSpec s;
-    s.preset = name;
-    s.vocab_path = golden_dir + "/tokenizer/qwen3-vocab.gguf";
-    if (name == "tiny") {
-        // Small enough to make in a blink, still MoE with 16 experts per layer
-        // so that a few MB of budget forces expert reads. Its ~500-token
-        // vocabulary (byte-level BPE with a ChatML template) keeps the head tiny.
-        s.n_layer = 6;
-        s.n_expert = 16;
-        s.n_expert_used = 4;
-        s.n_embd = 256;
-        s.expert_ffn = 256;
-        s.n_head = 4;
-        s.n_head_kv = 2;
-        s.head_dim = 64;
-        s.context = 512;
-        s.vocab_path = golden_dir + "/models/qwen3moe-F32.gguf";
-    } else if (name == "qwen3-30b-a3b") {
-        s.n_layer = 48;
-        s.n_expert = 128;
-        s.n_expert_used = 8;
-        s.n_embd = 2048;
-        s.expert_ffn = 768;
-        s.n_head = 32;
-        s.n_head_kv = 4;
-        s.head_dim = 128;
-        s.context = 40960;
-    } else if (name == "qwen3-235b-a22b") {
-        s.n_layer = 94;
-        s.n_expert = 128;
-        s.n_expert_used = 8;
-        s.n_embd = 4096;
-        s.expert_ffn = 1536;
-        s.n_head = 64;
-        s.n_head_kv = 4;
-        s.head_dim = 128;
-        s.context = 40960;
-    } else {
-        std::string known;
-        for (const std::string& n : synth_preset_names()) known += (known.empty() ? "" : ", ") + n;
-        throw std::runtime_error("unknown preset '" + name + "' (known: " + known + ")");
+    for (const Preset& p : kPresets) {
+        if (name != p.name) continue;
+        SynthSpec s;
+        s.preset = p.name;
+        s.n_layer = p.n_layer;
+        s.n_expert = p.n_expert;
+        s.n_expert_used = p.n_expert_used;
+        s.n_embd = p.n_embd;
+        s.expert_ffn = p.expert_ffn;
+        s.n_head = p.n_head;
+        s.n_head_kv = p.n_head_kv;
+        s.head_dim = p.head_dim;
+        s.context = p.context;
+        s.vocab_path = golden_dir + p.vocab;
+        return s;
     }
-    return s;
+    std::string known;
+    for (const std::string& n : synth_preset_names()) known += (known.empty() ? "" : ", ") + n;
+    throw std::runtime_error("unknown preset '" + name + "' (known: " + known + ")");
 }
 
 void validate_spec(const SynthSpec& s) {

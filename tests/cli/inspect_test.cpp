@@ -2,42 +2,20 @@
 // the golden README's facts and with the tensor list it prints, the text form
 // names the key figures, and bad input is a one-line error.
 #include <gtest/gtest.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <string>
 
 #include "json/json.h"
+#include "run_cli.h"
 
 using ms::Json;
 
 namespace {
 
-const std::string kBin = MOESTREAM_BINARY;
 const std::string kGolden = MOESTREAM_GOLDEN_DIR;
 
-struct Result {
-    int rc;
-    std::string out;
-};
-
-Result run(const std::string& args, bool with_stderr) {
-    std::string cmd = kBin + " inspect " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-    FILE* p = popen(cmd.c_str(), "r");
-    Result r{-1, ""};
-    if (!p) return r;
-    char buf[4096];
-    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-    int st = pclose(p);
-    r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return r;
-}
-
-uint64_t file_size(const std::string& path) {
-    struct stat st;
-    return stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
-}
+CliResult run(const std::string& args, bool with_stderr) { return run_cli("inspect " + args, with_stderr); }
 
 struct Facts {
     const char* file;
@@ -72,7 +50,7 @@ TEST(InspectCli, EveryGoldenModelAsJson) {
     for (const Facts& f : kModels) {
         SCOPED_TRACE(f.file);
         std::string path = kGolden + "/models/" + f.file + ".gguf";
-        Result r = run(path + " --json --tensors", false);
+        CliResult r = run(path + " --json --tensors", false);
         ASSERT_EQ(r.rc, 0) << r.out;
         Json j = Json::parse(r.out);
         EXPECT_EQ(j.at("architecture").as_string(), f.arch);
@@ -124,19 +102,19 @@ TEST(InspectCli, VocabularyFiles) {
     struct V { const char* file; int64_t n_vocab; };
     for (V v : {V{"qwen3-vocab.gguf", 151669}, V{"ggml-vocab-gpt-2.gguf", 50257}, V{"ggml-vocab-llama-spm.gguf", 32000}}) {
         SCOPED_TRACE(v.file);
-        Result r = run(kGolden + "/tokenizer/" + v.file + " --json", false);
+        CliResult r = run(kGolden + "/tokenizer/" + v.file + " --json", false);
         ASSERT_EQ(r.rc, 0) << r.out;
         Json j = Json::parse(r.out);
         EXPECT_EQ(j.at("n_tensors").as_int(), 0);
         EXPECT_EQ(j.at("tokenizer").at("n_vocab").as_int(), v.n_vocab);
-        Result t = run(kGolden + "/tokenizer/" + v.file, true);
+        CliResult t = run(kGolden + "/tokenizer/" + v.file, true);
         EXPECT_EQ(t.rc, 0);
         EXPECT_NE(t.out.find("vocabulary-only"), std::string::npos) << t.out;
     }
 }
 
 TEST(InspectCli, TextNamesTheKeyFigures) {
-    Result r = run(kGolden + "/models/glm4moe-Q8_0.gguf", true);
+    CliResult r = run(kGolden + "/models/glm4moe-Q8_0.gguf", true);
     ASSERT_EQ(r.rc, 0) << r.out;
     for (const char* want : {"architecture    glm4moe", "layers          4 (first 1 dense) (last 1 NextN/MTP, unused)",
                              "8 routed, 2 used per token, expert FFN 64", "routed experts", "embedding rows",
@@ -146,7 +124,7 @@ TEST(InspectCli, TextNamesTheKeyFigures) {
 
 TEST(InspectCli, BadInputIsAOneLineError) {
     for (std::string bad : {kGolden + "/README.md", kGolden + "/nonexistent.gguf"}) {
-        Result r = run(bad, true);
+        CliResult r = run(bad, true);
         EXPECT_EQ(r.rc, 1) << r.out;
         EXPECT_EQ(r.out.rfind("moestream inspect: error: ", 0), 0u) << r.out;
         EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;

@@ -2,42 +2,17 @@
 // by `inspect --json`; dimension and type overrides; bad flags as one-line
 // errors.
 #include <gtest/gtest.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <string>
 
 #include "json/json.h"
+#include "run_cli.h"
 
 using ms::Json;
 
 namespace {
-
-const std::string kBin = MOESTREAM_BINARY;
-
-struct Result {
-    int rc;
-    std::string out;
-};
-
-Result run(const std::string& args, bool with_stderr) {
-    std::string cmd = kBin + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-    FILE* p = popen(cmd.c_str(), "r");
-    Result r{-1, ""};
-    if (!p) return r;
-    char buf[4096];
-    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-    int st = pclose(p);
-    r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return r;
-}
-
-uint64_t file_size(const std::string& path) {
-    struct stat st;
-    return stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
-}
 
 std::string temp_path(const char* name) {
     return "/tmp/moestream-cli-synth-" + std::to_string(getpid()) + "-" + name + ".gguf";
@@ -47,13 +22,13 @@ std::string temp_path(const char* name) {
 
 TEST(SynthCli, TinyWithSkewReadsBack) {
     std::string out = temp_path("tiny");
-    Result r = run("synth --preset tiny --router-skew 0.8 --seed 3 --json -o " + out, false);
+    CliResult r = run_cli("synth --preset tiny --router-skew 0.8 --seed 3 --json -o " + out, false);
     ASSERT_EQ(r.rc, 0) << r.out;
     Json j = Json::parse(r.out);
     EXPECT_EQ(uint64_t(j.at("bytes").as_int()), file_size(out));
     EXPECT_GT(j.at("mb_per_s").as_number(), 0);
 
-    Result ins = run("inspect --json " + out, false);
+    CliResult ins = run_cli("inspect --json " + out, false);
     ASSERT_EQ(ins.rc, 0) << ins.out;
     Json s = Json::parse(ins.out);
     EXPECT_EQ(s.at("architecture").as_string(), "qwen3moe");
@@ -72,10 +47,10 @@ TEST(SynthCli, TinyWithSkewReadsBack) {
 
 TEST(SynthCli, OverridesAndTypes) {
     std::string out = temp_path("small");
-    Result r = run("synth --preset tiny --layers 2 --experts 8 --experts-used 2 --n-embd 128 --ffn 64 --heads 2 "
+    CliResult r = run_cli("synth --preset tiny --layers 2 --experts 8 --experts-used 2 --n-embd 128 --ffn 64 --heads 2 "
                    "--kv-heads 1 --head-dim 32 --type Q8_0 -o " + out, true);
     ASSERT_EQ(r.rc, 0) << r.out;
-    Result ins = run("inspect --json " + out, false);
+    CliResult ins = run_cli("inspect --json " + out, false);
     ASSERT_EQ(ins.rc, 0) << ins.out;
     Json s = Json::parse(ins.out);
     const Json& hp = s.at("hparams");
@@ -102,14 +77,14 @@ TEST(SynthCli, BadFlagsAreOneLineErrors) {
                              "--preset tiny --type Q3_K -o " + out, std::string("--preset tiny"), "--preset tiny --layers x -o " + out,
                              "--preset tiny --vocab /nonexistent.gguf -o " + out}) {
         SCOPED_TRACE(args);
-        Result r = run("synth " + args, true);
+        CliResult r = run_cli("synth " + args, true);
         EXPECT_EQ(r.rc, 1) << r.out;
         EXPECT_EQ(r.out.rfind("moestream synth: error: ", 0), 0u) << r.out;
         EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
     }
     EXPECT_NE(access(out.c_str(), F_OK), 0);
     EXPECT_NE(access((out + ".partial").c_str(), F_OK), 0);
-    Result h = run("synth --help", true);
+    CliResult h = run_cli("synth --help", true);
     EXPECT_EQ(h.rc, 0);
     for (const char* flag : {"--preset", "--output", "--type", "--layers", "--experts", "--experts-used", "--n-embd",
                              "--ffn", "--heads", "--kv-heads", "--head-dim", "--vocab", "--router-skew", "--seed"})

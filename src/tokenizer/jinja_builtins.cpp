@@ -431,6 +431,32 @@ bool one_of(const std::string& name, std::initializer_list<const char*> names) {
     return false;
 }
 
+// An attribute of a for loop's `loop` (see Interp::run_loop).
+Value loop_attr(const Value& loop, const std::string& name, bool* found) {
+    const List& items = *loop.list;
+    int64_t k = loop.i, n = int64_t(items.size());
+    if (name == "index") return Value::integer(k + 1);
+    if (name == "index0") return Value::integer(k);
+    if (name == "revindex") return Value::integer(n - k);
+    if (name == "revindex0") return Value::integer(n - k - 1);
+    if (name == "first") return Value::boolean(k == 0);
+    if (name == "last") return Value::boolean(k == n - 1);
+    if (name == "previtem") return k > 0 ? items[size_t(k - 1)] : Value::undefined("there is no previous item");
+    if (name == "nextitem") return k + 1 < n ? items[size_t(k + 1)] : Value::undefined("there is no next item");
+    if (name == "cycle") {
+        auto c = std::make_shared<Callable>();
+        c->name = "bound method LoopContext.cycle";
+        c->fn = [k](Interp&, CallArgs& a) -> Value {
+            if (a.pos.empty()) throw RenderError("no items for cycling given");
+            return a.pos[size_t(k) % a.pos.size()];
+        };
+        return Value::callable(std::move(c));
+    }
+    if (const Value* v = loop.dict->find(std::string_view(name))) return *v;
+    *found = false;
+    return Value();
+}
+
 // Methods only (no mapping keys): the `attr` filter and the first step of
 // obj.name.
 Value method_of(const Value& obj, const std::string& name, bool* found) {
@@ -452,8 +478,10 @@ Value method_of(const Value& obj, const std::string& name, bool* found) {
             if (obj.kind == Kind::List && one_of(name, {"append", "extend", "insert", "pop", "remove", "reverse", "sort", "clear"}))
                 return unsafe(obj, name);
             break;
-        case Kind::Namespace:
         case Kind::Object:
+            if (obj.list) return loop_attr(obj, name, found);
+            [[fallthrough]];
+        case Kind::Namespace:
             if (const Value* v = obj.dict->find(std::string_view(name))) return *v;
             break;
         default: break;
@@ -1113,7 +1141,7 @@ bool t_mapping(Interp&, const Value& v, CallArgs& a) { bind_args("mapping", a, {
 bool t_escaped(Interp&, const Value& v, CallArgs& a) { bind_args("escaped", a, {}); return v.kind == Kind::String && v.markup; }
 bool t_iterable(Interp&, const Value& v, CallArgs& a) {
     bind_args("iterable", a, {});
-    return v.is_undefined() || v.kind == Kind::String || v.is_seq() || v.kind == Kind::Dict || v.kind == Kind::Object;
+    return v.is_undefined() || v.kind == Kind::String || v.is_seq() || v.kind == Kind::Dict || (v.kind == Kind::Object && v.list);
 }
 bool t_sequence(Interp&, const Value& v, CallArgs& a) {
     bind_args("sequence", a, {});
@@ -1197,11 +1225,12 @@ Value g_range(Interp& in, CallArgs& a) {
     if (count > double(kMaxRange))
         throw RenderError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
     List out;
+    out.reserve(size_t(std::max(0.0, count)));
     for (int64_t x = start; step > 0 ? x < stop : x > stop; x += step) {
         out.push_back(Value::integer(x));
         if (step > 0 ? x > INT64_MAX - step : x < INT64_MIN - step) break;
     }
-    in.step(out.size() / 8);
+    in.step(out.size());
     return Value::make_list(std::move(out));
 }
 

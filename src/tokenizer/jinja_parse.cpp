@@ -652,6 +652,7 @@ private:
             return t;
         }
         bool paren = skip_op("(");
+        if (at_end_token(extra_end)) fail(line, "expected an expression, got '" + describe(cur()) + "'");
         while (true) {
             if (cur().type != Tok::Name) {
                 if (!t.names.empty() && (paren ? is_op(")") : (cur().type == Tok::BlockEnd || at_end_token(extra_end) || is_op("="))))
@@ -681,17 +682,24 @@ private:
         expect_op(")");
     }
 
+    // The body of a macro or call block: its own function, so break and
+    // continue do not reach loops around it, and varargs/kwargs/caller in it
+    // mark it.
+    void parse_callable_body(Stmt* s, const char* end) {
+        macro_stack_.push_back(s);
+        int saved_loops = loop_depth_;
+        loop_depth_ = 0;
+        s->body = parse_statements({end}, true);
+        loop_depth_ = saved_loops;
+        macro_stack_.pop_back();
+    }
+
     Stmt* parse_macro() {
         Stmt* s = stmt(StmtKind::Macro, cur().line);
         next();
         s->text = expect_name();
         parse_signature(s);
-        macro_stack_.push_back(s);
-        int saved_loops = loop_depth_;
-        loop_depth_ = 0;
-        s->body = parse_statements({"endmacro"}, true);
-        loop_depth_ = saved_loops;
-        macro_stack_.pop_back();
+        parse_callable_body(s, "endmacro");
         return s;
     }
 
@@ -701,12 +709,7 @@ private:
         if (is_op("(")) parse_signature(s);
         s->expr = parse_expression(true);
         if (s->expr->kind != ExprKind::Call) fail(s->line, "expected call");
-        macro_stack_.push_back(s);
-        int saved_loops = loop_depth_;
-        loop_depth_ = 0;
-        s->body = parse_statements({"endcall"}, true);
-        loop_depth_ = saved_loops;
-        macro_stack_.pop_back();
+        parse_callable_body(s, "endcall");
         return s;
     }
 
@@ -758,19 +761,21 @@ private:
         return e;
     }
 
-    Expr* parse_expression(bool with_condexpr) {
-        Nest nest(*this);
-        return with_condexpr ? parse_condexpr() : parse_or();
-    }
+    // Recursion depth is counted where the grammar recurses: parse_unary
+    // (parentheses, brackets, unary minus), `not` chains and `else` chains.
+    Expr* parse_expression(bool with_condexpr) { return with_condexpr ? parse_condexpr() : parse_or(); }
 
     Expr* parse_condexpr() {
-        Nest nest(*this);
         int line = cur().line;
         Expr* e = parse_or();
         while (skip_name("if")) {
             Expr* c = node(ExprKind::Cond, line);
             Expr* test = parse_or();
-            Expr* other = skip_name("else") ? parse_condexpr() : nullptr;
+            Expr* other = nullptr;
+            if (skip_name("else")) {
+                Nest nest(*this);
+                other = parse_condexpr();
+            }
             c->args = {e, test, other};
             e = c;
             line = cur().line;
@@ -799,8 +804,8 @@ private:
     }
 
     Expr* parse_not() {
-        Nest nest(*this);
         if (is_name("not")) {
+            Nest nest(*this);
             int line = cur().line;
             next();
             Expr* e = node(ExprKind::Not, line);

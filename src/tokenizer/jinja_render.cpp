@@ -165,23 +165,33 @@ Interp::Flow Interp::exec_for(const Stmt& s, const ScopePtr& scope, std::string&
 
 // One level of a for loop; `loop(children)` inside a recursive loop comes
 // back here one level deeper.
+//
+// The `loop` variable is an Object whose list is the items and whose i is the
+// current index; index, first, previtem and the like are computed from those
+// on access (builtins' loop_attr), so an iteration allocates nothing for it.
+// Its dict holds what is the same for every iteration: length, depth and
+// changed().
 void Interp::run_loop(const Stmt& s, const ScopePtr& scope, const Value& iterable, int depth, std::string& out) {
-    List items = iterate(iterable);
+    std::shared_ptr<const List> items =
+        iterable.is_seq() ? iterable.list : std::make_shared<const List>(iterate(iterable));
     if (s.filter) {
         List kept;
-        for (Value& item : items) {
+        for (const Value& item : *items) {
             step();
             auto probe = std::make_shared<Scope>(scope);
             assign(s.target, item, probe, s.line);
-            if (truthy(eval(s.filter, probe))) kept.push_back(std::move(item));
+            if (truthy(eval(s.filter, probe))) kept.push_back(item);
         }
-        items = std::move(kept);
+        items = std::make_shared<const List>(std::move(kept));
     }
-    if (items.empty()) {
+    if (items->empty()) {
         exec(s.else_body, std::make_shared<Scope>(scope), out);
         return;
     }
-    Value recurse;
+    Value loop;
+    loop.kind = Kind::Object;
+    loop.list = items;
+    loop.depth = 1;
     if (s.recursive) {
         auto fn = std::make_shared<Callable>();
         fn->name = "loop";
@@ -203,7 +213,7 @@ void Interp::run_loop(const Stmt& s, const ScopePtr& scope, const Value& iterabl
             in.depth_--;
             return Value::string(std::move(text));
         };
-        recurse = Value::callable(fn);
+        loop.fn = std::move(fn);
     }
     // loop.changed() remembers its last arguments; held weakly by the
     // callable so that loop.changed(loop) cannot form a cycle.
@@ -218,33 +228,18 @@ void Interp::run_loop(const Stmt& s, const ScopePtr& scope, const Value& iterabl
             state->second = a.pos;
             return Value::boolean(differs);
         }}));
-    int64_t n = int64_t(items.size());
-    for (int64_t k = 0; k < n; k++) {
+    loop.dict = std::make_shared<Dict>();
+    loop.dict->entries.emplace_back(Value::string("length"), Value::integer(int64_t(items->size())));
+    loop.dict->entries.emplace_back(Value::string("depth"), Value::integer(depth + 1));
+    loop.dict->entries.emplace_back(Value::string("depth0"), Value::integer(depth));
+    loop.dict->entries.emplace_back(Value::string("changed"), std::move(changed));
+    for (size_t k = 0; k < items->size(); k++) {
         step();
         auto iter = std::make_shared<Scope>(scope);
-        assign(s.target, items[size_t(k)], iter, s.line);
-        auto d = std::make_shared<Dict>();
-        auto put = [&](const char* key, Value v) { d->entries.emplace_back(Value::string(key), std::move(v)); };
-        put("index", Value::integer(k + 1));
-        put("index0", Value::integer(k));
-        put("revindex", Value::integer(n - k));
-        put("revindex0", Value::integer(n - k - 1));
-        put("first", Value::boolean(k == 0));
-        put("last", Value::boolean(k == n - 1));
-        put("length", Value::integer(n));
-        put("depth", Value::integer(depth + 1));
-        put("depth0", Value::integer(depth));
-        put("previtem", k > 0 ? items[size_t(k - 1)] : Value::undefined("there is no previous item"));
-        put("nextitem", k + 1 < n ? items[size_t(k + 1)] : Value::undefined("there is no next item"));
-        put("cycle", Value::callable(std::make_shared<Callable>(Callable{
-                         "cycle", [k](Interp&, CallArgs& a) -> Value {
-                             if (a.pos.empty()) throw RenderError("no items for cycling given");
-                             return a.pos[size_t(k) % a.pos.size()];
-                         }})));
-        put("changed", changed);
-        Value loop = Value::make_dict(std::move(d), Kind::Object);
-        loop.fn = recurse.fn;
-        iter->set("loop", std::move(loop));
+        iter->vars.reserve(2 + s.target.names.size());
+        assign(s.target, (*items)[k], iter, s.line);
+        loop.i = int64_t(k);
+        iter->set("loop", loop);
         Flow f = exec(s.body, iter, out);
         if (f == Flow::Break) break;
     }

@@ -46,9 +46,9 @@ struct Value {
     int64_t i = 0;
     double f = 0;
     std::string s;                    // String; Undefined: the message if it is used
-    std::shared_ptr<const List> list; // List, Tuple
+    std::shared_ptr<const List> list; // List, Tuple; a for-loop's items (the `loop` Object, index in i)
     std::shared_ptr<Dict> dict;       // Dict, Namespace and Object attributes
-    std::shared_ptr<Callable> fn;     // Callable; Object when callable (loop)
+    std::shared_ptr<Callable> fn;     // Callable; a recursive loop's `loop`
 
     Value() = default;
     static Value undefined(std::string message) { Value v; v.s = std::move(message); return v; }

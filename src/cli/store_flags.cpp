@@ -37,12 +37,16 @@ std::unique_ptr<ExpertSource> StoreFlags::make(const GgufFile& file, const Model
     MemoryNeeds need;
     need.resident = model.resident_bytes();
     need.kv = fixed_bytes - std::min(fixed_bytes, need.resident);  // KV cache and scratch
+    // Code, libraries, tokenizer and metadata are in RSS too, and --mem
+    // bounds RSS: what the process holds beyond the resident weights now.
+    uint64_t rss = rss_bytes();
+    need.process = rss > need.resident ? rss - need.resident : 0;
     need.slot_bytes = lay.slot_bytes();
     need.min_slots = std::max(1, model.config().n_expert_used);
     need.max_slots = lay.total_experts();
     need.budget = budget;
     if (budget == 0) {
-        uint64_t all = fixed_bytes + uint64_t(need.max_slots) * need.slot_bytes;
+        uint64_t all = fixed_bytes + need.process + uint64_t(need.max_slots) * need.slot_bytes;
         uint64_t cap = read_meminfo().available / 5 * 4;
         need.budget = cap > 0 ? std::min(all, cap) : all;
         if (need.budget < all)
@@ -68,6 +72,7 @@ std::unique_ptr<ExpertSource> StoreFlags::make(const GgufFile& file, const Model
     settings_["budget_bytes"] = need.budget;
     settings_["resident_bytes"] = need.resident;
     settings_["kv_and_scratch_bytes"] = need.kv;
+    settings_["process_bytes"] = need.process;
     settings_["slot_bytes"] = need.slot_bytes;
     settings_["slots"] = plan_.slots;
     settings_["cache_bytes"] = plan_.cache_bytes;

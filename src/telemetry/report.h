@@ -47,6 +47,7 @@ private:
         std::string name;
         DiskStats disk;
         uint64_t needed = 0, read = 0;
+        uint64_t process_read = 0;  // /proc/self/io read_bytes
         double t = 0;
     };
     Phase snapshot(const std::string& name, const StoreCounters* store) const;

@@ -13,6 +13,7 @@
 #include "bench/bench_file.h"
 #include "bench/cache.h"
 #include "bench/gemm.h"
+#include "bench/model_bench.h"
 #include "bench/model_experts.h"
 #include "bench/ssd.h"
 #include "bench/table.h"
@@ -301,6 +302,120 @@ int bench_gemm(int argc, char** argv) {
     return 0;
 }
 
+
+// The moestream executable itself, to spawn `moestream run` children.
+std::string self_binary() {
+    char buf[4096];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) throw std::runtime_error("cannot find the moestream executable (/proc/self/exe); give --binary");
+    return std::string(buf, size_t(n));
+}
+
+std::vector<std::string> split_words(const std::string& s) {
+    std::vector<std::string> out;
+    size_t i = 0;
+    while (i < s.size()) {
+        while (i < s.size() && s[i] == ' ') ++i;
+        size_t b = i;
+        while (i < s.size() && s[i] != ' ') ++i;
+        if (i > b) out.push_back(s.substr(b, i - b));
+    }
+    return out;
+}
+
+int bench_model(int argc, char** argv) {
+    ModelBenchOptions o;
+    std::string models, prompts = "512", gens = "128", pg, threads, batch, ctk, limit, output = "md", json, run_args;
+    // Flags of `moestream run` that can be swept, under the same names.
+    const char* run_flags[] = {"--mem", "--io", "--io-depth", "--io-threads", "--io-split", "--cache-policy",
+                               "--prefetch", "--layout", "-c"};
+    std::vector<std::string> run_values(std::size(run_flags));
+    int64_t seed = 1;
+    bool no_warmup = false;
+    Args a("moestream bench model -m MODEL[,MODEL...] [options]",
+           "llama-bench for moestream: prompt processing (pp, -p tokens of random ids), text generation (tg, -n "
+           "tokens after a one-token prompt) and combined (-pg) tests, -r repetitions each, every repetition a "
+           "fresh `moestream run` process whose --report JSON supplies the timings and the store's figures. Comma "
+           "lists sweep: every combination of the listed values is a case. --limit-mem runs each case inside a "
+           "fresh memory cgroup (v2 or v1) that bounds the page cache, as on a smaller machine. Output (-o) uses "
+           "llama-bench's field names plus: hit_rate, mb_read_per_token, io_stall_ms_per_token, "
+           "read_amplification, peak_rss_bytes, cgroup_peak_bytes, cgroup_file_bytes.");
+    a.option("-m,--model", &models, "LIST", "GGUF model(s), comma separated");
+    a.option("-p,--n-prompt", &prompts, "LIST", "prompt lengths of pp tests (0: none)");
+    a.option("-n,--n-gen", &gens, "LIST", "generation lengths of tg tests (0: none)");
+    a.option("-pg", &pg, "PP,TG[,PP,TG...]", "combined tests: prompt then generation, pairs");
+    a.option("-r,--repetitions", &o.repetitions, "N", "repetitions of every case");
+    a.option("-t,--threads", &threads, "LIST", "thread counts (passed to run as -t)");
+    a.option("-b,--batch-size", &batch, "LIST", "prompt batch sizes (passed to run as -b)");
+    a.option("-ctk,--cache-type-k", &ctk, "LIST", "KV cache types f16,f32 (passed to run as --kv-type)");
+    for (size_t i = 0; i < std::size(run_flags); ++i)
+        a.option(run_flags[i], &run_values[i], "LIST", (std::string("values of run's ") + run_flags[i] + " to sweep").c_str());
+    a.option("--limit-mem", &limit, "LIST", "memory cgroup limit per case (e.g. 4G; 0: none); bounds page cache + RSS");
+    a.flag("--drop-caches", &o.drop_caches,
+           "evict the model's (and its .experts sidecar's) page cache before every run (posix_fadvise, no root needed)");
+    a.flag("--no-warmup", &no_warmup, "skip the discarded warm-up run of each case");
+    a.option("-o,--output", &output, "FORMAT", "md, csv, json or jsonl (to stdout)");
+    a.option("--json", &json, "FILE", "also write the full report (machine, settings, records) as JSON");
+    a.option("--seed", &seed, "N", "seed of the random prompts and sampling (repetition i uses seed+i)");
+    a.option("--timeout", &o.timeout_s, "S", "kill a run after S seconds (0: never)");
+    a.option("--work-dir", &o.work_dir, "DIR", "keep every run's report, stdout and stderr here");
+    a.option("--run-args", &run_args, "ARGS", "further flags for every run, space separated (not swept)");
+    a.option("--binary", &o.binary, "PATH", "the moestream executable to run (default: this one)");
+    if (!a.parse(argc, argv, 3)) return 0;
+    if (models.empty()) throw std::runtime_error("-m MODEL is required");
+    o.models = split_list(models);
+    auto nonneg_list = [](const std::string& flag, const std::string& v) {
+        std::vector<int> out;
+        for (const std::string& x : split_list(v)) {
+            char* end = nullptr;
+            long n = strtol(x.c_str(), &end, 10);
+            if (x.empty() || *end || n < 0 || n > 1000000) throw std::runtime_error(flag + ": bad value '" + x + "'");
+            out.push_back(int(n));
+        }
+        return out;
+    };
+    for (int p : nonneg_list("-p", prompts))
+        if (p > 0) o.tests.push_back({p, 0});
+    for (int n : nonneg_list("-n", gens))
+        if (n > 0) o.tests.push_back({0, n});
+    if (!pg.empty()) {
+        std::vector<int> v = nonneg_list("-pg", pg);
+        if (v.size() % 2) throw std::runtime_error("-pg: expected pairs PP,TG");
+        for (size_t i = 0; i < v.size(); i += 2) o.tests.push_back({v[i], v[i + 1]});
+    }
+    if (!threads.empty()) o.sweeps.push_back({"-t", split_list(threads)});
+    if (!batch.empty()) o.sweeps.push_back({"-b", split_list(batch)});
+    if (!ctk.empty()) o.sweeps.push_back({"--kv-type", split_list(ctk)});
+    for (size_t i = 0; i < std::size(run_flags); ++i)
+        if (!run_values[i].empty()) o.sweeps.push_back({run_flags[i], split_list(run_values[i])});
+    if (!limit.empty()) {
+        o.limit_mem.clear();
+        for (const std::string& l : split_list(limit)) o.limit_mem.push_back(l == "0" ? 0 : parse_size(l));
+    }
+    o.warmup = !no_warmup;
+    o.seed = uint64_t(seed);
+    o.keep_reports = !o.work_dir.empty();
+    if (o.binary.empty()) o.binary = self_binary();
+    if (!run_args.empty()) {
+        // Unswept extras ride along as a one-value sweep.
+        std::vector<std::string> w = split_words(run_args);
+        for (size_t i = 0; i < w.size(); ++i) {
+            bool has_value = i + 1 < w.size() && w[i + 1][0] != '-';
+            o.sweeps.push_back({w[i], {has_value ? w[i + 1] : ""}});
+            if (has_value) ++i;
+        }
+    }
+    if (output != "md" && output != "csv" && output != "json" && output != "jsonl")
+        throw std::runtime_error("-o: unknown output format '" + output + "' (md, csv, json, jsonl)");
+    StepProgress steps("bench model runs");
+    o.progress = [&](const std::string& l, uint64_t d, uint64_t t) { steps(l, d, t); };
+    ModelBenchReport r = run_model_bench(o);
+    fputs(format_records(output, r.records, model_md_columns(o)).c_str(), stdout);
+    if (!json.empty()) write_json(json, r.json);
+    for (const std::string& e : r.errors) fprintf(stderr, "bench model: %s\n", e.c_str());
+    return r.errors.empty() ? 0 : 1;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -312,6 +427,7 @@ int cmd_bench(int argc, char** argv) {
     if (which == "ssd") return bench_ssd(argc, argv);
     if (which == "cache") return bench_cache(argc, argv);
     if (which == "gemm") return bench_gemm(argc, argv);
+    if (which == "model") return bench_model(argc, argv);
     fprintf(stderr, "moestream bench: unknown benchmark '%s'\n%s", which.c_str(), kBenchUsage);
     return 2;
 }

@@ -1,0 +1,234 @@
+// bench model: the output writers (md, csv, json, jsonl), the statistics, and
+// the harness end to end against a stand-in `moestream` (a shell script that
+// answers `run` with a report of known timings), so records can be checked
+// against figures computed here by hand.
+#include "bench/model_bench.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "bench/run_figures.h"
+#include "gguf/gguf.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+ms::Json record(const char* model, double ts, const char* note) {
+    ms::Json r = ms::Json::object();
+    r["model_filename"] = model;
+    r["n_prompt"] = 512;
+    r["avg_ts"] = ts;
+    r["samples_ns"] = ms::Json(ms::Json::Array{ms::Json(1000), ms::Json(2000)});
+    r["note"] = note;
+    r["hit_rate"] = nullptr;
+    return r;
+}
+
+TEST(Records, CsvQuotesAndArrays) {
+    std::vector<ms::Json> rs = {record("a.gguf", 12.5, "plain"), record("b,c.gguf", 3, "say \"hi\"")};
+    std::string csv = ms::records_csv(rs);
+    std::istringstream in(csv);
+    std::string header, l1, l2;
+    std::getline(in, header);
+    std::getline(in, l1);
+    std::getline(in, l2);
+    EXPECT_EQ(header, "model_filename,n_prompt,avg_ts,samples_ns,note,hit_rate");
+    EXPECT_EQ(l1, "a.gguf,512,12.5,\"[1000, 2000]\",plain,");
+    EXPECT_EQ(l2, "\"b,c.gguf\",512,3,\"[1000, 2000]\",\"say \"\"hi\"\"\",");
+    EXPECT_EQ(ms::records_csv({}), "");
+}
+
+TEST(Records, JsonAndJsonlRoundTrip) {
+    std::vector<ms::Json> rs = {record("a.gguf", 12.5, "x"), record("b.gguf", 3, "y")};
+    ms::Json arr = ms::Json::parse(ms::records_json(rs));
+    ASSERT_EQ(arr.size(), 2u);
+    EXPECT_EQ(arr[1].at("model_filename").as_string(), "b.gguf");
+    std::istringstream in(ms::records_jsonl(rs));
+    std::string line;
+    int n = 0;
+    while (std::getline(in, line)) {
+        ms::Json o = ms::Json::parse(line);
+        EXPECT_EQ(o.at("note").as_string(), n == 0 ? "x" : "y");
+        ++n;
+    }
+    EXPECT_EQ(n, 2);
+}
+
+TEST(Records, MarkdownTable) {
+    std::vector<ms::MdColumn> cols = {
+        {"model", [](const ms::Json& r) { return r.at("model_filename").as_string(); }, true},
+        {"t/s", [](const ms::Json& r) { return std::to_string(int(r.at("avg_ts").as_number())); }},
+    };
+    std::string md = ms::records_markdown({record("a.gguf", 12.5, "x")}, cols);
+    EXPECT_EQ(md, "| model | t/s |\n|---|---:|\n| a.gguf | 12 |\n");
+    EXPECT_EQ(ms::format_records("md", {record("a.gguf", 12.5, "x")}, cols), md);
+    EXPECT_THROW(ms::format_records("xml", {}, cols), std::runtime_error);
+}
+
+TEST(Stats, MeanAndSampleStddev) {
+    double m, sd;
+    ms::mean_stddev({2, 4, 4, 4, 5, 5, 7, 9}, &m, &sd);
+    EXPECT_DOUBLE_EQ(m, 5.0);
+    EXPECT_NEAR(sd, std::sqrt(32.0 / 7.0), 1e-12);
+    ms::mean_stddev({3}, &m, &sd);
+    EXPECT_EQ(sd, 0.0);
+}
+
+TEST(RunArgs, LlamaBenchStyleRequest) {
+    ms::RunRequest q;
+    q.binary = "/x/moestream";
+    q.model = "m.gguf";
+    q.n_prompt = 512;
+    q.n_gen = 0;
+    q.seed = 7;
+    q.report = "/tmp/r.json";
+    q.extra = {"-t", "4"};
+    std::vector<std::string> want = {"/x/moestream", "run", "-m", "m.gguf", "--random-prompt", "512", "-n", "0",
+                                     "--ignore-eos", "--seed", "7", "--report", "/tmp/r.json", "-t", "4"};
+    EXPECT_EQ(ms::run_argv(q), want);
+    q.prompt_file = "p.txt";
+    EXPECT_EQ(ms::run_argv(q)[4], "-f");
+}
+
+// A stand-in for `moestream run`: prefill at exactly 1000 tok/s, decode at
+// 100 tok/s (as reported), a store with fixed figures, threads from -t.
+const char* kFakeRun = R"(#!/bin/sh
+if [ "$1 $2" = "run --help" ]; then echo "--random-prompt N --ignore-eos"; exit 0; fi
+if [ "$1" = "tokenize" ]; then
+  # one token per word, plus BOS
+  echo 1 $(cat "$5"); exit 0
+fi
+report=""; n=0; g=0; threads=4
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --report) report="$2"; shift;;
+    --random-prompt) n="$2"; shift;;
+    -n) g="$2"; shift;;
+    -t) threads="$2"; shift;;
+    --fail) echo "fake failure: $2" >&2; exit 3;;
+  esac
+  shift
+done
+awk -v n="$n" -v g="$g" -v t="$threads" 'BEGIN {
+  printf "{\"settings\":{\"threads\":%d},\"results\":{\"prefill_tokens\":%d,\"prefill_seconds\":%.6f,", t, n, n / 1000
+  printf "\"decode_tokens\":%d,\"decode_seconds\":%.6f},", g, g / 100
+  printf "\"store\":{\"hit_rate\":0.75,\"mb_read_per_token\":12.5,\"io_wait_s\":0.02,\"read_amplification\":1.25},"
+  printf "\"peak_rss_bytes\":1048576,\"disk\":{\"device\":\"vda\",\"read_bytes\":4096}}\n"
+}' > "$report"
+echo "generated text"
+)";
+
+class FakeRun : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir = fs::current_path() / ("model_bench_test_" + std::to_string(getpid()));
+        fs::create_directories(dir);
+        binary = (dir / "moestream").string();
+        std::ofstream(binary) << kFakeRun;
+        chmod(binary.c_str(), 0755);
+        model = (dir / "tiny.gguf").string();
+        ms::GgufWriter w(model);
+        w.set_string("general.architecture", "qwen3moe");
+        w.set_string("general.size_label", "1K");
+        w.set_u32("general.file_type", 7);
+        w.add_tensor("token_embd.weight", ms::GgmlType::F32, {16, 4});
+        w.begin_data();
+        std::vector<float> zeros(64, 0.0f);
+        w.write_tensor_data(zeros.data(), zeros.size() * 4);
+        w.finish();
+    }
+    void TearDown() override { fs::remove_all(dir); }
+    fs::path dir;
+    std::string binary, model;
+};
+
+TEST_F(FakeRun, RecordsHoldLlamaBenchFieldsAndOurs) {
+    ms::ModelBenchOptions o;
+    o.binary = binary;
+    o.models = {model};
+    o.tests = {{64, 0}, {0, 16}, {64, 16}};
+    o.sweeps = {{"-t", {"1", "3"}}, {"--mem", {"2G"}}};
+    o.repetitions = 3;
+    o.work_dir = (dir / "work").string();
+    o.keep_reports = true;
+    uint64_t last_done = 0, last_total = 0;
+    o.progress = [&](const std::string&, uint64_t d, uint64_t t) { last_done = d, last_total = t; };
+    ms::ModelBenchReport r = ms::run_model_bench(o);
+    ASSERT_TRUE(r.errors.empty()) << r.errors[0];
+    ASSERT_EQ(r.records.size(), 6u);  // 2 thread counts x 3 tests
+    EXPECT_EQ(last_done, last_total);
+    EXPECT_EQ(last_total, 6u * 4);    // warm-up + 3 repetitions each
+
+    const ms::Json& pp = r.records[0];
+    EXPECT_EQ(pp.at("test").as_string(), "pp64");
+    EXPECT_EQ(pp.at("model_type").as_string(), "qwen3moe 1K Q8_0");
+    EXPECT_EQ(pp.at("model_n_params").as_int(), 64);
+    EXPECT_EQ(pp.at("model_size").as_int(), int64_t(fs::file_size(model)));
+    EXPECT_EQ(pp.at("n_threads").as_int(), 1);
+    EXPECT_EQ(pp.at("mem").as_string(), "2G");
+    EXPECT_EQ(pp.at("n_prompt").as_int(), 64);
+    EXPECT_EQ(pp.at("n_gen").as_int(), 0);
+    EXPECT_NEAR(pp.at("avg_ts").as_number(), 1000.0, 1.0);  // 64 tokens in 0.064 s
+    EXPECT_NEAR(pp.at("stddev_ts").as_number(), 0.0, 1e-6);
+    EXPECT_EQ(pp.at("samples_ns").size(), 3u);
+    EXPECT_NEAR(double(pp.at("avg_ns").as_int()), 64e6, 1e3);
+    EXPECT_DOUBLE_EQ(pp.at("hit_rate").as_number(), 0.75);
+    EXPECT_DOUBLE_EQ(pp.at("read_amplification").as_number(), 1.25);
+    EXPECT_NEAR(pp.at("io_stall_ms_per_token").as_number(), 20.0 / 64, 1e-9);
+    EXPECT_EQ(pp.at("peak_rss_bytes").as_int(), 1048576);
+    EXPECT_EQ(pp.at("device_read_bytes").as_int(), 3 * 4096);
+
+    const ms::Json& tg = r.records[1];
+    EXPECT_EQ(tg.at("test").as_string(), "tg16");
+    EXPECT_NEAR(tg.at("avg_ts").as_number(), 100.0, 0.5);
+    const ms::Json& both = r.records[2];
+    EXPECT_EQ(both.at("test").as_string(), "pp64+tg16");
+    EXPECT_NEAR(both.at("avg_ts").as_number(), 80.0 / (0.064 + 0.16), 0.5);
+    EXPECT_EQ(r.records[3].at("n_threads").as_int(), 3);
+
+    // The run command line really carried the swept flags.
+    EXPECT_TRUE(fs::exists(dir / "work" / "case0_rep0.json"));
+    std::string md = ms::format_records("md", r.records, ms::model_md_columns(o));
+    EXPECT_NE(md.find("| model | size | params | backend | threads | mem | test | t/s |"), std::string::npos) << md;
+    EXPECT_NE(md.find("1000.00 ± 0.00"), std::string::npos) << md;
+    ms::Json j = ms::Json::parse(r.json.dump());
+    EXPECT_EQ(j.at("records").size(), 6u);
+    EXPECT_TRUE(j.at("machine").contains("cpu"));
+}
+
+TEST_F(FakeRun, FailingRunIsReportedNotFatal) {
+    ms::ModelBenchOptions o;
+    o.binary = binary;
+    o.models = {model};
+    o.tests = {{8, 0}};
+    o.sweeps = {{"--fail", {"no such engine"}}};
+    o.repetitions = 2;
+    ms::ModelBenchReport r = ms::run_model_bench(o);
+    ASSERT_EQ(r.errors.size(), 1u);
+    EXPECT_NE(r.errors[0].find("fake failure: no such engine"), std::string::npos) << r.errors[0];
+    EXPECT_NE(r.errors[0].find("exit 3"), std::string::npos);
+    EXPECT_TRUE(r.records.at(0).at("error").is_string());
+    EXPECT_NE(ms::format_records("md", r.records, ms::model_md_columns(o)).find("failed"), std::string::npos);
+
+    o.binary = (dir / "missing").string();
+    EXPECT_THROW(ms::run_model_bench(o), std::runtime_error);
+}
+
+TEST_F(FakeRun, PromptOfNTokensThroughTheTokenizer) {
+    // The stand-in tokenizer counts words plus one: 40 tokens = 39 words.
+    std::string p = (dir / "p.txt").string();
+    EXPECT_EQ(ms::write_token_prompt(binary, model, 40, p), 40);
+    std::ifstream f(p);
+    int words = 0;
+    for (std::string w; f >> w;) ++words;
+    EXPECT_EQ(words, 39);
+}
+
+}  // namespace

@@ -41,7 +41,7 @@ fuzz: deps
 
 run: build
 	$(BUILD)/moestream synth --preset tiny -o $(DEMO)
-	$(BUILD)/moestream run -m $(DEMO) -p "The quick brown fox" -n 32 --mem 6M --seed 1
+	$(BUILD)/moestream run -m $(DEMO) -p "The quick brown fox" -n 32 --mem 24M -c 512 --seed 1
 
 clean:
 	rm -rf $(BUILD) $(ASAN) $(FUZZB)

@@ -171,6 +171,7 @@ std::vector<MdColumn> model_md_columns(const ModelBenchOptions& opt) {
                          return v.is_number() ? size_label(uint64_t(v.as_int())) : std::string("-");
                      }});
     }
+    c.push_back({"model cached", [](const Json& r) { return size_label(uint64_t(r.at("model_cached_bytes").as_int())); }});
     return c;
 }
 
@@ -374,6 +375,9 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
         r["device_read_bytes"] = has_dev ? Json(dev_bytes) : Json(nullptr);
         r["cgroup_peak_bytes"] = cg ? Json(cg->peak_bytes()) : Json(nullptr);
         r["cgroup_file_bytes"] = cg ? Json(cg->file_bytes()) : Json(nullptr);
+        // Checked independently of the cgroup's accounting: how much of the
+        // model file the page cache holds after the case.
+        r["model_cached_bytes"] = page_cache_bytes(c.model->path);
         r["error"] = error.empty() ? Json(nullptr) : Json(error);
         if (!error.empty()) {
             rep.errors.push_back(error);

@@ -1,10 +1,13 @@
 #include "telemetry/system.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -200,6 +203,32 @@ bool mount_of(const std::string& path, MountEntry* out) {
 }
 
 }  // namespace
+
+uint64_t page_cache_bytes(const std::string& path) {
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size == 0) {
+        close(fd);
+        return 0;
+    }
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    const size_t size = size_t(st.st_size);
+    uint64_t resident = 0;
+    // A window at a time keeps the mincore vector small for huge models.
+    const size_t window = size_t(1) << 30;
+    std::vector<unsigned char> v(window / page);
+    for (size_t off = 0; off < size; off += window) {
+        size_t len = std::min(window, size - off);
+        void* p = mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, off_t(off));
+        if (p == MAP_FAILED) break;
+        if (mincore(p, len, v.data()) == 0)
+            for (size_t i = 0; i < (len + page - 1) / page; ++i) resident += v[i] & 1;
+        munmap(p, len);
+    }
+    close(fd);
+    return resident * page;
+}
 
 std::string filesystem_of(const std::string& path) {
     MountEntry m;

@@ -106,6 +106,11 @@ double cpu_mhz();
 std::string cpu_model_name();
 bool cpu_has_flag(const std::string& flag);
 
+// Bytes of PATH now in the page cache (mincore over a mapping of the file);
+// 0 when it cannot be mapped. Independent of any accounting the kernel
+// keeps per cgroup, so it can check such accounting.
+uint64_t page_cache_bytes(const std::string& path);
+
 // Filesystem type of the mount holding PATH ("ext4", "tmpfs", "overlay"),
 // from /proc/self/mountinfo; "" when unknown.
 std::string filesystem_of(const std::string& path);

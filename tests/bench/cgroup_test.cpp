@@ -6,7 +6,6 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -14,6 +13,7 @@
 
 #include "bench/child.h"
 #include "bench/model_bench.h"
+#include "telemetry/system.h"
 
 namespace fs = std::filesystem;
 
@@ -37,23 +37,6 @@ TEST(Cgroup, MemoryStat) {
     EXPECT_EQ(ms::memory_stat_value("anon 1\nfile 65536\n", "file"), 65536u);
 }
 
-// Pages of PATH in the page cache now.
-uint64_t resident_bytes(const std::string& path) {
-    int fd = open(path.c_str(), O_RDONLY);
-    if (fd < 0) return 0;
-    size_t size = size_t(fs::file_size(path));
-    void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED) return 0;
-    size_t pages = (size + 4095) / 4096;
-    std::vector<unsigned char> v(pages);
-    uint64_t n = 0;
-    if (mincore(p, size, v.data()) == 0)
-        for (unsigned char c : v) n += c & 1;
-    munmap(p, size);
-    return n * 4096;
-}
-
 TEST(Cgroup, LimitBoundsTheChildsPageCache) {
     if (getenv("MOESTREAM_SANITIZED")) GTEST_SKIP() << "slow under sanitizers";
     const uint64_t limit = 32ull << 20, file_size = 128ull << 20;
@@ -72,7 +55,7 @@ TEST(Cgroup, LimitBoundsTheChildsPageCache) {
     // Written pages belong to this process's group: evict them so only the
     // child's reading brings the file back.
     ASSERT_TRUE(ms::drop_file_cache(path));
-    EXPECT_LT(resident_bytes(path), 4ull << 20);
+    EXPECT_LT(ms::page_cache_bytes(path), 4ull << 20);
 
     ms::ChildOptions co;
     co.argv = {"/bin/cat", path};
@@ -84,7 +67,7 @@ TEST(Cgroup, LimitBoundsTheChildsPageCache) {
     EXPECT_LE(cg->file_bytes(), limit);
     // The decisive check, independent of the cgroup's own counters: of the
     // 128 MiB the child read, at most the limit stayed cached.
-    EXPECT_LE(resident_bytes(path), limit + (1 << 20));
+    EXPECT_LE(ms::page_cache_bytes(path), limit + (1 << 20));
     fs::remove(path);
 }
 

@@ -3,6 +3,7 @@
 #include "telemetry/system.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -188,6 +189,24 @@ TEST(Memory, Meminfo) {
     EXPECT_LE(m.swap_free, m.swap_total);
     // glibc derives _SC_PHYS_PAGES from sysinfo(), the same source as MemTotal.
     EXPECT_EQ(m.total, uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE)));
+}
+
+TEST(PageCache, FollowsWritesAndEviction) {
+    std::string path = (fs::current_path() / ("pagecache_" + std::to_string(getpid()))).string();
+    {
+        std::ofstream f(path, std::ios::binary);
+        f << std::string(8u << 20, 'p');
+    }
+    // Just written: every page cached. After DONTNEED on synced pages: none.
+    EXPECT_EQ(ms::page_cache_bytes(path), 8u << 20);
+    int fd = open(path.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    fdatasync(fd);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+    EXPECT_LT(ms::page_cache_bytes(path), 1u << 20);
+    fs::remove(path);
+    EXPECT_EQ(ms::page_cache_bytes(path), 0u);
 }
 
 TEST(Cpu, ParsesProcStat) {

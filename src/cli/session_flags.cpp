@@ -17,8 +17,9 @@ void SessionFlags::declare(Args& a, bool sampling) {
     a.option("-b,--batch", &batch, "N", "most prompt tokens evaluated per forward pass");
     a.option("--kv-type", &kv_type, "TYPE", "KV cache type: f16 or f32");
     a.size_option("--mem", &mem, "SIZE",
-                  "memory budget (e.g. 6G) for resident weights + expert cache + KV cache + scratch; "
-                  "refuses to start when the fixed part does not fit (0: no budget)");
+                  "memory budget (e.g. 6G) for resident weights + expert cache + KV cache + scratch + the "
+                  "process itself; refuses to start when the fixed part does not fit (0: every expert cached "
+                  "if that fits in 80% of available memory)");
     a.option("--report", &report, "FILE", "write settings, timings and peak RSS as JSON to FILE");
     store.declare(a);
     if (!sampling) return;

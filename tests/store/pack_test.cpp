@@ -56,12 +56,18 @@ TEST(Pack, RoundTripMatchesGgufBytes) {
     }
 }
 
-TEST(Pack, CorruptedByteNamesLayerAndExpert) {
+// A sidecar of qwen3moe-Q4_K_M in a scratch directory.
+struct Packed {
     TempDir dir;
     GgufFile f = GgufFile::open(golden_model("qwen3moe-Q4_K_M"));
     std::vector<ExpertLayer> layers = find_expert_layers(f);
     std::string side = dir.file("m.experts");
-    write_sidecar(f, layers, side);
+    Packed() { write_sidecar(f, layers, side); }
+};
+
+TEST(Pack, CorruptedByteNamesLayerAndExpert) {
+    Packed p;
+    auto& [dir, f, layers, side] = p;
     ExpertLayout lay = ExpertLayout::packed(f, layers, side);
     test::flip_byte(side, lay.place(1, 5).reads[0].offset + 1000);
     std::string err = error_of([&] { verify_sidecar(f, layers, side); });
@@ -70,11 +76,8 @@ TEST(Pack, CorruptedByteNamesLayerAndExpert) {
 }
 
 TEST(Pack, DamagedTableTruncationAndForeignFiles) {
-    TempDir dir;
-    GgufFile f = GgufFile::open(golden_model("qwen3moe-Q4_K_M"));
-    std::vector<ExpertLayer> layers = find_expert_layers(f);
-    std::string side = dir.file("m.experts");
-    write_sidecar(f, layers, side);
+    Packed p;
+    auto& [dir, f, layers, side] = p;
 
     std::string table = dir.file("table.experts");
     test::copy_file(side, table);

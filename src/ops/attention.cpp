@@ -25,28 +25,58 @@ size_t attention_scratch_floats(const AttentionShape& s, int64_t n_ctx) {
 
 namespace {
 
+// Every fp16 value widened once: the cache is read element by element, and a
+// table lookup is far cheaper than decoding the bits each time.
+struct Fp16Table {
+    float v[65536];
+    Fp16Table() {
+        for (uint32_t h = 0; h < 65536; h++) v[h] = fp16_to_fp32(uint16_t(h));
+    }
+};
+
+const float* fp16_table() {
+    static const Fp16Table table;  // static storage: no allocation, built on first use
+    return table.v;
+}
+
+// Scores of a query against kBlock keys at once: each is summed in element
+// order like a plain loop (the order that agrees best with the reference),
+// but the kBlock independent sums keep the CPU busy instead of waiting on one
+// chain of additions.
+constexpr int kBlock = 8;
+
+template <class KeyAt>
+void scores_for(const float* q, int head_dim, int64_t n_pos, KeyAt key, float* scores) {
+    int64_t j = 0;
+    for (; j + kBlock <= n_pos; j += kBlock) {
+        float acc[kBlock] = {};
+        for (int d = 0; d < head_dim; d++) {
+            for (int l = 0; l < kBlock; l++) acc[l] += q[d] * key(j + l, d);
+        }
+        for (int l = 0; l < kBlock; l++) scores[j + l] = acc[l];
+    }
+    for (; j < n_pos; j++) {
+        float acc = 0;
+        for (int d = 0; d < head_dim; d++) acc += q[d] * key(j, d);
+        scores[j] = acc;
+    }
+}
+
 // One query head against positions [0, n_pos) of one KV head.
 void attend_head(const AttentionShape& s, const KvLayer& kv, int kv_head, const float* q, int64_t n_pos,
                  float* scores, float* qh, float* out) {
     const int64_t k_off = int64_t(kv_head) * s.head_dim;
     const int64_t v_off = int64_t(kv_head) * s.head_dim_v;
+    const float* table = kv.type == GgmlType::F16 ? fp16_table() : nullptr;
     if (kv.type == GgmlType::F32) {
-        const float* K = reinterpret_cast<const float*>(kv.k);
-        for (int64_t j = 0; j < n_pos; j++) {
-            const float* kr = K + j * kv.k_width + k_off;
-            float sum = 0;
-            for (int d = 0; d < s.head_dim; d++) sum += q[d] * kr[d];
-            scores[j] = sum;
-        }
+        const float* K = reinterpret_cast<const float*>(kv.k) + k_off;
+        const int64_t w = kv.k_width;
+        scores_for(q, s.head_dim, n_pos, [&](int64_t j, int d) { return K[j * w + d]; }, scores);
     } else {
         for (int d = 0; d < s.head_dim; d++) qh[d] = fp16_to_fp32(fp32_to_fp16(q[d]));
-        const uint16_t* K = reinterpret_cast<const uint16_t*>(kv.k);
-        for (int64_t j = 0; j < n_pos; j++) {
-            const uint16_t* kr = K + j * kv.k_width + k_off;
-            float sum = 0;
-            for (int d = 0; d < s.head_dim; d++) sum += qh[d] * fp16_to_fp32(kr[d]);
-            scores[j] = sum;
-        }
+        const uint16_t* K = reinterpret_cast<const uint16_t*>(kv.k) + k_off;
+        const int64_t w = kv.k_width;
+        scores_for(qh, s.head_dim, n_pos, [&](int64_t j, int d) { return table[K[j * w + d]]; }, scores);
     }
     softmax(scores, n_pos, s.scale);
 
@@ -63,7 +93,7 @@ void attend_head(const AttentionShape& s, const KvLayer& kv, int kv_head, const 
         for (int64_t j = 0; j < n_pos; j++) {
             const uint16_t* vr = V + j * kv.v_width + v_off;
             const float p = scores[j];
-            for (int d = 0; d < s.head_dim_v; d++) out[d] += p * fp16_to_fp32(vr[d]);
+            for (int d = 0; d < s.head_dim_v; d++) out[d] += p * table[vr[d]];
         }
     }
 }

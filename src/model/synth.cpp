@@ -138,11 +138,13 @@ struct PlannedTensor {
     std::vector<uint16_t> f16_table;  // F16 tensors: 4096 Gaussian values to pick from
 };
 
-// Random bytes for quantized blocks come from XOR-ing two windows of a 64 MiB
-// random pool at random offsets with a random word: two loads and a store per
-// 8 bytes, which the compiler vectorizes, so generation costs a fraction of
-// the write(2) it feeds even when other work competes for the cores.
-constexpr size_t kPoolWords = 8u << 20;
+// Random bytes for quantized blocks come from XOR-ing two windows of a 1 MiB
+// random pool at random offsets with a random word, 64 KiB at a time: two
+// cached loads and a store per 8 bytes, which the compiler vectorizes, so
+// generation costs a fraction of the write(2) it feeds even when other work
+// competes for the cores.
+constexpr size_t kPoolWords = 128u << 10;
+constexpr size_t kPieceWords = 8u << 10;
 
 struct Plan {
     std::vector<uint64_t> pool;  // kPoolWords random words
@@ -240,13 +242,16 @@ std::vector<Chunk> make_chunks(const Plan& p) {
 }
 
 void fill_from_pool(const std::vector<uint64_t>& pool, Rng& rng, uint8_t* out, size_t n) {
-    size_t words = n / 8;  // chunks are far smaller than the pool
-    const uint64_t* a = pool.data() + rng.next() % (pool.size() - words);
-    const uint64_t* b = pool.data() + rng.next() % (pool.size() - words);
-    uint64_t key = rng.next();
-    for (size_t i = 0; i < words; ++i) {
-        uint64_t v = a[i] ^ b[i] ^ key;
-        memcpy(out + 8 * i, &v, 8);
+    const size_t words = n / 8, piece = std::min(kPieceWords, pool.size() / 2);
+    for (size_t at = 0; at < words; at += piece) {
+        size_t len = std::min(piece, words - at);
+        const uint64_t* a = pool.data() + rng.next() % (pool.size() - len);
+        const uint64_t* b = pool.data() + rng.next() % (pool.size() - len);
+        uint64_t key = rng.next();
+        for (size_t i = 0; i < len; ++i) {
+            uint64_t v = a[i] ^ b[i] ^ key;
+            memcpy(out + 8 * (at + i), &v, 8);
+        }
     }
     if (n % 8) {
         uint64_t v = rng.next();

@@ -87,6 +87,11 @@ public:
     virtual void prefetch(int layer, const int32_t* ids, int n) {
         (void)layer, (void)ids, (void)n;
     }
+
+    // Whether prefetch() hints are worth their cost (predicting costs the
+    // forward pass a router matvec per layer): false for sources that hold
+    // every expert in memory.
+    virtual bool wants_prefetch() const { return false; }
 };
 
 }  // namespace ms

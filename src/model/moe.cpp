@@ -92,7 +92,8 @@ const uint8_t* gather_rows(const uint8_t* acts, size_t row, const int32_t* entri
 }  // namespace
 
 void moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& layer, const float* x, int n_tok,
-                 const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out) {
+                 const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out,
+                 const ExpertHint& next) {
     const int64_t n_embd = layer.gate.cols, n_ff = layer.gate.rows;
     const bool shared_acts = act_type(layer.gate.type) == act_type(layer.up.type);
     const Tensor gate_shape{layer.gate.type, n_embd, n_ff, nullptr};
@@ -121,6 +122,7 @@ void moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& laye
     for (int g0 = 0; g0 < n_used; g0 += source.capacity()) {
         const int group = std::min(n_used - g0, source.capacity());
         source.acquire(layer.layer, s.used_.data() + g0, group);
+        if (g0 == 0 && next.n > 0) source.prefetch(next.layer, next.ids, next.n);
         ExpertView v;
         int i;
         while ((i = source.next_ready(layer.layer, &v)) >= 0) {

@@ -18,6 +18,15 @@ namespace ms {
 void route_softmax_topk(const float* logits, int n_tok, int n_expert, int k, bool renorm, int32_t* ids,
                         float* weights);
 
+// Experts predicted for a later layer, hinted to the source right after this
+// layer's experts are acquired (pinned), so the hint's reads queue behind
+// this layer's misses and cannot evict the experts this layer needs.
+struct ExpertHint {
+    int layer = -1;
+    const int32_t* ids = nullptr;
+    int n = 0;
+};
+
 // Scratch for moe_forward, sized once for the largest batch.
 class MoeScratch {
 public:
@@ -27,7 +36,7 @@ public:
 
 private:
     friend void moe_forward(ThreadPool&, ExpertSource&, const ExpertLayer&, const float*, int, const int32_t*,
-                            const float*, int, MoeScratch&, float*);
+                            const float*, int, MoeScratch&, float*, const ExpertHint&);
     int max_batch_ = 0, k_ = 0;
     AlignedBuffer acts_gate_, acts_up_;  // every token's input, converted for gate / up
     AlignedBuffer rows_gate_, rows_up_;  // the converted rows of one expert's tokens
@@ -45,6 +54,7 @@ private:
 // applied to x[t] (SwiGLU: down(silu(gate x) * up x)). x and out: n_tok rows
 // of n_embd floats.
 void moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& layer, const float* x, int n_tok,
-                 const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out);
+                 const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out,
+                 const ExpertHint& next = {});
 
 }  // namespace ms

@@ -35,12 +35,13 @@ public:
     AlignedBuffer cos_sin;              // per token
     AlignedBuffer attn_scratch;
     AlignedBuffer router, ids, weights;
+    AlignedBuffer next_ids, next_weights;  // decode: the next layer's predicted experts
     MoeScratch moe;
 
     uint64_t bytes() const override {
         uint64_t b = moe.bytes();
         for (const AlignedBuffer* p : {&k_cache, &v_cache, &x, &xb, &q, &k, &v, &att, &y, &acts, &cos_sin,
-                                       &attn_scratch, &router, &ids, &weights}) {
+                                       &attn_scratch, &router, &ids, &weights, &next_ids, &next_weights}) {
             b += p->size();
         }
         return b;
@@ -113,6 +114,8 @@ public:
         st->router.resize(B * size_t(c.n_expert) * 4);
         st->ids.resize(B * size_t(c.n_expert_used) * 4);
         st->weights.resize(B * size_t(c.n_expert_used) * 4);
+        st->next_ids.resize(size_t(c.n_expert_used) * 4);
+        st->next_weights.resize(size_t(c.n_expert_used) * 4);
         st->moe.init(expert_layers_, o.max_batch, c.n_expert_used);
         return st;
     }
@@ -174,7 +177,23 @@ public:
             linear(pool, l.router, xb, n, st.router.f32(), st.acts.data());
             int32_t* ids = reinterpret_cast<int32_t*>(st.ids.data());
             route_softmax_topk(st.router.f32(), n, c.n_expert, K, true, ids, st.weights.f32());
-            moe_forward(pool, experts, expert_layers_[size_t(il)], xb, n, ids, st.weights.f32(), K, st.moe, y);
+            ExpertHint next;
+            if (n == 1 && il + 1 < c.n_layer && experts.wants_prefetch()) {
+                // Decode: the residual changes little from layer to layer, so
+                // the next layer's router over it (normed with the next
+                // layer's weights) predicts that layer's experts while this
+                // layer's are still being read and computed.
+                const Layer& nl = layers_[size_t(il) + 1];
+                norm_rows(pool, x, nl.ffn_norm, 1, y);
+                linear(pool, nl.router, y, 1, st.router.f32(), st.acts.data());
+                next.layer = il + 1;
+                next.ids = reinterpret_cast<int32_t*>(st.next_ids.data());
+                next.n = K;
+                route_softmax_topk(st.router.f32(), 1, c.n_expert, K, true,
+                                   reinterpret_cast<int32_t*>(st.next_ids.data()), st.next_weights.f32());
+            }
+            moe_forward(pool, experts, expert_layers_[size_t(il)], xb, n, ids, st.weights.f32(), K, st.moe, y,
+                        next);
             add_to(x, y, n * E);
         }
 

@@ -17,6 +17,9 @@ void StoreCounters::init(int layers, int experts) {
     misses.assign(size_t(layers), 0);
     late_hits.assign(size_t(layers), 0);
     uses.assign(size_t(layers) * size_t(experts), 0);
+    predicted.assign(size_t(layers), 0);
+    predicted_correct.assign(size_t(layers), 0);
+    predicted_actual.assign(size_t(layers), 0);
 }
 
 void StoreCounters::record_use(int layer, int expert, bool hit, bool late, int64_t reuse_distance) {
@@ -65,6 +68,11 @@ Json StoreCounters::to_json() const {
     pf["used"] = prefetch_used;
     pf["evicted_unused"] = prefetch_unused_evicted;
     pf["precision"] = ratio(double(prefetch_used), double(prefetch_issued));
+    pf["wasted_bytes"] = prefetch_wasted_bytes;
+    uint64_t np = sum(predicted), nc = sum(predicted_correct), na = sum(predicted_actual);
+    pf["predicted"] = np;
+    pf["prediction_precision"] = ratio(double(nc), double(np));
+    pf["prediction_recall"] = ratio(double(nc), double(na));
     j["prefetch"] = std::move(pf);
 
     j["io_wait_s"] = io_wait_s;
@@ -90,6 +98,10 @@ Json StoreCounters::to_json() const {
         L["misses"] = misses[size_t(l)];
         L["late_hits"] = late_hits[size_t(l)];
         L["hit_rate"] = ratio(double(hits[size_t(l)]), double(hits[size_t(l)] + misses[size_t(l)]));
+        if (predicted[size_t(l)] > 0) {
+            L["prediction_precision"] = ratio(double(predicted_correct[size_t(l)]), double(predicted[size_t(l)]));
+            L["prediction_recall"] = ratio(double(predicted_correct[size_t(l)]), double(predicted_actual[size_t(l)]));
+        }
         L["unique_experts"] = uint64_t(std::count_if(u.begin(), u.end(), [](uint64_t x) { return x > 0; }));
         const double shares[3] = {0.5, 0.8, 0.9};
         const char* names[3] = {"experts_for_50pct", "experts_for_80pct", "experts_for_90pct"};

@@ -45,6 +45,16 @@ struct StoreCounters {
 
     uint64_t evictions = 0;
     uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_unused_evicted = 0;
+    uint64_t prefetch_wasted_bytes = 0;  // bytes of prefetched experts evicted before any use
+
+    // How good the next-layer prediction is, per layer, whatever the cache
+    // already held: precision = correct / predicted, recall = correct / used.
+    std::vector<uint64_t> predicted, predicted_correct, predicted_actual;
+    void record_prediction(int layer, uint64_t n_predicted, uint64_t n_actual, uint64_t n_correct) {
+        predicted[size_t(layer)] += n_predicted;
+        predicted_actual[size_t(layer)] += n_actual;
+        predicted_correct[size_t(layer)] += n_correct;
+    }
     uint64_t checksum_bytes = 0;  // expert bytes verified against the sidecar's xxh3
     double checksum_s = 0;
     double io_wait_s = 0;         // time the forward pass blocked waiting for reads

@@ -39,6 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     lim.max_output = 1 << 16;
     lim.max_steps = 20000;
     lim.max_depth = 40;
+    lim.max_stack = 1 << 20;
     try {
         ms::ChatTemplate tmpl(source);
         tmpl.set_limits(lim);

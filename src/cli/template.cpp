@@ -31,12 +31,14 @@ std::string read_text(const std::string& path) {
     return ss.str();
 }
 
-// The text of token `id_key` (e.g. tokenizer.ggml.bos_token_id), or "".
-std::string token_text(const GgufFile& f, const char* id_key) {
+// Sets context[name] to the text of the token the model's `id_key` names
+// (e.g. tokenizer.ggml.bos_token_id), unless the context already has it or
+// the model names none (then the template sees it undefined).
+void default_token(Json& context, const char* name, const GgufFile& f, const char* id_key) {
+    if (context.contains(name)) return;
     int64_t id = f.get_int(id_key, -1);
     const std::vector<std::string>& tokens = f.get_strings("tokenizer.ggml.tokens");
-    if (id < 0 || id >= int64_t(tokens.size())) return "";
-    return tokens[size_t(id)];
+    if (id >= 0 && id < int64_t(tokens.size())) context[name] = tokens[size_t(id)];
 }
 
 std::tm parse_date(const std::string& s) {
@@ -93,8 +95,8 @@ int cmd_template(int argc, char** argv) {
         GgufFile f = GgufFile::open(model);
         std::string key = name.empty() ? "tokenizer.chat_template" : "tokenizer.chat_template." + name;
         source = f.require_string(key);
-        if (!context.contains("bos_token")) context["bos_token"] = token_text(f, "tokenizer.ggml.bos_token_id");
-        if (!context.contains("eos_token")) context["eos_token"] = token_text(f, "tokenizer.ggml.eos_token_id");
+        default_token(context, "bos_token", f, "tokenizer.ggml.bos_token_id");
+        default_token(context, "eos_token", f, "tokenizer.ggml.eos_token_id");
     } else {
         source = read_text(file);
     }

@@ -60,6 +60,7 @@ std::string ChatTemplate::render(const Json& context) const {
     lim.max_output = limits_.max_output;
     lim.max_steps = limits_.max_steps;
     lim.max_depth = limits_.max_depth;
+    lim.max_stack = limits_.max_stack;
     try {
         Interp interp(*program_, lim);
         return interp.render(root);

@@ -29,6 +29,7 @@ struct TemplateLimits {
     size_t max_output = size_t(64) << 20;  // bytes of rendered text (and of any one string)
     uint64_t max_steps = 50'000'000;       // evaluated nodes + loop iterations
     int max_depth = 200;                   // nested macro calls
+    size_t max_stack = size_t(4) << 20;    // bytes of C++ stack rendering may use
 };
 
 class ChatTemplate {

@@ -58,7 +58,17 @@ void Interp::append(std::string& out, std::string_view text) {
     out.append(text);
 }
 
+// Statement and expression nesting, multiplied by macro recursion, decides
+// how deep the C++ stack goes, and frames differ by build (sanitizers make
+// them several times larger), so the stack itself is measured.
+void Interp::check_stack() const {
+    auto here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+    if (stack_base_ > here && stack_base_ - here > limits_.max_stack)
+        throw RenderError("template nested too deeply (over " + std::to_string(limits_.max_stack >> 10) + " KiB of stack)");
+}
+
 std::string Interp::render(const ScopePtr& root) {
+    stack_base_ = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
     std::string out;
     exec(prog_.body, root, out);
     return out;
@@ -88,6 +98,7 @@ Value Interp::render_block(const std::vector<Stmt*>& body, const ScopePtr& scope
 
 Interp::Flow Interp::exec_stmt(const Stmt& s, const ScopePtr& scope, std::string& out) {
     step();
+    check_stack();
     try {
         switch (s.kind) {
             case StmtKind::Text: append(out, s.text); break;
@@ -324,6 +335,7 @@ Value Interp::call_macro(const Stmt& m, const ScopePtr& def_scope, CallArgs& a) 
 
 Value Interp::eval(const Expr* e, const ScopePtr& scope) {
     step();
+    check_stack();
     try {
         return eval_inner(e, scope);
     } catch (RenderError& err) {

@@ -3,6 +3,7 @@
 // under step, output-size and call-depth limits so that no template can hang
 // or exhaust memory.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -26,6 +27,7 @@ struct Limits {
     size_t max_output = size_t(64) << 20;
     uint64_t max_steps = 50'000'000;
     int max_depth = 200;
+    size_t max_stack = size_t(4) << 20;
 };
 
 class Interp {
@@ -57,6 +59,7 @@ private:
     Value call_macro(const Stmt& m, const ScopePtr& def_scope, CallArgs& args);
     Value macro_value(const Stmt& m, const ScopePtr& def_scope);
     void append(std::string& out, std::string_view text);
+    void check_stack() const;
 
     Value eval(const Expr* e, const ScopePtr& scope);
     Value eval_inner(const Expr* e, const ScopePtr& scope);
@@ -68,6 +71,7 @@ private:
     Limits limits_;
     uint64_t steps_ = 0;
     int depth_ = 0;
+    uintptr_t stack_base_ = 0;  // frame address where render() began
     std::vector<std::weak_ptr<Dict>> namespaces_;
     size_t namespaces_compacted_ = 64;
 };

@@ -69,7 +69,7 @@ TEST(TemplateCli, EveryGoldenCase) {
 
 // A minimal GGUF v3 with only metadata: a chat template, a vocabulary and
 // BOS/EOS ids, written here byte by byte.
-std::string tiny_gguf(const std::string& chat_template) {
+std::string tiny_gguf(const std::string& chat_template, bool with_ids = true) {
     std::string b;
     auto u32 = [&](uint32_t v) { b.append(reinterpret_cast<const char*>(&v), 4); };
     auto u64 = [&](uint64_t v) { b.append(reinterpret_cast<const char*>(&v), 8); };
@@ -77,12 +77,14 @@ std::string tiny_gguf(const std::string& chat_template) {
     b += "GGUF";
     u32(3);
     u64(0);  // tensors
-    u64(5);  // metadata pairs
+    u64(with_ids ? 5 : 3);  // metadata pairs
     str("general.architecture"); u32(8); str("llama");
     str("tokenizer.chat_template"); u32(8); str(chat_template);
     str("tokenizer.ggml.tokens"); u32(9); u32(8); u64(3); str("<unk>"); str("<s>"); str("</s>");
-    str("tokenizer.ggml.bos_token_id"); u32(4); u32(1);
-    str("tokenizer.ggml.eos_token_id"); u32(4); u32(2);
+    if (with_ids) {
+        str("tokenizer.ggml.bos_token_id"); u32(4); u32(1);
+        str("tokenizer.ggml.eos_token_id"); u32(4); u32(2);
+    }
     while (b.size() % 32) b += '\0';
     return b;
 }
@@ -98,6 +100,12 @@ TEST(TemplateCli, ModelSuppliesTemplateAndSpecialTokens) {
     write_file(ctx, R"({"messages": [], "bos_token": "B", "eos_token": "E"})");
     r = run("-m " + model + " --context " + ctx);
     EXPECT_EQ(r.out, "B[]E");
+    // A model without BOS/EOS ids leaves them undefined.
+    write_file(model, tiny_gguf("{{ bos_token is defined }} {{ eos_token is defined }}", false));
+    write_file(tmp_path("empty.json"), "{}");
+    r = run("-m " + model + " --context " + tmp_path("empty.json"));
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, "False False");
 }
 
 TEST(TemplateCli, QwenVocabularyCarriesTheQwen3Template) {

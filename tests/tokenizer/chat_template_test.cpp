@@ -110,6 +110,21 @@ TEST(ChatTemplate, RunawayRecursionStopsAtTheDepthLimit) {
     EXPECT_EQ(render("{% macro f(n) %}{% if n %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(5) }}"), "54321");
 }
 
+TEST(ChatTemplate, StackUseIsBounded) {
+    // Each recursion level nests 90 statements: fewer than 200 levels
+    // already need more stack than the limit allows, in any build.
+    std::string body;
+    for (int k = 0; k < 90; k++) body += "{% if 1 %}";
+    body += "{{ f(n + 1) }}";
+    for (int k = 0; k < 90; k++) body += "{% endif %}";
+    std::string msg = render_error("{% macro f(n) %}{% if n < 199 %}" + body + "{% endif %}{% endmacro %}{{ f(0) }}");
+    EXPECT_TRUE(contains(msg, "template nested too deeply (over 4096 KiB of stack)")) << msg;
+    ms::TemplateLimits small;
+    small.max_stack = 64 << 10;
+    msg = render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", small);
+    EXPECT_TRUE(contains(msg, "over 64 KiB of stack")) << msg;
+}
+
 TEST(ChatTemplate, OutputAndValueSizesAreBounded) {
     ms::TemplateLimits lim;
     lim.max_output = 1 << 20;

@@ -53,8 +53,10 @@ std::string word_text(size_t n_words) {
     return s + ".";
 }
 
-int count_tokens(const std::string& binary, const std::string& model, const std::string& path,
-                 const std::string& out) {
+}  // namespace
+
+int count_prompt_tokens(const std::string& binary, const std::string& model, const std::string& path,
+                        const std::string& out) {
     ChildOptions co;
     co.argv = {binary, "tokenize", "-m", model, "-f", path, "--ids"};
     co.stdout_path = out;
@@ -64,8 +66,12 @@ int count_tokens(const std::string& binary, const std::string& model, const std:
     std::ifstream f(out);
     int n = 0;
     for (std::string id; f >> id;) ++n;
+    std::remove(out.c_str());
+    std::remove((out + ".err").c_str());
     return n;
 }
+
+namespace {
 
 }  // namespace
 
@@ -92,7 +98,7 @@ int write_token_prompt(const std::string& binary, const std::string& model, int 
     std::string probe = path + ".probe";
     auto tokens_of = [&](size_t words) {
         std::ofstream(probe) << word_text(words);
-        return count_tokens(binary, model, probe, probe + ".ids");
+        return count_prompt_tokens(binary, model, probe, probe + ".ids");
     };
     while (tokens_of(hi) <= n) {
         lo = hi;
@@ -107,7 +113,7 @@ int write_token_prompt(const std::string& binary, const std::string& model, int 
         else hi = mid;
     }
     std::ofstream(path) << word_text(std::max<size_t>(lo, 1));
-    int got = count_tokens(binary, model, path, probe + ".ids");
+    int got = count_prompt_tokens(binary, model, path, probe + ".ids");
     for (const char* ext : {"", ".ids", ".ids.err"}) std::remove((probe + ext).c_str());
     return got;
 }
@@ -134,7 +140,9 @@ RunFigures read_run_figures(const Json& report, const std::string& what) {
     RunFigures f;
     phase_timing(report, *res, "prefill", &f.prefill_tokens, &f.prefill_seconds, what);
     phase_timing(report, *res, "decode", &f.decode_tokens, &f.decode_seconds, what);
-    if (const Json* ph = res->find("phases"); ph && ph->is_object()) {
+    const Json* ph = res->find("time_split");
+    if (!ph) ph = report.find("time_split");
+    if (ph && ph->is_object()) {
         f.phases.attention = number_or_nan(ph->find("attention"));
         f.phases.routing = number_or_nan(ph->find("routing"));
         f.phases.io_wait = number_or_nan(ph->find("io_wait"));

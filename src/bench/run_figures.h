@@ -43,8 +43,16 @@ std::vector<std::string> run_argv(const RunRequest& r);
 // (`moestream tokenize`) turns into at most n tokens, and returns that count.
 int write_token_prompt(const std::string& binary, const std::string& model, int n, const std::string& path);
 
-// Time spent per phase of the forward pass, seconds (from the report's
-// results.phases when the runtime records it).
+// Tokens of the text in `path` under the model's tokenizer (`moestream
+// tokenize`, BOS included as the model adds it); scratch names a file prefix
+// it may write.
+int count_prompt_tokens(const std::string& binary, const std::string& model, const std::string& path,
+                        const std::string& scratch);
+
+// Time the forward pass spent per kind of work over the whole run (prompt
+// and generation), seconds: the report's "time_split" object (at the top
+// level or in results) with keys attention, routing, io_wait,
+// expert_compute, other, when the runtime records it.
 struct PhaseTimes {
     double attention = NAN, routing = NAN, io_wait = NAN, expert_compute = NAN, other = NAN;
 };

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 #include <cstring>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <stdexcept>
@@ -15,6 +17,7 @@
 #include "bench/gemm.h"
 #include "bench/model_bench.h"
 #include "bench/model_experts.h"
+#include "bench/protocol.h"
 #include "bench/ssd.h"
 #include "bench/table.h"
 #include "cli/args.h"
@@ -416,6 +419,80 @@ int bench_model(int argc, char** argv) {
     return r.errors.empty() ? 0 : 1;
 }
 
+
+// A directory shipped in the repository (bench/prompts, scripts), looked up
+// next to the executable's build directory and then under the current one.
+std::string repo_dir(const std::string& rel) {
+    namespace fs = std::filesystem;
+    fs::path bin = fs::path(self_binary()).parent_path();
+    for (const fs::path& p : {bin / ".." / rel, bin / rel, fs::current_path() / rel})
+        if (fs::is_directory(p)) return fs::weakly_canonical(p).string();
+    return "";
+}
+
+int bench_protocol(int argc, char** argv) {
+    ProtocolOptions o;
+    std::string prompts, cases = "short,medium,long", limit, run_args, json, scripts;
+    int64_t seed = int64_t(o.seed);
+    bool no_warmup = false;
+    Args a("moestream bench protocol -m MODEL [options]",
+           "The community benchmark protocol with a device autopsy: an idle baseline, one discarded warm-up (the "
+           "first case), then each case (prompt files shipped in bench/prompts: short ~60, medium ~430, long ~3000 "
+           "tokens) as a fresh `moestream run` with a fixed seed and generation length. Every --interval the "
+           "model's drive is sampled (/proc/diskstats: MB/s, IOPS), with the CPU idle share and the run's RSS. "
+           "Per case: samples, avg/min/max MB/s, avg IOPS, avg idle %, prefill and decode tok/s, peak RSS, swap "
+           "delta, bytes read vs the model's size, the store's figures. Writes OUT/report.md, OUT/protocol.json, "
+           "the samples (TSV) and PNG charts (gnuplot): throughput over time and time per token by kind of work.");
+    a.option("-m,--model", &o.model, "MODEL.gguf", "the model (required)");
+    a.option("--prompts", &prompts, "DIR", "directory of CASE.txt prompt files (default: the repository's bench/prompts)");
+    a.option("--cases", &cases, "LIST", "which prompt files, in order");
+    a.option("-n,--n-gen", &o.n_gen, "N", "tokens generated per case");
+    a.option("--seed", &seed, "N", "sampling seed of every run");
+    a.option("--interval", &o.interval_s, "S", "seconds between samples");
+    a.option("--baseline", &o.baseline_s, "S", "idle sampling before the cases (0: none)");
+    a.flag("--no-warmup", &no_warmup, "skip the discarded warm-up run");
+    a.flag("--drop-caches", &o.drop_caches, "evict the model's page cache before every case (posix_fadvise)");
+    a.option("--limit-mem", &limit, "SIZE", "run each case in a memory cgroup of this size");
+    a.option("--run-args", &run_args, "ARGS", "further flags for every run, space separated (e.g. \"--mem 4G --io uring\")");
+    a.option("-o,--out", &o.out_dir, "DIR", "output directory (default: protocol-DATE-TIME)");
+    a.option("--scripts", &scripts, "DIR", "directory of plot_protocol_*.gp (default: the repository's scripts)");
+    a.option("--timeout", &o.timeout_s, "S", "kill a run after S seconds (0: never)");
+    a.option("--binary", &o.binary, "PATH", "the moestream executable to run (default: this one)");
+    a.option("--json", &json, "FILE", "also write the JSON report here (it is always in OUT/protocol.json)");
+    if (!a.parse(argc, argv, 3)) return 0;
+    if (o.model.empty()) throw std::runtime_error("-m MODEL is required");
+    if (o.n_gen < 0 || o.interval_s <= 0 || o.baseline_s < 0)
+        throw std::runtime_error("-n must be >= 0, --interval > 0, --baseline >= 0");
+    if (o.binary.empty()) o.binary = self_binary();
+    if (prompts.empty()) prompts = repo_dir("bench/prompts");
+    if (prompts.empty()) throw std::runtime_error("cannot find bench/prompts; give --prompts DIR");
+    for (const std::string& c : split_list(cases)) o.cases.push_back({c, prompts + "/" + c + ".txt"});
+    o.scripts_dir = scripts.empty() ? repo_dir("scripts") : scripts;
+    o.seed = uint64_t(seed);
+    o.warmup = !no_warmup;
+    if (!limit.empty()) o.limit_mem = parse_size(limit);
+    o.run_args = split_words(run_args);
+    if (o.out_dir.empty()) {
+        char buf[64];
+        time_t t = time(nullptr);
+        struct tm tm;
+        localtime_r(&t, &tm);
+        strftime(buf, sizeof buf, "protocol-%Y%m%d-%H%M%S", &tm);
+        o.out_dir = buf;
+    }
+    StepProgress steps("bench protocol phases");
+    o.progress = [&](const std::string& l, uint64_t d, uint64_t t) { steps(l, d, t); };
+    ProtocolReport r = run_protocol(o);
+    fputs(r.markdown.c_str(), stdout);
+    std::ofstream(o.out_dir + "/report.md") << r.markdown;
+    write_json(o.out_dir + "/protocol.json", r.json);
+    if (!json.empty()) write_json(json, r.json);
+    fprintf(stderr, "wrote %s/report.md\n", o.out_dir.c_str());
+    for (const ProtocolCaseResult& c : r.cases)
+        if (!c.ok) return 1;
+    return 0;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -428,6 +505,7 @@ int cmd_bench(int argc, char** argv) {
     if (which == "cache") return bench_cache(argc, argv);
     if (which == "gemm") return bench_gemm(argc, argv);
     if (which == "model") return bench_model(argc, argv);
+    if (which == "protocol") return bench_protocol(argc, argv);
     fprintf(stderr, "moestream bench: unknown benchmark '%s'\n%s", which.c_str(), kBenchUsage);
     return 2;
 }

@@ -265,6 +265,8 @@ uint64_t parse_kb_field(std::string_view text, std::string_view key) {
     return 0;
 }
 
+uint64_t proc_io_read_bytes(int pid) { return parse_kb_field(read_text(proc_path(pid, "io")), "read_bytes"); }
+
 uint64_t rss_bytes(int pid) { return parse_kb_field(read_text(proc_path(pid, "status")), "VmRSS"); }
 uint64_t peak_rss_bytes(int pid) { return parse_kb_field(read_text(proc_path(pid, "status")), "VmHWM"); }
 

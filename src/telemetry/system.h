@@ -61,6 +61,12 @@ std::vector<std::string> physical_disks_of(const std::string& device, const std:
 uint64_t rss_bytes(int pid = 0);
 uint64_t peak_rss_bytes(int pid = 0);
 
+// Bytes process pid (0: this one) caused to be read from storage, from
+// /proc/PID/io read_bytes: page-cache hits are not counted, so unlike the
+// device's counters this attributes physical reads to one process. 0 when
+// the file is unreadable (another user's process, or gone).
+uint64_t proc_io_read_bytes(int pid = 0);
+
 // Parses a "Key:   123 kB" field out of /proc/*/status or /proc/meminfo text;
 // returns bytes, or 0 when the key is absent.
 uint64_t parse_kb_field(std::string_view text, std::string_view key);

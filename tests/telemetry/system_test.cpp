@@ -209,6 +209,29 @@ TEST(PageCache, FollowsWritesAndEviction) {
     EXPECT_EQ(ms::page_cache_bytes(path), 0u);
 }
 
+TEST(ProcessIo, CountsOwnDirectReads) {
+    // 4 MiB read with O_DIRECT must reach the device and be charged to us.
+    std::string path = (fs::current_path() / ("procio_" + std::to_string(getpid()))).string();
+    std::ofstream(path, std::ios::binary) << std::string(4u << 20, 'r');
+    int fd = open(path.c_str(), O_RDONLY | O_DIRECT);
+    if (fd < 0) {
+        fs::remove(path);
+        GTEST_SKIP() << "no O_DIRECT here";
+    }
+    fdatasync(fd);
+    void* buf = nullptr;
+    ASSERT_EQ(posix_memalign(&buf, 4096, 4u << 20), 0);
+    uint64_t before = ms::proc_io_read_bytes();
+    ssize_t n = pread(fd, buf, 4u << 20, 0);
+    uint64_t after = ms::proc_io_read_bytes();
+    close(fd);
+    free(buf);
+    fs::remove(path);
+    ASSERT_EQ(n, ssize_t(4u << 20));
+    EXPECT_GE(after - before, 4u << 20);
+    EXPECT_EQ(ms::parse_kb_field("rchar: 10\nread_bytes: 8192\n", "read_bytes"), 8192u);
+}
+
 TEST(Cpu, ParsesProcStat) {
     ms::CpuTimes t;
     ASSERT_TRUE(ms::parse_cpu_times("cpu  5272 0 2654 100667 687 0 45 25 0 0\ncpu0 1 2 3 4\n", &t));

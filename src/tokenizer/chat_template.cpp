@@ -53,15 +53,14 @@ std::string ChatTemplate::render(const Json& context) const {
                      if (n == 0) throw RenderError("strftime_now(): format produced no output or is too long");
                      return Value::string(std::string(buf, n));
                  }));
-    auto root = std::make_shared<jinja::Scope>(globals);
-    for (const auto& [key, val] : context.as_object()) root->set(key, jinja::from_json(val));
-
     jinja::Limits lim;
     lim.max_output = limits_.max_output;
     lim.max_steps = limits_.max_steps;
     lim.max_depth = limits_.max_depth;
     lim.max_stack = limits_.max_stack;
     try {
+        auto root = std::make_shared<jinja::Scope>(globals);
+        for (const auto& [key, val] : context.as_object()) root->set(key, jinja::from_json(val));
         Interp interp(*program_, lim);
         return interp.render(root);
     } catch (const jinja::RaisedError& e) {

@@ -135,23 +135,32 @@ std::string pad(const std::string& s, int64_t width, char align, const std::stri
     return out;
 }
 
+// One printf conversion of a number; spec holds flags, width and precision
+// (each at most six digits, so the text stays under a few MB).
 std::string format_number(const Value& v, std::string spec, char conv) {
-    char buf[512];
     if (spec.size() > 40) throw RenderError("format specification too long");
+    std::string out;
+    auto print = [&](const std::string& f, auto x) {
+        int n = snprintf(nullptr, 0, f.c_str(), x);
+        if (n < 0) throw RenderError("bad format specification '" + f + "'");
+        out.resize(size_t(n) + 1);
+        snprintf(out.data(), out.size(), f.c_str(), x);
+        out.resize(size_t(n));
+    };
     if (strchr("diouxXc", conv)) {
+        if (v.kind == Kind::Float && !(std::fabs(v.f) < 9.2e18))
+            throw RenderError("%" + std::string(1, conv) + " format: number out of range");
         int64_t x = v.kind == Kind::Float ? int64_t(v.f) : v.as_int();
         if (conv == 'c') {
-            std::string s;
-            utf8_append(s, uint32_t(x));
-            return s;
+            if (x < 0 || x > 0x10FFFF) throw RenderError("%c arg not in range(0x110000)");
+            utf8_append(out, uint32_t(x));
+            return out;
         }
-        std::string f = "%" + spec + "ll" + (conv == 'i' || conv == 'u' ? 'd' : conv);
-        snprintf(buf, sizeof buf, f.c_str(), (long long)x);
+        print("%" + spec + "ll" + (conv == 'i' || conv == 'u' ? 'd' : conv), (long long)x);
     } else {
-        std::string f = "%" + spec + conv;
-        snprintf(buf, sizeof buf, f.c_str(), v.as_double());
+        print("%" + spec + conv, v.as_double());
     }
-    return buf;
+    return out;
 }
 
 // str.format with automatic/positional/keyword fields and simple specs
@@ -527,8 +536,10 @@ Value f_batch(Interp& in, const Value& v, CallArgs& a) {
         }
     }
     if (!cur.empty()) {
-        if (is_given(b[1]))
+        if (is_given(b[1])) {
+            in.check_size(size_t(n - int64_t(cur.size())) * sizeof(Value));
             while (int64_t(cur.size()) < n) cur.push_back(*b[1]);
+        }
         out.push_back(Value::make_list(std::move(cur)));
     }
     in.step(out.size());

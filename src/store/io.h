@@ -20,6 +20,7 @@ struct IoRequest {
     uint64_t len = 0;
     void* dst = nullptr;
     uint64_t tag = 0;
+    bool low = false;  // a prefetch: starts only when no demand read is waiting
 };
 
 // result: bytes read (less than len only at end of file), or -errno.

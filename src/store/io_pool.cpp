@@ -47,7 +47,7 @@ public:
                 uint64_t off = 0;
                 do {
                     uint64_t len = std::min(chunk, r.len - off);
-                    work_.push_back({id, off, len});
+                    (r.low ? work_low_ : work_).push_back({id, off, len});
                     j.chunks_left++;
                     off += len;
                 } while (off < r.len);
@@ -97,10 +97,11 @@ private:
     void work() {
         std::unique_lock<std::mutex> lk(mu_);
         for (;;) {
-            work_cv_.wait(lk, [&] { return stop_ || !work_.empty(); });
+            work_cv_.wait(lk, [&] { return stop_ || !work_.empty() || !work_low_.empty(); });
             if (stop_) return;
-            Chunk c = work_.front();
-            work_.pop_front();
+            std::deque<Chunk>& q = work_.empty() ? work_low_ : work_;  // prefetches wait for demand reads
+            Chunk c = q.front();
+            q.pop_front();
             IoRequest r = jobs_[size_t(c.job)]->req;
             lk.unlock();
             int64_t got = pread_full(r.fd, static_cast<uint8_t*>(r.dst) + c.off, c.len, r.offset + c.off);
@@ -123,7 +124,7 @@ private:
     int split_;
     mutable std::mutex mu_;
     std::condition_variable work_cv_, done_cv_;
-    std::deque<Chunk> work_;
+    std::deque<Chunk> work_, work_low_;
     std::deque<IoCompletion> done_;
     std::vector<std::unique_ptr<Job>> jobs_;
     std::vector<int> free_;

@@ -60,7 +60,7 @@ public:
     }
 
     void submit(const IoRequest* reqs, size_t n) override {
-        for (size_t i = 0; i < n; i++) pending_.push_back({reqs[i], 0});
+        for (size_t i = 0; i < n; i++) queue(reqs[i]).push_back({reqs[i], 0});
         outstanding_ += n;
         fill();
     }
@@ -98,14 +98,15 @@ private:
     int finish(int idx, int res, IoCompletion* out) {
         Read rd = slots_[size_t(idx)];
         free_.push_back(idx);
+        low_in_flight_ -= rd.req.low;
         if (res == -EINTR || res == -EAGAIN) {
-            pending_.push_front(rd);
+            queue(rd.req).push_front(rd);
             return 0;
         }
         if (res > 0) {
             rd.done += uint64_t(res);
             if (rd.done < rd.req.len) {
-                pending_.push_front(rd);
+                queue(rd.req).push_front(rd);
                 return 0;
             }
         }
@@ -115,16 +116,25 @@ private:
         return 1;
     }
 
-    // Moves pending reads into the submission queue while slots are free.
+    std::deque<Read>& queue(const IoRequest& r) { return r.low ? pending_low_ : pending_; }
+
+    // Moves pending reads into the submission queue while slots are free:
+    // demand reads first; prefetches only while they hold at most half the
+    // slots (always at least one), so demand reads find free ones.
     void fill() {
         bool any = false;
-        while (!pending_.empty() && !free_.empty()) {
+        for (;;) {
+            bool low = pending_.empty();
+            bool low_room = low_in_flight_ == 0 || 2 * (low_in_flight_ + 1) <= slots_.size();
+            if (free_.empty() || (low && (pending_low_.empty() || !low_room))) break;
             io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
             if (!sqe) break;
+            std::deque<Read>& q = low ? pending_low_ : pending_;
             int idx = free_.back();
             free_.pop_back();
-            Read& rd = slots_[size_t(idx)] = pending_.front();
-            pending_.pop_front();
+            Read& rd = slots_[size_t(idx)] = q.front();
+            q.pop_front();
+            low_in_flight_ += low;
             uint8_t* dst = static_cast<uint8_t*>(rd.req.dst) + rd.done;
             unsigned len = unsigned(rd.req.len - rd.done);
             uint64_t off = rd.req.offset + rd.done;
@@ -148,8 +158,8 @@ private:
     bool deferred_ = false;
     std::vector<Read> slots_;  // reads in flight, by SQE user data
     std::vector<int> free_;
-    std::deque<Read> pending_;
-    size_t outstanding_ = 0;
+    std::deque<Read> pending_, pending_low_;  // demand reads, prefetches
+    size_t outstanding_ = 0, low_in_flight_ = 0;
     uint8_t* reg_base_ = nullptr;
     size_t reg_bytes_ = 0, reg_piece_ = 0;
 };

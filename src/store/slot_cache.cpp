@@ -34,11 +34,11 @@ SlotCache::~SlotCache() {
     if (arena_) munmap(arena_, arena_bytes());
 }
 
-int SlotCache::victim() const {
+int SlotCache::victim(uint64_t keep_since) const {
     int best = -1;
     for (int i = 0; i < int(slots_.size()); i++) {
         const Slot& s = slots_[size_t(i)];
-        if (s.pins > 0 || s.state != State::Ready) continue;
+        if (s.pins > 0 || s.state != State::Ready || s.last_use >= keep_since) continue;
         if (best < 0) {
             best = i;
             continue;
@@ -52,7 +52,7 @@ int SlotCache::victim() const {
     return best;
 }
 
-int SlotCache::claim(int layer, int expert, int* evicted_layer, int* evicted_expert) {
+int SlotCache::claim(int layer, int expert, int* evicted_layer, int* evicted_expert, uint64_t keep_since) {
     if (evicted_layer) *evicted_layer = -1;
     if (evicted_expert) *evicted_expert = -1;
     int s;
@@ -60,7 +60,7 @@ int SlotCache::claim(int layer, int expert, int* evicted_layer, int* evicted_exp
         s = free_.back();
         free_.pop_back();
     } else {
-        s = victim();
+        s = victim(keep_since);
         if (s < 0) return -1;
         Slot& v = slots_[size_t(s)];
         if (evicted_layer) *evicted_layer = v.layer;

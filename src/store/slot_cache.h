@@ -37,8 +37,12 @@ public:
     // slot if any, else the policy's victim among slots that are neither
     // pinned nor loading (its old expert is forgotten). The slot comes back
     // in state Loading with no pins. Returns -1 when every slot is busy.
-    // *evicted (optional) is set to the key evicted, or -1.
-    int claim(int layer, int expert, int* evicted_layer = nullptr, int* evicted_expert = nullptr);
+    // *evicted (optional) is set to the key evicted, or -1. Slots used at
+    // or after use clock keep_since are not victims either (a prefetch
+    // passes the clock at the start of the token, so it never displaces
+    // experts this token has used).
+    int claim(int layer, int expert, int* evicted_layer = nullptr, int* evicted_expert = nullptr,
+              uint64_t keep_since = UINT64_MAX);
     // Forgets a slot's expert (e.g. its read failed); the slot becomes free.
     void drop(int slot);
 
@@ -54,6 +58,8 @@ public:
     int pins(int slot) const { return slots_[size_t(slot)].pins; }
 
     uint64_t evictions() const { return evictions_; }
+    // The use clock: the number of touches so far.
+    uint64_t clock() const { return clock_; }
     // LFU halves every frequency after this many uses, so experts that were
     // popular long ago do not squat in the cache forever.
     uint64_t aging_period() const { return aging_period_; }
@@ -67,7 +73,7 @@ private:
         uint32_t freq = 0;       // LFU count, halved every aging period
     };
     size_t key(int layer, int expert) const { return size_t(layer) * size_t(n_experts_) + size_t(expert); }
-    int victim() const;
+    int victim(uint64_t keep_since) const;
 
     uint8_t* arena_ = nullptr;
     uint64_t slot_bytes_;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -34,6 +35,9 @@ Store::Store(ExpertLayout layout, int n_slots, const StoreOptions& options, Stor
       slot_io_(size_t(n_slots)),
       reuse_(size_t(std::max(1, layout_.n_layers())) * size_t(std::max(1, layout_.max_experts()))) {
     if (layout_.total_experts() == 0) throw std::runtime_error("store: the model has no routed experts");
+    if (options_.prefetch != "off" && options_.prefetch != "next")
+        throw std::runtime_error("--prefetch: expected off or next, not '" + options_.prefetch + "'");
+    predicted_.resize(size_t(layout_.n_layers()));
     if (counters_->uses.size() != size_t(layout_.n_layers()) * size_t(layout_.max_experts()))
         counters_->init(layout_.n_layers(), layout_.max_experts());
     for (const std::string& path : layout_.files()) {
@@ -66,6 +70,7 @@ Store::~Store() {
 
 void Store::begin_step(int n_tokens) {
     step_tokens_ = n_tokens;
+    step_clock_ = cache_.clock() + 1;  // the first use of this step
     counters_->steps++;
     if (n_tokens == 1) counters_->decode_steps++;
     else counters_->prefill_tokens += uint64_t(n_tokens);
@@ -90,12 +95,15 @@ void Store::start_reads(int slot, int layer, int expert, ReadReason reason) {
                           uint64_t(slot) * kReadsPerSlot + uint64_t(k)});
         bytes += r.len;
     }
+    io.bytes = bytes;
     counters_->add_read(reason, p.bytes, bytes, uint64_t(p.n_reads));
 }
 
 void Store::note_eviction(int slot) {
     counters_->evictions = cache_.evictions();
-    if (slot_io_[size_t(slot)].prefetched) counters_->prefetch_unused_evicted++;
+    if (!slot_io_[size_t(slot)].prefetched) return;
+    counters_->prefetch_unused_evicted++;
+    counters_->prefetch_wasted_bytes += slot_io_[size_t(slot)].bytes;
 }
 
 void Store::acquire(int layer, const int32_t* ids, int n) {
@@ -115,6 +123,13 @@ void Store::acquire(int layer, const int32_t* ids, int n) {
 
     const int n_expert = layout_.layers()[size_t(layer)].n_expert;
     const ReadReason reason = step_tokens_ > 1 ? ReadReason::Prefill : ReadReason::Demand;
+    std::vector<int32_t>& guess = predicted_[size_t(layer)];
+    if (!guess.empty()) {
+        uint64_t correct = 0;
+        for (int32_t g : guess) correct += uint64_t(std::count(ids, ids + n, g));
+        counters_->record_prediction(layer, guess.size(), uint64_t(n), correct);
+        guess.clear();
+    }
     batch_.clear();
     for (int i = 0; i < n; i++) {
         int e = ids[i];
@@ -129,6 +144,11 @@ void Store::acquire(int layer, const int32_t* ids, int n) {
         if (!hit) {
             int old_layer;
             s = cache_.claim(layer, e, &old_layer);
+            // Slots still loading hints are not victims: let them land.
+            while (s < 0 && engine_->outstanding() > 0) {
+                reap(true);
+                s = cache_.claim(layer, e, &old_layer);
+            }
             if (s < 0) {
                 if (!batch_.empty()) engine_->submit(batch_.data(), batch_.size());
                 release(layer);
@@ -186,15 +206,18 @@ void Store::release(int layer) {
 void Store::prefetch(int layer, const int32_t* ids, int n) {
     if (layer < 0 || layer >= layout_.n_layers()) return;
     const int n_expert = layout_.layers()[size_t(layer)].n_expert;
+    predicted_[size_t(layer)].assign(ids, ids + n);
     batch_.clear();
     for (int i = 0; i < n; i++) {
         int e = ids[i];
         if (e < 0 || e >= n_expert || cache_.find(layer, e) >= 0) continue;
         int old_layer;
-        int s = cache_.claim(layer, e, &old_layer);
-        if (s < 0) break;  // every slot busy: a hint is not worth waiting for
+        int s = cache_.claim(layer, e, &old_layer, nullptr, step_clock_);
+        if (s < 0) break;  // every slot busy or used this step: a hint is not worth waiting for
         if (old_layer >= 0) note_eviction(s);
+        size_t first = batch_.size();
         start_reads(s, layer, e, ReadReason::Prefetch);
+        for (size_t k = first; k < batch_.size(); k++) batch_[k].low = true;
         slot_io_[size_t(s)].prefetched = true;
         counters_->prefetch_issued++;
     }

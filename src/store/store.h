@@ -22,6 +22,7 @@ struct StoreOptions {
     IoOptions io_options;
     std::string cache_policy = "lru";   // lru | lfu
     bool verify_checksums = true;       // packed layout: xxh3 of every expert read
+    std::string prefetch = "next";      // off | next (take the forward pass's next-layer hints)
 };
 
 class Store : public ExpertSource {
@@ -38,6 +39,10 @@ public:
     int next_ready(int layer, ExpertView* view) override;
     void release(int layer) override;
     void prefetch(int layer, const int32_t* ids, int n) override;
+    // Hints pay only when some experts must be read again.
+    bool wants_prefetch() const override {
+        return options_.prefetch == "next" && capacity() < layout_.total_experts();
+    }
 
     const ExpertLayout& layout() const { return layout_; }
     const SlotCache& cache() const { return cache_; }
@@ -61,6 +66,7 @@ private:
         int64_t error = 0;        // first failure: -errno, or 1 for a short read
         uint64_t error_offset = 0;
         bool prefetched = false;  // loaded by prefetch and not used yet
+        uint64_t bytes = 0;       // bytes requested for the slot's expert
     };
 
     Held* held(int layer);
@@ -85,7 +91,9 @@ private:
     std::vector<IoCompletion> done_;
     ReuseDistance reuse_;
     std::vector<std::string> notes_;
+    std::vector<std::vector<int32_t>> predicted_;  // per layer: the latest hint, until the layer is acquired
     int step_tokens_ = 1;
+    uint64_t step_clock_ = 0;  // cache use clock at the start of the current step
 };
 
 }  // namespace ms

@@ -106,6 +106,22 @@ TEST(SlotCache, PinnedAndLoadingSlotsAreNeverVictims) {
     EXPECT_EQ(c.pins(c.find(0, 1)), 1);
 }
 
+TEST(SlotCache, KeepSinceProtectsRecentUses) {
+    SlotCache c(3, 4096, 1, 10, CachePolicy::Lru);
+    fill(c, 3);                          // uses at clock 1, 2, 3
+    const uint64_t since = c.clock() + 1;
+    c.touch(c.find(0, 0));               // used "this step"
+    int ev;
+    c.claim(0, 5, nullptr, &ev, since);  // 0 is protected; 1 is the oldest of the rest
+    EXPECT_EQ(ev, 1);
+    c.touch(c.find(0, 2));               // 2 used this step too
+    EXPECT_EQ(c.claim(0, 6, nullptr, nullptr, since), -1);
+    c.set_ready(c.find(0, 5));           // loaded this step: also kept
+    EXPECT_EQ(c.claim(0, 6, nullptr, nullptr, since), -1);
+    EXPECT_GE(c.claim(0, 6, nullptr, &ev, c.clock() + 1), 0);  // next step: the LRU one goes
+    EXPECT_EQ(ev, 0);
+}
+
 TEST(SlotCache, DropFreesTheSlot) {
     SlotCache c(1, 4096, 1, 4, CachePolicy::Lru);
     int s = c.claim(0, 3);

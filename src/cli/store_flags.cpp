@@ -17,6 +17,10 @@ void StoreFlags::declare(Args& a) {
     a.option("--io-threads", &io_threads, "N", "pread/buffered: reader threads");
     a.option("--io-split", &io_split, "N", "pread/buffered: page-aligned chunks each expert read is cut into");
     a.option("--cache-policy", &cache_policy, "P", "expert cache eviction: lru, or lfu (with aging)");
+    a.option("--prefetch", &prefetch, "MODE",
+             "off, or next: while a layer's experts are read and computed, read the experts the next "
+             "layer's router picks from the current hidden state (low priority; only when the cache cannot "
+             "hold every expert)");
     a.option("--layout", &layout, "L",
              "where experts are read from: packed (the sidecar MODEL.gguf.experts written by `moestream "
              "pack`), gguf (the model file), or auto (the sidecar when it is valid, else gguf)");
@@ -60,6 +64,7 @@ std::unique_ptr<ExpertSource> StoreFlags::make(const GgufFile& file, const Model
     opt.io_options = {io_depth, io_threads, io_split};
     opt.cache_policy = cache_policy;
     opt.verify_checksums = !no_verify;
+    opt.prefetch = prefetch;
     counters_.add_read(ReadReason::Resident, need.resident, need.resident, 0);
     settings_ = Json::object();
     settings_["io"] = io;
@@ -67,6 +72,7 @@ std::unique_ptr<ExpertSource> StoreFlags::make(const GgufFile& file, const Model
     settings_["io_threads"] = io_threads;
     settings_["io_split"] = io_split;
     settings_["cache_policy"] = cache_policy;
+    settings_["prefetch"] = prefetch;
     settings_["layout"] = lay.name();
     settings_["verify_checksums"] = opt.verify_checksums;
     settings_["budget_bytes"] = need.budget;

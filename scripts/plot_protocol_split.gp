@@ -15,6 +15,7 @@ set style data histograms
 set style histogram rowstacked
 set style fill solid 0.85 border -1
 set boxwidth 0.6
+set xrange [-0.6:*]
 set yrange [0:*]
 set grid ytics
 set key outside right top

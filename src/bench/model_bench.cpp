@@ -65,14 +65,6 @@ ModelInfo model_info(const std::string& path) {
     return m;
 }
 
-std::string iso_time_now() {
-    time_t t = time(nullptr);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    char buf[32];
-    strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-}
 
 // "--io-depth" -> "io_depth": the record key of a swept flag.
 std::string flag_key(const std::string& flag) {
@@ -271,7 +263,7 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
         r["n_prompt"] = c.test.n_prompt;
         r["n_gen"] = c.test.n_gen;
         r["test"] = c.test.name();
-        r["test_time"] = iso_time_now();
+        r["test_time"] = time_now("%Y-%m-%dT%H:%M:%SZ", true);
 
         std::vector<double> ns, ts, hit, mbt, stall, amp;
         int64_t prompt_run = 0, gen_run = 0;

@@ -23,14 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string local_time_now() {
-    time_t t = time(nullptr);
-    struct tm tm;
-    localtime_r(&t, &tm);
-    char buf[32];
-    strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
-    return buf;
-}
 
 // Samples the machine every interval: device counters and CPU times as
 // deltas since the previous sample, and the RSS of a process.
@@ -178,7 +170,7 @@ ProtocolReport run_protocol(const ProtocolOptions& opt) {
         ProtocolCaseResult r;
         r.name = pc.name;
         r.prompt_file = pc.prompt_file;
-        r.started = local_time_now();
+        r.started = time_now("%Y-%m-%d %H:%M:%S", false);
         std::unique_ptr<MemoryCgroup> cg;
         if (opt.limit_mem > 0)
             cg = std::make_unique<MemoryCgroup>(strf("moestream-protocol-%d-%s", int(getpid()), pc.name.c_str()),

@@ -105,7 +105,9 @@ void PreadPool::worker(int index) {
         std::string error;
         for (;;) {
             int64_t t0 = now_ns();
-            if (t0 >= deadline_ns_) break;
+            // Every worker makes at least one read, so a thread woken late on
+            // a busy machine still measures something.
+            if (t0 >= deadline_ns_ && reads > 0) break;
             size_t i = next_.fetch_add(1, std::memory_order_relaxed);
             if (i >= n_) break;
             const ReadOp& op = ops_[i];
@@ -163,7 +165,7 @@ ReadStats uring_read(int fd, const ReadOp* ops, size_t n, int depth, uint64_t ma
     size_t next = 0, inflight = 0, finished = 0;
     auto submit_more = [&] {
         int queued = 0;
-        while (!free_slots.empty() && next < n && error.empty() && now_ns() < deadline) {
+        while (!free_slots.empty() && next < n && error.empty() && (next == 0 || now_ns() < deadline)) {
             int slot = free_slots.back();
             io_uring_sqe* sqe = io_uring_get_sqe(&ring);
             if (!sqe) break;

@@ -44,6 +44,13 @@ uint64_t max_op(const std::vector<ReadOp>& ops) {
     return m;
 }
 
+std::vector<uint64_t> shuffled(uint64_t n, std::mt19937_64& rng) {
+    std::vector<uint64_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    return order;
+}
+
 std::string gbps_cell(const SsdResult* r) { return r ? strf("%.2f", r->stats.gb_per_s()) : "-"; }
 
 }  // namespace
@@ -74,10 +81,7 @@ std::vector<ReadOp> plan_reads(SsdPattern p, uint64_t base, uint64_t len, const 
             // Region i holds part i of every expert, like ffn_gate_exps,
             // ffn_up_exps and ffn_down_exps one after another in a GGUF.
             uint64_t n_exp = len / unit;
-            std::vector<uint64_t> order(n_exp);
-            std::iota(order.begin(), order.end(), 0);
-            std::shuffle(order.begin(), order.end(), rng);
-            for (uint64_t e : order) {
+            for (uint64_t e : shuffled(n_exp, rng)) {
                 uint64_t region = base;
                 for (uint64_t part : parts) {
                     uint64_t sz = round4k(part);
@@ -88,11 +92,7 @@ std::vector<ReadOp> plan_reads(SsdPattern p, uint64_t base, uint64_t len, const 
             break;
         }
         case SsdPattern::PackedExpert: {
-            uint64_t n_exp = len / unit;
-            std::vector<uint64_t> order(n_exp);
-            std::iota(order.begin(), order.end(), 0);
-            std::shuffle(order.begin(), order.end(), rng);
-            for (uint64_t e : order) ops.push_back({base + e * unit, uint32_t(unit)});
+            for (uint64_t e : shuffled(len / unit, rng)) ops.push_back({base + e * unit, uint32_t(unit)});
             break;
         }
         case SsdPattern::Strided: {
@@ -102,11 +102,7 @@ std::vector<ReadOp> plan_reads(SsdPattern p, uint64_t base, uint64_t len, const 
             break;
         }
         case SsdPattern::Rows: {
-            uint64_t n = len / kBenchBlock;
-            std::vector<uint64_t> order(n);
-            std::iota(order.begin(), order.end(), 0);
-            std::shuffle(order.begin(), order.end(), rng);
-            for (uint64_t b : order) ops.push_back({base + b * kBenchBlock, uint32_t(kBenchBlock)});
+            for (uint64_t b : shuffled(len / kBenchBlock, rng)) ops.push_back({base + b * kBenchBlock, uint32_t(kBenchBlock)});
             break;
         }
     }
@@ -180,6 +176,7 @@ SsdReport run_ssd_bench(const SsdOptions& opt) {
         r.reads_per_unit = t.pattern == SsdPattern::GgufExpert ? int(opt.expert_parts.size()) : 1;
         if (!direct) posix_fadvise(fd, off_t(r.slice_offset), off_t(slice), POSIX_FADV_DONTNEED);
         DiskStats before = sample(device);
+        uint64_t proc0 = proc_io_read_bytes();
         if (t.uring) {
             r.stats = uring_read(fd, ops.data(), ops.size(), t.n, r.read_size, opt.seconds);
         } else {
@@ -187,6 +184,7 @@ SsdReport run_ssd_bench(const SsdOptions& opt) {
             r.stats = pool.run(fd, ops.data(), ops.size(), opt.seconds);
         }
         DiskStats d = diskstats_delta(before, sample(device));
+        r.process_bytes = proc_io_read_bytes() - proc0;
         r.device_bytes = d.read_bytes;
         r.device_reads = d.reads;
         if (!device.empty() && r.stats.bytes) r.physical_share = double(d.read_bytes) / double(r.stats.bytes);
@@ -223,7 +221,9 @@ SsdReport run_ssd_bench(const SsdOptions& opt) {
             r.reads_per_unit = int(opt.expert_parts.size());
             PreadPool pool(t, r.read_size);
             DiskStats before = sample(device);
+            uint64_t proc0 = proc_io_read_bytes();
             r.stats = pool.run(cached_fd, ops.data(), ops.size(), opt.seconds);
+            r.process_bytes = proc_io_read_bytes() - proc0;
             DiskStats d = diskstats_delta(before, sample(device));
             r.device_bytes = d.read_bytes;
             r.device_reads = d.reads;
@@ -319,6 +319,8 @@ SsdReport run_ssd_bench(const SsdOptions& opt) {
                     device.empty() ? "the file is on no block device (tmpfs/overlay?)"
                                    : "O_DIRECT is not supported here; reads may have been cached");
     }
+    out += "(phys % = bytes the device served / bytes requested; above 100 when other processes read the device "
+           "at the same time)\n";
     if (bf.wrapped) out += "note: the bench file was exhausted and slices read by an earlier run were reused\n";
     rep.table = out;
 
@@ -376,6 +378,7 @@ SsdReport run_ssd_bench(const SsdOptions& opt) {
         o["device_read_bytes"] = r.device_bytes;
         o["device_reads"] = r.device_reads;
         o["physical_share"] = r.physical_share >= 0 ? Json(r.physical_share) : Json(nullptr);
+        o["process_read_bytes"] = r.process_bytes;
         res.push_back(o);
     }
     j["results"] = res;

@@ -67,6 +67,7 @@ struct SsdResult {
     uint64_t device_bytes = 0;  // read bytes the device counted meanwhile
     uint64_t device_reads = 0;
     double physical_share = -1; // device_bytes / stats.bytes; -1 when unknown
+    uint64_t process_bytes = 0; // read from storage by this process (/proc/self/io): others' reads excluded
 };
 
 struct SsdReport {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <ctime>
 
 namespace ms {
 
@@ -19,6 +20,16 @@ std::string strf(const char* fmt, ...) {
     va_end(ap);
     s.resize(size_t(n));
     return s;
+}
+
+std::string time_now(const char* format, bool utc) {
+    time_t t = time(nullptr);
+    struct tm tm;
+    if (utc) gmtime_r(&t, &tm);
+    else localtime_r(&t, &tm);
+    char buf[64];
+    strftime(buf, sizeof buf, format, &tm);
+    return buf;
 }
 
 std::string size_label(uint64_t bytes) {

@@ -21,6 +21,10 @@ struct Table {
 // printf into a std::string.
 std::string strf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
+// The time now through strftime: UTC ("%Y-%m-%dT%H:%M:%SZ" for ISO 8601)
+// or local time.
+std::string time_now(const char* format, bool utc);
+
 // 4194304 -> "4 MiB", 1572864 -> "1.5 MiB", 905216 -> "884 KiB", 100 -> "100 B".
 std::string size_label(uint64_t bytes);
 

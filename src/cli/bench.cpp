@@ -30,23 +30,6 @@ namespace ms {
 
 namespace {
 
-std::vector<int> parse_int_list(const std::string& flag, const std::string& s) {
-    std::vector<int> out;
-    size_t i = 0;
-    while (i <= s.size()) {
-        size_t comma = s.find(',', i);
-        if (comma == std::string::npos) comma = s.size();
-        std::string item = s.substr(i, comma - i);
-        char* end = nullptr;
-        long v = strtol(item.c_str(), &end, 10);
-        if (item.empty() || *end || v < 1 || v > (1 << 20))
-            throw std::runtime_error(flag + ": expected a comma list of positive integers, got '" + s + "'");
-        out.push_back(int(v));
-        i = comma + 1;
-    }
-    return out;
-}
-
 std::vector<std::string> split_list(const std::string& s) {
     std::vector<std::string> out;
     size_t i = 0;
@@ -55,6 +38,20 @@ std::vector<std::string> split_list(const std::string& s) {
         if (comma == std::string::npos) comma = s.size();
         out.push_back(s.substr(i, comma - i));
         i = comma + 1;
+    }
+    return out;
+}
+
+// "1,2,4" -> {1, 2, 4}; every item an integer in [min, 2^20].
+std::vector<int> parse_int_list(const std::string& flag, const std::string& s, long min = 1) {
+    std::vector<int> out;
+    for (const std::string& item : split_list(s)) {
+        char* end = nullptr;
+        long v = strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end || v < min || v > (1 << 20))
+            throw std::runtime_error(flag + ": expected a comma list of integers >= " + std::to_string(min) +
+                                     ", got '" + s + "'");
+        out.push_back(int(v));
     }
     return out;
 }
@@ -367,22 +364,12 @@ int bench_model(int argc, char** argv) {
     if (!a.parse(argc, argv, 3)) return 0;
     if (models.empty()) throw std::runtime_error("-m MODEL is required");
     o.models = split_list(models);
-    auto nonneg_list = [](const std::string& flag, const std::string& v) {
-        std::vector<int> out;
-        for (const std::string& x : split_list(v)) {
-            char* end = nullptr;
-            long n = strtol(x.c_str(), &end, 10);
-            if (x.empty() || *end || n < 0 || n > 1000000) throw std::runtime_error(flag + ": bad value '" + x + "'");
-            out.push_back(int(n));
-        }
-        return out;
-    };
-    for (int p : nonneg_list("-p", prompts))
+    for (int p : parse_int_list("-p", prompts, 0))
         if (p > 0) o.tests.push_back({p, 0});
-    for (int n : nonneg_list("-n", gens))
+    for (int n : parse_int_list("-n", gens, 0))
         if (n > 0) o.tests.push_back({0, n});
     if (!pg.empty()) {
-        std::vector<int> v = nonneg_list("-pg", pg);
+        std::vector<int> v = parse_int_list("-pg", pg, 0);
         if (v.size() % 2) throw std::runtime_error("-pg: expected pairs PP,TG");
         for (size_t i = 0; i < v.size(); i += 2) o.tests.push_back({v[i], v[i + 1]});
     }
@@ -473,12 +460,7 @@ int bench_protocol(int argc, char** argv) {
     if (!limit.empty()) o.limit_mem = parse_size(limit);
     o.run_args = split_words(run_args);
     if (o.out_dir.empty()) {
-        char buf[64];
-        time_t t = time(nullptr);
-        struct tm tm;
-        localtime_r(&t, &tm);
-        strftime(buf, sizeof buf, "protocol-%Y%m%d-%H%M%S", &tm);
-        o.out_dir = buf;
+        o.out_dir = time_now("protocol-%Y%m%d-%H%M%S", false);
     }
     StepProgress steps("bench protocol phases");
     o.progress = [&](const std::string& l, uint64_t d, uint64_t t) { steps(l, d, t); };

@@ -38,7 +38,6 @@ TEST(Cgroup, MemoryStat) {
 }
 
 TEST(Cgroup, LimitBoundsTheChildsPageCache) {
-    if (getenv("MOESTREAM_SANITIZED")) GTEST_SKIP() << "slow under sanitizers";
     const uint64_t limit = 32ull << 20, file_size = 128ull << 20;
     std::unique_ptr<ms::MemoryCgroup> cg;
     try {

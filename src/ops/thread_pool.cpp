@@ -43,16 +43,22 @@ void ThreadPool::participate(int thread, uint32_t generation) {
     for (;;) {
         uint64_t cur = job_.load(std::memory_order_acquire);
         if (uint32_t(cur >> 32) != generation) return;
-        const int64_t k = int64_t(cur & 0xffffffffu);
-        const int64_t chunks = chunks_.load(std::memory_order_relaxed);
+        // The chunk count travels in job_ itself: a separate field could
+        // already hold the next job's count while job_ still shows this one,
+        // letting a late thread claim a chunk that does not exist.
+        const int64_t k = int64_t(cur & 0xffff);
+        const int64_t chunks = int64_t((cur >> 16) & 0xffff);
         if (k >= chunks) return;
         // Claiming chunk k of this generation succeeds only while the job is
-        // unfinished, so the fields read above are this job's.
+        // unfinished, so the fields read below are this job's.
         if (!job_.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel)) continue;
         int64_t b, e;
         part(n_.load(std::memory_order_relaxed), k, chunks, &b, &e);
         fn_.load(std::memory_order_relaxed)(ctx_.load(std::memory_order_relaxed), b, e, thread);
-        done_.fetch_add(1, std::memory_order_release);
+        // The caller sleeps (rather than yields) once its spin runs out, so
+        // an oversubscribed machine does not spend its time in sched_yield;
+        // whoever finishes the last chunk wakes it.
+        if (done_.fetch_add(1) + 1 == chunks && caller_sleeps_.load()) done_.notify_all();
     }
 }
 
@@ -62,25 +68,29 @@ void ThreadPool::run(int64_t n, Fn fn, void* ctx) {
         fn(ctx, 0, n, 0);
         return;
     }
-    const int64_t chunks = std::min(n, int64_t(n_threads_) * kChunksPerThread);
+    const int64_t chunks = std::min({n, int64_t(n_threads_) * kChunksPerThread, int64_t(0xffff)});
     const uint32_t g = ++generation_;
     n_.store(n, std::memory_order_relaxed);
-    chunks_.store(chunks, std::memory_order_relaxed);
     fn_.store(fn, std::memory_order_relaxed);
     ctx_.store(ctx, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
-    job_.store(uint64_t(g) << 32, std::memory_order_release);
+    job_.store(uint64_t(g) << 32 | uint64_t(chunks) << 16, std::memory_order_release);
     posted_.store(g);  // seq_cst, paired with the sleepers_ count in worker()
     if (sleepers_.load() > 0) posted_.notify_all();
 
     participate(0, g);
-    for (int spins = 0; done_.load(std::memory_order_acquire) != chunks; spins++) {
-        // Only chunks other threads already claimed are left.
+    // Only chunks other threads already claimed are left.
+    for (int spins = 0;; spins++) {
+        int64_t d = done_.load(std::memory_order_acquire);
+        if (d == chunks) break;
         if (spins < kSpins) {
             _mm_pause();
-        } else {
-            std::this_thread::yield();
+            continue;
         }
+        caller_sleeps_.store(true);  // seq_cst, paired with the load after fetch_add
+        d = done_.load();
+        if (d != chunks) done_.wait(d);
+        caller_sleeps_.store(false);
     }
 }
 

@@ -52,13 +52,14 @@ private:
     int n_threads_ = 1;
     std::vector<std::thread> threads_;
     uint32_t generation_ = 0;            // caller's count of jobs posted
-    std::atomic<uint64_t> job_{0};       // generation << 32 | next unclaimed chunk
+    std::atomic<uint64_t> job_{0};       // generation << 32 | chunks << 16 | next unclaimed chunk
     std::atomic<uint32_t> posted_{0};    // generation, for workers to sleep on
     std::atomic<int> sleepers_{0};       // workers blocked in posted_.wait
     std::atomic<int64_t> done_{0};       // chunks finished in the current job
+    std::atomic<bool> caller_sleeps_{false};  // run() blocked in done_.wait
     std::atomic<bool> stop_{false};
     // The current job; written before job_ publishes its generation.
-    std::atomic<int64_t> n_{0}, chunks_{0};
+    std::atomic<int64_t> n_{0};
     std::atomic<Fn> fn_{nullptr};
     std::atomic<void*> ctx_{nullptr};
 };

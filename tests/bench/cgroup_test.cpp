@@ -88,6 +88,7 @@ TEST(Child, ExitCodesSignalsTimeoutAndSampling) {
     EXPECT_EQ(ms::run_child(co).exit_code, 127);
     EXPECT_NE(ms::tail_lines(err, 2).find("cannot execute"), std::string::npos);
     fs::remove(err);
+    co.stderr_path = "/dev/null";
 
     int samples = 0;
     co.argv = {"/bin/sleep", "0.35"};

@@ -84,6 +84,9 @@ private:
     Object obj_;
 };
 
+// Appends code point cp (< 0x110000) to out as UTF-8.
+void utf8_append(std::string& out, uint32_t cp);
+
 // Appends s as a JSON string literal (quoted, escaped) to out.
 void json_quote(std::string& out, std::string_view s, bool ensure_ascii = false);
 

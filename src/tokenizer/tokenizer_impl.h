@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "json/json.h"  // utf8_append
 #include "tokenizer/tokenizer.h"
 
 namespace ms {
@@ -19,8 +20,6 @@ namespace ms {
 // UTF-8 character; 0 a valid but truncated prefix; < 0 minus the length of
 // the maximal invalid subpart (Unicode's "maximal subpart" rule, >= 1 byte).
 int utf8_check(const unsigned char* s, size_t n);
-// Appends the UTF-8 encoding of code point cp.
-void utf8_append(std::string& out, uint32_t cp);
 // True when s is entirely valid UTF-8.
 bool utf8_valid(std::string_view s);
 

@@ -9,6 +9,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/session_flags.h"
+#include "telemetry/trace.h"
 
 namespace ms {
 
@@ -19,13 +20,21 @@ int cmd_run(int argc, char** argv) {
            "decode tokens per second and the peak RSS are printed to stderr at the end (and written with "
            "--report). The same --seed and flags give the same text.");
     SessionFlags flags;
-    std::string prompt, prompt_file;
-    int n_predict = 256;
-    bool show_special = false;
+    std::string prompt, prompt_file, trace_path;
+    int n_predict = 256, random_prompt = 0;
+    bool show_special = false, ignore_eos = false;
     a.option("-p,--prompt", &prompt, "TEXT", "the prompt (special tokens like <|im_start|> are parsed)");
     a.option("-f,--file", &prompt_file, "FILE", "read the prompt from FILE instead");
     a.option("-n,--n-predict", &n_predict, "N", "most tokens to generate (-1: until the context is full)");
+    a.option("--random-prompt", &random_prompt, "N",
+             "instead of a text, a prompt of N token ids drawn at random from the vocabulary (after BOS when "
+             "the model adds one; reproducible with --seed), as llama-bench does");
     a.flag("--special", &show_special, "print control tokens (e.g. <|im_end|>) too");
+    a.flag("--ignore-eos", &ignore_eos, "keep generating past end-of-generation tokens (exactly -n tokens)");
+    a.option("--trace", &trace_path, "FILE",
+             "write a Chrome-trace timeline of prefill and decode to FILE (open it in ui.perfetto.dev): per "
+             "layer attention, routing, experts with their io_wait spans; per expert read, queued to "
+             "completed. Holds up to 262,144 events (16 MiB, outside --mem)");
     flags.declare(a, true);
     if (!a.parse(argc, argv)) return 0;
     if (!prompt_file.empty()) {
@@ -34,10 +43,20 @@ int cmd_run(int argc, char** argv) {
         prompt.assign(std::istreambuf_iterator<char>(f), {});
     }
     if (n_predict < -1) throw std::runtime_error("-n must be >= -1");
+    if (random_prompt < 0) throw std::runtime_error("--random-prompt must be >= 1");
+    if (random_prompt > 0 && (!prompt.empty() || !prompt_file.empty()))
+        throw std::runtime_error("give either a prompt (-p/-f) or --random-prompt, not both");
 
     auto s = flags.open();
-    const std::vector<int32_t> tokens = s->tokenize(prompt);
+    const std::vector<int32_t> tokens =
+        random_prompt > 0 ? s->random_tokens(random_prompt, s->sampler().params().seed) : s->tokenize(prompt);
     if (tokens.empty()) throw std::runtime_error("the prompt gives no tokens (give -p TEXT)");
+    std::unique_ptr<Trace> trace;
+    if (!trace_path.empty()) {
+        trace = std::make_unique<Trace>();
+        trace->name_lane(Trace::thread_lane(), "forward pass");
+        set_active_trace(trace.get());
+    }
     s->prefill(tokens);
     flags.store.mark_decode();
 
@@ -48,11 +67,17 @@ int cmd_run(int argc, char** argv) {
         fwrite(piece.data(), 1, piece.size(), stdout);
         fflush(stdout);
         return true;
-    });
+    }, nullptr, ignore_eos);
     const std::string rest = text.flush();
     fwrite(rest.data(), 1, rest.size(), stdout);
     fputc('\n', stdout);
     fflush(stdout);
+    if (trace) {
+        set_active_trace(nullptr);
+        trace->write(trace_path);
+        fprintf(stderr, "trace: %zu events written to %s%s\n", trace->size(), trace_path.c_str(),
+                trace->dropped() ? (" (" + std::to_string(trace->dropped()) + " more did not fit)").c_str() : "");
+    }
     flags.finish("run", *s);
     return 0;
 }

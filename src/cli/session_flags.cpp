@@ -1,9 +1,11 @@
 #include "cli/session_flags.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <random>
 #include <stdexcept>
+#include <tuple>
 
 #include "cli/progress.h"
 #include "telemetry/system.h"
@@ -99,6 +101,13 @@ Json SessionFlags::report_json(const char* command, const Session& s) const {
     decode["seconds"] = t.decode_seconds;
     decode["tokens_per_second"] = t.decode_tps();
     j["decode"] = decode;
+    // Seconds per kind of work; "other" is the rest of each phase's wall
+    // time (embedding, output head, sampling).
+    TimeSplit all = s.prefill_time();
+    all.merge(s.decode_time());
+    j["time_split"] = all.to_json(t.prefill_seconds + t.decode_seconds);
+    j["time_split_prefill"] = s.prefill_time().to_json(t.prefill_seconds);
+    j["time_split_decode"] = s.decode_time().to_json(t.decode_seconds);
     j["resident_bytes"] = s.model().resident_bytes();
     j["state_bytes"] = s.state_bytes();
     j["peak_rss_bytes"] = peak_rss_bytes();
@@ -112,6 +121,19 @@ void SessionFlags::finish(const char* command, const Session& s) const {
             t.prefill_tps());
     fprintf(stderr, "decode:  %lld tokens in %.3f s (%.2f tok/s)\n", (long long)t.decode_tokens, t.decode_seconds,
             t.decode_tps());
+    for (const auto& [name, split, wall] : {std::tuple{"prefill", &s.prefill_time(), t.prefill_seconds},
+                                            std::tuple{"decode", &s.decode_time(), t.decode_seconds}}) {
+        if (split->calls == 0 || wall <= 0) continue;
+        const double ms = 1e3 / double(split->calls);
+        fprintf(stderr, "%s time per forward call: attention %.1f ms, routing %.1f, io wait %.1f, expert compute %.1f, "
+                        "other %.1f", name, split->seconds[int(Phase::Attention)] * ms,
+                split->seconds[int(Phase::Routing)] * ms, split->seconds[int(Phase::IoWait)] * ms,
+                split->seconds[int(Phase::ExpertCompute)] * ms,
+                std::max(0.0, wall - split->total_seconds()) * ms);
+        const double ec = split->seconds[int(Phase::ExpertCompute)];
+        if (ec > 0) fprintf(stderr, " (experts %.2f GB/s)", double(split->weight_bytes[int(Phase::ExpertCompute)]) / ec / 1e9);
+        fputc('\n', stderr);
+    }
     fputs(store.summary().c_str(), stderr);
     fprintf(stderr, "peak RSS: %s\n", format_bytes(double(peak_rss_bytes())).c_str());
     if (report.empty()) return;

@@ -15,6 +15,7 @@
 #include "ops/buffer.h"
 #include "ops/tensor.h"
 #include "ops/thread_pool.h"
+#include "telemetry/time_split.h"
 
 namespace ms {
 
@@ -36,6 +37,9 @@ public:
     int64_t n_past = 0;  // positions filled; the next forward writes at n_past.
                          // Lowering it forgets the tail (chat rewinds this way).
     virtual uint64_t bytes() const = 0;  // KV cache + scratch
+    // Where forward() spent its time: calls over several tokens (prefill)
+    // and over one (decode), kept apart.
+    TimeSplit prefill_time, decode_time;
 };
 
 class Model {

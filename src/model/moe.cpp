@@ -7,6 +7,7 @@
 #include "ops/activation.h"
 #include "ops/linear.h"
 #include "quant/dot.h"
+#include "telemetry/trace.h"
 
 namespace ms {
 
@@ -91,7 +92,7 @@ const uint8_t* gather_rows(const uint8_t* acts, size_t row, const int32_t* entri
 
 }  // namespace
 
-void moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& layer, const float* x, int n_tok,
+MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& layer, const float* x, int n_tok,
                  const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out,
                  const ExpertHint& next) {
     const int64_t n_embd = layer.gate.cols, n_ff = layer.gate.rows;
@@ -119,13 +120,24 @@ void moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& laye
     float* U = s.up_.f32();
     float* D = s.down_.f32();
     float* slots = s.slots_.f32();
+    MoeCost cost;
+    Trace* trace = active_trace();
     for (int g0 = 0; g0 < n_used; g0 += source.capacity()) {
         const int group = std::min(n_used - g0, source.capacity());
         source.acquire(layer.layer, s.used_.data() + g0, group);
         if (g0 == 0 && next.n > 0) source.prefetch(next.layer, next.ids, next.n);
         ExpertView v;
         int i;
-        while ((i = source.next_ready(layer.layer, &v)) >= 0) {
+        for (;;) {
+            const int64_t t0 = Trace::now_ns();
+            i = source.next_ready(layer.layer, &v);
+            const int64_t t1 = Trace::now_ns();
+            cost.io_wait_s += double(t1 - t0) * 1e-9;
+            // Hits come back in well under a microsecond; only real waits
+            // are worth a span on the timeline.
+            if (trace && t1 - t0 >= 2000) trace->complete("io_wait", "layer", t0, t1, -1, "layer", layer.layer);
+            if (i < 0) break;
+            cost.expert_bytes += layer.expert_bytes();
             const int e = s.used_[size_t(g0 + i)];
             const int m = s.count_[size_t(e)];
             const int32_t* entries = s.entries_.data() + s.first_[size_t(e)];
@@ -165,6 +177,7 @@ void moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& laye
             }
         }
     });
+    return cost;
 }
 
 }  // namespace ms

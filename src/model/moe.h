@@ -27,6 +27,13 @@ struct ExpertHint {
     int n = 0;
 };
 
+// What one moe_forward call cost: time blocked waiting for expert reads and
+// the expert weight bytes its kernels went through.
+struct MoeCost {
+    double io_wait_s = 0;
+    uint64_t expert_bytes = 0;
+};
+
 // Scratch for moe_forward, sized once for the largest batch.
 class MoeScratch {
 public:
@@ -35,7 +42,7 @@ public:
     uint64_t bytes() const;
 
 private:
-    friend void moe_forward(ThreadPool&, ExpertSource&, const ExpertLayer&, const float*, int, const int32_t*,
+    friend MoeCost moe_forward(ThreadPool&, ExpertSource&, const ExpertLayer&, const float*, int, const int32_t*,
                             const float*, int, MoeScratch&, float*, const ExpertHint&);
     int max_batch_ = 0, k_ = 0;
     AlignedBuffer acts_gate_, acts_up_;  // every token's input, converted for gate / up
@@ -52,8 +59,9 @@ private:
 
 // out[t] = sum over r in rank order of weights[t*k+r] * expert ids[t*k+r]
 // applied to x[t] (SwiGLU: down(silu(gate x) * up x)). x and out: n_tok rows
-// of n_embd floats.
-void moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& layer, const float* x, int n_tok,
+// of n_embd floats. Each wait for a read longer than a few microseconds also
+// goes to the active trace as an "io_wait" span.
+MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& layer, const float* x, int n_tok,
                  const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out,
                  const ExpertHint& next = {});
 

@@ -5,6 +5,7 @@
 // (tied to token_embd when `output` is absent).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "gguf/gguf.h"
@@ -35,13 +36,15 @@ public:
     AlignedBuffer cos_sin;              // per token
     AlignedBuffer attn_scratch;
     AlignedBuffer router, ids, weights;
-    AlignedBuffer next_ids, next_weights;  // decode: the next layer's predicted experts
+    AlignedBuffer next_ids, next_weights;  // the next layer's predicted experts, per token
+    AlignedBuffer next_union, next_seen;   // a chunk's predicted experts, each once
     MoeScratch moe;
 
     uint64_t bytes() const override {
         uint64_t b = moe.bytes();
         for (const AlignedBuffer* p : {&k_cache, &v_cache, &x, &xb, &q, &k, &v, &att, &y, &acts, &cos_sin,
-                                       &attn_scratch, &router, &ids, &weights, &next_ids, &next_weights}) {
+                                       &attn_scratch, &router, &ids, &weights, &next_ids, &next_weights,
+                                       &next_union, &next_seen}) {
             b += p->size();
         }
         return b;
@@ -114,8 +117,10 @@ public:
         st->router.resize(B * size_t(c.n_expert) * 4);
         st->ids.resize(B * size_t(c.n_expert_used) * 4);
         st->weights.resize(B * size_t(c.n_expert_used) * 4);
-        st->next_ids.resize(size_t(c.n_expert_used) * 4);
-        st->next_weights.resize(size_t(c.n_expert_used) * 4);
+        st->next_ids.resize(B * size_t(c.n_expert_used) * 4);
+        st->next_weights.resize(B * size_t(c.n_expert_used) * 4);
+        st->next_union.resize(size_t(c.n_expert) * 4);
+        st->next_seen.resize(size_t(c.n_expert));
         st->moe.init(expert_layers_, o.max_batch, c.n_expert_used);
         return st;
     }
@@ -144,12 +149,16 @@ public:
             }
         });
 
+        TimeSplit* time = n == 1 ? &st.decode_time : &st.prefill_time;
+        time->calls++;
         for (int il = 0; il < c.n_layer; il++) {
             const Layer& l = layers_[size_t(il)];
             const KvLayer kv{st.options.kv_type, c.kv_dim(), c.v_dim(),
                              st.k_cache.data() + size_t(il) * size_t(n_ctx) * size_t(c.kv_dim()) * kv_elt,
                              st.v_cache.data() + size_t(il) * size_t(n_ctx) * size_t(c.v_dim()) * kv_elt};
 
+            PhaseTimer attn_time(time, Phase::Attention, il,
+                                 l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes());
             norm_rows(pool, x, l.attn_norm, n, xb);
             linear(pool, l.wq, xb, n, q, st.acts.data());
             linear(pool, l.wk, xb, n, k, st.acts.data());
@@ -172,29 +181,27 @@ public:
             attention(pool, shape(), kv, q, n, pos0, n_ctx, st.attn_scratch.f32(), st.att.f32());
             linear(pool, l.wo, st.att.f32(), n, y, st.acts.data());
             add_to(x, y, n * E);
+            attn_time.stop();
 
+            const bool predict = il + 1 < c.n_layer && experts.wants_prefetch();
+            PhaseTimer route_time(time, Phase::Routing, il,
+                                  l.router.bytes() + (predict ? layers_[size_t(il) + 1].router.bytes() : 0));
             norm_rows(pool, x, l.ffn_norm, n, xb);
             linear(pool, l.router, xb, n, st.router.f32(), st.acts.data());
             int32_t* ids = reinterpret_cast<int32_t*>(st.ids.data());
             route_softmax_topk(st.router.f32(), n, c.n_expert, K, true, ids, st.weights.f32());
-            ExpertHint next;
-            if (n == 1 && il + 1 < c.n_layer && experts.wants_prefetch()) {
-                // Decode: the residual changes little from layer to layer, so
-                // the next layer's router over it (normed with the next
-                // layer's weights) predicts that layer's experts while this
-                // layer's are still being read and computed.
-                const Layer& nl = layers_[size_t(il) + 1];
-                norm_rows(pool, x, nl.ffn_norm, 1, y);
-                linear(pool, nl.router, y, 1, st.router.f32(), st.acts.data());
-                next.layer = il + 1;
-                next.ids = reinterpret_cast<int32_t*>(st.next_ids.data());
-                next.n = K;
-                route_softmax_topk(st.router.f32(), 1, c.n_expert, K, true,
-                                   reinterpret_cast<int32_t*>(st.next_ids.data()), st.next_weights.f32());
-            }
-            moe_forward(pool, experts, expert_layers_[size_t(il)], xb, n, ids, st.weights.f32(), K, st.moe, y,
-                        next);
+            const ExpertHint next = predict ? predict_experts(st, pool, il + 1, x, n) : ExpertHint{};
+            route_time.stop();
+
+            // The experts span on the timeline holds this layer's io_wait
+            // spans; the split counts the time between them as compute.
+            PhaseTimer moe_time(nullptr, Phase::ExpertCompute, il);
+            const MoeCost cost = moe_forward(pool, experts, expert_layers_[size_t(il)], xb, n, ids,
+                                             st.weights.f32(), K, st.moe, y, next);
             add_to(x, y, n * E);
+            const double moe_s = moe_time.stop();
+            time->add(Phase::IoWait, cost.io_wait_s);
+            time->add(Phase::ExpertCompute, moe_s - cost.io_wait_s, cost.expert_bytes);
         }
 
         const int64_t first = all_logits ? 0 : n - 1;
@@ -210,6 +217,33 @@ private:
         const ModelConfig& c = config_;
         return AttentionShape{c.n_head, c.n_head_kv, c.head_dim, c.head_dim_v,
                               1.0f / std::sqrt(float(c.head_dim))};
+    }
+
+    // The residual changes little from one layer to the next, so `layer`'s
+    // router over it (normed with that layer's weights) predicts the
+    // experts that layer will want, while the current layer's are still
+    // being read and computed. For a prefill chunk the hint is the union over
+    // its tokens, in order of first appearance.
+    ExpertHint predict_experts(Qwen3MoeState& st, ThreadPool& pool, int layer, const float* x, int n) const {
+        const ModelConfig& c = config_;
+        const Layer& nl = layers_[size_t(layer)];
+        const int K = c.n_expert_used;
+        float* normed = st.y.f32();
+        norm_rows(pool, x, nl.ffn_norm, n, normed);
+        linear(pool, nl.router, normed, n, st.router.f32(), st.acts.data());
+        int32_t* ids = reinterpret_cast<int32_t*>(st.next_ids.data());
+        route_softmax_topk(st.router.f32(), n, c.n_expert, K, true, ids, st.next_weights.f32());
+        if (n == 1) return ExpertHint{layer, ids, K};
+        uint8_t* seen = st.next_seen.data();
+        int32_t* uni = reinterpret_cast<int32_t*>(st.next_union.data());
+        std::memset(seen, 0, size_t(c.n_expert));
+        int m = 0;
+        for (int i = 0; i < n * K; i++) {
+            if (seen[ids[i]]) continue;
+            seen[ids[i]] = 1;
+            uni[m++] = ids[i];
+        }
+        return ExpertHint{layer, uni, m};
     }
 
     void norm_rows(ThreadPool& pool, const float* in, const Tensor& w, int64_t n, float* out) const {

@@ -1,10 +1,12 @@
 #include "runtime/session.h"
 
 #include <chrono>
+#include <random>
 #include <stdexcept>
 #include <thread>
 
 #include "model/ram_experts.h"
+#include "telemetry/trace.h"
 
 namespace ms {
 
@@ -92,6 +94,7 @@ void Session::prefill(const std::vector<int32_t>& tokens) {
     const double t0 = now_seconds();
     for (size_t i = 0; i < tokens.size(); i += size_t(state_->options.max_batch)) {
         const int n = int(std::min(tokens.size() - i, size_t(state_->options.max_batch)));
+        Trace::Span span(active_trace(), "prefill_chunk", "step", "tokens", n);
         model_->forward(*state_, *experts_, pool_, tokens.data() + i, n, logits_.data(), false);
         tokens_.insert(tokens_.end(), tokens.begin() + ptrdiff_t(i), tokens.begin() + ptrdiff_t(i) + n);
     }
@@ -119,6 +122,7 @@ void Session::prefill_all(const std::vector<int32_t>& tokens, float* out) {
 void Session::decode(int32_t token) {
     check(&token, 1);
     const double t0 = now_seconds();
+    Trace::Span span(active_trace(), "token", "step", "pos", int64_t(tokens_.size()));
     model_->forward(*state_, *experts_, pool_, &token, 1, logits_.data(), false);
     tokens_.push_back(token);  // capacity reserved for n_ctx: no allocation
     timings.decode_seconds += now_seconds() - t0;
@@ -141,14 +145,29 @@ size_t Session::prefill_context(const std::vector<int32_t>& context) {
     return context.size() - keep;
 }
 
-int Session::generate(int n_max, const std::function<bool(int32_t)>& on_token, const std::atomic<bool>* stop) {
+std::vector<int32_t> Session::random_tokens(int n, uint64_t seed) const {
+    if (n < 1) throw std::runtime_error("a random prompt needs at least 1 token");
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int32_t> pick(0, config().n_vocab - 1);
+    std::vector<int32_t> out;
+    out.reserve(size_t(n));
+    if (tokenizer_.add_bos() && tokenizer_.bos() != Tokenizer::kNoToken) out.push_back(tokenizer_.bos());
+    while (out.size() < size_t(n)) {
+        const int32_t t = pick(rng);
+        if (!tokenizer_.is_control(t) && !tokenizer_.is_eog(t)) out.push_back(t);
+    }
+    return out;
+}
+
+int Session::generate(int n_max, const std::function<bool(int32_t)>& on_token, const std::atomic<bool>* stop,
+                      bool ignore_eos) {
     if (tokens_.empty()) throw std::runtime_error("generate needs a prompt");
     int n = 0;
     while (n < n_max && !(stop && stop->load())) {
         const int32_t tok = sampler_.sample(logits_.data());
         sampler_.accept(tok);
         n++;
-        if (!on_token(tok) || tokenizer_.is_eog(tok)) break;
+        if (!on_token(tok) || (!ignore_eos && tokenizer_.is_eog(tok))) break;
         if (tokens_.size() >= size_t(n_ctx())) break;
         decode(tok);
     }

@@ -86,10 +86,21 @@ public:
 
     // Samples up to n_max tokens after the current context, calling
     // on_token(id) for each (eog tokens included, before stopping). Stops at
-    // an end-of-generation token, at n_max, when the context is full, when
-    // on_token returns false or when *stop becomes true. Returns the number
-    // of tokens generated.
-    int generate(int n_max, const std::function<bool(int32_t)>& on_token, const std::atomic<bool>* stop = nullptr);
+    // an end-of-generation token (unless ignore_eos: benchmarks that need a
+    // fixed length), at n_max, when the context is full, when on_token
+    // returns false or when *stop becomes true. Returns the number of tokens
+    // generated.
+    int generate(int n_max, const std::function<bool(int32_t)>& on_token, const std::atomic<bool>* stop = nullptr,
+                 bool ignore_eos = false);
+
+    // n prompt tokens drawn at random from the vocabulary (no control
+    // tokens), after BOS when the model adds one: llama-bench's synthetic
+    // prompt, reproducible from seed.
+    std::vector<int32_t> random_tokens(int n, uint64_t seed) const;
+
+    // Where the forward pass spent its time, prefill and decode apart.
+    const TimeSplit& prefill_time() const { return state_->prefill_time; }
+    const TimeSplit& decode_time() const { return state_->decode_time; }
 
     Timings timings;
 

@@ -96,7 +96,23 @@ void Store::start_reads(int slot, int layer, int expert, ReadReason reason) {
         bytes += r.len;
     }
     io.bytes = bytes;
+    io.reason = reason;
+    if (Trace* t = active_trace()) {
+        io.submit_ns = Trace::now_ns();
+        io.lane = take_lane(t);
+    }
     counters_->add_read(reason, p.bytes, bytes, uint64_t(p.n_reads));
+}
+
+int Store::take_lane(Trace* t) {
+    if (!free_lanes_.empty()) {
+        int lane = free_lanes_.back();
+        free_lanes_.pop_back();
+        return lane;
+    }
+    const int lane = 1000 + n_lanes_++;
+    t->name_lane(lane, "expert reads " + std::to_string(n_lanes_));
+    return lane;
 }
 
 void Store::note_eviction(int slot) {
@@ -120,6 +136,7 @@ void Store::acquire(int layer, const int32_t* ids, int n) {
     h->slots.assign(size_t(n), -1);
     h->handed.assign(size_t(n), 0);
     h->n_handed = 0;
+    layer_clock_ = cache_.clock() + 1;
 
     const int n_expert = layout_.layers()[size_t(layer)].n_expert;
     const ReadReason reason = step_tokens_ > 1 ? ReadReason::Prefill : ReadReason::Demand;
@@ -212,7 +229,9 @@ void Store::prefetch(int layer, const int32_t* ids, int n) {
         int e = ids[i];
         if (e < 0 || e >= n_expert || cache_.find(layer, e) >= 0) continue;
         int old_layer;
-        int s = cache_.claim(layer, e, &old_layer, nullptr, step_clock_);
+        // Decode keeps every expert this token used; a prefill chunk keeps
+        // only the current layer's (earlier layers are done with the chunk).
+        int s = cache_.claim(layer, e, &old_layer, nullptr, step_tokens_ > 1 ? layer_clock_ : step_clock_);
         if (s < 0) break;  // every slot busy or used this step: a hint is not worth waiting for
         if (old_layer >= 0) note_eviction(s);
         size_t first = batch_.size();
@@ -240,6 +259,15 @@ void Store::complete_read(const IoCompletion& c) {
         io.error_offset = r.offset;
     }
     if (--io.reads_left > 0) return;
+    if (io.lane >= 0) {
+        // Submit to reap: what the forward pass saw of the read.
+        if (Trace* t = active_trace()) {
+            t->complete(read_reason_name(io.reason), "read", io.submit_ns, Trace::now_ns(), io.lane, "layer",
+                        cache_.layer_of(s), "expert", cache_.expert_of(s));
+        }
+        free_lanes_.push_back(io.lane);
+        io.lane = -1;
+    }
     if (io.error == 0) {
         slot_loaded(s);
         return;

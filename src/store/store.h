@@ -14,6 +14,7 @@
 #include "store/reuse_distance.h"
 #include "store/slot_cache.h"
 #include "telemetry/counters.h"
+#include "telemetry/trace.h"
 
 namespace ms {
 
@@ -67,6 +68,9 @@ private:
         uint64_t error_offset = 0;
         bool prefetched = false;  // loaded by prefetch and not used yet
         uint64_t bytes = 0;       // bytes requested for the slot's expert
+        ReadReason reason = ReadReason::Demand;
+        int64_t submit_ns = 0;    // when tracing: when the reads were queued
+        int lane = -1;            // when tracing: the timeline lane of this read
     };
 
     Held* held(int layer);
@@ -77,6 +81,8 @@ private:
     void slot_loaded(int slot);
     [[noreturn]] void fail(int slot, const std::string& path, const std::string& why);
     void note_eviction(int slot);
+    // Timeline lanes for reads in flight, so overlapping reads never share one.
+    int take_lane(Trace* t);
 
     ExpertLayout layout_;
     StoreOptions options_;
@@ -94,6 +100,9 @@ private:
     std::vector<std::vector<int32_t>> predicted_;  // per layer: the latest hint, until the layer is acquired
     int step_tokens_ = 1;
     uint64_t step_clock_ = 0;  // cache use clock at the start of the current step
+    uint64_t layer_clock_ = 0; // ... and at the start of the latest acquire
+    std::vector<int> free_lanes_;
+    int n_lanes_ = 0;
 };
 
 }  // namespace ms

@@ -1,0 +1,156 @@
+// `moestream run` end to end on the tiny synthetic model streamed under a
+// budget that forces reads: the Chrome-trace timeline (--trace) against the
+// run's own report and the model's layout from `inspect`, the time split and
+// its weight byte counts, --random-prompt and --ignore-eos, and that tracing
+// changes nothing in the output.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+
+#include "json/json.h"
+#include "run_cli.h"
+
+using ms::Json;
+
+namespace {
+
+class RunCli : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        prefix_ = "/tmp/moestream-cli-run-" + std::to_string(getpid());
+        model_ = prefix_ + ".gguf";
+        CliResult r = run_cli("synth --preset tiny --seed 5 -o " + model_, false);
+        ASSERT_EQ(r.rc, 0) << r.out;
+        CliResult ins = run_cli("inspect --json " + model_, false);
+        ASSERT_EQ(ins.rc, 0) << ins.out;
+        inspect_ = Json::parse(ins.out);
+    }
+    static void TearDownTestSuite() {
+        for (const char* ext : {".gguf", ".trace.json", ".report.json", ".r2.json"})
+            std::remove((prefix_ + ext).c_str());
+    }
+    static std::string prefix_, model_;
+    static Json inspect_;
+};
+std::string RunCli::prefix_, RunCli::model_;
+Json RunCli::inspect_;
+
+// 24M holds the resident weights but only part of the 96 experts.
+const char* kBudget = " --mem 24M -c 512 -t 2 ";
+
+TEST_F(RunCli, TraceMatchesReportAndLayout) {
+    const std::string trace = prefix_ + ".trace.json", report = prefix_ + ".report.json";
+    CliResult r = run_cli("run -m " + model_ + kBudget + "--seed 7 --random-prompt 40 -b 16 -n 40 --ignore-eos" +
+                              " --trace " + trace + " --report " + report,
+                          true);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    Json rep = Json::parse_file(report);
+    const int64_t prefill_tokens = rep.at("prefill").at("tokens").as_int();
+    const int64_t decode_tokens = rep.at("decode").at("tokens").as_int();
+    EXPECT_EQ(prefill_tokens, 40);  // --random-prompt N gives exactly N tokens
+    EXPECT_EQ(decode_tokens, 40);   // --ignore-eos: exactly -n
+    const int64_t forward_calls = (40 + 15) / 16 + decode_tokens;  // -b 16 chunks, then one per token
+
+    const int n_layer = int(inspect_.at("hparams").at("n_layer").as_int());
+    const int k = int(inspect_.at("hparams").at("n_expert_used").as_int());
+    Json t = Json::parse_file(trace);
+    std::map<std::string, std::map<int64_t, int>> per_layer;  // name -> layer -> count
+    std::set<int64_t> lanes_forward;
+    std::map<std::string, int> steps;
+    int reads = 0, read_names_demand = 0, read_names_prefetch = 0, read_names_prefill = 0;
+    for (const Json& e : t.at("traceEvents").as_array()) {
+        if (e.at("ph").as_string() != "X") continue;
+        const std::string name = e.at("name").as_string();
+        EXPECT_GE(e.at("dur").as_number(), 0) << name;
+        const Json& args = e.at("args");
+        if (e.at("cat").as_string() == "step") {
+            steps[name]++;
+            continue;
+        }
+        const int64_t layer = args.at("layer").as_int();
+        EXPECT_GE(layer, 0);
+        EXPECT_LT(layer, n_layer);
+        if (e.at("cat").as_string() == "read") {
+            reads++;
+            const int64_t expert = args.at("expert").as_int();
+            EXPECT_GE(expert, 0);
+            EXPECT_LT(expert, inspect_.at("hparams").at("n_expert").as_int());
+            read_names_demand += name == "demand";
+            read_names_prefetch += name == "prefetch";
+            read_names_prefill += name == "prefill";
+            continue;
+        }
+        per_layer[name][layer]++;
+        if (name == "attention") lanes_forward.insert(e.at("tid").as_int());
+    }
+    // Every forward call records attention, routing and experts once per layer.
+    for (const char* phase : {"attention", "routing", "expert_compute"}) {
+        ASSERT_EQ(per_layer[phase].size(), size_t(n_layer)) << phase;
+        for (const auto& [layer, count] : per_layer[phase]) EXPECT_EQ(count, forward_calls) << phase << layer;
+    }
+    EXPECT_EQ(lanes_forward.size(), 1u);
+    EXPECT_EQ(steps["prefill_chunk"], (40 + 15) / 16);
+    EXPECT_EQ(steps["token"], decode_tokens);
+    // One read event per expert load: the store's misses plus its prefetches.
+    const Json& store = rep.at("store");
+    EXPECT_EQ(read_names_demand + read_names_prefill, store.at("misses").as_int());
+    EXPECT_EQ(read_names_prefetch, store.at("prefetch").at("issued").as_int());
+    EXPECT_GT(read_names_prefill, 0);
+    EXPECT_GT(read_names_demand, 0);
+    EXPECT_EQ(reads, read_names_demand + read_names_prefetch + read_names_prefill);
+
+    // The decode split: phases within the decode wall time, and the expert
+    // kernels' weight bytes equal to k experts per layer per token, at each
+    // layer's expert size as `inspect` gives it.
+    const Json& split = rep.at("time_split_decode");
+    double sum = 0;
+    for (const char* phase : {"attention", "routing", "io_wait", "expert_compute", "other"}) {
+        EXPECT_GE(split.at(phase).as_number(), 0) << phase;
+        sum += split.at(phase).as_number();
+    }
+    EXPECT_NEAR(sum, rep.at("decode").at("seconds").as_number(), 1e-3);
+    double expert_bytes_per_token = 0;
+    for (const Json& l : inspect_.at("experts").at("layers").as_array())
+        expert_bytes_per_token += double(k) * double(l.at("bytes_per_expert").as_int());
+    const double expert_bytes = split.at("weight_gb_per_s").at("expert_compute").as_number() * 1e9 *
+                                split.at("expert_compute").as_number();
+    EXPECT_NEAR(expert_bytes / (expert_bytes_per_token * double(decode_tokens)), 1.0, 1e-6);
+    // The whole-run split is prefill's plus decode's.
+    for (const char* phase : {"attention", "routing", "io_wait", "expert_compute"}) {
+        EXPECT_NEAR(rep.at("time_split").at(phase).as_number(),
+                    rep.at("time_split_prefill").at(phase).as_number() + split.at(phase).as_number(), 1e-9);
+    }
+}
+
+TEST_F(RunCli, TracingAndRandomPromptAreReproducible) {
+    const std::string trace = prefix_ + ".trace.json";
+    const std::string args = "run -m " + model_ + kBudget + "--seed 11 --random-prompt 25 -n 16 --ignore-eos";
+    CliResult plain = run_cli(args, false);
+    CliResult traced = run_cli(args + " --trace " + trace, false);
+    CliResult other_seed = run_cli("run -m " + model_ + kBudget + "--seed 12 --random-prompt 25 -n 16 --ignore-eos",
+                                   false);
+    ASSERT_EQ(plain.rc, 0);
+    ASSERT_EQ(traced.rc, 0);
+    ASSERT_EQ(other_seed.rc, 0);
+    EXPECT_EQ(plain.out, traced.out);
+    EXPECT_NE(plain.out, other_seed.out);
+    EXPECT_GT(file_size(trace), 0u);
+}
+
+TEST_F(RunCli, BadPromptFlagsAreOneLineErrors) {
+    CliResult both = run_cli("run -m " + model_ + " -p hi --random-prompt 4", true);
+    EXPECT_NE(both.rc, 0);
+    EXPECT_NE(both.out.find("either a prompt"), std::string::npos) << both.out;
+    CliResult neg = run_cli("run -m " + model_ + " --random-prompt -3", true);
+    EXPECT_NE(neg.rc, 0);
+    EXPECT_NE(neg.out.find("--random-prompt"), std::string::npos) << neg.out;
+    CliResult dir = run_cli("run -m " + model_ + kBudget + "-p hi -n 2 --trace /nonexistent/dir/t.json", true);
+    EXPECT_NE(dir.rc, 0);
+    EXPECT_NE(dir.out.find("/nonexistent/dir/t.json"), std::string::npos) << dir.out;
+}
+
+}  // namespace

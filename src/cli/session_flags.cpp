@@ -71,6 +71,10 @@ std::unique_ptr<Session> SessionFlags::open() const {
     const uint64_t budget = mem;
     store.start(o.model_path);
     ExpertSourceFactory experts = [&](const GgufFile& file, const Model& model, uint64_t fixed) {
+        // Loading is over: close its bar so its time and rate are the load's.
+        if (bar) bar->finish();
+        bar.reset();
+        phase.clear();
         return store.make(file, model, fixed, budget);
     };
     auto s = Session::open(o, experts, progress);

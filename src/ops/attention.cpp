@@ -3,6 +3,8 @@
 #include <cstring>
 
 #include "ops/activation.h"
+#include "ops/attention_kernels.h"
+#include "quant/cpu.h"
 #include "quant/half.h"
 
 namespace ms {
@@ -19,8 +21,18 @@ void kv_store(const KvLayer& kv, int64_t pos, const float* k, const float* v) {
     for (int64_t i = 0; i < kv.v_width; i++) vd[i] = fp32_to_fp16(v[i]);
 }
 
+namespace {
+
+// Scores rows are padded to whole vectors for the SIMD softmax.
+int64_t scores_stride(int64_t n_ctx) {
+    return (n_ctx + kAttentionSimdWidth - 1) / kAttentionSimdWidth * kAttentionSimdWidth;
+}
+
+}  // namespace
+
 size_t attention_scratch_floats(const AttentionShape& s, int64_t n_ctx) {
-    return size_t(n_ctx) + size_t(s.head_dim);
+    // Scores and the F16-rounded query for each head of one KV head's group.
+    return size_t(s.n_head / s.n_head_kv) * size_t(scores_stride(n_ctx) + s.head_dim);
 }
 
 namespace {
@@ -62,7 +74,8 @@ void scores_for(const float* q, int head_dim, int64_t n_pos, KeyAt key, float* s
     }
 }
 
-// One query head against positions [0, n_pos) of one KV head.
+// The scalar reference: one query head against positions [0, n_pos) of one
+// KV head.
 void attend_head(const AttentionShape& s, const KvLayer& kv, int kv_head, const float* q, int64_t n_pos,
                  float* scores, float* qh, float* out) {
     const int64_t k_off = int64_t(kv_head) * s.head_dim;
@@ -98,20 +111,69 @@ void attend_head(const AttentionShape& s, const KvLayer& kv, int kv_head, const 
     }
 }
 
+// The SIMD loops for the active level, or null for the scalar reference.
+const AttentionKernels* simd_kernels(const AttentionShape& s) {
+    if (s.head_dim % kAttentionSimdWidth != 0 || s.head_dim_v % kAttentionSimdWidth != 0) return nullptr;
+    switch (simd_level()) {
+        case SimdLevel::Avx512: return &kAttentionAvx512;
+        case SimdLevel::Avx2: return &kAttentionAvx2;
+        case SimdLevel::Scalar: break;
+    }
+    return nullptr;
+}
+
+// The `group` query heads of KV head kv_head (q: their rows, side by side)
+// against positions [0, n_pos), through the SIMD loops: each cache row is read
+// once for the whole group. scores holds group rows, s_stride floats apart.
+void attend_group(const AttentionShape& s, const AttentionKernels& simd, const KvLayer& kv, int kv_head, int group,
+                  const float* q, int64_t n_pos, int64_t s_stride, float* scores, float* qh, float* out) {
+    const int64_t k_off = int64_t(kv_head) * s.head_dim;
+    const int64_t v_off = int64_t(kv_head) * s.head_dim_v;
+    if (kv.type == GgmlType::F32) {
+        const float* K = reinterpret_cast<const float*>(kv.k) + k_off;
+        simd.scores_f32(q, group, K, kv.k_width, s.head_dim, n_pos, scores, s_stride);
+    } else {
+        for (int d = 0; d < group * s.head_dim; d++) qh[d] = fp16_to_fp32(fp32_to_fp16(q[d]));
+        const uint16_t* K = reinterpret_cast<const uint16_t*>(kv.k) + k_off;
+        simd.scores_f16(qh, group, K, kv.k_width, s.head_dim, n_pos, scores, s_stride);
+    }
+    for (int h = 0; h < group; h++) simd.softmax(scores + h * s_stride, n_pos, s.scale);
+    if (kv.type == GgmlType::F32) {
+        const float* V = reinterpret_cast<const float*>(kv.v) + v_off;
+        simd.mix_f32(scores, s_stride, group, V, kv.v_width, s.head_dim_v, n_pos, out);
+    } else {
+        const uint16_t* V = reinterpret_cast<const uint16_t*>(kv.v) + v_off;
+        simd.mix_f16(scores, s_stride, group, V, kv.v_width, s.head_dim_v, n_pos, out);
+    }
+}
+
 }  // namespace
 
 void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, const float* q, int64_t n_tok,
                int64_t pos0, int64_t n_ctx, float* scratch, float* out) {
     const int group = s.n_head / s.n_head_kv;
     const size_t per_thread = attention_scratch_floats(s, n_ctx);
-    pool.parallel_for(n_tok * s.n_head, [&](int64_t b, int64_t e, int thread) {
+    const AttentionKernels* simd = simd_kernels(s);
+    const int64_t s_stride = scores_stride(n_ctx);
+    // One work item per (token, KV head): its query heads share every cache
+    // row read. Decode has n_head_kv items for the threads to share.
+    pool.parallel_for(n_tok * s.n_head_kv, [&](int64_t b, int64_t e, int thread) {
         float* scores = scratch + size_t(thread) * per_thread;
-        float* qh = scores + n_ctx;
+        float* qh = scores + size_t(group) * size_t(s_stride);
         for (int64_t i = b; i < e; i++) {
-            const int64_t t = i / s.n_head;
-            const int h = int(i % s.n_head);
-            attend_head(s, kv, h / group, q + (t * s.n_head + h) * s.head_dim, pos0 + t + 1, scores, qh,
-                        out + (t * s.n_head + h) * s.head_dim_v);
+            const int64_t t = i / s.n_head_kv;
+            const int g = int(i % s.n_head_kv);
+            const int64_t h0 = t * s.n_head + int64_t(g) * group;  // the group's first query head, all tokens counted
+            const float* qg = q + h0 * s.head_dim;
+            float* og = out + h0 * s.head_dim_v;
+            const int64_t n_pos = pos0 + t + 1;
+            if (simd) {
+                attend_group(s, *simd, kv, g, group, qg, n_pos, s_stride, scores, qh, og);
+                continue;
+            }
+            for (int h = 0; h < group; h++) {
+                attend_head(s, kv, g, qg + h * s.head_dim, n_pos, scores, qh, og + h * s.head_dim_v);
+            }
         }
     });
 }

@@ -39,7 +39,9 @@ size_t attention_scratch_floats(const AttentionShape& s, int64_t n_ctx);
 // For each of n_tok queries (q: n_tok rows of n_head*head_dim), query t at
 // position pos0 + t attends to cache positions [0, pos0 + t]; out gets n_tok
 // rows of n_head*head_dim_v. scratch holds pool.size() times
-// attention_scratch_floats(s, n_ctx) floats. Parallel over (token, head).
+// attention_scratch_floats(s, n_ctx) floats. Parallel over (token, KV head),
+// with SIMD loops (AVX2, AVX-512) at the active quant/cpu.h level when
+// head_dim and head_dim_v are multiples of 16; allocates nothing.
 void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, const float* q, int64_t n_tok,
                int64_t pos0, int64_t n_ctx, float* scratch, float* out);
 

@@ -29,4 +29,18 @@ void linear_rows(const Tensor& w, const uint8_t* act, int64_t n_tok, float* y, i
 // convert_acts then linear_converted, using act as scratch.
 void linear(ThreadPool& pool, const Tensor& w, const float* x, int64_t n_tok, float* y, uint8_t* act);
 
+// Bytes of the scratch linear_many needs: one converted copy of the input per
+// distinct activation format among w[0..n_w), each 64-byte aligned.
+size_t linear_many_scratch_bytes(const Tensor* const* w, int n_w, int64_t n_tok);
+
+// y[i] (n_tok rows of w[i]->rows floats) = w[i] times x for i in [0, n_w), for
+// matrices that share their input (attention's Q, K and V; all w[i]->cols
+// equal): x is converted once per distinct activation format and the rows of
+// all the matrices are split over the pool as one job (n_w linear() calls
+// make a job per matrix, each ending with a wait on its slowest thread). The
+// same bits as those calls. act holds
+// linear_many_scratch_bytes(w, n_w, n_tok) bytes, 64-byte aligned.
+void linear_many(ThreadPool& pool, const Tensor* const* w, int n_w, const float* x, int64_t n_tok, float* const* y,
+                 uint8_t* act);
+
 }  // namespace ms

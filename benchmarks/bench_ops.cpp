@@ -1,0 +1,179 @@
+// ops/ throughput at Qwen3-30B-A3B's shapes (n_embd 2048, 32 query heads and
+// 4 KV heads of 128): decode attention over an F16/F32 cache at several
+// context lengths per SIMD level, and the Q/K/V projections as three linear()
+// calls against one linear_many(), in GB/s of weights read. The weights
+// rotate over 1 GiB of copies so every byte comes from DRAM, as in a 48-layer
+// decode; mem/read is the bound those figures compare to, a streaming sum
+// over 1 GiB with the same threads.
+//
+//   build-*/bench_ops --benchmark_filter='attention|mem' --benchmark_repetitions=5
+//       --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/gemm.h"
+#include "ops/attention.h"
+#include "ops/buffer.h"
+#include "ops/linear.h"
+#include "quant/cpu.h"
+
+namespace ms {
+namespace {
+
+constexpr size_t kColdBytes = size_t(1) << 30;
+constexpr int64_t kEmbd = 2048;
+constexpr AttentionShape kShape{32, 4, 128, 128, 0.08838834764831845f};
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng);
+    return v;
+}
+
+// Sum of 64-bit words over [b, e) of p, four independent chains.
+uint64_t sum_words(const uint64_t* p, int64_t b, int64_t e) {
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int64_t i = b;
+    for (; i + 4 <= e; i += 4) {
+        s0 += p[i];
+        s1 += p[i + 1];
+        s2 += p[i + 2];
+        s3 += p[i + 3];
+    }
+    for (; i < e; i++) s0 += p[i];
+    return s0 + s1 + s2 + s3;
+}
+
+void bm_mem_read(benchmark::State& st, int threads) {
+    ThreadPool pool(threads);
+    AlignedBuffer buf(kColdBytes);
+    std::memset(buf.data(), 1, kColdBytes);
+    const uint64_t* p = reinterpret_cast<const uint64_t*>(buf.data());
+    const int64_t n = int64_t(kColdBytes / 8);
+    std::vector<uint64_t> sums(size_t(threads) * 8);  // a cache line per thread
+    for (auto _ : st) {
+        pool.parallel_for(n, [&](int64_t b, int64_t e, int t) { sums[size_t(t) * 8] += sum_words(p, b, e); });
+        benchmark::DoNotOptimize(sums.data());
+    }
+    st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(kColdBytes));
+}
+
+// One decode step (n_tok = 1) at position n_ctx - 1 over a full cache.
+void bm_attention(benchmark::State& st, SimdLevel level, GgmlType kv_type, int64_t n_ctx, int threads) {
+    if (set_simd_level(level) != level) {
+        st.SkipWithError("level not available");
+        return;
+    }
+    const int64_t kw = int64_t(kShape.n_head_kv) * kShape.head_dim;
+    const size_t elt = kv_type == GgmlType::F32 ? 4 : 2;
+    AlignedBuffer kc(size_t(n_ctx * kw) * elt), vc(size_t(n_ctx * kw) * elt);
+    const KvLayer kv{kv_type, kw, kw, kc.data(), vc.data()};
+    const std::vector<float> k = random_floats(size_t(kw), 1), v = random_floats(size_t(kw), 2);
+    for (int64_t pos = 0; pos < n_ctx; pos++) kv_store(kv, pos, k.data(), v.data());
+    const std::vector<float> q = random_floats(size_t(kShape.n_head * kShape.head_dim), 3);
+    ThreadPool pool(threads);
+    AlignedBuffer scratch(size_t(threads) * attention_scratch_floats(kShape, n_ctx) * 4);
+    std::vector<float> out(size_t(kShape.n_head * kShape.head_dim_v));
+    for (auto _ : st) {
+        attention(pool, kShape, kv, q.data(), 1, n_ctx - 1, n_ctx, scratch.f32(), out.data());
+        benchmark::DoNotOptimize(out.data());
+    }
+    // Cache bytes of one pass over K and V (each KV head is read by its group of query heads).
+    st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(kc.size() + vc.size()));
+    set_simd_level(best_simd_level());
+}
+
+// Layer l's attn_q (4096 x 2048), attn_k and attn_v (512 x 2048) in Q4_K,
+// copies of one random set filling kColdBytes.
+struct QkvWeights {
+    AlignedBuffer data;
+    size_t set_bytes = 0, copies = 0;
+    QkvWeights() {
+        const int64_t rows[3] = {int64_t(kShape.n_head) * kShape.head_dim, int64_t(kShape.n_head_kv) * kShape.head_dim,
+                                 int64_t(kShape.n_head_kv) * kShape.head_dim_v};
+        for (int64_t r : rows) set_bytes += row_bytes(GgmlType::Q4_K, kEmbd) * size_t(r);
+        copies = kColdBytes / set_bytes;
+        data.resize(set_bytes * copies);
+        uint8_t* p = data.data();
+        for (int i = 0; i < 3; i++) {
+            fill_random_weights(GgmlType::Q4_K, kEmbd, rows[i], p, uint64_t(i + 1));
+            t[i] = Tensor{GgmlType::Q4_K, kEmbd, rows[i], p};
+            p += t[i].bytes();
+        }
+        for (size_t c = 1; c < copies; c++) std::memcpy(data.data() + c * set_bytes, data.data(), set_bytes);
+    }
+    Tensor t[3];
+    Tensor at(size_t copy, int i) const {
+        Tensor r = t[i];
+        r.data += copy * set_bytes;
+        return r;
+    }
+};
+
+void bm_qkv(benchmark::State& st, bool many, int64_t n_tok, int threads) {
+    static const QkvWeights w;  // built once, shared by every qkv case
+    ThreadPool pool(threads);
+    const std::vector<float> x = random_floats(size_t(kEmbd * n_tok), 4);
+    std::vector<float> y[3];
+    for (int i = 0; i < 3; i++) y[i].resize(size_t(w.t[i].rows * n_tok));
+    float* ys[3] = {y[0].data(), y[1].data(), y[2].data()};
+    const Tensor* ws[3] = {&w.t[0], &w.t[1], &w.t[2]};
+    AlignedBuffer act(linear_many_scratch_bytes(ws, 3, n_tok));
+    size_t c = 0;
+    for (auto _ : st) {
+        const Tensor t[3] = {w.at(c, 0), w.at(c, 1), w.at(c, 2)};
+        if (many) {
+            const Tensor* tp[3] = {&t[0], &t[1], &t[2]};
+            linear_many(pool, tp, 3, x.data(), n_tok, ys, act.data());
+        } else {
+            for (int i = 0; i < 3; i++) linear(pool, t[i], x.data(), n_tok, ys[i], act.data());
+        }
+        benchmark::DoNotOptimize(ys);
+        c = c + 1 == w.copies ? 0 : c + 1;
+    }
+    st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(w.set_bytes));
+}
+
+void register_all() {
+    for (int threads : {1, 2}) {
+        const std::string th = "/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(("mem/read" + th).c_str(), bm_mem_read, threads)->Unit(benchmark::kMillisecond);
+        for (GgmlType kv : {GgmlType::F16, GgmlType::F32}) {
+            for (int64_t n_ctx : {512, 4096}) {
+                for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
+                    if (int(l) > int(best_simd_level())) continue;
+                    const std::string name = std::string("attention/") + type_name(kv) + "/ctx:" + std::to_string(n_ctx) +
+                                             "/" + simd_level_name(l) + th;
+                    benchmark::RegisterBenchmark(name.c_str(), bm_attention, l, kv, n_ctx, threads)
+                        ->Unit(benchmark::kMicrosecond);
+                }
+            }
+        }
+        for (int64_t n_tok : {1, 16}) {
+            for (bool many : {false, true}) {
+                const std::string name = std::string("qkv/Q4_K/tok:") + std::to_string(n_tok) +
+                                         (many ? "/linear_many" : "/linear_x3") + th;
+                benchmark::RegisterBenchmark(name.c_str(), bm_qkv, many, n_tok, threads)->Unit(benchmark::kMicrosecond);
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace ms
+
+int main(int argc, char** argv) {
+    ms::register_all();
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

@@ -37,14 +37,14 @@ public:
     AlignedBuffer attn_scratch;
     AlignedBuffer router, ids, weights;
     AlignedBuffer next_ids, next_weights;  // the next layer's predicted experts, per token
-    AlignedBuffer next_union, next_seen;   // a chunk's predicted experts, each once
+    AlignedBuffer next_union, next_votes;  // a chunk's hint; tokens per predicted expert
     MoeScratch moe;
 
     uint64_t bytes() const override {
         uint64_t b = moe.bytes();
         for (const AlignedBuffer* p : {&k_cache, &v_cache, &x, &xb, &q, &k, &v, &att, &y, &acts, &cos_sin,
                                        &attn_scratch, &router, &ids, &weights, &next_ids, &next_weights,
-                                       &next_union, &next_seen}) {
+                                       &next_union, &next_votes}) {
             b += p->size();
         }
         return b;
@@ -120,7 +120,7 @@ public:
         st->next_ids.resize(B * size_t(c.n_expert_used) * 4);
         st->next_weights.resize(B * size_t(c.n_expert_used) * 4);
         st->next_union.resize(size_t(c.n_expert) * 4);
-        st->next_seen.resize(size_t(c.n_expert));
+        st->next_votes.resize(size_t(c.n_expert) * 4);
         st->moe.init(expert_layers_, o.max_batch, c.n_expert_used);
         return st;
     }
@@ -222,8 +222,10 @@ private:
     // The residual changes little from one layer to the next, so `layer`'s
     // router over it (normed with that layer's weights) predicts the
     // experts that layer will want, while the current layer's are still
-    // being read and computed. For a prefill chunk the hint is the union over
-    // its tokens, in order of first appearance.
+    // being read and computed. For a prefill chunk the hint is the experts
+    // at least two of its tokens pick, most picked first: an expert only one
+    // token picks is the likeliest wrong guess, and wrong guesses are bytes
+    // read for nothing (prefill must stay near one read per needed expert).
     ExpertHint predict_experts(Qwen3MoeState& st, ThreadPool& pool, int layer, const float* x, int n) const {
         const ModelConfig& c = config_;
         const Layer& nl = layers_[size_t(layer)];
@@ -234,16 +236,15 @@ private:
         int32_t* ids = reinterpret_cast<int32_t*>(st.next_ids.data());
         route_softmax_topk(st.router.f32(), n, c.n_expert, K, true, ids, st.next_weights.f32());
         if (n == 1) return ExpertHint{layer, ids, K};
-        uint8_t* seen = st.next_seen.data();
-        int32_t* uni = reinterpret_cast<int32_t*>(st.next_union.data());
-        std::memset(seen, 0, size_t(c.n_expert));
+        int32_t* votes = reinterpret_cast<int32_t*>(st.next_votes.data());
+        int32_t* hint = reinterpret_cast<int32_t*>(st.next_union.data());
+        std::memset(votes, 0, size_t(c.n_expert) * 4);
+        for (int i = 0; i < n * K; i++) votes[ids[i]]++;
         int m = 0;
-        for (int i = 0; i < n * K; i++) {
-            if (seen[ids[i]]) continue;
-            seen[ids[i]] = 1;
-            uni[m++] = ids[i];
-        }
-        return ExpertHint{layer, uni, m};
+        for (int e = 0; e < c.n_expert; e++)
+            if (votes[e] >= 2) hint[m++] = e;
+        std::stable_sort(hint, hint + m, [&](int32_t a, int32_t b) { return votes[a] > votes[b]; });
+        return ExpertHint{layer, hint, m};
     }
 
     void norm_rows(ThreadPool& pool, const float* in, const Tensor& w, int64_t n, float* out) const {

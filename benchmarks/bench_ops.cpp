@@ -4,7 +4,8 @@
 // calls against one linear_many(), in GB/s of weights read. The weights
 // rotate over 1 GiB of copies so every byte comes from DRAM, as in a 48-layer
 // decode; mem/read is the bound those figures compare to, a streaming sum
-// over 1 GiB with the same threads.
+// over 1 GiB with the same threads. Times are wall-clock (the pool's workers
+// do half the work).
 //
 //   build-*/bench_ops --benchmark_filter='attention|mem' --benchmark_repetitions=5
 //       --benchmark_report_aggregates_only=true
@@ -144,7 +145,9 @@ void bm_qkv(benchmark::State& st, bool many, int64_t n_tok, int threads) {
 void register_all() {
     for (int threads : {1, 2}) {
         const std::string th = "/threads:" + std::to_string(threads);
-        benchmark::RegisterBenchmark(("mem/read" + th).c_str(), bm_mem_read, threads)->Unit(benchmark::kMillisecond);
+        benchmark::RegisterBenchmark(("mem/read" + th).c_str(), bm_mem_read, threads)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
         for (GgmlType kv : {GgmlType::F16, GgmlType::F32}) {
             for (int64_t n_ctx : {512, 4096}) {
                 for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
@@ -152,7 +155,8 @@ void register_all() {
                     const std::string name = std::string("attention/") + type_name(kv) + "/ctx:" + std::to_string(n_ctx) +
                                              "/" + simd_level_name(l) + th;
                     benchmark::RegisterBenchmark(name.c_str(), bm_attention, l, kv, n_ctx, threads)
-                        ->Unit(benchmark::kMicrosecond);
+                        ->Unit(benchmark::kMicrosecond)
+                        ->UseRealTime();
                 }
             }
         }
@@ -160,7 +164,9 @@ void register_all() {
             for (bool many : {false, true}) {
                 const std::string name = std::string("qkv/Q4_K/tok:") + std::to_string(n_tok) +
                                          (many ? "/linear_many" : "/linear_x3") + th;
-                benchmark::RegisterBenchmark(name.c_str(), bm_qkv, many, n_tok, threads)->Unit(benchmark::kMicrosecond);
+                benchmark::RegisterBenchmark(name.c_str(), bm_qkv, many, n_tok, threads)
+                    ->Unit(benchmark::kMicrosecond)
+                    ->UseRealTime();
             }
         }
     }

@@ -14,7 +14,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include "ops/attention.h"
@@ -22,20 +21,13 @@
 #include "ops/buffer.h"
 #include "quant/cpu.h"
 #include "quant/half.h"
+#include "test_util.h"
 
 namespace ms {
 namespace {
 
 constexpr double kU = 1.0 / (1 << 24);
 double gamma(int64_t n) { return double(n) * kU / (1.0 - double(n) * kU); }
-
-std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng);
-    return v;
-}
 
 struct Level {
     SimdLevel level;

@@ -14,6 +14,7 @@
 #include "quant/blocks.h"
 #include "quant/cpu.h"
 #include "quant/half.h"
+#include "test_util.h"
 
 namespace ms {
 namespace {
@@ -82,10 +83,7 @@ TEST(LinearMany, SameBytesAsSeparateLinearCalls) {
         std::vector<const Tensor*> w;
         for (const Tensor& t : tensors) w.push_back(&t);
         for (int64_t n_tok : {1, 3, 16}) {
-            std::mt19937 rng(static_cast<uint32_t>(n_tok));
-            std::normal_distribution<float> nd(0.0f, 1.0f);
-            std::vector<float> x(size_t(cols * n_tok));
-            for (float& v : x) v = nd(rng);
+            const std::vector<float> x = random_vector(size_t(cols * n_tok), uint32_t(n_tok));
             for (SimdLevel level : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
                 if (set_simd_level(level) != level) continue;
                 for (int threads : {1, 2, 3}) {

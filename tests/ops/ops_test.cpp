@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include "ops/activation.h"
@@ -15,17 +14,10 @@
 #include "ops/norm.h"
 #include "ops/rope.h"
 #include "quant/half.h"
+#include "test_util.h"
 
 namespace ms {
 namespace {
-
-std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng);
-    return v;
-}
 
 TEST(Ops, RmsNormMatchesFormula) {
     const std::vector<float> x = random_vector(96, 1), w = random_vector(96, 2);

@@ -126,6 +126,40 @@ TEST_F(RunCli, TraceMatchesReportAndLayout) {
     }
 }
 
+// A prefill chunk reads each expert its tokens need once: with the
+// next-layer hint on, wrong guesses may add a little, never more than 5 %.
+// The union is counted independently: unique experts per layer (the store's
+// per-layer table) times that layer's expert size from `inspect`.
+TEST_F(RunCli, PrefillReadsTheUnionOnce) {
+    std::map<int64_t, double> expert_bytes;
+    for (const Json& l : inspect_.at("experts").at("layers").as_array())
+        expert_bytes[l.at("layer").as_int()] = double(l.at("bytes_per_expert").as_int());
+    // 6 tokens pick about 12 of each layer's 16 experts (room for wrong
+    // guesses); 200 pick all of them.
+    for (const char* tokens : {"6", "200"})
+    for (const char* prefetch : {"next", "off"}) {
+        SCOPED_TRACE(std::string(tokens) + " tokens, prefetch " + prefetch);
+        const std::string report = prefix_ + ".r2.json";
+        CliResult r = run_cli("run -m " + model_ + kBudget + "--seed 3 --random-prompt " + tokens +
+                                  " -n 0 --prefetch " + prefetch + " --report " + report,
+                              true);
+        ASSERT_EQ(r.rc, 0) << r.out;
+        Json rep = Json::parse_file(report);
+        const Json& store = rep.at("store");
+        double union_bytes = 0;
+        for (const Json& l : store.at("layers").as_array())
+            union_bytes += double(l.at("unique_experts").as_int()) * expert_bytes.at(l.at("layer").as_int());
+        double needed = 0;
+        for (const char* reason : {"demand", "prefetch", "prefill"})
+            needed += double(store.at("bytes").at(reason).at("needed").as_int());
+        EXPECT_GE(needed, union_bytes) << prefetch;  // the cache starts empty
+        EXPECT_LE(needed, 1.05 * union_bytes) << prefetch;
+        if (std::string(prefetch) == "off") {
+            EXPECT_EQ(needed, union_bytes);
+        }
+    }
+}
+
 TEST_F(RunCli, TracingAndRandomPromptAreReproducible) {
     const std::string trace = prefix_ + ".trace.json";
     const std::string args = "run -m " + model_ + kBudget + "--seed 11 --random-prompt 25 -n 16 --ignore-eos";

@@ -1,6 +1,6 @@
 // ops/ throughput at Qwen3-30B-A3B's shapes (n_embd 2048, 32 query heads and
-// 4 KV heads of 128): decode attention over an F16/F32 cache at several
-// context lengths per SIMD level, and the Q/K/V projections as three linear()
+// 4 KV heads of 128, 48 layers): decode attention over an F16/F32 cache at
+// two context lengths per SIMD level, and the Q/K/V projections as three linear()
 // calls against one linear_many(), in GB/s of weights read. The weights
 // rotate over 1 GiB of copies so every byte comes from DRAM, as in a 48-layer
 // decode; mem/read is the bound those figures compare to, a streaming sum
@@ -28,6 +28,7 @@ namespace {
 
 constexpr size_t kColdBytes = size_t(1) << 30;
 constexpr int64_t kEmbd = 2048;
+constexpr int kLayers = 48;
 constexpr AttentionShape kShape{32, 4, 128, 128, 0.08838834764831845f};
 
 std::vector<float> random_floats(size_t n, uint32_t seed) {
@@ -66,28 +67,41 @@ void bm_mem_read(benchmark::State& st, int threads) {
     st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(kColdBytes));
 }
 
-// One decode step (n_tok = 1) at position n_ctx - 1 over a full cache.
+// One decode step (n_tok = 1) at position n_ctx - 1 over a full cache, the
+// step moving through 48 layers' caches as decode does (at 4096 positions
+// they outgrow the L3 cache).
 void bm_attention(benchmark::State& st, SimdLevel level, GgmlType kv_type, int64_t n_ctx, int threads) {
     if (set_simd_level(level) != level) {
         st.SkipWithError("level not available");
         return;
     }
     const int64_t kw = int64_t(kShape.n_head_kv) * kShape.head_dim;
-    const size_t elt = kv_type == GgmlType::F32 ? 4 : 2;
-    AlignedBuffer kc(size_t(n_ctx * kw) * elt), vc(size_t(n_ctx * kw) * elt);
-    const KvLayer kv{kv_type, kw, kw, kc.data(), vc.data()};
-    const std::vector<float> k = random_floats(size_t(kw), 1), v = random_floats(size_t(kw), 2);
-    for (int64_t pos = 0; pos < n_ctx; pos++) kv_store(kv, pos, k.data(), v.data());
+    const size_t elt = kv_type == GgmlType::F32 ? 4 : 2, layer_bytes = size_t(n_ctx * kw) * elt;
+    std::vector<AlignedBuffer> kc, vc;
+    for (int l = 0; l < kLayers; l++) {
+        kc.emplace_back(layer_bytes);
+        vc.emplace_back(layer_bytes);
+    }
+    const std::vector<float> k = random_floats(size_t(n_ctx * kw), 1), v = random_floats(size_t(n_ctx * kw), 2);
+    const KvLayer first{kv_type, kw, kw, kc[0].data(), vc[0].data()};
+    for (int64_t pos = 0; pos < n_ctx; pos++) kv_store(first, pos, k.data() + pos * kw, v.data() + pos * kw);
+    for (int l = 1; l < kLayers; l++) {
+        std::memcpy(kc[size_t(l)].data(), kc[0].data(), layer_bytes);
+        std::memcpy(vc[size_t(l)].data(), vc[0].data(), layer_bytes);
+    }
     const std::vector<float> q = random_floats(size_t(kShape.n_head * kShape.head_dim), 3);
     ThreadPool pool(threads);
     AlignedBuffer scratch(size_t(threads) * attention_scratch_floats(kShape, n_ctx) * 4);
     std::vector<float> out(size_t(kShape.n_head * kShape.head_dim_v));
+    size_t l = 0;
     for (auto _ : st) {
+        const KvLayer kv{kv_type, kw, kw, kc[l].data(), vc[l].data()};
         attention(pool, kShape, kv, q.data(), 1, n_ctx - 1, n_ctx, scratch.f32(), out.data());
         benchmark::DoNotOptimize(out.data());
+        l = l + 1 == size_t(kLayers) ? 0 : l + 1;
     }
-    // Cache bytes of one pass over K and V (each KV head is read by its group of query heads).
-    st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(kc.size() + vc.size()));
+    // The cache bytes of one layer: each KV head's rows are read once for its group of query heads.
+    st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(2 * layer_bytes));
     set_simd_level(best_simd_level());
 }
 

@@ -398,12 +398,46 @@ const KernelTables& tables() {
 
 }  // namespace
 
+namespace {
+
 // How far ahead of the row being computed to prefetch weights.
 constexpr size_t kPrefetchBytes = 4096;
+// Weights go in bands small enough to stay in L2 while every group of tokens
+// (whose activations stay in L1) passes over them.
+constexpr size_t kBandBytes = 192 << 10;
+// Room for a tile's rearranged activations (on the stack: kernels do not
+// allocate); a tile size whose scratch would not fit is skipped.
+constexpr size_t kTileScratchBytes = 96 << 10;
 
 inline void prefetch_row(const uint8_t* p, size_t bytes) {
     for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off);
 }
+
+inline int64_t band_rows(size_t rb) { return std::max<int64_t>(1, int64_t(kBandBytes / std::max<size_t>(rb, 1))); }
+
+// Tokens [0, returned) of matmul through tile kernels, largest tiles first;
+// the rest are left to dot4 / dot1.
+__attribute__((noinline)) int64_t matmul_tiles(const TileKernels& tk, const uint8_t* W, size_t rb, int64_t rows,
+                                               const uint8_t* A, size_t ab, int64_t n_tok, float* Y, int64_t n,
+                                               int64_t r0, int64_t r1) {
+    alignas(64) uint8_t scratch[kTileScratchBytes];
+    int64_t done = 0;
+    for (int64_t rs = r0; rs < r1; rs += band_rows(rb)) {
+        const int64_t re = std::min(r1, rs + band_rows(rb));
+        int64_t t = 0;
+        for (int s = 0; s < 4; ++s) {
+            const int nt = kTileSizes[s];
+            if (!tk.tile[s] || tk.scratch(nt, n) > sizeof(scratch)) continue;
+            for (; t + nt <= n_tok; t += nt)
+                tk.tile[s](W + size_t(rs) * rb, rb, re - rs, A + size_t(t) * ab, ab, n, Y + t * rows + rs, size_t(rows),
+                           scratch);
+        }
+        done = t;
+    }
+    return done;
+}
+
+}  // namespace
 
 float vec_dot(GgmlType w, const void* wrow, const void* act, int64_t n) {
     float out = 0;
@@ -430,13 +464,14 @@ void matmul(GgmlType w, const void* W, int64_t rows, const void* acts, int64_t n
             for (int64_t r = r0; r < r1; ++r) Y[t * rows + r] = f(Wb + r * rb, A + t * ab, n);
         return;
     }
-    // Blocks of rows small enough to stay in L2 while every group of four
-    // tokens (whose activations stay in L1) passes over them.
-    const int64_t rows_per_block = std::max<int64_t>(1, int64_t((192 << 10) / std::max<size_t>(rb, 1)));
+    int64_t t0 = 0;
+    const TileKernels& tk = k.tiles[uint32_t(w)];
+    if (tk.scratch && n_tok >= 2) t0 = matmul_tiles(tk, Wb, rb, rows, A, ab, n_tok, Y, n, r0, r1);
+    const int64_t rows_per_band = band_rows(rb);
     const int64_t ahead = int64_t((kPrefetchBytes + rb - 1) / std::max<size_t>(rb, 1));
-    for (int64_t rs = r0; rs < r1; rs += rows_per_block) {
-        const int64_t re = std::min(r1, rs + rows_per_block);
-        int64_t t = 0;
+    for (int64_t rs = r0; rs < r1; rs += rows_per_band) {
+        const int64_t re = std::min(r1, rs + rows_per_band);
+        int64_t t = t0;
         for (; t + 4 <= n_tok; t += 4) {
             for (int64_t r = rs; r < re; ++r) {
                 float out[4];

@@ -201,6 +201,296 @@ void dot_bf16_dp(const void* wv, const void* act, size_t stride, int64_t n, floa
     for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
 }
 
+// ---- Tiles: a band of rows times NT tokens --------------------------------
+//
+// Per token every tile below performs its dot1 kernel's float operations in
+// the same order (block scale dw * da, one FMA per block into the same lanes,
+// the same reduction), and its integer block sums land in the same int32
+// lanes; only integer work moves (exact in any order) and per-token setup is
+// shared: the tokens' activation scales sit side by side in scratch, so one
+// multiply forms the block scale of all NT tokens, which the FMAs then read
+// as broadcast memory operands.
+
+// Rows are prefetched this far ahead: weights stream from DRAM on the first
+// pass over a band and from L2 after it.
+constexpr size_t kTilePrefetchBytes = 2048;
+
+inline void prefetch_ahead(const uint8_t* W, size_t w_stride, int64_t r, int64_t nrows) {
+    const int64_t ahead = int64_t((kTilePrefetchBytes + w_stride - 1) / w_stride);
+    if (r + ahead >= nrows) return;
+    const uint8_t* p = W + size_t(r + ahead) * w_stride;
+    for (size_t off = 0; off < w_stride; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
+}
+
+// Horizontal sums of many accumulators at once, each with exactly the
+// addition tree of _mm512_reduce_add_ps (GCC: 256-bit halves, then 128-bit
+// halves, then lanes {0,1} + {2,3}, then the two) or of hsum8 / hsum4, which
+// share its last steps. Float addition is commutative, so only the tree matters.
+
+// Step 1: lanes 0-7 = a's low + high 256 bits, lanes 8-15 = b's.
+inline __m512 sum_halves(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+// Step 2: x, y each hold two 8-lane partial sums; 128-bit lane j of the result
+// is the 4-lane sum (low + high 128 bits) of the j-th of those four.
+inline __m512 sum_quarters(__m512 x, __m512 y) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+// Steps 3-4 for sixteen 4-lane sums: lane 4j + k = (v0 + v2) + (v1 + v3) of
+// 128-bit lane j of c[k].
+inline __m512 sum_fours(__m512 c0, __m512 c1, __m512 c2, __m512 c3) {
+    __m512 g0 = _mm512_add_ps(_mm512_shuffle_ps(c0, c1, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(c0, c1, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 g1 = _mm512_add_ps(_mm512_shuffle_ps(c2, c3, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(c2, c3, _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_ps(_mm512_shuffle_ps(g0, g1, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(g0, g1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// _mm512_reduce_add_ps of acc[0..NT) (NT a multiple of 4, at most 16) as
+// four-lane sums: 128-bit lane j of c[m] belongs to acc[4m + j]; c[m] = 0 for 4m >= NT.
+template <int NT>
+inline void reduce_to_fours(const __m512* acc, __m512 c[4]) {
+    for (int m = 0; m < 4; ++m)
+        c[m] = 4 * m < NT ? sum_quarters(sum_halves(acc[4 * m], acc[4 * m + 1]), sum_halves(acc[4 * m + 2], acc[4 * m + 3]))
+                          : _mm512_setzero_ps();
+}
+
+// Y[t * y_stride + r] for t < NT from lane 4j + k = token 4k + j (sum_fours' order).
+template <int NT>
+inline void store_fours(float* Y, size_t y_stride, int64_t r, __m512 v) {
+    alignas(64) float out[16];
+    _mm512_store_ps(out, v);
+    for (int t = 0; t < NT; ++t) Y[size_t(t) * y_stride + size_t(r)] = out[4 * (t % 4) + t / 4];
+}
+
+// Q8_K activations of NT <= 16 tokens, rearranged per block: a header, then
+// each token's 256 quants, 64-byte aligned. In place the quants sit 4 bytes
+// into a 292-byte block, so nearly every 64-byte load would straddle two cache
+// lines, which costs as much as the arithmetic. The header holds the scales d
+// (lanes past NT zero) and, for Q4_K's mins, four tokens per 512-bit vector:
+// token 4q + u's d in float lanes 4u..4u+3 of dq[q] and its bsum pairs in int16
+// lanes 8u..8u+7 of bp[q], so one madd and one FMA do for four tokens what
+// dot1's 128-bit min step does for one.
+struct TileQ8KHead {
+    float d[16];
+    float dq[4][16];
+    int16_t bp[4][32];
+};
+static_assert(sizeof(TileQ8KHead) == 576);
+
+constexpr size_t q8_k_record(int nt) { return sizeof(TileQ8KHead) + 256 * size_t(nt); }
+size_t tile_q8_k_scratch(int nt, int64_t n) { return size_t(n / QK_K) * q8_k_record(nt); }
+
+template <int NT, bool Mins>
+void prep_q8_k(const uint8_t* act, size_t stride, int64_t nb, uint8_t* scratch) {
+    for (int64_t i = 0; i < nb; ++i) {
+        uint8_t* rec = scratch + size_t(i) * q8_k_record(NT);
+        TileQ8KHead* h = reinterpret_cast<TileQ8KHead*>(rec);
+        if constexpr (Mins && NT % 4 != 0) std::memset(h, 0, sizeof(*h));  // the last quad's unused lanes
+        _mm512_store_ps(h->d, _mm512_setzero_ps());
+        for (int t = 0; t < NT; ++t) {
+            const BlockQ8_K& a = act_row<BlockQ8_K>(act, stride, t)[i];
+            h->d[t] = a.d;
+            if constexpr (Mins) {
+                _mm_store_ps(h->dq[t / 4] + 4 * (t % 4), _mm_set1_ps(a.d));
+                _mm_store_si128(reinterpret_cast<__m128i*>(h->bp[t / 4] + 8 * (t % 4)), bsum_pairs(a.bsums));
+            }
+            for (int k = 0; k < 4; ++k)
+                _mm512_store_si512(rec + sizeof(TileQ8KHead) + 256 * t + 64 * k, load512(a.qs + 64 * k));
+        }
+    }
+}
+
+template <int NT>
+void tile_q4_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* act, size_t stride, int64_t n,
+               float* Y, size_t y_stride, uint8_t* scratch) {
+    constexpr int NP = (NT + 3) / 4 * 4, NQ = NP / 4;  // accumulators padded to whole quads
+    constexpr int U = NT < 4 ? NT : 4;                   // tokens interleaved
+    static_assert(NT <= 16 && NT % U == 0);
+    const int64_t nb = n / QK_K;
+    prep_q8_k<NT, true>(act, stride, nb, scratch);
+    const __m512i m4 = _mm512_set1_epi8(0xf);
+    for (int64_t r = 0; r < nrows; ++r) {
+        prefetch_ahead(W, w_stride, r, nrows);
+        const BlockQ4_K* x = reinterpret_cast<const BlockQ4_K*>(W + size_t(r) * w_stride);
+        __m512 acc[NP], accm[NQ];
+        for (int t = 0; t < NP; ++t) acc[t] = _mm512_setzero_ps();
+        for (int q = 0; q < NQ; ++q) accm[q] = _mm512_setzero_ps();
+        for (int64_t i = 0; i < nb; ++i) {
+            const uint8_t* rec = scratch + size_t(i) * q8_k_record(NT);
+            const TileQ8KHead* h = reinterpret_cast<const TileQ8KHead*>(rec);
+            const int8_t* qs = reinterpret_cast<const int8_t*>(rec + sizeof(TileQ8KHead));
+            // The weight decode of dot_q4_k_512, once for all NT tokens.
+            alignas(16) uint8_t sm[16];
+            k4_unpack(x[i].scales, sm);
+            __m128i s8 = _mm_load_si128(reinterpret_cast<const __m128i*>(sm));
+            __m512i s16 = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(s8));
+            __m512i mins = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_srli_si128(s8, 8)));
+            __m512i w[4], s[4];
+            for (int j = 0; j < 2; ++j) {
+                __m512i q = load512(x[i].qs + 64 * j);
+                __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+                w[2 * j] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
+                w[2 * j + 1] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+            }
+            for (int k = 0; k < 4; ++k) s[k] = scale_pair_512(s16, 2 * k);
+            alignas(64) float sc[16];
+            _mm512_store_ps(sc, _mm512_mul_ps(_mm512_set1_ps(f16(x[i].d)), _mm512_load_ps(h->d)));
+            // U tokens interleaved, so their dependency chains overlap in
+            // program order. dpwssd from zero equals madd: the first step is a madd.
+            for (int t0 = 0; t0 < NT; t0 += U) {
+                __m512i isum[U];
+                for (int u = 0; u < U; ++u)
+                    isum[u] = _mm512_madd_epi16(_mm512_maddubs_epi16(w[0], _mm512_load_si512(qs + 256 * (t0 + u))), s[0]);
+                for (int k = 1; k < 4; ++k)
+                    for (int u = 0; u < U; ++u)
+                        isum[u] = _mm512_dpwssd_epi32(
+                            isum[u], _mm512_maddubs_epi16(w[k], _mm512_load_si512(qs + 256 * (t0 + u) + 64 * k)), s[k]);
+                for (int u = 0; u < U; ++u)
+                    acc[t0 + u] = _mm512_fmadd_ps(_mm512_set1_ps(sc[t0 + u]), _mm512_cvtepi32_ps(isum[u]), acc[t0 + u]);
+            }
+            const __m512 dmw = _mm512_set1_ps(f16(x[i].dmin));
+            for (int q = 0; q < NQ; ++q) {
+                __m512i m = _mm512_madd_epi16(mins, _mm512_load_si512(h->bp[q]));
+                accm[q] = _mm512_fmadd_ps(_mm512_mul_ps(dmw, _mm512_load_ps(h->dq[q])), _mm512_cvtepi32_ps(m), accm[q]);
+            }
+        }
+        // dot1: reduce_add(acc) - hsum4(accm); accm[q] is already in four-lane form.
+        __m512 c[4], cm[4];
+        reduce_to_fours<NT>(acc, c);
+        for (int q = 0; q < 4; ++q) cm[q] = q < NQ ? accm[q] : _mm512_setzero_ps();
+        store_fours<NT>(Y, y_stride, r, _mm512_sub_ps(sum_fours(c[0], c[1], c[2], c[3]), sum_fours(cm[0], cm[1], cm[2], cm[3])));
+    }
+}
+
+template <int NT>
+void tile_q6_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* act, size_t stride, int64_t n,
+               float* Y, size_t y_stride, uint8_t* scratch) {
+    constexpr int NP = (NT + 3) / 4 * 4, U = NT < 4 ? NT : 4;
+    static_assert(NT <= 16 && NT % U == 0);
+    const int64_t nb = n / QK_K;
+    prep_q8_k<NT, false>(act, stride, nb, scratch);
+    const __m512i m4 = _mm512_set1_epi8(0xf), m2 = _mm512_set1_epi8(3);
+    const __m512i sh01 = join256(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
+    const __m512i sh23 = join256(_mm256_set1_epi16(4), _mm256_set1_epi16(6));
+    for (int64_t r = 0; r < nrows; ++r) {
+        prefetch_ahead(W, w_stride, r, nrows);
+        const BlockQ6_K* x = reinterpret_cast<const BlockQ6_K*>(W + size_t(r) * w_stride);
+        __m512 acc[NP];
+        for (int t = 0; t < NP; ++t) acc[t] = _mm512_setzero_ps();
+        for (int64_t i = 0; i < nb; ++i) {
+            const uint8_t* rec = scratch + size_t(i) * q8_k_record(NT);
+            const TileQ8KHead* h = reinterpret_cast<const TileQ8KHead*>(rec);
+            const int8_t* qs = reinterpret_cast<const int8_t*>(rec + sizeof(TileQ8KHead));
+            // The weight decode of dot_q6_k_512: v[k] covers elements 64k..64k+63.
+            __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
+            // dot1's bias -32 * (b0*s0 + b1*s1) is the same int32 as b0*(-32 s0) + b1*(-32 s1);
+            // -32 s fits int16, so one madd per token forms it.
+            // Its upper 256 bits are zero, which zeroes whatever sits above the
+            // 256-bit bsums in the 512-bit madd.
+            __m512i bias16 = _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5)));
+            __m512i s16 = _mm512_zextsi256_si512(sc16);
+            __m512i v[4], s[4];
+            for (int j = 0; j < 2; ++j) {
+                __m512i ql = load512(x[i].ql + 64 * j);
+                __m512i qh = _mm512_broadcast_i64x4(load256(x[i].qh + 32 * j));
+                __m512i h01 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh01), m2), 4);
+                __m512i h23 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh23), m2), 4);
+                v[2 * j] = _mm512_or_si512(_mm512_and_si512(ql, m4), h01);
+                v[2 * j + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), h23);
+            }
+            for (int k = 0; k < 4; ++k) s[k] = scale_quad_512(s16, 4 * k);
+            alignas(64) float sc[16];
+            _mm512_store_ps(sc, _mm512_mul_ps(_mm512_set1_ps(f16(x[i].d)), _mm512_load_ps(h->d)));
+            for (int t0 = 0; t0 < NT; t0 += U) {
+                __m512i isum[U];
+                for (int u = 0; u < U; ++u)
+                    isum[u] = _mm512_madd_epi16(
+                        _mm512_castsi256_si512(load256(act_row<BlockQ8_K>(act, stride, t0 + u)[i].bsums)), bias16);
+                for (int k = 0; k < 4; ++k)
+                    for (int u = 0; u < U; ++u)
+                        isum[u] = _mm512_dpwssd_epi32(
+                            isum[u], _mm512_maddubs_epi16(v[k], _mm512_load_si512(qs + 256 * (t0 + u) + 64 * k)), s[k]);
+                for (int u = 0; u < U; ++u)
+                    acc[t0 + u] = _mm512_fmadd_ps(_mm512_set1_ps(sc[t0 + u]), _mm512_cvtepi32_ps(isum[u]), acc[t0 + u]);
+            }
+        }
+        __m512 c[4];
+        reduce_to_fours<NT>(acc, c);
+        store_fours<NT>(Y, y_stride, r, sum_fours(c[0], c[1], c[2], c[3]));
+    }
+}
+
+// Q8_0 tiles pair rows instead: float lanes 0-7 carry row r's 256-bit dot1
+// accumulator, lanes 8-15 row r + 1's. VNNI multiplies unsigned by signed
+// bytes, so the activations are stored as a + 128 (scratch) and each int32
+// lane subtracts 128 * (sum of its four weights), formed once per row pair
+// and block: the lane holds sum(w * a) exactly, as dot1's sign trick does
+// (activations never hold -128).
+template <int NT>
+constexpr size_t q8_0_record() { return 64 + 32 * size_t(NT); }  // float d[16], then NT x 32 biased bytes
+
+size_t tile_q8_0_scratch(int nt, int64_t n) { return size_t(n / QK) * (64 + 32 * size_t(nt)); }
+
+template <int NT>
+void tile_q8_0(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* act, size_t stride, int64_t n,
+               float* Y, size_t y_stride, uint8_t* scratch) {
+    constexpr int U = NT < 4 ? NT : 4;
+    static_assert(NT <= 16 && NT % 2 == 0 && NT % U == 0);
+    constexpr size_t rec = q8_0_record<NT>();
+    const int64_t nb = n / QK;
+    const __m256i flip = _mm256_set1_epi8(int8_t(0x80));
+    for (int64_t i = 0; i < nb; ++i) {
+        float* d = reinterpret_cast<float*>(scratch + size_t(i) * rec);
+        _mm512_store_ps(d, _mm512_setzero_ps());
+        for (int t = 0; t < NT; ++t) {
+            const BlockQ8_0& a = act_row<BlockQ8_0>(act, stride, t)[i];
+            d[t] = f16(a.d);
+            _mm256_store_si256(reinterpret_cast<__m256i*>(scratch + size_t(i) * rec + 64 + 32 * t),
+                               _mm256_xor_si256(load256(a.qs), flip));
+        }
+    }
+    const __m512i bias = _mm512_set1_epi8(int8_t(0x80));
+    for (int64_t r = 0; r < nrows; r += 2) {
+        prefetch_ahead(W, w_stride, r, nrows);
+        prefetch_ahead(W, w_stride, r + 1, nrows);
+        const BlockQ8_0* x0 = reinterpret_cast<const BlockQ8_0*>(W + size_t(r) * w_stride);
+        const BlockQ8_0* x1 = r + 1 < nrows ? reinterpret_cast<const BlockQ8_0*>(W + size_t(r + 1) * w_stride) : x0;
+        __m512 acc[NT];
+        for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+        for (int64_t i = 0; i < nb; ++i) {
+            __m512i w = join256(load256(x0[i].qs), load256(x1[i].qs));
+            __m512i neg = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, w));
+            __m512 dw = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(f16(x0[i].d))),
+                                           _mm256_set1_ps(f16(x1[i].d)), 1);
+            const uint8_t* rp = scratch + size_t(i) * rec;
+            const float* d = reinterpret_cast<const float*>(rp);
+            for (int t0 = 0; t0 < NT; t0 += U) {
+                __m512i isum[U];
+                for (int u = 0; u < U; ++u)
+                    isum[u] = _mm512_dpbusd_epi32(
+                        neg, _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(rp + 64 + 32 * (t0 + u)))), w);
+                for (int u = 0; u < U; ++u)
+                    acc[t0 + u] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(d[t0 + u])), _mm512_cvtepi32_ps(isum[u]), acc[t0 + u]);
+            }
+        }
+        // hsum8 of each half: 128-bit lane 2u + h of sum_quarters(acc[t], acc[t + 1])
+        // holds token t + u's row r + h; sum_fours then puts token 8g + 2k + u,
+        // row r + h at lane 4 * (2u + h) + k of group g.
+        for (int g = 0; g < (NT + 7) / 8; ++g) {
+            __m512 c[4];
+            for (int k = 0; k < 4; ++k)
+                c[k] = 8 * g + 2 * k < NT ? sum_quarters(acc[8 * g + 2 * k], acc[8 * g + 2 * k + 1]) : _mm512_setzero_ps();
+            alignas(64) float out[16];
+            _mm512_store_ps(out, sum_fours(c[0], c[1], c[2], c[3]));
+            for (int k = 0; k < 4 && 8 * g + 2 * k < NT; ++k)
+                for (int u = 0; u < 2; ++u)
+                    for (int h = 0; h < 2 && r + h < nrows; ++h)
+                        Y[size_t(8 * g + 2 * k + u) * y_stride + size_t(r + h)] = out[4 * (2 * u + h) + k];
+        }
+    }
+}
+
 template <int NT>
 void fill_512(RowDotFn* k) {
     k[int(GgmlType::F32)] = dot_float_512<NT, 4, load16_f32>;
@@ -216,6 +506,9 @@ void add_avx512_kernels(LevelKernels& k) {
     fill_256_kernels(k);
     fill_512<1>(k.dot1);
     fill_512<4>(k.dot4);
+    k.tiles[int(GgmlType::Q4_K)] = {{tile_q4_k<16>, tile_q4_k<8>, tile_q4_k<4>, tile_q4_k<2>}, tile_q8_k_scratch};
+    k.tiles[int(GgmlType::Q6_K)] = {{tile_q6_k<16>, tile_q6_k<8>, tile_q6_k<4>, tile_q6_k<2>}, tile_q8_k_scratch};
+    k.tiles[int(GgmlType::Q8_0)] = {{tile_q8_0<16>, tile_q8_0<8>, tile_q8_0<4>, tile_q8_0<2>}, tile_q8_0_scratch};
 }
 
 }  // namespace ms

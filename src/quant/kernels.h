@@ -3,6 +3,12 @@
 // out[0..NT); NT is 1 (matvec) or 4 (matmul tiles reuse each decoded weight
 // block for four tokens). Per token, dot4 performs exactly dot1's operations,
 // so matvec and matmul agree bit for bit.
+//
+// A tile kernel does the same for a whole band of rows and NT = 2, 4, 8 or 16
+// tokens: it first rearranges the NT activation rows into scratch (scales
+// gathered so one multiply forms every token's block scale, ...), then walks
+// the rows, decoding each weight block once for all NT tokens. Per token it
+// too performs dot1's float operations in dot1's order.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -13,9 +19,24 @@ namespace ms {
 
 using RowDotFn = void (*)(const void* wrow, const void* act, size_t act_stride, int64_t n, float* out);
 
+// Rows [0, nrows) of W (w_stride bytes apart) times NT activation rows
+// (act_stride apart): Y[t * y_stride + r]. scratch: tile_scratch(NT, n) bytes,
+// 64-byte aligned.
+using TileFn = void (*)(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* act, size_t act_stride,
+                        int64_t n, float* Y, size_t y_stride, uint8_t* scratch);
+using TileScratchFn = size_t (*)(int nt, int64_t n);
+
+constexpr int kTileSizes[4] = {16, 8, 4, 2};  // NT of tile[0..4)
+
+struct TileKernels {
+    TileFn tile[4] = {};
+    TileScratchFn scratch = nullptr;
+};
+
 struct LevelKernels {
     RowDotFn dot1[kGgmlTypeCount] = {};
     RowDotFn dot4[kGgmlTypeCount] = {};
+    TileKernels tiles[kGgmlTypeCount];
 };
 
 // Defined in dot_avx2.cpp / dot_avx512.cpp; they only set the types they speed up.

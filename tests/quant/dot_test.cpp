@@ -276,6 +276,48 @@ TEST_P(EveryType, SimdLevelsMatchScalarAndMatvec) {
     }
 }
 
+// matmul's contract, bit for bit: per token it gives what matvec gives,
+// whatever the token count (tiles of 16, 8, 4 and 2 tokens, single-token
+// tails), the row range, and where in the activations the run of tokens
+// starts. Shapes: a single short row, an odd row count, and rows long enough
+// that the largest tiles' scratch does not fit (smaller tiles take over).
+TEST_P(EveryType, MatmulEqualsMatvecBitForBitForEveryTokenCount) {
+    const GgmlType t = GetParam();
+    Rng r(71 + uint32_t(t));
+    const int64_t bs = type_traits(t).block_size;
+    struct Shape { int64_t n, rows; };
+    const Shape shapes[] = {{bs == 1 ? 40 : std::max<int64_t>(bs, 64), 1}, {test_n(t) * 2, 37}, {10240, 2}};
+    constexpr int64_t kMaxTok = 40;
+    for (const Shape& sh : shapes) {
+        const int64_t n = sh.n, rows = sh.rows;
+        std::vector<uint8_t> W = random_rows(t, n, rows, r);
+        std::vector<float> x = random_acts(n, kMaxTok, r);
+        const size_t ab = act_bytes(t, n);
+        std::vector<uint8_t> acts(ab * kMaxTok);
+        quantize_acts(t, x.data(), acts.data(), n, kMaxTok);
+        for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
+            if (set_simd_level(l) != l) continue;
+            SCOPED_TRACE(std::string(type_name(t)) + " " + simd_level_name(l) + " n=" + std::to_string(n));
+            std::vector<float> ref(size_t(kMaxTok * rows));
+            for (int64_t tok = 0; tok < kMaxTok; ++tok)
+                matvec(t, W.data(), acts.data() + tok * ab, ref.data() + tok * rows, n, 0, rows);
+            for (int64_t nt = 1; nt <= kMaxTok; ++nt) {
+                const int64_t first = (nt * 7) % (kMaxTok - nt + 1);
+                const float* want = ref.data() + first * rows;
+                std::vector<float> Y(size_t(nt * rows), NAN);
+                matmul(t, W.data(), rows, acts.data() + first * ab, nt, Y.data(), n, 0, rows);
+                ASSERT_EQ(std::memcmp(Y.data(), want, Y.size() * sizeof(float)), 0) << nt << " tokens from " << first;
+                if (rows < 3) continue;
+                std::vector<float> part(Y.size(), NAN);
+                matmul(t, W.data(), rows, acts.data() + first * ab, nt, part.data(), n, 1, rows - 1);
+                for (int64_t tok = 0; tok < nt; ++tok)
+                    ASSERT_EQ(std::memcmp(&part[size_t(tok * rows + 1)], want + tok * rows + 1, size_t(rows - 2) * sizeof(float)), 0)
+                        << nt << " tokens, rows [1, " << rows - 1 << "), token " << tok;
+            }
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Quant, EveryType, ::testing::ValuesIn(kRunnable),
                          [](const ::testing::TestParamInfo<GgmlType>& i) { return std::string(type_name(i.param)); });
 

@@ -107,6 +107,8 @@ public:
         st->att.resize(B * size_t(c.n_head) * size_t(c.head_dim_v) * 4);
         size_t act = linear_scratch_bytes(output(), 1);
         for (const Layer& l : layers_) {
+            const Tensor* qkv[3] = {&l.wq, &l.wk, &l.wv};
+            act = std::max(act, linear_many_scratch_bytes(qkv, 3, 1));
             for (const Tensor* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.router}) {
                 act = std::max(act, linear_scratch_bytes(*w, 1));
             }
@@ -160,9 +162,9 @@ public:
             PhaseTimer attn_time(time, Phase::Attention, il,
                                  l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes());
             norm_rows(pool, x, l.attn_norm, n, xb);
-            linear(pool, l.wq, xb, n, q, st.acts.data());
-            linear(pool, l.wk, xb, n, k, st.acts.data());
-            linear(pool, l.wv, xb, n, v, st.acts.data());
+            const Tensor* qkv_w[3] = {&l.wq, &l.wk, &l.wv};
+            float* const qkv_y[3] = {q, k, v};
+            linear_many(pool, qkv_w, 3, xb, n, qkv_y, st.acts.data());
             pool.parallel_for(n, [&](int64_t b, int64_t e) {
                 for (int64_t t = b; t < e; t++) {
                     float* qt = q + t * c.q_dim();

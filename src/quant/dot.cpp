@@ -116,30 +116,6 @@ void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) {
 
 }  // namespace
 
-void quantize_act(GgmlType w, const float* x, void* dst, int64_t n) {
-    switch (act_type(w)) {
-        case ActType::F32: std::memcpy(dst, x, size_t(n) * 4); break;
-        case ActType::F16: {
-            uint16_t* y = static_cast<uint16_t*>(dst);
-            for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
-            break;
-        }
-        case ActType::BF16: {
-            uint16_t* y = static_cast<uint16_t*>(dst);
-            for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_bf16(x[i]);
-            break;
-        }
-        case ActType::Q8_0: quantize_q8_32(x, static_cast<BlockQ8_0*>(dst), n); break;
-        case ActType::Q8_1: quantize_q8_32(x, static_cast<BlockQ8_1*>(dst), n); break;
-        case ActType::Q8_K: quantize_q8_k(x, static_cast<BlockQ8_K*>(dst), n); break;
-    }
-}
-
-void quantize_acts(GgmlType w, const float* x, void* dst, int64_t n, int64_t n_tok) {
-    size_t ab = act_bytes(w, n);
-    for (int64_t t = 0; t < n_tok; ++t) quantize_act(w, x + t * n, static_cast<uint8_t*>(dst) + t * ab, n);
-}
-
 // ---------------------------------------------------------------------------
 // Scalar reference dot products: the integer sum of each block exactly as the
 // reference forms it, then one float multiply-add per block.
@@ -397,6 +373,35 @@ const KernelTables& tables() {
 }
 
 }  // namespace
+
+void quantize_act(GgmlType w, const float* x, void* dst, int64_t n) {
+    const ActType a = act_type(w);
+    if (QuantizeFn q = tables().level[int(simd_level())].quantize[int(a)]) {
+        q(x, dst, n);
+        return;
+    }
+    switch (a) {
+        case ActType::F32: std::memcpy(dst, x, size_t(n) * 4); break;
+        case ActType::F16: {
+            uint16_t* y = static_cast<uint16_t*>(dst);
+            for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+            break;
+        }
+        case ActType::BF16: {
+            uint16_t* y = static_cast<uint16_t*>(dst);
+            for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_bf16(x[i]);
+            break;
+        }
+        case ActType::Q8_0: quantize_q8_32(x, static_cast<BlockQ8_0*>(dst), n); break;
+        case ActType::Q8_1: quantize_q8_32(x, static_cast<BlockQ8_1*>(dst), n); break;
+        case ActType::Q8_K: quantize_q8_k(x, static_cast<BlockQ8_K*>(dst), n); break;
+    }
+}
+
+void quantize_acts(GgmlType w, const float* x, void* dst, int64_t n, int64_t n_tok) {
+    size_t ab = act_bytes(w, n);
+    for (int64_t t = 0; t < n_tok; ++t) quantize_act(w, x + t * n, static_cast<uint8_t*>(dst) + t * ab, n);
+}
 
 namespace {
 

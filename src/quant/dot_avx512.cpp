@@ -9,12 +9,14 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
 
 #include "quant/blocks.h"
 #include "quant/cpu.h"
+#include "quant/half.h"
 #include "quant/kernels.h"
 
 namespace ms {
@@ -491,6 +493,108 @@ void tile_q8_0(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* 
     }
 }
 
+// ---- Activation conversion ---------------------------------------------------
+//
+// dot.cpp's scalar converters sixteen lanes at a time, byte for byte: the same
+// float operations (a lane's IEEE multiply and divide round as a scalar's
+// do), the same round-half-even trick, NaN passed over by the absolute
+// maximum as std::max and '>' pass it over (vmaxps returns its second operand
+// when either is NaN), int8 by truncation, and vcvtps2ph, which rounds every
+// float exactly as fp32_to_fp16 does (checked over all 2^32 inputs).
+
+inline __m512 abs512(__m512 v) { return _mm512_andnot_ps(_mm512_set1_ps(-0.f), v); }
+
+// dot.cpp's round_even(a * b): adding 1.5 * 2^23 pushes the fraction out of
+// the mantissa. The explicitly rounded forms keep GCC from contracting the
+// multiply and add into one FMA (it contracts plain vector arithmetic), which
+// would skip the product's rounding that the scalar code performs.
+inline __m512i round_even_product(__m512 a, __m512 b) {
+    constexpr int rn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    __m512 t = _mm512_add_round_ps(_mm512_mul_round_ps(a, b, rn), _mm512_set1_ps(12582912.f), rn);
+    return _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(t), _mm512_set1_epi32(0x007fffff)),
+                            _mm512_set1_epi32(0x00400000));
+}
+
+// Q8_0 / Q8_1: the scales of up to 16 blocks come from one divide each.
+template <typename Block>
+void quantize_q8_32_512(const float* x, void* dst, int64_t n) {
+    Block* y = static_cast<Block*>(dst);
+    const int64_t nb = n / QK;
+    for (int64_t b0 = 0; b0 < nb; b0 += 16) {
+        const int count = int(std::min<int64_t>(16, nb - b0));
+        alignas(64) float amax[16] = {};
+        for (int k = 0; k < count; ++k) {
+            const float* xb = x + (b0 + k) * QK;
+            __m512 m = _mm512_max_ps(abs512(_mm512_loadu_ps(xb)), _mm512_setzero_ps());
+            amax[k] = _mm512_reduce_max_ps(_mm512_max_ps(abs512(_mm512_loadu_ps(xb + 16)), m));
+        }
+        const __m512 am = _mm512_load_ps(amax), q127 = _mm512_set1_ps(127.f);
+        const __m512 d = _mm512_div_ps(am, q127);
+        alignas(64) float dv[16], idv[16];
+        alignas(32) uint16_t d16[16];
+        _mm512_store_ps(dv, d);
+        _mm512_store_ps(idv, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(am, _mm512_setzero_ps(), _CMP_NEQ_OQ), q127, am));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(d16), _mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        for (int k = 0; k < count; ++k) {
+            const float* xb = x + (b0 + k) * QK;
+            Block& yb = y[b0 + k];
+            const __m512 id = _mm512_set1_ps(idv[k]);
+            __m512i q0 = round_even_product(_mm512_loadu_ps(xb), id);
+            __m512i q1 = round_even_product(_mm512_loadu_ps(xb + 16), id);
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(yb.qs), _mm512_cvtepi32_epi8(q0));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(yb.qs + 16), _mm512_cvtepi32_epi8(q1));
+            yb.d = d16[k];
+            if constexpr (sizeof(Block) == sizeof(BlockQ8_1))
+                yb.s = fp32_to_fp16(dv[k] * float(_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1))));
+        }
+    }
+}
+
+void quantize_q8_k_512(const float* x, void* dst, int64_t n) {
+    BlockQ8_K* y = static_cast<BlockQ8_K*>(dst);
+    for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
+        __m512 m = _mm512_setzero_ps();
+        for (int k = 0; k < 16; ++k) m = _mm512_max_ps(abs512(_mm512_loadu_ps(x + 16 * k)), m);
+        const float amax = _mm512_reduce_max_ps(m);
+        if (amax == 0.f) {
+            std::memset(&y[i], 0, sizeof(BlockQ8_K));
+            continue;
+        }
+        // The scalar loop keeps the first element of largest magnitude.
+        int first = 0;
+        for (int k = 0; k < 16; ++k) {
+            __mmask16 eq = _mm512_cmp_ps_mask(abs512(_mm512_loadu_ps(x + 16 * k)), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+            if (eq) {
+                first = 16 * k + __builtin_ctz(eq);
+                break;
+            }
+        }
+        const float iscale = -127.f / x[first];
+        const __m512 is = _mm512_set1_ps(iscale);
+        const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
+        __m512i sad[4];
+        for (int k4 = 0; k4 < 4; ++k4) {
+            __m128i q8[4];
+            for (int j = 0; j < 4; ++j) {
+                __m512i q = round_even_product(is, _mm512_loadu_ps(x + 64 * k4 + 16 * j));
+                q8[j] = _mm512_cvtepi32_epi8(_mm512_min_epi32(q, _mm512_set1_epi32(127)));
+            }
+            __m512i q64 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(q8[1], q8[0])),
+                                             _mm256_set_m128i(q8[3], q8[2]), 1);
+            _mm512_storeu_si512(y[i].qs + 64 * k4, q64);
+            // u64 lane l: the sum of bytes 8l..8l+7 biased by +128 each.
+            sad[k4] = _mm512_sad_epu8(_mm512_xor_si512(q64, flip), _mm512_setzero_si512());
+        }
+        // Group g (16 bytes) = u64 lanes 2g, 2g + 1 of its 64-byte vector.
+        const __m512i even = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0), odd = _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1);
+        __m512i g0 = _mm512_add_epi64(_mm512_permutex2var_epi64(sad[0], even, sad[1]), _mm512_permutex2var_epi64(sad[0], odd, sad[1]));
+        __m512i g1 = _mm512_add_epi64(_mm512_permutex2var_epi64(sad[2], even, sad[3]), _mm512_permutex2var_epi64(sad[2], odd, sad[3]));
+        __m256i sums = _mm256_set_m128i(_mm512_cvtepi64_epi16(g1), _mm512_cvtepi64_epi16(g0));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].bsums), _mm256_sub_epi16(sums, _mm256_set1_epi16(16 * 128)));
+        y[i].d = 1 / iscale;
+    }
+}
+
 template <int NT>
 void fill_512(RowDotFn* k) {
     k[int(GgmlType::F32)] = dot_float_512<NT, 4, load16_f32>;
@@ -509,6 +613,9 @@ void add_avx512_kernels(LevelKernels& k) {
     k.tiles[int(GgmlType::Q4_K)] = {{tile_q4_k<16>, tile_q4_k<8>, tile_q4_k<4>, tile_q4_k<2>}, tile_q8_k_scratch};
     k.tiles[int(GgmlType::Q6_K)] = {{tile_q6_k<16>, tile_q6_k<8>, tile_q6_k<4>, tile_q6_k<2>}, tile_q8_k_scratch};
     k.tiles[int(GgmlType::Q8_0)] = {{tile_q8_0<16>, tile_q8_0<8>, tile_q8_0<4>, tile_q8_0<2>}, tile_q8_0_scratch};
+    k.quantize[int(ActType::Q8_0)] = quantize_q8_32_512<BlockQ8_0>;
+    k.quantize[int(ActType::Q8_1)] = quantize_q8_32_512<BlockQ8_1>;
+    k.quantize[int(ActType::Q8_K)] = quantize_q8_k_512;
 }
 
 }  // namespace ms

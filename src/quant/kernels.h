@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "quant/dot.h"
 #include "quant/types.h"
 
 namespace ms {
@@ -33,10 +34,16 @@ struct TileKernels {
     TileScratchFn scratch = nullptr;
 };
 
+// Converts n floats to an activation format (quantize_act's job); must write
+// the scalar converter's bytes exactly.
+using QuantizeFn = void (*)(const float* x, void* dst, int64_t n);
+constexpr int kActTypeCount = int(ActType::Q8_K) + 1;
+
 struct LevelKernels {
     RowDotFn dot1[kGgmlTypeCount] = {};
     RowDotFn dot4[kGgmlTypeCount] = {};
     TileKernels tiles[kGgmlTypeCount];
+    QuantizeFn quantize[kActTypeCount] = {};
 };
 
 // Defined in dot_avx2.cpp / dot_avx512.cpp; they only set the types they speed up.

@@ -382,6 +382,63 @@ TEST(ActFormats, Q8_1SumAndQ8_KBsums) {
     for (int j = 0; j < 256; ++j) EXPECT_NEAR(double(bk.d) * bk.qs[j], x[j], std::fabs(bk.d) * 0.5001);
 }
 
+// An x whose product with `scale`, rounded to float, is exactly k + 0.5 while
+// the exact product is not: the round-half-even step then depends on the
+// product having been rounded first (an FMA would not). 0 if none is near.
+float tie_only_after_rounding(float scale, int k) {
+    float x = float((k + 0.5) / double(scale));
+    for (int step = 0; step < 8; ++step, x = std::nextafter(x, 0.f)) {
+        for (float c : {x, std::nextafter(x, 1e9f)}) {
+            if (c * scale == float(k) + 0.5f && double(c) * double(scale) != k + 0.5) return c;
+        }
+    }
+    return 0.f;
+}
+
+// The SIMD converters write the scalar converter's bytes: a row with an
+// all-zero block, NaN, infinity, a denormal, the largest magnitude twice with
+// both signs, exact rounding ties, and a block of products that round to ties
+// (block maximum 3: both formats scale by 127 / 3); then random rows. 768
+// elements: 24 blocks of 32 (a batch of 16 and a partial one) and 3 of 256.
+TEST(ActFormats, EveryLevelWritesTheScalarBytes) {
+    Rng r(17);
+    const int64_t n = 768;
+    std::vector<std::vector<float>> rows(20);
+    for (auto& row : rows) row = random_acts(n, 1, r);
+    std::vector<float>& x = rows[0];
+    std::fill(x.begin(), x.begin() + 256, 0.f);
+    x[260] = NAN;
+    x[270] = 5e3f;
+    x[280] = -5e3f;
+    x[300] = 1e-40f;
+    x[700] = INFINITY;
+    std::vector<float>& ties = rows[1];
+    int found = 0;
+    for (int j = 512; j < 768; ++j) {
+        float c = j % 32 == 0 ? -3.f : tie_only_after_rounding(127.f / 3.f, 1 + j % 120);
+        found += c != 0.f && j % 32 != 0;
+        ties[size_t(j)] = j % 2 ? -c : c;
+    }
+    EXPECT_GT(found, 100);
+    for (int j = 0; j < 32; ++j) ties[size_t(j)] = float(j) - 15.5f;  // ties of the exact kind
+    ties[31] = 127.f;
+    for (GgmlType w : {GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q4_K}) {
+        for (const std::vector<float>& row : rows) {
+            const size_t ab = act_bytes(w, n);
+            std::vector<uint8_t> want(ab), got(ab);
+            set_simd_level(SimdLevel::Scalar);
+            quantize_act(w, row.data(), want.data(), n);
+            for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512}) {
+                if (set_simd_level(l) != l) continue;
+                std::fill(got.begin(), got.end(), 0xa5);
+                quantize_act(w, row.data(), got.data(), n);
+                ASSERT_EQ(std::memcmp(got.data(), want.data(), ab), 0) << act_type_name(act_type(w)) << " " << simd_level_name(l);
+            }
+        }
+    }
+    set_simd_level(best_simd_level());
+}
+
 TEST(Cpu, LevelsClampToWhatTheCpuHas) {
     SimdLevel best = best_simd_level();
     EXPECT_EQ(set_simd_level(SimdLevel::Avx512), best);

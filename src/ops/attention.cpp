@@ -28,15 +28,6 @@ int64_t scores_stride(int64_t n_ctx) {
     return (n_ctx + kAttentionSimdWidth - 1) / kAttentionSimdWidth * kAttentionSimdWidth;
 }
 
-}  // namespace
-
-size_t attention_scratch_floats(const AttentionShape& s, int64_t n_ctx) {
-    // Scores and the F16-rounded query for each head of one KV head's group.
-    return size_t(s.n_head / s.n_head_kv) * size_t(scores_stride(n_ctx) + s.head_dim);
-}
-
-namespace {
-
 // Every fp16 value widened once: the cache is read element by element, and a
 // table lookup is far cheaper than decoding the bits each time.
 struct Fp16Table {
@@ -148,6 +139,11 @@ void attend_group(const AttentionShape& s, const AttentionKernels& simd, const K
 }
 
 }  // namespace
+
+size_t attention_scratch_floats(const AttentionShape& s, int64_t n_ctx) {
+    // Scores and the F16-rounded query for each head of one KV head's group.
+    return size_t(s.n_head / s.n_head_kv) * size_t(scores_stride(n_ctx) + s.head_dim);
+}
 
 void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, const float* q, int64_t n_tok,
                int64_t pos0, int64_t n_ctx, float* scratch, float* out) {

@@ -14,6 +14,7 @@ using Vec = __m256;
 constexpr int kLanes = 8;
 constexpr int kAcc = 8;  // accumulators, of the 16 ymm registers
 constexpr int kPrefetchRows = 16;
+constexpr int kMixRows = 64;  // of up to 512 bytes: 32 KiB, within L1
 
 inline Vec vzero() { return _mm256_setzero_ps(); }
 inline Vec vset1(float x) { return _mm256_set1_ps(x); }

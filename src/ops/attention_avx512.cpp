@@ -19,6 +19,7 @@ using Vec = __m512;
 constexpr int kLanes = 16;
 constexpr int kAcc = 16;  // accumulators, of the 32 zmm registers
 constexpr int kPrefetchRows = 16;
+constexpr int kMixRows = 64;  // of up to 512 bytes: 32 KiB, within L1
 
 inline Vec vzero() { return _mm512_setzero_ps(); }
 inline Vec vset1(float x) { return _mm512_set1_ps(x); }

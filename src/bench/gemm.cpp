@@ -162,6 +162,26 @@ PeakEstimate theoretical_peak(GgmlType t, int threads) {
 
 
 GemmReport run_gemm_bench(const GemmOptions& opt) {
+    // The GPU is probed first, so that --gpu on fails before any measuring.
+    GemmReport rep;
+    bool use_gpu = false;
+    if (opt.gpu == GpuMode::Off) {
+        rep.gpu.reason = "--gpu off";
+    } else if (gpu_probe(&rep.gpu.device, &rep.gpu.reason)) {
+        use_gpu = true;
+    } else if (opt.gpu == GpuMode::On) {
+        throw std::runtime_error("bench gemm --gpu on: " + rep.gpu.reason);
+    }
+    GpuGemmPlan gpu;
+    gpu.types = opt.gpu_types;
+    gpu.min_seconds = opt.min_seconds;
+    gpu.sustain = {"sustained", opt.gpu_sustain_m, opt.k, opt.n};
+    gpu.sustain_type = opt.gpu_sustain_type;
+    gpu.sustain_seconds = opt.sustain_seconds;
+    gpu.sample_seconds = opt.sample_seconds;
+    if (!opt.types.empty())
+        for (int64_t m : opt.ms) gpu.shapes.push_back({"synthetic", m, opt.k, opt.n});
+
     ThreadPool pool(opt.threads);
     std::vector<GemmShape> shapes;
     std::map<std::string, Weights> weights;  // by label + type + k + n
@@ -187,11 +207,13 @@ GemmReport run_gemm_bench(const GemmOptions& opt) {
             for (int64_t m : opt.ms) {
                 s.m = m;
                 shapes.push_back(s);
+                gpu.shapes.push_back({s.label, m, s.k, s.n});
             }
         }
     }
     uint64_t steps = shapes.size() + (opt.sustain_seconds > 0 ? 1 : 0), step = 0;
-    GemmReport rep;
+    const uint64_t cpu_steps = steps;
+    if (use_gpu) steps += gpu.types.size() * gpu.shapes.size() + (gpu.sustain_seconds > 0 ? 1 : 0);
     for (const GemmShape& s : shapes) {
         if (opt.progress) opt.progress(strf("%s M=%lld", type_name(s.type), (long long)s.m), step++, steps);
         Weights& w = weights[key(s)];
@@ -240,6 +262,13 @@ GemmReport run_gemm_bench(const GemmOptions& opt) {
             rep.sag_percent = (rep.samples.front().gflops - rep.samples.back().gflops) / rep.samples.front().gflops * 100;
         ++step;
     }
+    if (use_gpu) {
+        if (opt.progress)
+            gpu.progress = [&](const std::string& label, uint64_t done, uint64_t) {
+                opt.progress(label, cpu_steps + done, steps);
+            };
+        rep.gpu = run_gpu_gemm_bench(gpu);
+    }
     if (opt.progress) opt.progress("done", steps, steps);
 
     // Text and JSON.
@@ -276,7 +305,7 @@ GemmReport run_gemm_bench(const GemmOptions& opt) {
     }
     t += "CPU share: this process's CPU time / (wall time x threads); well under 100% means other work "
          "shared the cores and the figures understate the machine\n";
-    t += "GPU (cuBLAS): not measured: moestream is built without CUDA\n";
+    t += gpu_gemm_text(rep.gpu);
     rep.text = t;
 
     Json j = Json::object();
@@ -298,6 +327,12 @@ GemmReport run_gemm_bench(const GemmOptions& opt) {
     s["min_seconds"] = opt.min_seconds;
     s["sustain_seconds"] = opt.sustain_seconds;
     s["sample_seconds"] = opt.sample_seconds;
+    s["gpu"] = opt.gpu == GpuMode::Off ? "off" : opt.gpu == GpuMode::On ? "on" : "auto";
+    Json gtypes = Json::array();
+    for (GpuType ty : opt.gpu_types) gtypes.push_back(gpu_type_name(ty));
+    s["gpu_types"] = gtypes;
+    s["gpu_sustain_type"] = gpu_type_name(opt.gpu_sustain_type);
+    s["gpu_sustain_m"] = opt.gpu_sustain_m;
     j["settings"] = s;
     Json pk = Json::object();
     for (const auto& [type, p] : peaks) {
@@ -346,10 +381,7 @@ GemmReport run_gemm_bench(const GemmOptions& opt) {
     } else {
         j["sustained"] = nullptr;
     }
-    Json gpu = Json::object();
-    gpu["available"] = false;
-    gpu["reason"] = "built without CUDA";
-    j["gpu"] = gpu;
+    j["gpu"] = gpu_gemm_json(rep.gpu);
     rep.json = j;
     return rep;
 }

@@ -2,13 +2,15 @@
 // kernels (ops/linear over quant/dot: activations converted the way each
 // weight type wants, rows split over the thread pool), at fixed shapes and at
 // a model's expert shapes, next to a theoretical peak; then a sustained run
-// sampled every few seconds to show thermal or power sag.
+// sampled every few seconds to show thermal or power sag. With a GPU, the
+// same on it through cuBLAS (gemm_gpu.h).
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "bench/gemm_gpu.h"
 #include "json/json.h"
 #include "quant/types.h"
 
@@ -43,6 +45,12 @@ struct GemmOptions {
     double sample_seconds = 5;
     GgmlType sustain_type = GgmlType::Q8_0;
     int64_t sustain_m = 512;         // small enough that one call is well under a sample
+    // The GPU part: the synthetic and model shapes in every gpu_types type,
+    // then its own sustained run (same duration and sample length).
+    GpuMode gpu = GpuMode::Auto;
+    std::vector<GpuType> gpu_types = {GpuType::F32, GpuType::TF32, GpuType::F16, GpuType::BF16, GpuType::I8};
+    GpuType gpu_sustain_type = GpuType::BF16;
+    int64_t gpu_sustain_m = 4096;    // large enough to keep every SM busy
     std::function<void(const std::string&, uint64_t, uint64_t)> progress;
 };
 
@@ -71,10 +79,13 @@ struct GemmReport {
     std::vector<GemmResult> results;
     std::vector<GemmSample> samples;
     double sag_percent = 0;   // (first sample - last sample) / first sample
+    GpuGemmReport gpu;        // gpu.measured false: gpu.reason says why
     std::string text;
     Json json;
 };
 
+// Throws with --gpu on (GpuMode::On) when no GPU can be used, before any
+// measuring.
 GemmReport run_gemm_bench(const GemmOptions& opt);
 
 }  // namespace ms

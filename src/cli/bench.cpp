@@ -241,7 +241,8 @@ int bench_cache(int argc, char** argv) {
 int bench_gemm(int argc, char** argv) {
     GemmOptions o;
     std::string json, ms_list = "512,1024,4096", types = "f32,f16,bf16,q8_0", sustain_type = "q8_0";
-    int64_t k = o.k, n = o.n, sustain_m = o.sustain_m;
+    std::string gpu = "auto", gpu_types = "f32,tf32,f16,bf16,int8", gpu_sustain_type = "bf16";
+    int64_t k = o.k, n = o.n, sustain_m = o.sustain_m, gpu_sustain_m = o.gpu_sustain_m;
     bool quick = false;
     Args a("moestream bench gemm [options]",
            "Measures this machine's compute ceiling through moestream's own kernels: Y = X . W^T with X of M rows "
@@ -250,7 +251,10 @@ int bench_gemm(int argc, char** argv) {
            "--types at every --m, plus with -m the model's real expert matrices (gate, up, down of one layer) at "
            "every --m. Then a sustained run (--duration seconds, one sample per --sample seconds) reports the sag "
            "from the first to the last sample. A theoretical peak (cores x clock x operations per cycle of the "
-           "SIMD level in use) is printed with its formula; CPU share shows when other work shared the cores.");
+           "SIMD level in use) is printed with its formula; CPU share shows when other work shared the cores. "
+           "In a build with CUDA (MOESTREAM_CUDA), the same shapes then run on GPU 0 through cuBLAS in each "
+           "--gpu-types type (timed with CUDA events after warm-up, against SMs x clock x the per-SM rate of its "
+           "compute capability), with their own sustained run; without a usable GPU one line says why.");
     a.option("--m", &ms_list, "LIST", "token counts M (rows of X)");
     a.option("--k", &k, "K", "synthetic shapes: input width K");
     a.option("--n", &n, "N", "synthetic shapes: output width N (rows of W)");
@@ -263,7 +267,15 @@ int bench_gemm(int argc, char** argv) {
     a.option("--sample", &o.sample_seconds, "S", "sustained run: seconds per sample");
     a.option("--sustain-type", &sustain_type, "TYPE", "sustained run: weight type");
     a.option("--sustain-m", &sustain_m, "M", "sustained run: token count (K and N as above)");
-    a.flag("--quick", &quick, "small and fast: f32,q8_0 at M=64, K=N=1024, 0.2 s per shape, 3 s sustained (1 s samples)");
+    a.option("--gpu", &gpu, "MODE",
+             "GPU part through cuBLAS: auto (when a CUDA device is usable, else one line saying why), on (no "
+             "usable device is an error), off");
+    a.option("--gpu-types", &gpu_types, "LIST", "GPU arithmetic: f32,tf32,f16,bf16,int8 (fp32 accumulation; int8: int32)");
+    a.option("--gpu-sustain-type", &gpu_sustain_type, "TYPE", "GPU sustained run: type");
+    a.option("--gpu-sustain-m", &gpu_sustain_m, "M", "GPU sustained run: token count (K and N as above)");
+    a.flag("--quick", &quick,
+           "small and fast: f32,q8_0 at M=64, K=N=1024, 0.2 s per shape, 3 s sustained (1 s samples); GPU "
+           "sustained at M=1024");
     a.option("--json", &json, "FILE", "write the report (machine, settings, peaks, results, samples) as JSON");
     if (!a.parse(argc, argv, 3)) return 0;
     if (quick) {
@@ -275,8 +287,20 @@ int bench_gemm(int argc, char** argv) {
         if (!a.given("--duration")) o.sustain_seconds = 3;
         if (!a.given("--sample")) o.sample_seconds = 1;
         if (!a.given("--sustain-m")) sustain_m = 64;
+        if (!a.given("--gpu-sustain-m")) gpu_sustain_m = 1024;
     }
-    if (k < 1 || n < 1 || sustain_m < 1) throw std::runtime_error("--k, --n and --sustain-m must be positive");
+    if (k < 1 || n < 1 || sustain_m < 1 || gpu_sustain_m < 1)
+        throw std::runtime_error("--k, --n, --sustain-m and --gpu-sustain-m must be positive");
+    if (!parse_gpu_mode(gpu, &o.gpu)) throw std::runtime_error("--gpu: expected on, off or auto, got '" + gpu + "'");
+    o.gpu_types.clear();
+    for (const std::string& t : split_list(gpu_types)) {
+        GpuType gt;
+        if (!parse_gpu_type(t, &gt)) throw std::runtime_error("--gpu-types: unknown type '" + t + "' (f32,tf32,f16,bf16,int8)");
+        o.gpu_types.push_back(gt);
+    }
+    if (!parse_gpu_type(gpu_sustain_type, &o.gpu_sustain_type))
+        throw std::runtime_error("--gpu-sustain-type: unknown type '" + gpu_sustain_type + "'");
+    o.gpu_sustain_m = gpu_sustain_m;
     if (o.sample_seconds <= 0 || o.min_seconds < 0 || o.sustain_seconds < 0)
         throw std::runtime_error("--sample must be positive, --min-seconds and --duration not negative");
     o.ms.clear();

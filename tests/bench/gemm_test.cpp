@@ -62,6 +62,7 @@ TEST(GemmBench, SmallRunTimesShapesAndSamples) {
     o.sample_seconds = 0.1;
     o.sustain_type = GgmlType::Q8_0;
     o.sustain_m = 4;
+    o.gpu = ms::GpuMode::Off;  // the GPU part has its own tests (gemm_gpu_test.cpp)
     ms::GemmReport r = ms::run_gemm_bench(o);
     ASSERT_EQ(r.results.size(), 4u);
     EXPECT_EQ(r.results[3].shape.type, GgmlType::Q4_K);
@@ -81,6 +82,7 @@ TEST(GemmBench, SmallRunTimesShapesAndSamples) {
     EXPECT_EQ(j.at("results").size(), 4u);
     EXPECT_TRUE(j.at("theoretical_peak").contains("Q4_K"));
     EXPECT_FALSE(j.at("gpu").at("available").as_bool());
+    EXPECT_EQ(j.at("gpu").at("reason").as_string(), "--gpu off");
 }
 
 TEST(GemmBench, PeakFormulaIsStated) {

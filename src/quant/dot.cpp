@@ -420,26 +420,56 @@ inline void prefetch_row(const uint8_t* p, size_t bytes) {
 
 inline int64_t band_rows(size_t rb) { return std::max<int64_t>(1, int64_t(kBandBytes / std::max<size_t>(rb, 1))); }
 
-// Tokens [0, returned) of matmul through tile kernels, largest tiles first;
-// the rest are left to dot4 / dot1.
+// A tile call costs about its token count (padded tokens are computed too)
+// plus this many tokens' worth for decoding its weights once more.
+constexpr double kTileDecodeTokens = 2.5;
+
+// Tokens [0, returned) of matmul through tile kernels: whole tiles of the
+// largest size whose scratch fits, then the cheapest cover of the rest (e.g.
+// 7 tokens as one padded tile of 8 rather than 4 + 2 + 1). Every band of rows
+// stays in cache while all of them pass over it. Returns 0 when no tile fits;
+// dot4 / dot1 then do the work.
 __attribute__((noinline)) int64_t matmul_tiles(const TileKernels& tk, const uint8_t* W, size_t rb, int64_t rows,
                                                const uint8_t* A, size_t ab, int64_t n_tok, float* Y, int64_t n,
                                                int64_t r0, int64_t r1) {
     alignas(64) uint8_t scratch[kTileScratchBytes];
-    int64_t done = 0;
+    int usable[kTileCount], n_usable = 0;  // indices into kTileSizes, largest first
+    for (int s = 0; s < kTileCount; ++s)
+        if (tk.tile[s] && tk.scratch(kTileSizes[s], n) <= sizeof(scratch)) usable[n_usable++] = s;
+    if (n_usable == 0) return 0;
+    const int big = kTileSizes[usable[0]];
+    const int64_t whole = n_tok / big * big;
+    const int rest = int(n_tok - whole);
+    double cost[kTileSizes[0]];
+    int pick[kTileSizes[0]];  // rest r: run usable[pick[r]] first
+    cost[0] = 0;
+    for (int r = 1; r <= rest; ++r) {
+        cost[r] = 1e9;
+        for (int k = 0; k < n_usable; ++k) {
+            const int nt = kTileSizes[usable[k]];
+            const double c = nt + kTileDecodeTokens + (nt < r ? cost[r - nt] : 0);
+            if (c < cost[r]) {
+                cost[r] = c;
+                pick[r] = k;
+            }
+        }
+    }
     for (int64_t rs = r0; rs < r1; rs += band_rows(rb)) {
         const int64_t re = std::min(r1, rs + band_rows(rb));
+        auto run = [&](int s, int64_t t, int valid) {
+            tk.tile[s](W + size_t(rs) * rb, rb, re - rs, A + size_t(t) * ab, ab, valid, n, Y + t * rows + rs,
+                       size_t(rows), scratch);
+        };
         int64_t t = 0;
-        for (int s = 0; s < 4; ++s) {
-            const int nt = kTileSizes[s];
-            if (!tk.tile[s] || tk.scratch(nt, n) > sizeof(scratch)) continue;
-            for (; t + nt <= n_tok; t += nt)
-                tk.tile[s](W + size_t(rs) * rb, rb, re - rs, A + size_t(t) * ab, ab, n, Y + t * rows + rs, size_t(rows),
-                           scratch);
+        for (; t < whole; t += big) run(usable[0], t, big);
+        for (int r = rest; r > 0;) {
+            const int s = usable[pick[r]], valid = std::min(kTileSizes[s], r);
+            run(s, t, valid);
+            t += valid;
+            r -= valid;
         }
-        done = t;
     }
-    return done;
+    return n_tok;
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
-// AVX-512 (F/BW/VL/DQ + VNNI) row kernels: the 256-bit bodies of
-// quant/dot_x86.inc with VNNI integer dots, plus 512-bit kernels for the types
-// that carry most bytes (Q4_K, Q6_K, Q8_0, MXFP4, F16, BF16, F32). Same
-// NT = 1 / 4 contract as dot_x86.inc.
+// AVX-512 (F/BW/VL/DQ + VNNI) kernels: the 256-bit bodies of
+// quant/dot_x86.inc with VNNI integer dots, 512-bit row kernels for Q4_K,
+// Q6_K, F16, BF16 and F32 (same NT = 1 / 4 contract as dot_x86.inc), matmul
+// tiles for Q4_K, Q6_K and Q8_0, and the activation converters.
 // GCC 12's AVX-512 insert/zero-extend intrinsics pass a deliberately
 // uninitialized vector to their builtins, which -Wuninitialized reports once
 // inlined here.
@@ -28,6 +28,11 @@ inline __m256i madd_acc(__m256i acc, __m256i p16, __m256i s16) { return _mm256_d
 #include "quant/dot_x86.inc"
 
 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+
+// GCC's _mm512_reduce_add_ps addition tree (256-bit halves, then 128-bit
+// halves, then hsum4's two steps), spelled out so that the tiles' many-at-once
+// sums (sum_halves ... below) match it whichever compiler builds this file.
+inline float reduce_add(__m512 v) { return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1))); }
 
 inline __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1); }
 
@@ -79,7 +84,7 @@ void dot_q4_k_512(const void* wv, const void* act, size_t stride, int64_t n, flo
             accm[t] = _mm_fmadd_ps(_mm_set1_ps(dmw * a.d), _mm_cvtepi32_ps(m), accm[t]);
         }
     }
-    for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[t]) - hsum4(accm[t]);
+    for (int t = 0; t < NT; ++t) out[t] = reduce_add(acc[t]) - hsum4(accm[t]);
 }
 
 // ---- Q6_K: one 512-bit vector per 64 elements ------------------------------
@@ -130,7 +135,7 @@ void dot_q6_k_512(const void* wv, const void* act, size_t stride, int64_t n, flo
             acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(dw * da), _mm512_cvtepi32_ps(isum[t]), acc[t]);
         }
     }
-    for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[t]);
+    for (int t = 0; t < NT; ++t) out[t] = reduce_add(acc[t]);
 }
 
 // ---- F32 / F16 / BF16 ----------------------------------------------------------
@@ -168,7 +173,7 @@ void dot_float_512(const void* wv, const void* act, size_t stride, int64_t n, fl
             acc1[t] = _mm512_fmadd_ps(w1, load16(at + 16 * ES), acc1[t]);
         }
     }
-    for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
+    for (int t = 0; t < NT; ++t) out[t] = reduce_add(_mm512_add_ps(acc0[t], acc1[t]));
 }
 
 // BF16 with the AVX512-BF16 pair dot (32 products per instruction).
@@ -200,7 +205,7 @@ void dot_bf16_dp(const void* wv, const void* act, size_t stride, int64_t n, floa
         }
         step(wt, ap);
     }
-    for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
+    for (int t = 0; t < NT; ++t) out[t] = reduce_add(_mm512_add_ps(acc0[t], acc1[t]));
 }
 
 // ---- Tiles: a band of rows times NT tokens --------------------------------
@@ -225,9 +230,9 @@ inline void prefetch_ahead(const uint8_t* W, size_t w_stride, int64_t r, int64_t
 }
 
 // Horizontal sums of many accumulators at once, each with exactly the
-// addition tree of _mm512_reduce_add_ps (GCC: 256-bit halves, then 128-bit
-// halves, then lanes {0,1} + {2,3}, then the two) or of hsum8 / hsum4, which
-// share its last steps. Float addition is commutative, so only the tree matters.
+// addition tree of reduce_add (256-bit halves, then 128-bit halves, then lanes
+// {0,1} + {2,3}, then the two) or of hsum8 / hsum4, which share its last
+// steps. Float addition is commutative, so only the tree matters.
 
 // Step 1: lanes 0-7 = a's low + high 256 bits, lanes 8-15 = b's.
 inline __m512 sum_halves(__m512 a, __m512 b) {
@@ -248,7 +253,7 @@ inline __m512 sum_fours(__m512 c0, __m512 c1, __m512 c2, __m512 c3) {
     return _mm512_add_ps(_mm512_shuffle_ps(g0, g1, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(g0, g1, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// _mm512_reduce_add_ps of acc[0..NT) (NT a multiple of 4, at most 16) as
+// reduce_add of acc[0..NT) (NT <= 16; acc padded to whole quads) as
 // four-lane sums: 128-bit lane j of c[m] belongs to acc[4m + j]; c[m] = 0 for 4m >= NT.
 template <int NT>
 inline void reduce_to_fours(const __m512* acc, __m512 c[4]) {
@@ -257,19 +262,18 @@ inline void reduce_to_fours(const __m512* acc, __m512 c[4]) {
                           : _mm512_setzero_ps();
 }
 
-// Y[t * y_stride + r] for t < NT from lane 4j + k = token 4k + j (sum_fours' order).
-template <int NT>
-inline void store_fours(float* Y, size_t y_stride, int64_t r, __m512 v) {
+// Y[t * y_stride + r] for t < valid from lane 4j + k = token 4k + j (sum_fours' order).
+inline void store_fours(float* Y, size_t y_stride, int64_t r, int valid, __m512 v) {
     alignas(64) float out[16];
     _mm512_store_ps(out, v);
-    for (int t = 0; t < NT; ++t) Y[size_t(t) * y_stride + size_t(r)] = out[4 * (t % 4) + t / 4];
+    for (int t = 0; t < valid; ++t) Y[size_t(t) * y_stride + size_t(r)] = out[4 * (t % 4) + t / 4];
 }
 
 // Q8_K activations of NT <= 16 tokens, rearranged per block: a header, then
-// each token's 256 quants, 64-byte aligned. In place the quants sit 4 bytes
-// into a 292-byte block, so nearly every 64-byte load would straddle two cache
-// lines, which costs as much as the arithmetic. The header holds the scales d
-// (lanes past NT zero) and, for Q4_K's mins, four tokens per 512-bit vector:
+// each token's 256 quants, 64-byte aligned, then its 16 bsums. In place the
+// quants sit 4 bytes into a 292-byte block, so nearly every 64-byte load would
+// straddle two cache lines, which costs as much as the arithmetic. The header
+// holds the scales d (lanes past NT zero) and, for Q4_K's mins, four tokens per 512-bit vector:
 // token 4q + u's d in float lanes 4u..4u+3 of dq[q] and its bsum pairs in int16
 // lanes 8u..8u+7 of bp[q], so one madd and one FMA do for four tokens what
 // dot1's 128-bit min step does for one.
@@ -280,18 +284,21 @@ struct TileQ8KHead {
 };
 static_assert(sizeof(TileQ8KHead) == 576);
 
-constexpr size_t q8_k_record(int nt) { return sizeof(TileQ8KHead) + 256 * size_t(nt); }
+constexpr size_t q8_k_bsums(int nt) { return sizeof(TileQ8KHead) + 256 * size_t(nt); }  // offset in a record
+constexpr size_t q8_k_record(int nt) { return (q8_k_bsums(nt) + 32 * size_t(nt) + 63) / 64 * 64; }
 size_t tile_q8_k_scratch(int nt, int64_t n) { return size_t(n / QK_K) * q8_k_record(nt); }
 
+// Tokens t >= valid take token valid - 1's activations (a padded tile).
 template <int NT, bool Mins>
-void prep_q8_k(const uint8_t* act, size_t stride, int64_t nb, uint8_t* scratch) {
+void prep_q8_k(const uint8_t* act, size_t stride, int valid, int64_t nb, uint8_t* scratch) {
     for (int64_t i = 0; i < nb; ++i) {
         uint8_t* rec = scratch + size_t(i) * q8_k_record(NT);
         TileQ8KHead* h = reinterpret_cast<TileQ8KHead*>(rec);
         if constexpr (Mins && NT % 4 != 0) std::memset(h, 0, sizeof(*h));  // the last quad's unused lanes
         _mm512_store_ps(h->d, _mm512_setzero_ps());
         for (int t = 0; t < NT; ++t) {
-            const BlockQ8_K& a = act_row<BlockQ8_K>(act, stride, t)[i];
+            const BlockQ8_K& a = act_row<BlockQ8_K>(act, stride, std::min(t, valid - 1))[i];
+            _mm256_store_si256(reinterpret_cast<__m256i*>(rec + q8_k_bsums(NT) + 32 * t), load256(a.bsums));
             h->d[t] = a.d;
             if constexpr (Mins) {
                 _mm_store_ps(h->dq[t / 4] + 4 * (t % 4), _mm_set1_ps(a.d));
@@ -304,13 +311,13 @@ void prep_q8_k(const uint8_t* act, size_t stride, int64_t nb, uint8_t* scratch) 
 }
 
 template <int NT>
-void tile_q4_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* act, size_t stride, int64_t n,
-               float* Y, size_t y_stride, uint8_t* scratch) {
+void tile_q4_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* act, size_t stride, int valid,
+               int64_t n, float* Y, size_t y_stride, uint8_t* scratch) {
     constexpr int NP = (NT + 3) / 4 * 4, NQ = NP / 4;  // accumulators padded to whole quads
     constexpr int U = NT < 4 ? NT : 4;                   // tokens interleaved
     static_assert(NT <= 16 && NT % U == 0);
     const int64_t nb = n / QK_K;
-    prep_q8_k<NT, true>(act, stride, nb, scratch);
+    prep_q8_k<NT, true>(act, stride, valid, nb, scratch);
     const __m512i m4 = _mm512_set1_epi8(0xf);
     for (int64_t r = 0; r < nrows; ++r) {
         prefetch_ahead(W, w_stride, r, nrows);
@@ -361,17 +368,17 @@ void tile_q4_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* 
         __m512 c[4], cm[4];
         reduce_to_fours<NT>(acc, c);
         for (int q = 0; q < 4; ++q) cm[q] = q < NQ ? accm[q] : _mm512_setzero_ps();
-        store_fours<NT>(Y, y_stride, r, _mm512_sub_ps(sum_fours(c[0], c[1], c[2], c[3]), sum_fours(cm[0], cm[1], cm[2], cm[3])));
+        store_fours(Y, y_stride, r, valid, _mm512_sub_ps(sum_fours(c[0], c[1], c[2], c[3]), sum_fours(cm[0], cm[1], cm[2], cm[3])));
     }
 }
 
 template <int NT>
-void tile_q6_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* act, size_t stride, int64_t n,
-               float* Y, size_t y_stride, uint8_t* scratch) {
+void tile_q6_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* act, size_t stride, int valid,
+               int64_t n, float* Y, size_t y_stride, uint8_t* scratch) {
     constexpr int NP = (NT + 3) / 4 * 4, U = NT < 4 ? NT : 4;
     static_assert(NT <= 16 && NT % U == 0);
     const int64_t nb = n / QK_K;
-    prep_q8_k<NT, false>(act, stride, nb, scratch);
+    prep_q8_k<NT, false>(act, stride, valid, nb, scratch);
     const __m512i m4 = _mm512_set1_epi8(0xf), m2 = _mm512_set1_epi8(3);
     const __m512i sh01 = join256(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
     const __m512i sh23 = join256(_mm256_set1_epi16(4), _mm256_set1_epi16(6));
@@ -384,6 +391,7 @@ void tile_q6_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* 
             const uint8_t* rec = scratch + size_t(i) * q8_k_record(NT);
             const TileQ8KHead* h = reinterpret_cast<const TileQ8KHead*>(rec);
             const int8_t* qs = reinterpret_cast<const int8_t*>(rec + sizeof(TileQ8KHead));
+            const int16_t* bsums = reinterpret_cast<const int16_t*>(rec + q8_k_bsums(NT));
             // The weight decode of dot_q6_k_512: v[k] covers elements 64k..64k+63.
             __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
             // dot1's bias -32 * (b0*s0 + b1*s1) is the same int32 as b0*(-32 s0) + b1*(-32 s1);
@@ -408,7 +416,7 @@ void tile_q6_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* 
                 __m512i isum[U];
                 for (int u = 0; u < U; ++u)
                     isum[u] = _mm512_madd_epi16(
-                        _mm512_castsi256_si512(load256(act_row<BlockQ8_K>(act, stride, t0 + u)[i].bsums)), bias16);
+                        _mm512_castsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(bsums + 16 * (t0 + u)))), bias16);
                 for (int k = 0; k < 4; ++k)
                     for (int u = 0; u < U; ++u)
                         isum[u] = _mm512_dpwssd_epi32(
@@ -419,7 +427,7 @@ void tile_q6_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* 
         }
         __m512 c[4];
         reduce_to_fours<NT>(acc, c);
-        store_fours<NT>(Y, y_stride, r, sum_fours(c[0], c[1], c[2], c[3]));
+        store_fours(Y, y_stride, r, valid, sum_fours(c[0], c[1], c[2], c[3]));
     }
 }
 
@@ -429,24 +437,24 @@ void tile_q6_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* 
 // lane subtracts 128 * (sum of its four weights), formed once per row pair
 // and block: the lane holds sum(w * a) exactly, as dot1's sign trick does
 // (activations never hold -128).
-template <int NT>
-constexpr size_t q8_0_record() { return 64 + 32 * size_t(NT); }  // float d[16], then NT x 32 biased bytes
+// Per block: float d[16], then nt x 32 biased bytes, padded to 64 bytes.
+constexpr size_t q8_0_record(int nt) { return (64 + 32 * size_t(nt) + 63) / 64 * 64; }
 
-size_t tile_q8_0_scratch(int nt, int64_t n) { return size_t(n / QK) * (64 + 32 * size_t(nt)); }
+size_t tile_q8_0_scratch(int nt, int64_t n) { return size_t(n / QK) * q8_0_record(nt); }
 
 template <int NT>
-void tile_q8_0(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* act, size_t stride, int64_t n,
-               float* Y, size_t y_stride, uint8_t* scratch) {
-    constexpr int U = NT < 4 ? NT : 4;
-    static_assert(NT <= 16 && NT % 2 == 0 && NT % U == 0);
-    constexpr size_t rec = q8_0_record<NT>();
+void tile_q8_0(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* act, size_t stride, int valid,
+               int64_t n, float* Y, size_t y_stride, uint8_t* scratch) {
+    constexpr int NP = NT + NT % 2, U = NT < 4 ? NT : 4;  // accumulators padded to pairs
+    static_assert(NT <= 16 && NT % U == 0);
+    constexpr size_t rec = q8_0_record(NT);
     const int64_t nb = n / QK;
     const __m256i flip = _mm256_set1_epi8(int8_t(0x80));
     for (int64_t i = 0; i < nb; ++i) {
         float* d = reinterpret_cast<float*>(scratch + size_t(i) * rec);
         _mm512_store_ps(d, _mm512_setzero_ps());
         for (int t = 0; t < NT; ++t) {
-            const BlockQ8_0& a = act_row<BlockQ8_0>(act, stride, t)[i];
+            const BlockQ8_0& a = act_row<BlockQ8_0>(act, stride, std::min(t, valid - 1))[i];
             d[t] = f16(a.d);
             _mm256_store_si256(reinterpret_cast<__m256i*>(scratch + size_t(i) * rec + 64 + 32 * t),
                                _mm256_xor_si256(load256(a.qs), flip));
@@ -458,8 +466,8 @@ void tile_q8_0(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* 
         prefetch_ahead(W, w_stride, r + 1, nrows);
         const BlockQ8_0* x0 = reinterpret_cast<const BlockQ8_0*>(W + size_t(r) * w_stride);
         const BlockQ8_0* x1 = r + 1 < nrows ? reinterpret_cast<const BlockQ8_0*>(W + size_t(r + 1) * w_stride) : x0;
-        __m512 acc[NT];
-        for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+        __m512 acc[NP];
+        for (int t = 0; t < NP; ++t) acc[t] = _mm512_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
             __m512i w = join256(load256(x0[i].qs), load256(x1[i].qs));
             __m512i neg = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, w));
@@ -485,8 +493,8 @@ void tile_q8_0(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* 
                 c[k] = 8 * g + 2 * k < NT ? sum_quarters(acc[8 * g + 2 * k], acc[8 * g + 2 * k + 1]) : _mm512_setzero_ps();
             alignas(64) float out[16];
             _mm512_store_ps(out, sum_fours(c[0], c[1], c[2], c[3]));
-            for (int k = 0; k < 4 && 8 * g + 2 * k < NT; ++k)
-                for (int u = 0; u < 2; ++u)
+            for (int k = 0; k < 4 && 8 * g + 2 * k < valid; ++k)
+                for (int u = 0; u < 2 && 8 * g + 2 * k + u < valid; ++u)
                     for (int h = 0; h < 2 && r + h < nrows; ++h)
                         Y[size_t(8 * g + 2 * k + u) * y_stride + size_t(r + h)] = out[4 * (2 * u + h) + k];
         }
@@ -610,9 +618,9 @@ void add_avx512_kernels(LevelKernels& k) {
     fill_256_kernels(k);
     fill_512<1>(k.dot1);
     fill_512<4>(k.dot4);
-    k.tiles[int(GgmlType::Q4_K)] = {{tile_q4_k<16>, tile_q4_k<8>, tile_q4_k<4>, tile_q4_k<2>}, tile_q8_k_scratch};
-    k.tiles[int(GgmlType::Q6_K)] = {{tile_q6_k<16>, tile_q6_k<8>, tile_q6_k<4>, tile_q6_k<2>}, tile_q8_k_scratch};
-    k.tiles[int(GgmlType::Q8_0)] = {{tile_q8_0<16>, tile_q8_0<8>, tile_q8_0<4>, tile_q8_0<2>}, tile_q8_0_scratch};
+    k.tiles[int(GgmlType::Q4_K)] = {{tile_q4_k<16>, tile_q4_k<8>, tile_q4_k<4>, tile_q4_k<2>, tile_q4_k<1>}, tile_q8_k_scratch};
+    k.tiles[int(GgmlType::Q6_K)] = {{tile_q6_k<16>, tile_q6_k<8>, tile_q6_k<4>, tile_q6_k<2>, tile_q6_k<1>}, tile_q8_k_scratch};
+    k.tiles[int(GgmlType::Q8_0)] = {{tile_q8_0<16>, tile_q8_0<8>, tile_q8_0<4>, tile_q8_0<2>, tile_q8_0<1>}, tile_q8_0_scratch};
     k.quantize[int(ActType::Q8_0)] = quantize_q8_32_512<BlockQ8_0>;
     k.quantize[int(ActType::Q8_1)] = quantize_q8_32_512<BlockQ8_1>;
     k.quantize[int(ActType::Q8_K)] = quantize_q8_k_512;

@@ -4,8 +4,8 @@
 // block for four tokens). Per token, dot4 performs exactly dot1's operations,
 // so matvec and matmul agree bit for bit.
 //
-// A tile kernel does the same for a whole band of rows and NT = 2, 4, 8 or 16
-// tokens: it first rearranges the NT activation rows into scratch (scales
+// A tile kernel does the same for a whole band of rows and NT = 1, 2, 4, 8 or
+// 16 tokens: it first rearranges the NT activation rows into scratch (scales
 // gathered so one multiply forms every token's block scale, ...), then walks
 // the rows, decoding each weight block once for all NT tokens. Per token it
 // too performs dot1's float operations in dot1's order.
@@ -20,17 +20,19 @@ namespace ms {
 
 using RowDotFn = void (*)(const void* wrow, const void* act, size_t act_stride, int64_t n, float* out);
 
-// Rows [0, nrows) of W (w_stride bytes apart) times NT activation rows
-// (act_stride apart): Y[t * y_stride + r]. scratch: tile_scratch(NT, n) bytes,
-// 64-byte aligned.
+// Rows [0, nrows) of W (w_stride bytes apart) times `valid` <= NT activation
+// rows (act_stride apart): Y[t * y_stride + r] for t < valid. With valid < NT
+// the tile is padded: the missing tokens repeat the last one, and their
+// results are dropped. scratch: scratch(NT, n) bytes, 64-byte aligned.
 using TileFn = void (*)(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* act, size_t act_stride,
-                        int64_t n, float* Y, size_t y_stride, uint8_t* scratch);
+                        int valid, int64_t n, float* Y, size_t y_stride, uint8_t* scratch);
 using TileScratchFn = size_t (*)(int nt, int64_t n);
 
-constexpr int kTileSizes[4] = {16, 8, 4, 2};  // NT of tile[0..4)
+constexpr int kTileCount = 5;
+constexpr int kTileSizes[kTileCount] = {16, 8, 4, 2, 1};  // NT of tile[0..kTileCount)
 
 struct TileKernels {
-    TileFn tile[4] = {};
+    TileFn tile[kTileCount] = {};
     TileScratchFn scratch = nullptr;
 };
 

@@ -277,9 +277,9 @@ TEST_P(EveryType, SimdLevelsMatchScalarAndMatvec) {
 }
 
 // matmul's contract, bit for bit: per token it gives what matvec gives,
-// whatever the token count (tiles of 16, 8, 4 and 2 tokens, single-token
-// tails), the row range, and where in the activations the run of tokens
-// starts. Shapes: a single short row, an odd row count, and rows long enough
+// whatever the token count (tiles of 16, 8, 4, 2 and 1 tokens, padded tiles
+// for the remainder), the row range, and where in the activations the run of
+// tokens starts. Shapes: a single short row, an odd row count, and rows long enough
 // that the largest tiles' scratch does not fit (smaller tiles take over).
 TEST_P(EveryType, MatmulEqualsMatvecBitForBitForEveryTokenCount) {
     const GgmlType t = GetParam();

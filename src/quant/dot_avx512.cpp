@@ -319,6 +319,7 @@ void tile_q4_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* 
     const int64_t nb = n / QK_K;
     prep_q8_k<NT, true>(act, stride, valid, nb, scratch);
     const __m512i m4 = _mm512_set1_epi8(0xf);
+    const __m512i nib_shift = join256(_mm256_setzero_si256(), _mm256_set1_epi16(4));
     for (int64_t r = 0; r < nrows; ++r) {
         prefetch_ahead(W, w_stride, r, nrows);
         const BlockQ4_K* x = reinterpret_cast<const BlockQ4_K*>(W + size_t(r) * w_stride);
@@ -335,14 +336,12 @@ void tile_q4_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* 
             __m128i s8 = _mm_load_si128(reinterpret_cast<const __m128i*>(sm));
             __m512i s16 = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(s8));
             __m512i mins = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_srli_si128(s8, 8)));
+            // Vector k: sub-blocks 2k, 2k + 1 = low, then high nibbles of qs[32k..32k+32).
             __m512i w[4], s[4];
-            for (int j = 0; j < 2; ++j) {
-                __m512i q = load512(x[i].qs + 64 * j);
-                __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-                w[2 * j] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
-                w[2 * j + 1] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+            for (int k = 0; k < 4; ++k) {
+                w[k] = _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i64x4(load256(x[i].qs + 32 * k)), nib_shift), m4);
+                s[k] = scale_pair_512(s16, 2 * k);
             }
-            for (int k = 0; k < 4; ++k) s[k] = scale_pair_512(s16, 2 * k);
             alignas(64) float sc[16];
             _mm512_store_ps(sc, _mm512_mul_ps(_mm512_set1_ps(f16(x[i].d)), _mm512_load_ps(h->d)));
             // U tokens interleaved, so their dependency chains overlap in

@@ -310,12 +310,43 @@ void prep_q8_k(const uint8_t* act, size_t stride, int valid, int64_t nb, uint8_t
     }
 }
 
+// The token loop of the Q8_K tiles, for one block: weight vectors w[k]
+// (elements 64k..64k+63) with their int16 scales s[k] against each token's
+// quants, into the int32 lanes dot1 uses, then one FMA per token with its block
+// scale dw * d. Q6_K's sums start from its bias (bsums times bias16); Q4_K's
+// from zero, so their first step is a madd. U tokens are interleaved so that
+// their dependency chains overlap in program order.
+template <int NT>
+inline void tile_tokens_q8_k(const __m512i w[4], const __m512i s[4], float dw, const uint8_t* rec,
+                             const __m512i* bias16, __m512* acc) {
+    constexpr int U = NT < 4 ? NT : 4;
+    static_assert(NT % U == 0);
+    const TileQ8KHead* h = reinterpret_cast<const TileQ8KHead*>(rec);
+    const int8_t* qs = reinterpret_cast<const int8_t*>(rec + sizeof(TileQ8KHead));
+    const int16_t* bsums = reinterpret_cast<const int16_t*>(rec + q8_k_bsums(NT));
+    alignas(64) float sc[16];
+    _mm512_store_ps(sc, _mm512_mul_ps(_mm512_set1_ps(dw), _mm512_load_ps(h->d)));
+    for (int t0 = 0; t0 < NT; t0 += U) {
+        __m512i isum[U];
+        for (int u = 0; u < U; ++u) {
+            const int8_t* q = qs + 256 * (t0 + u);
+            isum[u] = bias16 ? _mm512_madd_epi16(_mm512_castsi256_si512(_mm256_load_si256(
+                                                     reinterpret_cast<const __m256i*>(bsums + 16 * (t0 + u)))), *bias16)
+                             : _mm512_madd_epi16(_mm512_maddubs_epi16(w[0], _mm512_load_si512(q)), s[0]);
+        }
+        for (int k = bias16 ? 0 : 1; k < 4; ++k)
+            for (int u = 0; u < U; ++u)
+                isum[u] = _mm512_dpwssd_epi32(isum[u], _mm512_maddubs_epi16(w[k], _mm512_load_si512(qs + 256 * (t0 + u) + 64 * k)), s[k]);
+        for (int u = 0; u < U; ++u)
+            acc[t0 + u] = _mm512_fmadd_ps(_mm512_set1_ps(sc[t0 + u]), _mm512_cvtepi32_ps(isum[u]), acc[t0 + u]);
+    }
+}
+
 template <int NT>
 void tile_q4_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* act, size_t stride, int valid,
                int64_t n, float* Y, size_t y_stride, uint8_t* scratch) {
     constexpr int NP = (NT + 3) / 4 * 4, NQ = NP / 4;  // accumulators padded to whole quads
-    constexpr int U = NT < 4 ? NT : 4;                   // tokens interleaved
-    static_assert(NT <= 16 && NT % U == 0);
+    static_assert(NT <= 16);
     const int64_t nb = n / QK_K;
     prep_q8_k<NT, true>(act, stride, valid, nb, scratch);
     const __m512i m4 = _mm512_set1_epi8(0xf);
@@ -329,7 +360,6 @@ void tile_q4_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* 
         for (int64_t i = 0; i < nb; ++i) {
             const uint8_t* rec = scratch + size_t(i) * q8_k_record(NT);
             const TileQ8KHead* h = reinterpret_cast<const TileQ8KHead*>(rec);
-            const int8_t* qs = reinterpret_cast<const int8_t*>(rec + sizeof(TileQ8KHead));
             // The weight decode of dot_q4_k_512, once for all NT tokens.
             alignas(16) uint8_t sm[16];
             k4_unpack(x[i].scales, sm);
@@ -342,21 +372,7 @@ void tile_q4_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* 
                 w[k] = _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i64x4(load256(x[i].qs + 32 * k)), nib_shift), m4);
                 s[k] = scale_pair_512(s16, 2 * k);
             }
-            alignas(64) float sc[16];
-            _mm512_store_ps(sc, _mm512_mul_ps(_mm512_set1_ps(f16(x[i].d)), _mm512_load_ps(h->d)));
-            // U tokens interleaved, so their dependency chains overlap in
-            // program order. dpwssd from zero equals madd: the first step is a madd.
-            for (int t0 = 0; t0 < NT; t0 += U) {
-                __m512i isum[U];
-                for (int u = 0; u < U; ++u)
-                    isum[u] = _mm512_madd_epi16(_mm512_maddubs_epi16(w[0], _mm512_load_si512(qs + 256 * (t0 + u))), s[0]);
-                for (int k = 1; k < 4; ++k)
-                    for (int u = 0; u < U; ++u)
-                        isum[u] = _mm512_dpwssd_epi32(
-                            isum[u], _mm512_maddubs_epi16(w[k], _mm512_load_si512(qs + 256 * (t0 + u) + 64 * k)), s[k]);
-                for (int u = 0; u < U; ++u)
-                    acc[t0 + u] = _mm512_fmadd_ps(_mm512_set1_ps(sc[t0 + u]), _mm512_cvtepi32_ps(isum[u]), acc[t0 + u]);
-            }
+            tile_tokens_q8_k<NT>(w, s, f16(x[i].d), rec, nullptr, acc);
             const __m512 dmw = _mm512_set1_ps(f16(x[i].dmin));
             for (int q = 0; q < NQ; ++q) {
                 __m512i m = _mm512_madd_epi16(mins, _mm512_load_si512(h->bp[q]));
@@ -374,8 +390,8 @@ void tile_q4_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* 
 template <int NT>
 void tile_q6_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* act, size_t stride, int valid,
                int64_t n, float* Y, size_t y_stride, uint8_t* scratch) {
-    constexpr int NP = (NT + 3) / 4 * 4, U = NT < 4 ? NT : 4;
-    static_assert(NT <= 16 && NT % U == 0);
+    constexpr int NP = (NT + 3) / 4 * 4;
+    static_assert(NT <= 16);
     const int64_t nb = n / QK_K;
     prep_q8_k<NT, false>(act, stride, valid, nb, scratch);
     const __m512i m4 = _mm512_set1_epi8(0xf), m2 = _mm512_set1_epi8(3);
@@ -388,9 +404,6 @@ void tile_q6_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* 
         for (int t = 0; t < NP; ++t) acc[t] = _mm512_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
             const uint8_t* rec = scratch + size_t(i) * q8_k_record(NT);
-            const TileQ8KHead* h = reinterpret_cast<const TileQ8KHead*>(rec);
-            const int8_t* qs = reinterpret_cast<const int8_t*>(rec + sizeof(TileQ8KHead));
-            const int16_t* bsums = reinterpret_cast<const int16_t*>(rec + q8_k_bsums(NT));
             // The weight decode of dot_q6_k_512: v[k] covers elements 64k..64k+63.
             __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
             // dot1's bias -32 * (b0*s0 + b1*s1) is the same int32 as b0*(-32 s0) + b1*(-32 s1);
@@ -409,20 +422,7 @@ void tile_q6_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* 
                 v[2 * j + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), h23);
             }
             for (int k = 0; k < 4; ++k) s[k] = scale_quad_512(s16, 4 * k);
-            alignas(64) float sc[16];
-            _mm512_store_ps(sc, _mm512_mul_ps(_mm512_set1_ps(f16(x[i].d)), _mm512_load_ps(h->d)));
-            for (int t0 = 0; t0 < NT; t0 += U) {
-                __m512i isum[U];
-                for (int u = 0; u < U; ++u)
-                    isum[u] = _mm512_madd_epi16(
-                        _mm512_castsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(bsums + 16 * (t0 + u)))), bias16);
-                for (int k = 0; k < 4; ++k)
-                    for (int u = 0; u < U; ++u)
-                        isum[u] = _mm512_dpwssd_epi32(
-                            isum[u], _mm512_maddubs_epi16(v[k], _mm512_load_si512(qs + 256 * (t0 + u) + 64 * k)), s[k]);
-                for (int u = 0; u < U; ++u)
-                    acc[t0 + u] = _mm512_fmadd_ps(_mm512_set1_ps(sc[t0 + u]), _mm512_cvtepi32_ps(isum[u]), acc[t0 + u]);
-            }
+            tile_tokens_q8_k<NT>(v, s, f16(x[i].d), rec, &bias16, acc);
         }
         __m512 c[4];
         reduce_to_fours<NT>(acc, c);

@@ -179,9 +179,14 @@ void register_all() {
             benchmark::RegisterBenchmark(("matvec/" + base + "/768x2048/hot").c_str(), bm_matvec, t, l, 768, 2048, false);
             benchmark::RegisterBenchmark(("matvec/" + base + "/4096x2048/cold").c_str(), bm_matvec, t, l, 4096, 2048, true);
             if (l == SimdLevel::Scalar) continue;  // scalar matmul is only the reference
-            for (int64_t nt : {64, 512})
+            // Prefill: an expert's gate/up projection over the few tokens routed
+            // to it (8; 13, which leaves a remainder after whole tiles) and over
+            // long chunks, and its down projection (2048 x 768).
+            for (int64_t nt : {8, 13, 64, 512})
                 benchmark::RegisterBenchmark(("matmul/" + base + "/768x2048/tok" + std::to_string(nt)).c_str(),
                                              bm_matmul, t, l, 768, 2048, nt)->Unit(benchmark::kMillisecond);
+            benchmark::RegisterBenchmark(("matmul/" + base + "/2048x768/tok32").c_str(), bm_matmul, t, l, 2048, 768,
+                                         int64_t(32))->Unit(benchmark::kMillisecond);
         }
     }
 }

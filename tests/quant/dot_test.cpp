@@ -279,14 +279,15 @@ TEST_P(EveryType, SimdLevelsMatchScalarAndMatvec) {
 // matmul's contract, bit for bit: per token it gives what matvec gives,
 // whatever the token count (tiles of 16, 8, 4, 2 and 1 tokens, padded tiles
 // for the remainder), the row range, and where in the activations the run of
-// tokens starts. Shapes: a single short row, an odd row count, and rows long enough
-// that the largest tiles' scratch does not fit (smaller tiles take over).
+// tokens starts. Shapes: a single short row, an odd row count, rows long
+// enough that the largest tiles' scratch does not fit (smaller tiles take
+// over), and a row too long for any tile (dot4 / dot1 do the work).
 TEST_P(EveryType, MatmulEqualsMatvecBitForBitForEveryTokenCount) {
     const GgmlType t = GetParam();
     Rng r(71 + uint32_t(t));
     const int64_t bs = type_traits(t).block_size;
     struct Shape { int64_t n, rows; };
-    const Shape shapes[] = {{bs == 1 ? 40 : std::max<int64_t>(bs, 64), 1}, {test_n(t) * 2, 37}, {10240, 2}};
+    const Shape shapes[] = {{bs == 1 ? 40 : std::max<int64_t>(bs, 64), 1}, {test_n(t) * 2, 37}, {10240, 2}, {32768, 1}};
     constexpr int64_t kMaxTok = 40;
     for (const Shape& sh : shapes) {
         const int64_t n = sh.n, rows = sh.rows;

@@ -39,31 +39,11 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
     return v;
 }
 
-// Sum of 64-bit words over [b, e) of p, four independent chains.
-uint64_t sum_words(const uint64_t* p, int64_t b, int64_t e) {
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    int64_t i = b;
-    for (; i + 4 <= e; i += 4) {
-        s0 += p[i];
-        s1 += p[i + 1];
-        s2 += p[i + 2];
-        s3 += p[i + 3];
-    }
-    for (; i < e; i++) s0 += p[i];
-    return s0 + s1 + s2 + s3;
-}
-
 void bm_mem_read(benchmark::State& st, int threads) {
     ThreadPool pool(threads);
     AlignedBuffer buf(kColdBytes);
     std::memset(buf.data(), 1, kColdBytes);
-    const uint64_t* p = reinterpret_cast<const uint64_t*>(buf.data());
-    const int64_t n = int64_t(kColdBytes / 8);
-    std::vector<uint64_t> sums(size_t(threads) * 8);  // a cache line per thread
-    for (auto _ : st) {
-        pool.parallel_for(n, [&](int64_t b, int64_t e, int t) { sums[size_t(t) * 8] += sum_words(p, b, e); });
-        benchmark::DoNotOptimize(sums.data());
-    }
+    for (auto _ : st) benchmark::DoNotOptimize(stream_sum(pool, buf.data(), kColdBytes));
     st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(kColdBytes));
 }
 

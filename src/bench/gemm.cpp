@@ -161,6 +161,49 @@ PeakEstimate theoretical_peak(GgmlType t, int threads) {
 }
 
 
+uint64_t stream_sum(ThreadPool& pool, const uint8_t* p, uint64_t bytes) {
+    const uint64_t* w = reinterpret_cast<const uint64_t*>(p);
+    const int64_t n = int64_t(bytes / 8);
+    std::vector<uint64_t> sums(size_t(pool.size()) * 8, 0);  // a cache line per thread
+    pool.parallel_for(n, [&](int64_t b, int64_t e, int t) {
+        // Four independent chains, so the adds never wait on each other.
+        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        int64_t i = b;
+        for (; i + 4 <= e; i += 4) {
+            s0 += w[i];
+            s1 += w[i + 1];
+            s2 += w[i + 2];
+            s3 += w[i + 3];
+        }
+        for (; i < e; i++) s0 += w[i];
+        sums[size_t(t) * 8] += s0 + s1 + s2 + s3;
+    });
+    uint64_t total = 0;
+    for (uint64_t v : sums) total += v;
+    return total;
+}
+
+double MemoryRead::best() const {
+    double b = 0;
+    for (double g : gb_per_s) b = std::max(b, g);
+    return b;
+}
+
+MemoryRead measure_memory_read(ThreadPool& pool, uint64_t bytes, int passes) {
+    MemoryRead m;
+    m.bytes = bytes & ~uint64_t(63);
+    m.threads = pool.size();
+    AlignedBuffer buf(m.bytes);
+    std::memset(buf.data(), 1, m.bytes);  // touch every page before timing
+    volatile uint64_t sink = stream_sum(pool, buf.data(), m.bytes);
+    for (int i = 0; i < passes; i++) {
+        const int64_t t0 = now_ns();
+        sink = sink + stream_sum(pool, buf.data(), m.bytes);
+        m.gb_per_s.push_back(double(m.bytes) / double(now_ns() - t0));
+    }
+    return m;
+}
+
 GemmReport run_gemm_bench(const GemmOptions& opt) {
     // The GPU is probed first, so that --gpu on fails before any measuring.
     GemmReport rep;
@@ -211,9 +254,13 @@ GemmReport run_gemm_bench(const GemmOptions& opt) {
             }
         }
     }
-    uint64_t steps = shapes.size() + (opt.sustain_seconds > 0 ? 1 : 0), step = 0;
+    uint64_t steps = shapes.size() + (opt.sustain_seconds > 0 ? 1 : 0) + (opt.memory_bytes > 0 ? 1 : 0), step = 0;
     const uint64_t cpu_steps = steps;
     if (use_gpu) steps += gpu.types.size() * gpu.shapes.size() + (gpu.sustain_seconds > 0 ? 1 : 0);
+    if (opt.memory_bytes > 0) {
+        if (opt.progress) opt.progress("memory read", step++, steps);
+        rep.memory = measure_memory_read(pool, opt.memory_bytes, 5);
+    }
     for (const GemmShape& s : shapes) {
         if (opt.progress) opt.progress(strf("%s M=%lld", type_name(s.type), (long long)s.m), step++, steps);
         Weights& w = weights[key(s)];
@@ -289,6 +336,13 @@ GemmReport run_gemm_bench(const GemmOptions& opt) {
                 strf("%.0f", r.cpu_seconds / (r.seconds * pool.size()) * 100)});
     }
     t += tb.text();
+    if (rep.memory.bytes > 0) {
+        t += strf("\nmemory read: %.2f GB/s (best of %zu passes: a streaming sum over %s on %d threads; the bound "
+                  "of kernels that stream weights once, as decode does; passes:", rep.memory.best(),
+                  rep.memory.gb_per_s.size(), strf("%.0f MiB", double(rep.memory.bytes) / 1048576).c_str(), rep.memory.threads);
+        for (double g : rep.memory.gb_per_s) t += strf(" %.2f", g);
+        t += ")\n";
+    }
     t += "\ntheoretical peaks:\n";
     for (const auto& [type, p] : peaks) t += strf("  %-5s %8.1f GFLOP/s = %s\n", type_name(type), p.gflops, p.how.c_str());
     if (!rep.samples.empty()) {
@@ -342,6 +396,18 @@ GemmReport run_gemm_bench(const GemmOptions& opt) {
         pk[type_name(type)] = o;
     }
     j["theoretical_peak"] = pk;
+    if (rep.memory.bytes > 0) {
+        Json mr = Json::object();
+        mr["bytes"] = rep.memory.bytes;
+        mr["threads"] = rep.memory.threads;
+        mr["gb_per_s"] = rep.memory.best();
+        Json passes = Json::array();
+        for (double g : rep.memory.gb_per_s) passes.push_back(g);
+        mr["passes_gb_per_s"] = passes;
+        j["memory_read"] = mr;
+    } else {
+        j["memory_read"] = nullptr;
+    }
     Json res = Json::array();
     for (const GemmResult& r : rep.results) {
         Json o = Json::object();

@@ -12,6 +12,7 @@
 
 #include "bench/gemm_gpu.h"
 #include "json/json.h"
+#include "ops/thread_pool.h"
 #include "quant/types.h"
 
 namespace ms {
@@ -51,8 +52,23 @@ struct GemmOptions {
     std::vector<GpuType> gpu_types = {GpuType::F32, GpuType::TF32, GpuType::F16, GpuType::BF16, GpuType::I8};
     GpuType gpu_sustain_type = GpuType::BF16;
     int64_t gpu_sustain_m = 4096;    // large enough to keep every SM busy
+    uint64_t memory_bytes = uint64_t(1) << 30;  // memory read bound: buffer size (0: skip)
     std::function<void(const std::string&, uint64_t, uint64_t)> progress;
 };
+
+// The other bound: how fast the cores can stream memory. A sum of 64-bit
+// words over `bytes` (sized far past the caches) split over the pool, the
+// way decode streams weights; best of `passes` timed passes after one
+// untimed pass, in GB/s.
+struct MemoryRead {
+    uint64_t bytes = 0;
+    int threads = 0;
+    std::vector<double> gb_per_s;  // per pass
+    double best() const;
+};
+MemoryRead measure_memory_read(ThreadPool& pool, uint64_t bytes, int passes);
+// The sum itself, for benchmarks that time it their own way.
+uint64_t stream_sum(ThreadPool& pool, const uint8_t* p, uint64_t bytes);
 
 struct GemmResult {
     GemmShape shape;
@@ -79,6 +95,7 @@ struct GemmReport {
     std::vector<GemmResult> results;
     std::vector<GemmSample> samples;
     double sag_percent = 0;   // (first sample - last sample) / first sample
+    MemoryRead memory;        // bytes == 0: not measured
     GpuGemmReport gpu;        // gpu.measured false: gpu.reason says why
     std::string text;
     Json json;

@@ -249,7 +249,8 @@ int bench_gemm(int argc, char** argv) {
            "(tokens) of K floats and W of N rows of K weights, computed the way the model computes (activations "
            "converted to the weight type's dot format, rows split over the thread pool). Synthetic weights in each "
            "--types at every --m, plus with -m the model's real expert matrices (gate, up, down of one layer) at "
-           "every --m. Then a sustained run (--duration seconds, one sample per --sample seconds) reports the sag "
+           "every --m. First, the memory read bandwidth (a streaming sum over --mem-read bytes on the same "
+           "threads): the bound of decode, which streams each weight once. Then a sustained run (--duration seconds, one sample per --sample seconds) reports the sag "
            "from the first to the last sample. A theoretical peak (cores x clock x operations per cycle of the "
            "SIMD level in use) is printed with its formula; CPU share shows when other work shared the cores. "
            "In a build with CUDA (MOESTREAM_CUDA), the same shapes then run on GPU 0 through cuBLAS in each "
@@ -267,6 +268,8 @@ int bench_gemm(int argc, char** argv) {
     a.option("--sample", &o.sample_seconds, "S", "sustained run: seconds per sample");
     a.option("--sustain-type", &sustain_type, "TYPE", "sustained run: weight type");
     a.option("--sustain-m", &sustain_m, "M", "sustained run: token count (K and N as above)");
+    a.size_option("--mem-read", &o.memory_bytes, "SIZE",
+                  "buffer of the memory read measurement, far larger than the caches (0: skip it)");
     a.option("--gpu", &gpu, "MODE",
              "GPU part through cuBLAS: auto (when a CUDA device is usable, else one line saying why), on (no "
              "usable device is an error), off");
@@ -274,8 +277,8 @@ int bench_gemm(int argc, char** argv) {
     a.option("--gpu-sustain-type", &gpu_sustain_type, "TYPE", "GPU sustained run: type");
     a.option("--gpu-sustain-m", &gpu_sustain_m, "M", "GPU sustained run: token count (K and N as above)");
     a.flag("--quick", &quick,
-           "small and fast: f32,q8_0 at M=64, K=N=1024, 0.2 s per shape, 3 s sustained (1 s samples); GPU "
-           "sustained at M=1024");
+           "small and fast: f32,q8_0 at M=64, K=N=1024, 0.2 s per shape, 3 s sustained (1 s samples), 64 MiB "
+           "memory read; GPU sustained at M=1024");
     a.option("--json", &json, "FILE", "write the report (machine, settings, peaks, results, samples) as JSON");
     if (!a.parse(argc, argv, 3)) return 0;
     if (quick) {
@@ -288,6 +291,7 @@ int bench_gemm(int argc, char** argv) {
         if (!a.given("--sample")) o.sample_seconds = 1;
         if (!a.given("--sustain-m")) sustain_m = 64;
         if (!a.given("--gpu-sustain-m")) gpu_sustain_m = 1024;
+        if (!a.given("--mem-read")) o.memory_bytes = uint64_t(64) << 20;
     }
     if (k < 1 || n < 1 || sustain_m < 1 || gpu_sustain_m < 1)
         throw std::runtime_error("--k, --n, --sustain-m and --gpu-sustain-m must be positive");

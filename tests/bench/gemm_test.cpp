@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "ops/buffer.h"
 #include "quant/dequant.h"
 #include "quant/types.h"
 
@@ -63,7 +64,11 @@ TEST(GemmBench, SmallRunTimesShapesAndSamples) {
     o.sustain_type = GgmlType::Q8_0;
     o.sustain_m = 4;
     o.gpu = ms::GpuMode::Off;  // the GPU part has its own tests (gemm_gpu_test.cpp)
+    o.memory_bytes = 8 << 20;
     ms::GemmReport r = ms::run_gemm_bench(o);
+    EXPECT_EQ(r.memory.bytes, 8u << 20);
+    ASSERT_EQ(r.memory.gb_per_s.size(), 5u);
+    for (double g : r.memory.gb_per_s) EXPECT_GT(g, 0.0);
     ASSERT_EQ(r.results.size(), 4u);
     EXPECT_EQ(r.results[3].shape.type, GgmlType::Q4_K);
     EXPECT_EQ(r.results[3].shape.m, 8);
@@ -83,6 +88,24 @@ TEST(GemmBench, SmallRunTimesShapesAndSamples) {
     EXPECT_TRUE(j.at("theoretical_peak").contains("Q4_K"));
     EXPECT_FALSE(j.at("gpu").at("available").as_bool());
     EXPECT_EQ(j.at("gpu").at("reason").as_string(), "--gpu off");
+    EXPECT_DOUBLE_EQ(j.at("memory_read").at("gb_per_s").as_number(), r.memory.best());
+}
+
+// The memory read figure is only as good as the sum behind it: every word
+// is read exactly once whatever the thread count and the split.
+TEST(GemmBench, StreamSumReadsEveryWordOnce) {
+    const uint64_t bytes = (uint64_t(3) << 20) + 8 * 37;  // not a multiple of the chunking
+    ms::AlignedBuffer buf(bytes);
+    uint64_t* w = reinterpret_cast<uint64_t*>(buf.data());
+    uint64_t expect = 0;
+    for (uint64_t i = 0; i < bytes / 8; i++) {
+        w[i] = i * 2654435761u;
+        expect += w[i];
+    }
+    for (int threads : {1, 2, 3}) {
+        ms::ThreadPool pool(threads);
+        EXPECT_EQ(ms::stream_sum(pool, buf.data(), bytes), expect) << threads;
+    }
 }
 
 TEST(GemmBench, PeakFormulaIsStated) {

@@ -426,9 +426,9 @@ constexpr double kTileDecodeTokens = 2.5;
 
 // Tokens [0, returned) of matmul through tile kernels: whole tiles of the
 // largest size whose scratch fits, then the cheapest cover of the rest (e.g.
-// 7 tokens as one padded tile of 8 rather than 4 + 2 + 1). Every band of rows
-// stays in cache while all of them pass over it. Returns 0 when no tile fits;
-// dot4 / dot1 then do the work.
+// 7 tokens as one padded tile of 8 rather than 4 + 2 + 1). Each band of rows
+// stays in cache while all the tiles pass over it. Returns 0 when no tile
+// fits; dot4 / dot1 then do the work.
 __attribute__((noinline)) int64_t matmul_tiles(const TileKernels& tk, const uint8_t* W, size_t rb, int64_t rows,
                                                const uint8_t* A, size_t ab, int64_t n_tok, float* Y, int64_t n,
                                                int64_t r0, int64_t r1) {
@@ -454,8 +454,9 @@ __attribute__((noinline)) int64_t matmul_tiles(const TileKernels& tk, const uint
             }
         }
     }
-    for (int64_t rs = r0; rs < r1; rs += band_rows(rb)) {
-        const int64_t re = std::min(r1, rs + band_rows(rb));
+    const int64_t band = band_rows(rb);
+    for (int64_t rs = r0; rs < r1; rs += band) {
+        const int64_t re = std::min(r1, rs + band);
         auto run = [&](int s, int64_t t, int valid) {
             tk.tile[s](W + size_t(rs) * rb, rb, re - rs, A + size_t(t) * ab, ab, valid, n, Y + t * rows + rs,
                        size_t(rows), scratch);

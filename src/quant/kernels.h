@@ -1,14 +1,14 @@
-// Internal to quant/: the per-level kernel tables behind dot.h. A kernel dots
-// one weight row with NT activation rows (act_stride bytes apart) and writes
-// out[0..NT); NT is 1 (matvec) or 4 (matmul tiles reuse each decoded weight
-// block for four tokens). Per token, dot4 performs exactly dot1's operations,
-// so matvec and matmul agree bit for bit.
+// Internal to quant/: the per-level kernel tables behind dot.h. A row kernel
+// dots one weight row with NT activation rows (act_stride bytes apart) and
+// writes out[0..NT); NT is 1 (matvec) or 4 (matmul of types without tile
+// kernels: each decoded weight block serves four tokens). Per token, dot4
+// performs exactly dot1's operations, so matvec and matmul agree bit for bit.
 //
 // A tile kernel does the same for a whole band of rows and NT = 1, 2, 4, 8 or
 // 16 tokens: it first rearranges the NT activation rows into scratch (scales
-// gathered so one multiply forms every token's block scale, ...), then walks
-// the rows, decoding each weight block once for all NT tokens. Per token it
-// too performs dot1's float operations in dot1's order.
+// gathered so one multiply forms every token's block scale, quants aligned),
+// then walks the rows, decoding each weight block once for all NT tokens. Per
+// token it too performs dot1's float operations in dot1's order.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -124,8 +124,14 @@ MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& l
     Trace* trace = active_trace();
     for (int g0 = 0; g0 < n_used; g0 += source.capacity()) {
         const int group = std::min(n_used - g0, source.capacity());
+        // Engines that read synchronously (mmap: page faults in memcpy)
+        // block inside acquire and prefetch: that is waiting for I/O too.
+        const int64_t a0 = Trace::now_ns();
         source.acquire(layer.layer, s.used_.data() + g0, group);
         if (g0 == 0 && next.n > 0) source.prefetch(next.layer, next.ids, next.n);
+        const int64_t a1 = Trace::now_ns();
+        cost.io_wait_s += double(a1 - a0) * 1e-9;
+        if (trace && a1 - a0 >= 2000) trace->complete("io_wait", "layer", a0, a1, -1, "layer", layer.layer);
         ExpertView v;
         int i;
         for (;;) {

@@ -19,9 +19,11 @@ void StoreFlags::declare(Args& a) {
     a.option("--io-split", &io_split, "N", "pread/buffered: page-aligned chunks each expert read is cut into");
     a.option("--cache-policy", &cache_policy, "P", "expert cache eviction: lru, or lfu (with aging)");
     a.option("--prefetch", &prefetch, "MODE",
-             "off, or next: while a layer's experts are read and computed, read the experts the next "
+             "next-layer prefetch: while a layer's experts are read and computed, read the experts the next "
              "layer's router picks from the current hidden state (low priority; only when the cache cannot "
-             "hold every expert)");
+             "hold every expert). next: in prefill chunks and in decode; auto: in prefill chunks only (in "
+             "decode the wrong guesses evicted experts and cost more reads than the right ones saved, "
+             "where measured: docs/performance.md); off: never");
     a.option("--layout", &layout, "L",
              "where experts are read from: packed (the sidecar MODEL.gguf.experts written by `moestream "
              "pack`), gguf (the model file), or auto (the sidecar when it is valid, else gguf)");

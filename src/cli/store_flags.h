@@ -24,7 +24,7 @@ struct StoreFlags {
     std::string io = "uring";
     std::string layout = "auto";
     std::string cache_policy = "lru";
-    std::string prefetch = "next";
+    std::string prefetch = "auto";
     int io_depth = 64, io_threads = 4, io_split = 1;
     bool no_verify = false;
 

@@ -35,8 +35,8 @@ Store::Store(ExpertLayout layout, int n_slots, const StoreOptions& options, Stor
       slot_io_(size_t(n_slots)),
       reuse_(size_t(std::max(1, layout_.n_layers())) * size_t(std::max(1, layout_.max_experts()))) {
     if (layout_.total_experts() == 0) throw std::runtime_error("store: the model has no routed experts");
-    if (options_.prefetch != "off" && options_.prefetch != "next")
-        throw std::runtime_error("--prefetch: expected off or next, not '" + options_.prefetch + "'");
+    if (options_.prefetch != "off" && options_.prefetch != "auto" && options_.prefetch != "next")
+        throw std::runtime_error("--prefetch: expected off, auto or next, not '" + options_.prefetch + "'");
     predicted_.resize(size_t(layout_.n_layers()));
     if (counters_->uses.size() != size_t(layout_.n_layers()) * size_t(layout_.max_experts()))
         counters_->init(layout_.n_layers(), layout_.max_experts());

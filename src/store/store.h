@@ -23,7 +23,7 @@ struct StoreOptions {
     IoOptions io_options;
     std::string cache_policy = "lru";   // lru | lfu
     bool verify_checksums = true;       // packed layout: xxh3 of every expert read
-    std::string prefetch = "next";      // off | next (take the forward pass's next-layer hints)
+    std::string prefetch = "auto";      // off | auto (take next-layer hints in prefill chunks) | next (always)
 };
 
 class Store : public ExpertSource {
@@ -40,9 +40,13 @@ public:
     int next_ready(int layer, ExpertView* view) override;
     void release(int layer) override;
     void prefetch(int layer, const int32_t* ids, int n) override;
-    // Hints pay only when some experts must be read again.
+    // Hints pay only when some experts must be read again. In decode they
+    // did not pay where measured (docs/performance.md: wrong guesses evict
+    // experts and add more reads than the right ones save), so `auto` takes
+    // them for prefill chunks only, where a chunk's prediction is ~97 % right.
     bool wants_prefetch() const override {
-        return options_.prefetch == "next" && capacity() < layout_.total_experts();
+        if (capacity() >= layout_.total_experts()) return false;
+        return options_.prefetch == "next" || (options_.prefetch == "auto" && step_tokens_ > 1);
     }
 
     const ExpertLayout& layout() const { return layout_; }

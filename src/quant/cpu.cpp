@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 namespace ms {
 
@@ -52,9 +54,17 @@ CpuFeatures detect() {
 SimdLevel detect_best() {
     const CpuFeatures& f = cpu_features();
     bool avx2 = f.avx2 && f.fma && f.f16c && f.bmi2;
-    if (avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni) return SimdLevel::Avx512;
-    if (avx2) return SimdLevel::Avx2;
-    return SimdLevel::Scalar;
+    SimdLevel best = SimdLevel::Scalar;
+    if (avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni) best = SimdLevel::Avx512;
+    else if (avx2) best = SimdLevel::Avx2;
+    // MOESTREAM_SIMD=scalar|avx2 caps the level, to reproduce on this
+    // machine what a CPU without AVX-512 computes (summation orders differ
+    // by level, and with them near-tied routing decisions).
+    if (const char* cap = std::getenv("MOESTREAM_SIMD")) {
+        if (std::strcmp(cap, "scalar") == 0) best = SimdLevel::Scalar;
+        else if (std::strcmp(cap, "avx2") == 0 && best == SimdLevel::Avx512) best = SimdLevel::Avx2;
+    }
+    return best;
 }
 
 std::atomic<int> g_level{-1};

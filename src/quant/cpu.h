@@ -18,6 +18,8 @@ const CpuFeatures& cpu_features();
 enum class SimdLevel { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 const char* simd_level_name(SimdLevel l);  // "scalar", "avx2", "avx512"
 
+// The best level this CPU runs, capped by the environment variable
+// MOESTREAM_SIMD (scalar, avx2; anything else: no cap).
 SimdLevel best_simd_level();
 SimdLevel simd_level();  // the active level
 // Sets the active level, clamped to best_simd_level(); returns what was set.

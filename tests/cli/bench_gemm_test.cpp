@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -77,4 +78,22 @@ TEST(BenchGemmCli, BadGpuFlagsAreOneLineErrors) {
     r = run_cli("bench gemm --quick --gpu-types bf16,fp8", true);
     EXPECT_NE(r.rc, 0);
     EXPECT_NE(r.out.find("--gpu-types: unknown type 'fp8'"), std::string::npos) << r.out;
+}
+
+// MOESTREAM_SIMD caps the kernel level (to reproduce a CPU without AVX-512):
+// the level the run reports follows it, never rising above what the CPU has.
+TEST(BenchGemmCli, SimdEnvironmentCapsTheLevel) {
+    const std::string json = "/tmp/moestream-simd-env-" + std::to_string(getpid()) + ".json";
+    auto level_with = [&](const std::string& env) {
+        const std::string cmd = env + " " + MOESTREAM_BINARY + " bench gemm --quick --gpu off --duration 0 --m 4 --json " +
+                                json + " >/dev/null 2>&1";
+        EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+        const std::string level = ms::Json::parse_file(json).at("settings").at("simd_level").as_string();
+        std::remove(json.c_str());
+        return level;
+    };
+    const std::string best = level_with("");
+    EXPECT_EQ(level_with("MOESTREAM_SIMD=scalar"), "scalar");
+    EXPECT_EQ(level_with("MOESTREAM_SIMD=avx2"), best == "scalar" ? "scalar" : "avx2");
+    EXPECT_EQ(level_with("MOESTREAM_SIMD=something-else"), best);
 }

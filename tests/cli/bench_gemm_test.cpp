@@ -85,7 +85,7 @@ TEST(BenchGemmCli, BadGpuFlagsAreOneLineErrors) {
 TEST(BenchGemmCli, SimdEnvironmentCapsTheLevel) {
     const std::string json = "/tmp/moestream-simd-env-" + std::to_string(getpid()) + ".json";
     auto level_with = [&](const std::string& env) {
-        const std::string cmd = env + " " + MOESTREAM_BINARY + " bench gemm --quick --gpu off --duration 0 --m 4 --json " +
+        const std::string cmd = "env -u MOESTREAM_SIMD " + env + " " + MOESTREAM_BINARY + " bench gemm --quick --gpu off --duration 0 --m 4 --json " +
                                 json + " >/dev/null 2>&1";
         EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
         const std::string level = ms::Json::parse_file(json).at("settings").at("simd_level").as_string();

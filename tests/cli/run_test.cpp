@@ -28,23 +28,31 @@ protected:
         CliResult ins = run_cli("inspect --json " + model_, false);
         ASSERT_EQ(ins.rc, 0) << ins.out;
         inspect_ = Json::parse(ins.out);
+        // A budget that holds the fixed part and about half of the 96
+        // experts, so reads happen. Measured, not fixed: under sanitizers the
+        // process itself is tens of MiB larger.
+        const std::string probe = prefix_ + ".probe.json";
+        CliResult pr = run_cli("run -m " + model_ + " -c 512 -t 2 -p hi -n 1 --report " + probe, true);
+        ASSERT_EQ(pr.rc, 0) << pr.out;
+        const Json st = Json::parse_file(probe).at("store_settings");
+        std::remove(probe.c_str());
+        const int64_t fixed = st.at("resident_bytes").as_int() + st.at("kv_and_scratch_bytes").as_int() +
+                              st.at("process_bytes").as_int();
+        budget_ = " --mem " + std::to_string(fixed + 48 * st.at("slot_bytes").as_int() + (4 << 20)) + " -c 512 -t 2 ";
     }
     static void TearDownTestSuite() {
         for (const char* ext : {".gguf", ".trace.json", ".report.json", ".r2.json"})
             std::remove((prefix_ + ext).c_str());
     }
-    static std::string prefix_, model_;
+    static std::string prefix_, model_, budget_;
     static Json inspect_;
 };
-std::string RunCli::prefix_, RunCli::model_;
+std::string RunCli::prefix_, RunCli::model_, RunCli::budget_;
 Json RunCli::inspect_;
-
-// 24M holds the resident weights but only part of the 96 experts.
-const char* kBudget = " --mem 24M -c 512 -t 2 ";
 
 TEST_F(RunCli, TraceMatchesReportAndLayout) {
     const std::string trace = prefix_ + ".trace.json", report = prefix_ + ".report.json";
-    CliResult r = run_cli("run -m " + model_ + kBudget + "--seed 7 --random-prompt 40 -b 16 -n 40 --ignore-eos" +
+    CliResult r = run_cli("run -m " + model_ + budget_ + "--seed 7 --random-prompt 40 -b 16 -n 40 --ignore-eos" +
                               " --trace " + trace + " --report " + report,
                           true);
     ASSERT_EQ(r.rc, 0) << r.out;
@@ -140,7 +148,7 @@ TEST_F(RunCli, PrefillReadsTheUnionOnce) {
     for (const char* prefetch : {"next", "off"}) {
         SCOPED_TRACE(std::string(tokens) + " tokens, prefetch " + prefetch);
         const std::string report = prefix_ + ".r2.json";
-        CliResult r = run_cli("run -m " + model_ + kBudget + "--seed 3 --random-prompt " + tokens +
+        CliResult r = run_cli("run -m " + model_ + budget_ + "--seed 3 --random-prompt " + tokens +
                                   " -n 0 --prefetch " + prefetch + " --report " + report,
                               true);
         ASSERT_EQ(r.rc, 0) << r.out;
@@ -162,10 +170,10 @@ TEST_F(RunCli, PrefillReadsTheUnionOnce) {
 
 TEST_F(RunCli, TracingAndRandomPromptAreReproducible) {
     const std::string trace = prefix_ + ".trace.json";
-    const std::string args = "run -m " + model_ + kBudget + "--seed 11 --random-prompt 25 -n 16 --ignore-eos";
+    const std::string args = "run -m " + model_ + budget_ + "--seed 11 --random-prompt 25 -n 16 --ignore-eos";
     CliResult plain = run_cli(args, false);
     CliResult traced = run_cli(args + " --trace " + trace, false);
-    CliResult other_seed = run_cli("run -m " + model_ + kBudget + "--seed 12 --random-prompt 25 -n 16 --ignore-eos",
+    CliResult other_seed = run_cli("run -m " + model_ + budget_ + "--seed 12 --random-prompt 25 -n 16 --ignore-eos",
                                    false);
     ASSERT_EQ(plain.rc, 0);
     ASSERT_EQ(traced.rc, 0);
@@ -182,7 +190,7 @@ TEST_F(RunCli, BadPromptFlagsAreOneLineErrors) {
     CliResult neg = run_cli("run -m " + model_ + " --random-prompt -3", true);
     EXPECT_NE(neg.rc, 0);
     EXPECT_NE(neg.out.find("--random-prompt"), std::string::npos) << neg.out;
-    CliResult dir = run_cli("run -m " + model_ + kBudget + "-p hi -n 2 --trace /nonexistent/dir/t.json", true);
+    CliResult dir = run_cli("run -m " + model_ + budget_ + "-p hi -n 2 --trace /nonexistent/dir/t.json", true);
     EXPECT_NE(dir.rc, 0);
     EXPECT_NE(dir.out.find("/nonexistent/dir/t.json"), std::string::npos) << dir.out;
 }

@@ -329,7 +329,7 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
             if (!std::isnan(f.hit_rate)) hit.push_back(f.hit_rate);
             // The store counts MB per generated token; a prompt-only run has none.
             if (!std::isnan(f.mb_read_per_token) && f.decode_tokens > 0) mbt.push_back(f.mb_read_per_token);
-            if (!std::isnan(f.io_wait_s) && toks > 0) stall.push_back(f.io_wait_s * 1e3 / double(toks));
+            if (!std::isnan(f.phases.io_wait) && toks > 0) stall.push_back(f.phases.io_wait * 1e3 / double(toks));
             if (!std::isnan(f.read_amplification)) amp.push_back(f.read_amplification);
             peak_rss = std::max(peak_rss, f.peak_rss_bytes);
             dev_bytes += f.device_read_bytes;

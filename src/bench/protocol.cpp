@@ -263,16 +263,13 @@ ProtocolReport run_protocol(const ProtocolOptions& opt) {
             double total = c->run.prefill_seconds + c->run.decode_seconds;
             const PhaseTimes& p = c->run.phases;
             double ms = toks > 0 ? 1e3 / double(toks) : 0;
-            if (!std::isnan(p.attention)) {
-                split_known = true;
-                f << strf("%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\n", c->name.c_str(), p.attention * ms, p.routing * ms,
-                          p.io_wait * ms, p.expert_compute * ms, std::isnan(p.other) ? 0.0 : p.other * ms);
-            } else {
-                // Without the runtime's split: I/O wait from the store, the
-                // rest of the forward time as one "compute" share.
-                double io = std::isnan(c->run.io_wait_s) ? 0 : c->run.io_wait_s;
-                f << strf("%s\t0\t0\t%.3f\t0\t%.3f\n", c->name.c_str(), io * ms, std::max(0.0, total - io) * ms);
-            }
+            // Kinds a report lacks count as 0; the time they leave is "other".
+            auto z = [](double v) { return std::isnan(v) ? 0.0 : v; };
+            split_known = split_known || !std::isnan(p.attention);
+            const double known = z(p.attention) + z(p.routing) + z(p.io_wait) + z(p.expert_compute);
+            const double other = std::isnan(p.other) ? std::max(0.0, total - known) : p.other;
+            f << strf("%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\n", c->name.c_str(), z(p.attention) * ms, z(p.routing) * ms,
+                      z(p.io_wait) * ms, z(p.expert_compute) * ms, other * ms);
         }
     }
     if (opt.scripts_dir.empty()) {
@@ -347,7 +344,7 @@ ProtocolReport run_protocol(const ProtocolOptions& opt) {
     store.header = {"case", "hit rate %", "MB read / token", "I/O wait s", "read amplification"};
     for (const ProtocolCaseResult* c : measured)
         store.add({c->name, c->ok && !std::isnan(c->run.hit_rate) ? strf("%.1f", c->run.hit_rate * 100) : "-",
-                   c->ok ? mb_cell(c->run.mb_read_per_token) : "-", c->ok ? mb_cell(c->run.io_wait_s) : "-",
+                   c->ok ? mb_cell(c->run.mb_read_per_token) : "-", c->ok ? mb_cell(c->run.phases.io_wait) : "-",
                    c->ok && !std::isnan(c->run.read_amplification) ? strf("%.3f", c->run.read_amplification) : "-"});
     md += "\n## Streaming store (from each run's report)\n\n" + store.markdown();
 
@@ -359,7 +356,7 @@ ProtocolReport run_protocol(const ProtocolOptions& opt) {
         const PhaseTimes& p = c->run.phases;
         double total = c->run.prefill_seconds + c->run.decode_seconds;
         split.add({c->name, ms_per_token(p.attention, toks), ms_per_token(p.routing, toks),
-                   ms_per_token(std::isnan(p.io_wait) ? c->run.io_wait_s : p.io_wait, toks),
+                   ms_per_token(p.io_wait, toks),
                    ms_per_token(p.expert_compute, toks), ms_per_token(p.other, toks), ms_per_token(total, toks)});
     }
     md += "\n## Time per processed token (prompt + generated), ms\n\n" + split.markdown();
@@ -424,7 +421,6 @@ ProtocolReport run_protocol(const ProtocolOptions& opt) {
         o["read_over_model_size"] = device.empty() ? Json(nullptr) : Json(double(c.device_read_bytes) / double(model_size));
         o["hit_rate"] = nan_null(c.run.hit_rate);
         o["mb_read_per_token"] = nan_null(c.run.mb_read_per_token);
-        o["io_wait_s"] = nan_null(c.run.io_wait_s);
         o["read_amplification"] = nan_null(c.run.read_amplification);
         Json ts = Json::object();
         ts["attention"] = nan_null(c.run.phases.attention);

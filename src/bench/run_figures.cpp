@@ -71,10 +71,6 @@ int count_prompt_tokens(const std::string& binary, const std::string& model, con
     return n;
 }
 
-namespace {
-
-}  // namespace
-
 RunCaps probe_run_caps(const std::string& binary, const std::string& work_dir) {
     ChildOptions co;
     co.argv = {binary, "run", "--help"};
@@ -152,7 +148,6 @@ RunFigures read_run_figures(const Json& report, const std::string& what) {
     if (const Json* s = report.find("store"); s && s->is_object()) {
         f.hit_rate = number_or_nan(s->find("hit_rate"));
         f.mb_read_per_token = number_or_nan(s->find("mb_read_per_token"));
-        f.io_wait_s = number_or_nan(s->find("io_wait_s"));
         f.read_amplification = number_or_nan(s->find("read_amplification"));
     }
     f.cpu_idle = number_or_nan(report.find("cpu_idle"));

@@ -62,7 +62,6 @@ struct RunFigures {
     double prefill_seconds = 0, decode_seconds = 0;
     double hit_rate = NAN;
     double mb_read_per_token = NAN;
-    double io_wait_s = NAN;
     double read_amplification = NAN;
     double cpu_idle = NAN;
     double wall_s = NAN;

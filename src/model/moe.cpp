@@ -122,6 +122,13 @@ MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& l
     float* slots = s.slots_.f32();
     MoeCost cost;
     Trace* trace = active_trace();
+    // Time blocked on the source since t0, into the cost and, for real waits
+    // (hits come back in well under a microsecond), onto the timeline.
+    auto waited = [&](int64_t t0) {
+        const int64_t t1 = Trace::now_ns();
+        cost.io_wait_s += double(t1 - t0) * 1e-9;
+        if (trace && t1 - t0 >= 2000) trace->complete("io_wait", "layer", t0, t1, -1, "layer", layer.layer);
+    };
     for (int g0 = 0; g0 < n_used; g0 += source.capacity()) {
         const int group = std::min(n_used - g0, source.capacity());
         // Engines that read synchronously (mmap: page faults in memcpy)
@@ -129,19 +136,13 @@ MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& l
         const int64_t a0 = Trace::now_ns();
         source.acquire(layer.layer, s.used_.data() + g0, group);
         if (g0 == 0 && next.n > 0) source.prefetch(next.layer, next.ids, next.n);
-        const int64_t a1 = Trace::now_ns();
-        cost.io_wait_s += double(a1 - a0) * 1e-9;
-        if (trace && a1 - a0 >= 2000) trace->complete("io_wait", "layer", a0, a1, -1, "layer", layer.layer);
+        waited(a0);
         ExpertView v;
         int i;
         for (;;) {
             const int64_t t0 = Trace::now_ns();
             i = source.next_ready(layer.layer, &v);
-            const int64_t t1 = Trace::now_ns();
-            cost.io_wait_s += double(t1 - t0) * 1e-9;
-            // Hits come back in well under a microsecond; only real waits
-            // are worth a span on the timeline.
-            if (trace && t1 - t0 >= 2000) trace->complete("io_wait", "layer", t0, t1, -1, "layer", layer.layer);
+            waited(t0);
             if (i < 0) break;
             cost.expert_bytes += layer.expert_bytes();
             const int e = s.used_[size_t(g0 + i)];

@@ -206,9 +206,7 @@ int Store::next_ready(int layer, ExpertView* view) {
             view->down = base + p.down;
             return i;
         }
-        auto t0 = std::chrono::steady_clock::now();
         reap(true);
-        counters_->io_wait_s += seconds_since(t0);
     }
 }
 

@@ -75,7 +75,6 @@ Json StoreCounters::to_json() const {
     pf["prediction_recall"] = ratio(double(nc), double(na));
     j["prefetch"] = std::move(pf);
 
-    j["io_wait_s"] = io_wait_s;
     j["checksum_bytes"] = checksum_bytes;
     j["checksum_s"] = checksum_s;
     j["steps"] = steps;

@@ -57,7 +57,6 @@ struct StoreCounters {
     }
     uint64_t checksum_bytes = 0;  // expert bytes verified against the sidecar's xxh3
     double checksum_s = 0;
-    double io_wait_s = 0;         // time the forward pass blocked waiting for reads
     uint64_t steps = 0, decode_steps = 0, prefill_tokens = 0;
 
     uint64_t total_hits() const;

@@ -119,7 +119,7 @@ done
 awk -v n="$n" -v g="$g" -v t="$threads" 'BEGIN {
   printf "{\"settings\":{\"threads\":%d},\"results\":{\"prefill_tokens\":%d,\"prefill_seconds\":%.6f,", t, n, n / 1000
   printf "\"decode_tokens\":%d,\"decode_seconds\":%.6f},", g, g / 100
-  printf "\"store\":{\"hit_rate\":0.75,\"mb_read_per_token\":12.5,\"io_wait_s\":0.02,\"read_amplification\":1.25},"
+  printf "\"store\":{\"hit_rate\":0.75,\"mb_read_per_token\":12.5,\"read_amplification\":1.25},\"time_split\":{\"io_wait\":0.02},"
   printf "\"peak_rss_bytes\":1048576,\"disk\":{\"device\":\"vda\",\"read_bytes\":4096}}\n"
 }' > "$report"
 echo "generated text"

@@ -54,7 +54,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 sleep 0.45
-printf '{"prefill":{"tokens":20,"seconds":0.5},"decode":{"tokens":%d,"seconds":2.0},"store":{"hit_rate":0.5,"io_wait_s":0.25},"peak_rss_bytes":2097152}\n' "$g" > "$report"
+printf '{"prefill":{"tokens":20,"seconds":0.5},"decode":{"tokens":%d,"seconds":2.0},"store":{"hit_rate":0.5},"time_split":{"io_wait":0.25},"peak_rss_bytes":2097152}\n' "$g" > "$report"
 )";
 
 TEST(Protocol, RunsWarmupThenEachCaseInAFreshProcess) {

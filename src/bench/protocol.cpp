@@ -13,6 +13,7 @@
 #include "bench/cgroup.h"
 #include "bench/child.h"
 #include "bench/model_bench.h"
+#include "bench/plot.h"
 #include "bench/table.h"
 #include "gguf/gguf.h"
 #include "telemetry/system.h"
@@ -76,17 +77,8 @@ std::string ms_per_token(double seconds, int64_t tokens) {
 // Runs gnuplot on one of the scripts/plot_protocol_*.gp files.
 std::string plot(const std::string& scripts_dir, const char* script, const std::string& vars,
                  const std::string& out_dir) {
-    std::string gp = scripts_dir + "/" + script;
-    if (!fs::exists(gp)) return gp + " not found";
-    ChildOptions co;
-    co.argv = {"/usr/bin/gnuplot", "-e", vars, gp};
-    if (!fs::exists(co.argv[0])) co.argv[0] = "/usr/local/bin/gnuplot";
-    if (!fs::exists(co.argv[0])) return "gnuplot not installed (Debian: apt-get install gnuplot-nox)";
-    co.stderr_path = out_dir + "/gnuplot.err";
-    co.timeout_s = 60;
-    ChildResult r = run_child(co);
-    if (!r.ok()) return std::string(script) + ": gnuplot " + r.describe() + ": " + tail_lines(co.stderr_path, 2);
-    return "";
+    const std::string err = run_gnuplot(vars, scripts_dir + "/" + script, out_dir + "/gnuplot.err");
+    return err.empty() ? "" : std::string(script) + ": " + err;
 }
 
 Json sample_json(const ProtocolSample& s) {

@@ -1,4 +1,4 @@
-// moestream bench {ssd,cache,gemm,model,protocol}: flags and terminal output
+// moestream bench {ssd,cache,gemm,model,protocol,routing}: flags and terminal output
 // for the measurement toolkit; the measuring itself lives in src/bench/.
 #include <unistd.h>
 
@@ -6,7 +6,9 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -18,12 +20,15 @@
 #include "bench/model_bench.h"
 #include "bench/model_experts.h"
 #include "bench/protocol.h"
+#include "bench/routing.h"
 #include "bench/ssd.h"
 #include "bench/table.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "cli/session_flags.h"
 #include "json/json.h"
+#include "telemetry/routing_trace.h"
 #include "telemetry/system.h"
 
 namespace ms {
@@ -81,13 +86,15 @@ struct StepProgress {
 };
 
 const char* kBenchUsage =
-    "usage: moestream bench <ssd|cache|gemm|model|protocol> [options]   (moestream bench <name> --help)\n\n"
+    "usage: moestream bench <ssd|cache|gemm|model|protocol|routing> [options]   (moestream bench <name> --help)\n\n"
     "  ssd       uncached drive study: read patterns of expert streaming, threads and io_uring depths,\n"
     "            every byte verified through /proc/diskstats\n"
     "  cache     warm page-cache pread study: threads x split fan-out over experts\n"
     "  gemm      compute ceiling of our kernels, and a sustained run for thermal sag\n"
     "  model     llama-bench compatible prompt/generation benchmark of `moestream run`\n"
-    "  protocol  community benchmark protocol: warm-up, short/medium/long cases, device autopsy\n";
+    "  protocol  community benchmark protocol: warm-up, short/medium/long cases, device autopsy\n"
+    "  routing   a model's routing on a text (spread, popularity, reuse) and the hit rate a cache of each\n"
+    "            size would reach under LRU, LFU and Belady's optimum\n";
 
 int bench_ssd(int argc, char** argv) {
     SsdOptions o;
@@ -503,6 +510,84 @@ int bench_protocol(int argc, char** argv) {
     return 0;
 }
 
+int bench_routing(int argc, char** argv) {
+    SessionFlags flags;
+    std::string text_file, trace_in, trace_out, json, png, sizes;
+    int window = 8, max_tokens = 0;
+    Args a("moestream bench routing (-m MODEL -f TEXT | --trace FILE) [options]",
+           "How a model routes on a text and what memory buys: runs the model over the text (as prefill, so "
+           "each token's experts are those decode would choose at that position) recording every token's "
+           "experts per layer, or reads a trace that `run --routing-trace` or --save-trace wrote. Per layer: "
+           "distinct experts, how few experts cover 50/80/90 % of the picks, the top expert's share, entropy, "
+           "the share of a token's experts the previous token (and any of the previous --window tokens) also "
+           "chose. Then the trace is replayed in decode order through an expert cache shared by all layers, "
+           "as the store's is, starting empty: the hit rate under LRU and LFU (the store's own policies) and "
+           "Belady's optimum (evict the expert used again furthest in the future: the ceiling at that size).");
+    flags.declare(a, false);
+    a.option("-f,--file", &text_file, "TEXT", "the text to run the model over");
+    a.option("--tokens", &max_tokens, "N", "use only the first N tokens of the text (0: all that fit the context)");
+    a.option("--trace", &trace_in, "FILE", "analyse this routing trace instead of running a model");
+    a.option("--save-trace", &trace_out, "FILE", "write the routing trace of the run to FILE");
+    a.option("--window", &window, "N", "reuse window in tokens (the 'within N' column)");
+    a.option("--cache-slots", &sizes, "LIST",
+             "cache sizes to replay, in slots per routed layer (comma list; default 1/16 .. 7/8 of the experts)");
+    a.option("--json", &json, "FILE", "write the statistics and the replay as JSON");
+    a.option("--png", &png, "FILE", "plot hit rate against cache size per policy (gnuplot)");
+    if (!a.parse(argc, argv, 3)) return 0;
+    if (trace_in.empty() == (flags.model.empty() || text_file.empty()))
+        throw std::runtime_error("give either -m MODEL -f TEXT or --trace FILE");
+    if (window < 1 || max_tokens < 0) throw std::runtime_error("--window must be >= 1 and --tokens >= 0");
+
+    std::unique_ptr<RoutingTrace> trace;
+    if (!trace_in.empty()) {
+        trace = std::make_unique<RoutingTrace>(RoutingTrace::read(trace_in));
+    } else {
+        std::ifstream f(text_file, std::ios::binary);
+        if (!f) throw std::runtime_error(text_file + ": cannot open");
+        const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+        auto s = flags.open();
+        std::vector<int32_t> tokens = s->tokenize(text);
+        const size_t limit = size_t(max_tokens > 0 ? std::min<int64_t>(max_tokens, s->n_ctx()) : s->n_ctx());
+        if (tokens.size() > limit) {
+            fprintf(stderr, "using the first %zu of the text's %zu tokens (%s)\n", limit, tokens.size(),
+                    max_tokens > 0 ? "--tokens" : "the context; raise -c for more");
+            tokens.resize(limit);
+        }
+        if (tokens.size() < 2) throw std::runtime_error(text_file + ": the text gives fewer than 2 tokens");
+        const ModelConfig& c = s->config();
+        if (c.n_expert <= 0) throw std::runtime_error(flags.model + ": the model has no routed experts");
+        trace = std::make_unique<RoutingTrace>(c.n_layer, c.n_expert, c.n_expert_used);
+        trace->reserve(int64_t(tokens.size()));
+        s->experts().routing_trace = trace.get();
+        ProgressBar bar("routing " + std::to_string(tokens.size()) + " tokens", tokens.size(), false);
+        const size_t step = size_t(std::max(1, flags.batch));
+        for (size_t at = 0; at < tokens.size(); at += step) {
+            s->prefill(std::vector<int32_t>(tokens.begin() + ptrdiff_t(at),
+                                            tokens.begin() + ptrdiff_t(std::min(tokens.size(), at + step))));
+            bar.update(std::min(tokens.size(), at + step));
+        }
+        bar.finish();
+        s->experts().routing_trace = nullptr;
+        if (!trace_out.empty()) {
+            trace->write(trace_out);
+            fprintf(stderr, "wrote %s\n", trace_out.c_str());
+        }
+        flags.finish("bench routing", *s);
+    }
+    const RoutingStats stats = routing_stats(*trace, window);
+    const std::vector<int> per_layer =
+        sizes.empty() ? default_cache_sizes(trace->n_expert(), trace->k()) : parse_int_list("--cache-slots", sizes);
+    const std::vector<CachePoint> cache = replay_cache_sizes(*trace, per_layer);
+    fputs(routing_text(stats, cache).c_str(), stdout);
+    if (!json.empty()) write_json(json, routing_json(stats, cache));
+    if (!png.empty()) {
+        const std::string err = plot_cache_curve(cache, trace->n_expert(), png);
+        if (!err.empty()) throw std::runtime_error(png + ": " + err);
+        fprintf(stderr, "wrote %s\n", png.c_str());
+    }
+    return 0;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -516,6 +601,7 @@ int cmd_bench(int argc, char** argv) {
     if (which == "gemm") return bench_gemm(argc, argv);
     if (which == "model") return bench_model(argc, argv);
     if (which == "protocol") return bench_protocol(argc, argv);
+    if (which == "routing") return bench_routing(argc, argv);
     fprintf(stderr, "moestream bench: unknown benchmark '%s'\n%s", which.c_str(), kBenchUsage);
     return 2;
 }

@@ -1,14 +1,17 @@
 // moestream run: generate text from a prompt, streamed to stdout as it is
 // produced; prefill and decode speed and peak RSS go to stderr at the end.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/session_flags.h"
+#include "telemetry/routing_trace.h"
 #include "telemetry/trace.h"
 
 namespace ms {
@@ -20,7 +23,7 @@ int cmd_run(int argc, char** argv) {
            "decode tokens per second and the peak RSS are printed to stderr at the end (and written with "
            "--report). The same --seed and flags give the same text.");
     SessionFlags flags;
-    std::string prompt, prompt_file, trace_path;
+    std::string prompt, prompt_file, trace_path, routing_path;
     int n_predict = 256, random_prompt = 0;
     bool show_special = false, ignore_eos = false;
     a.option("-p,--prompt", &prompt, "TEXT", "the prompt (special tokens like <|im_start|> are parsed)");
@@ -35,6 +38,9 @@ int cmd_run(int argc, char** argv) {
              "write a Chrome-trace timeline of prefill and decode to FILE (open it in ui.perfetto.dev): per "
              "layer attention, routing, experts with their io_wait spans; per expert read, queued to "
              "completed. Holds up to 262,144 events (16 MiB, outside --mem)");
+    a.option("--routing-trace", &routing_path, "FILE",
+             "write every token's chosen experts per layer (prompt and generated tokens) to FILE, for "
+             "`moestream bench routing --trace FILE` (outside --mem: 4 bytes per expert choice)");
     flags.declare(a, true);
     if (!a.parse(argc, argv)) return 0;
     if (!prompt_file.empty()) {
@@ -57,6 +63,14 @@ int cmd_run(int argc, char** argv) {
         trace->name_lane(Trace::thread_lane(), "forward pass");
         set_active_trace(trace.get());
     }
+    std::unique_ptr<RoutingTrace> routing;
+    if (!routing_path.empty()) {
+        const ModelConfig& c = s->config();
+        if (c.n_expert <= 0) throw std::runtime_error(flags.model + ": the model has no routed experts to trace");
+        routing = std::make_unique<RoutingTrace>(c.n_layer, c.n_expert, c.n_expert_used);
+        routing->reserve(int64_t(tokens.size()) + std::max(0, n_predict));
+        s->experts().routing_trace = routing.get();
+    }
     s->prefill(tokens);
     flags.store.mark_decode();
 
@@ -77,6 +91,12 @@ int cmd_run(int argc, char** argv) {
         trace->write(trace_path);
         fprintf(stderr, "trace: %zu events written to %s%s\n", trace->size(), trace_path.c_str(),
                 trace->dropped() ? (" (" + std::to_string(trace->dropped()) + " more did not fit)").c_str() : "");
+    }
+    if (routing) {
+        s->experts().routing_trace = nullptr;
+        routing->write(routing_path);
+        fprintf(stderr, "routing trace: %lld tokens written to %s\n", (long long)routing->n_tokens(),
+                routing_path.c_str());
     }
     flags.finish("run", *s);
     return 0;

@@ -16,11 +16,11 @@ int cmd_synth(int argc, char** argv) {
     std::string preset = "tiny", out, type = "Q4_K_M", vocab;
     int layers = 0, experts = 0, experts_used = 0, n_embd = 0, ffn = 0, heads = 0, kv_heads = 0, head_dim = 0;
     int64_t context = 0, seed = 1;
-    double skew = 0;
+    double skew = -1, locality = -1;
     bool json = false;
     std::string presets;
     for (const std::string& n : synth_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
-    Args args("moestream synth --preset NAME -o OUT.gguf [--type T] [overrides] [--router-skew S] [--seed N]",
+    Args args("moestream synth --preset NAME -o OUT.gguf [--type T] [overrides] [--router-skew S] [--router-locality L] [--seed N]",
               "Writes a synthetic qwen3moe model: real tensor names, shapes and metadata, the tokenizer of a\n"
               "vocabulary GGUF, and random but valid quantized weights (scaled so activations stay sane).\n"
               "Presets: tiny (a few MB demo: 6 layers, 16 experts top-4, n_embd 256, ~500-token vocabulary),\n"
@@ -45,7 +45,14 @@ int cmd_synth(int argc, char** argv) {
     args.option("--vocab", &vocab, "FILE", "GGUF whose tokenizer.* keys are copied (default: the preset's)");
     args.option("--router-skew", &skew, "S",
                 "expert popularity ~ 1/rank^S within each layer (0 = uniform; one expert is capped at 45% of "
-                "tokens, since no router can pick one expert for more than half of symmetric inputs)");
+                "tokens, since no router can pick one expert for more than half of symmetric inputs; default: "
+                "the preset's)");
+    args.option("--router-locality", &locality, "L",
+                "how much of the last few dozen tokens each router sees beside the current token (the value "
+                "scale of a recency-window attention built into the weights): higher means more experts shared "
+                "by nearby tokens; 0 gives a plain random network, whose routing collapses onto a few experts "
+                "after the first layers (default: the preset's, chosen so the qwen3 presets route like the "
+                "trained models on English text: docs/routing.md)");
     args.option("--seed", &seed, "N", "random seed (same seed and flags give the same file)");
     args.flag("--json", &json, "print the result (bytes, seconds, MB/s) as JSON on stdout");
     if (!args.parse(argc, argv)) return 0;
@@ -63,7 +70,8 @@ int cmd_synth(int argc, char** argv) {
     if (head_dim) s.head_dim = head_dim;
     if (context) s.context = context;
     if (!vocab.empty()) s.vocab_path = vocab;
-    s.router_skew = skew;
+    if (skew >= 0) s.router_skew = skew;
+    if (locality >= 0) s.router_locality = locality;
     s.seed = uint64_t(seed);
     validate_spec(s);
 

@@ -11,6 +11,8 @@
 
 namespace ms {
 
+class RoutingTrace;
+
 // One matrix (gate, up or down) of every routed expert of a layer, as stored
 // in the GGUF. Expert e's rows are the bytes [offset(e), offset(e) + bytes)
 // of split `split`. A fused gate_up tensor appears as two matrices naming the
@@ -92,6 +94,10 @@ public:
     // forward pass a router matvec per layer): false for sources that hold
     // every expert in memory.
     virtual bool wants_prefetch() const { return false; }
+
+    // When set, moe_forward records every token's chosen experts here
+    // (run --routing-trace, bench routing).
+    RoutingTrace* routing_trace = nullptr;
 };
 
 }  // namespace ms

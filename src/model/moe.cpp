@@ -7,6 +7,7 @@
 #include "ops/activation.h"
 #include "ops/linear.h"
 #include "quant/dot.h"
+#include "telemetry/routing_trace.h"
 #include "telemetry/trace.h"
 
 namespace ms {
@@ -95,6 +96,7 @@ const uint8_t* gather_rows(const uint8_t* acts, size_t row, const int32_t* entri
 MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& layer, const float* x, int n_tok,
                  const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out,
                  const ExpertHint& next) {
+    if (source.routing_trace) source.routing_trace->record(layer.layer, ids, n_tok, k);
     const int64_t n_embd = layer.gate.cols, n_ff = layer.gate.rows;
     const bool shared_acts = act_type(layer.gate.type) == act_type(layer.up.type);
     const Tensor gate_shape{layer.gate.type, n_embd, n_ff, nullptr};

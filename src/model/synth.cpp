@@ -11,12 +11,14 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
 
 #include "gguf/gguf.h"
 #include "quant/blocks.h"
+#include "quant/dequant.h"
 #include "quant/half.h"
 
 namespace ms {
@@ -121,9 +123,93 @@ BlockHeader make_header(GgmlType t, double sigma) {
     return h;
 }
 
+// Sets single elements of a block whose header is fixed (as synth's are):
+// per element, the bits that hold its quant and the value each combination
+// of them gives, found once by flipping bits and dequantizing, so no block
+// layout is spelled out a second time here.
+class ElementCodec {
+public:
+    ElementCodec(GgmlType t, const BlockHeader& h) : type_(t) {
+        const TypeTraits& tr = type_traits(t);
+        bs_ = int(tr.block_size);
+        base_.assign(tr.type_size, 0);
+        memcpy(base_.data() + h.offset, h.bytes, h.size);
+        std::vector<float> ref(static_cast<size_t>(bs_)), out(static_cast<size_t>(bs_));
+        dequantize_row(t, base_.data(), ref.data(), bs_);
+        bits_.resize(size_t(bs_));
+        std::vector<uint8_t> b;
+        for (size_t bit = 0; bit < base_.size() * 8; bit++) {
+            if (bit / 8 >= h.offset && bit / 8 < h.offset + h.size) continue;
+            b = base_;
+            b[bit / 8] ^= uint8_t(1u << (bit % 8));
+            dequantize_row(t, b.data(), out.data(), bs_);
+            int changed = -1, n = 0;
+            for (int i = 0; i < bs_; i++)
+                if (out[size_t(i)] != ref[size_t(i)]) changed = i, n++;
+            if (n == 1) bits_[size_t(changed)].push_back(int(bit));
+        }
+        values_.resize(size_t(bs_));
+        for (int i = 0; i < bs_; i++) {
+            const std::vector<int>& bi = bits_[size_t(i)];
+            if (bi.empty() || bi.size() > 8) throw std::runtime_error("synth: cannot design elements of this type");
+            for (uint32_t combo = 0; combo < (1u << bi.size()); combo++) {
+                b = base_;
+                write(b.data(), i, combo);
+                dequantize_row(t, b.data(), out.data(), bs_);
+                values_[size_t(i)].push_back(out[size_t(i)]);
+            }
+        }
+    }
+    GgmlType type() const { return type_; }
+    // Element i of the block becomes the representable value nearest target
+    // (+infinity: the largest).
+    void set(uint8_t* block, int i, float target) const {
+        const std::vector<float>& v = values_[size_t(i)];
+        uint32_t best = 0;
+        for (uint32_t c = 1; c < v.size(); c++)
+            if (std::isinf(target) ? v[c] > v[best] : std::fabs(v[c] - target) < std::fabs(v[best] - target)) best = c;
+        write(block, i, best);
+    }
+
+private:
+    void write(uint8_t* block, int i, uint32_t combo) const {
+        const std::vector<int>& bi = bits_[size_t(i)];
+        for (size_t j = 0; j < bi.size(); j++) {
+            const uint8_t m = uint8_t(1u << (bi[j] % 8));
+            if (combo >> j & 1) block[bi[j] / 8] |= m;
+            else block[bi[j] / 8] &= uint8_t(~m);
+        }
+    }
+    GgmlType type_;
+    int bs_ = 0;
+    std::vector<uint8_t> base_;
+    std::vector<std::vector<int>> bits_;
+    std::vector<std::vector<float>> values_;
+};
+
 // --- the tensor plan -----------------------------------------------------
 
-enum class Fill { Random, Ones, Router };
+enum class Fill { Random, Ones, Values, Router };
+
+// --- realistic routing -----------------------------------------------------
+// Random networks collapse: attention that averages over every past position
+// drives all tokens' residuals toward one direction, and every router then
+// picks the same few experts. Trained models instead carry the token and its
+// recent context, so routing is spread out yet shared by nearby tokens. The
+// synthetic model gets that from a few designed elements on top of the
+// random fill:
+//  - the first kCarrier channels of every embedding row hold the type's
+//    largest value, a constant "carrier" in the residual;
+//  - attn_q / attn_k read the carrier with their largest value on the rope
+//    dims of mid frequencies (theta 1 .. 0.02 rad per position) and q/k norm
+//    weights keep only those dims, so every query and key share one vector
+//    and the scores fall with distance: each head attends to the last few
+//    to few dozen tokens (a recency window), whatever the tokens are;
+//  - attn_v ignores the carrier (values are the tokens' own) and attn_output
+//    does not write it; ffn_norm hides it from routers and experts;
+//  - attn_norm scales the token part of the values by the locality knob:
+//    how much recent context mixes into what each router sees.
+enum class Design { None, CarrierMax, QkRecency, CarrierZero, RowsZero };
 
 struct PlannedTensor {
     std::string name;
@@ -136,6 +222,11 @@ struct PlannedTensor {
     uint64_t n_blocks = 0;
     BlockHeader header;
     std::vector<uint16_t> f16_table;  // F16 tensors: 4096 Gaussian values to pick from
+    Design design = Design::None;
+    int carrier = 0;                  // designed channels (columns, or rows for RowsZero)
+    int head_dim = 0;                 // QkRecency: rows are heads of this size
+    std::vector<uint8_t> recency;     // QkRecency: 1 for the dims of a head that carry position
+    std::vector<float> values;        // Fill::Values
 };
 
 // Random bytes for quantized blocks come from XOR-ing two windows of a 1 MiB
@@ -144,6 +235,20 @@ struct PlannedTensor {
 // generation costs a fraction of the write(2) it feeds even when other work
 // competes for the cores.
 constexpr size_t kPoolWords = 128u << 10;
+
+// Realistic routing (see Design): carrier channels, the attn_norm weight
+// they get (so the shared query/key part dominates each token's own), the
+// q/k norm weight of the recency dims (how fast attention fades with
+// distance: most of it on the last few tokens; broader windows average the
+// tokens away and the network collapses again in its deeper layers), and how
+// the locality knob fades with depth (layer l's value scale is
+// locality / sqrt(1 + kLocalityDecay * l): every layer's context adds up in
+// the residual, and too much of it in the last layers drowns the token).
+// Chosen by measuring bench routing on English text (docs/routing.md).
+constexpr int64_t kCarrier = 32;
+constexpr float kCarrierGain = 4.0f;
+constexpr double kRecencySharpness = 1.2;
+constexpr double kLocalityDecay = 0.2;
 constexpr size_t kPieceWords = 8u << 10;
 
 struct Plan {
@@ -153,6 +258,7 @@ struct Plan {
     // Routers: per-rank row scales and, per MoE layer, the rank of each expert.
     std::vector<double> rank_scale;
     std::vector<std::vector<int>> rank_of;  // [layer][expert]
+    std::vector<std::unique_ptr<ElementCodec>> codecs;  // per tensor; null where nothing is designed
 };
 
 Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal) {
@@ -183,17 +289,55 @@ Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal
     // Embedding rows go straight into the residual stream (unit scale); every
     // other matrix has std 1/sqrt(fan_in) so activations keep their size
     // through the layers. The head is 2x that, for peaked but not one-hot logits.
+    // Realistic routing (see Design): carrier channels and recency dims.
+    const int J = int(std::min<int64_t>(kCarrier, E / 8));
+    const bool real = s.router_locality > 0;
+    std::vector<uint8_t> recency(size_t(s.head_dim), 0);
+    for (int i = 0; i < s.head_dim / 2; i++) {
+        const double theta = std::pow(s.rope_base, -2.0 * i / s.head_dim);
+        if (theta <= 1.0 && theta >= 0.02) recency[size_t(i)] = recency[size_t(i + s.head_dim / 2)] = 1;
+    }
+    auto design = [&](Design d) {
+        if (!real) return;
+        PlannedTensor& t = p.tensors.back();
+        t.design = d;
+        t.carrier = J;
+        t.head_dim = s.head_dim;
+        t.recency = recency;
+    };
+    auto values = [&](std::vector<float> v) {
+        if (!real) return;
+        PlannedTensor& t = p.tensors.back();
+        t.fill = Fill::Values;
+        t.values = std::move(v);
+    };
+    std::vector<float> attn_norm(static_cast<size_t>(E)), ffn_norm(static_cast<size_t>(E), 1.0f),
+        qk_norm(static_cast<size_t>(s.head_dim));
+    for (int j = 0; j < J; j++) attn_norm[size_t(j)] = kCarrierGain, ffn_norm[size_t(j)] = 0;
+    for (int i = 0; i < s.head_dim; i++) qk_norm[size_t(i)] = recency[size_t(i)] ? float(kRecencySharpness) : 0.0f;
+
     add("token_embd.weight", {E, n_vocab}, Fill::Random, 1.0, -1);
+    design(Design::CarrierMax);
     for (int l = 0; l < s.n_layer; ++l) {
         std::string b = "blk." + std::to_string(l) + ".";
         add(b + "attn_norm.weight", {E}, Fill::Ones, 0, l);
+        for (int64_t i = J; i < E; i++)
+            attn_norm[size_t(i)] = float(s.router_locality / std::sqrt(1.0 + kLocalityDecay * l));
+        values(attn_norm);
         add(b + "attn_q.weight", {E, Q}, Fill::Random, 1 / std::sqrt(double(E)), l);
+        design(Design::QkRecency);
         add(b + "attn_k.weight", {E, KV}, Fill::Random, 1 / std::sqrt(double(E)), l);
+        design(Design::QkRecency);
         add(b + "attn_v.weight", {E, KV}, Fill::Random, 1 / std::sqrt(double(E)), l);
+        design(Design::CarrierZero);
         add(b + "attn_output.weight", {Q, E}, Fill::Random, 1 / std::sqrt(double(Q)), l);
+        design(Design::RowsZero);
         add(b + "attn_q_norm.weight", {s.head_dim}, Fill::Ones, 0, l);
+        values(qk_norm);
         add(b + "attn_k_norm.weight", {s.head_dim}, Fill::Ones, 0, l);
+        values(qk_norm);
         add(b + "ffn_norm.weight", {E}, Fill::Ones, 0, l);
+        values(ffn_norm);
         add(b + "ffn_gate_inp.weight", {E, s.n_expert}, Fill::Router, 0, l);
         add(b + "ffn_gate_exps.weight", {E, F, s.n_expert}, Fill::Random, 1 / std::sqrt(double(E)), l);
         add(b + "ffn_up_exps.weight", {E, F, s.n_expert}, Fill::Random, 1 / std::sqrt(double(E)), l);
@@ -201,6 +345,11 @@ Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal
     }
     add("output_norm.weight", {E}, Fill::Ones, 0, -1);
     add("output.weight", {E, n_vocab}, Fill::Random, 2 / std::sqrt(double(E)), -1);
+
+    for (const PlannedTensor& t : p.tensors)
+        p.codecs.push_back(t.design != Design::None && t.type != GgmlType::F16 && t.type != GgmlType::F32
+                               ? std::make_unique<ElementCodec>(t.type, t.header)
+                               : nullptr);
 
     Rng pool_rng(mix_seed(s.seed, 0x706f6f6cull));
     p.pool.resize(std::min<uint64_t>(kPoolWords, p.total_bytes / 8 + 1024));  // small models, small pool
@@ -259,6 +408,34 @@ void fill_from_pool(const std::vector<uint64_t>& pool, Rng& rng, uint8_t* out, s
     }
 }
 
+// The designed elements of a chunk of blocks (see Design). F16 tensors
+// (codec null) take the values directly: 2.5 sigma for the largest.
+void apply_design(const PlannedTensor& t, const ElementCodec* codec, const Chunk& c, uint8_t* out) {
+    const int bs = int(type_traits(t.type).block_size);
+    const uint64_t per_row = uint64_t(t.ne[0]) / uint64_t(bs);
+    const size_t block_bytes = type_traits(t.type).type_size;
+    auto set = [&](uint8_t* block, int i, float target) {
+        if (codec) return codec->set(block, i, target);
+        put_f16(block + 2 * i, std::isinf(target) ? float(2.5 * t.sigma) : 0.0f);
+    };
+    for (uint64_t b = 0; b < c.n_blocks; ++b) {
+        const uint64_t g = c.first_block + b, row = g / per_row;
+        const int64_t col0 = int64_t(g % per_row) * bs;
+        uint8_t* block = out + b * block_bytes;
+        // Near-zero targets alternate in sign so what is left of them cancels.
+        auto tiny = [&](int64_t col) { return (int64_t(row) + col) % 2 ? 1e-9f : -1e-9f; };
+        if (t.design == Design::RowsZero) {
+            if (row < uint64_t(t.carrier))
+                for (int i = 0; i < bs; i++) set(block, i, tiny(col0 + i));
+            continue;
+        }
+        if (col0 >= t.carrier) continue;
+        if (t.design == Design::QkRecency && !t.recency[size_t(row % uint64_t(t.head_dim))]) continue;
+        for (int i = 0; i < bs && col0 + i < t.carrier; i++)
+            set(block, i, t.design == Design::CarrierZero ? tiny(col0 + i) : INFINITY);
+    }
+}
+
 void generate_chunk(const SynthSpec& s, const Plan& p, const Chunk& c, size_t chunk_index, uint8_t* out) {
     const PlannedTensor& t = p.tensors[c.tensor];
     Rng rng(mix_seed(s.seed, (uint64_t(c.tensor) << 32) ^ chunk_index));
@@ -267,6 +444,10 @@ void generate_chunk(const SynthSpec& s, const Plan& p, const Chunk& c, size_t ch
             float one = 1.0f;
             memcpy(out + 4 * i, &one, 4);
         }
+        return;
+    }
+    if (t.fill == Fill::Values) {
+        memcpy(out, t.values.data() + c.first_block, c.n_blocks * 4);
         return;
     }
     if (t.fill == Fill::Router) {
@@ -291,12 +472,14 @@ void generate_chunk(const SynthSpec& s, const Plan& p, const Chunk& c, size_t ch
             for (uint64_t k = 0; k < 4 && i + k < c.n_blocks; ++k)
                 memcpy(out + 2 * (i + k), &t.f16_table[(r >> (16 * k)) & 4095], 2);
         }
+        if (t.design != Design::None) apply_design(t, nullptr, c, out);
         return;
     }
     fill_from_pool(p.pool, rng, out, c.bytes);
     const size_t bs = type_traits(t.type).type_size;
     const BlockHeader& h = t.header;
     for (uint64_t b = 0; b < c.n_blocks; ++b) memcpy(out + b * bs + h.offset, h.bytes, h.size);
+    if (t.design != Design::None) apply_design(t, p.codecs[c.tensor].get(), c, out);
 }
 
 // Bounded hand-off of generated chunks from the generator thread to the
@@ -373,6 +556,7 @@ struct Preset {
     int n_layer, n_expert, n_expert_used, n_embd, expert_ffn, n_head, n_head_kv, head_dim;
     int64_t context;
     const char* vocab;  // relative to the golden data folder
+    double router_skew, router_locality;
 };
 
 // tiny: small enough to make in a blink, still MoE with 16 experts per layer
@@ -380,9 +564,9 @@ struct Preset {
 // (byte-level BPE with a ChatML template, from a golden model) keeps the head
 // tiny. The others are Qwen3 MoE checkpoints' real dimensions and vocabulary.
 const Preset kPresets[] = {
-    {"tiny", 6, 16, 4, 256, 256, 4, 2, 64, 512, "/models/qwen3moe-F32.gguf"},
-    {"qwen3-30b-a3b", 48, 128, 8, 2048, 768, 32, 4, 128, 40960, "/tokenizer/qwen3-vocab.gguf"},
-    {"qwen3-235b-a22b", 94, 128, 8, 4096, 1536, 64, 4, 128, 40960, "/tokenizer/qwen3-vocab.gguf"},
+    {"tiny", 6, 16, 4, 256, 256, 4, 2, 64, 512, "/models/qwen3moe-F32.gguf", 0, 1.0},
+    {"qwen3-30b-a3b", 48, 128, 8, 2048, 768, 32, 4, 128, 40960, "/tokenizer/qwen3-vocab.gguf", 0.7, 4.0},
+    {"qwen3-235b-a22b", 94, 128, 8, 4096, 1536, 64, 4, 128, 40960, "/tokenizer/qwen3-vocab.gguf", 0.7, 4.0},
 };
 
 }  // namespace
@@ -411,6 +595,8 @@ SynthSpec synth_preset(const std::string& name, const std::string& golden_dir) {
         s.head_dim = p.head_dim;
         s.context = p.context;
         s.vocab_path = golden_dir + p.vocab;
+        s.router_skew = p.router_skew;
+        s.router_locality = p.router_locality;
         return s;
     }
     std::string known;
@@ -437,6 +623,8 @@ void validate_spec(const SynthSpec& s) {
          "--head-dim must be even, with heads x head-dim a multiple of 32");
     need(s.context >= 1, "--context must be positive");
     need(std::isfinite(s.router_skew) && s.router_skew >= 0 && s.router_skew <= 8, "--router-skew must be 0..8");
+    need(std::isfinite(s.router_locality) && s.router_locality >= 0 && s.router_locality <= 8,
+         "--router-locality must be 0..8");
 }
 
 GgmlType synth_tensor_type(const std::string& recipe, const std::string& tensor, int layer, int n_layer,
@@ -604,6 +792,7 @@ SynthResult write_synth_model(const SynthSpec& spec, const std::string& path,
     w.set_string("moestream.synth.type", spec.recipe);
     w.set_u64("moestream.synth.seed", spec.seed);
     w.set_f32("moestream.synth.router_skew", float(spec.router_skew));
+    w.set_f32("moestream.synth.router_locality", float(spec.router_locality));
     std::vector<float> popularity;
     for (int l = 0; l < spec.n_layer; ++l)
         for (int e = 0; e < spec.n_expert; ++e)

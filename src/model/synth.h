@@ -3,7 +3,9 @@
 // random but valid quantized weights. Big tensors are never made as floats:
 // blocks are filled from a fast PRNG and only their scale fields are set, so
 // a 17 GB model is written at disk speed. Router rows are scaled so expert
-// popularity follows a Zipf-like law (--router-skew).
+// popularity follows a Zipf-like law (--router-skew); a few designed
+// elements give attention a recency window so routing follows the token and
+// its recent context, as in trained models (--router-locality).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -29,6 +31,10 @@ struct SynthSpec {
     std::string vocab_path;       // GGUF whose tokenizer.* keys (and vocabulary size) are copied
     std::string recipe = "Q4_K_M";  // Q4_K_M, Q8_0, MXFP4, F16
     double router_skew = 0;       // Zipf exponent of expert popularity; 0 = uniform
+    // How much recent context each router sees beside the token (the value
+    // scale of recency-window attention; synth.cpp's Design): 0 gives the
+    // plain random network, whose routing collapses onto a few experts.
+    double router_locality = 1.0;
     uint64_t seed = 1;
 };
 

@@ -44,16 +44,21 @@ SynthSpec small_spec(const std::string& recipe) {
     return s;
 }
 
-// Mean and standard deviation of the first rows of a tensor, dequantized.
+// Mean and standard deviation of rows of a tensor, dequantized, leaving out
+// the elements synth designs for realistic routing (the first 32 rows and
+// columns hold carrier elements in some tensors).
 void row_stats(const GgufFile& f, const GgufTensor& t, int rows, double* mean, double* sd) {
+    const int64_t skip = std::min<int64_t>(32, t.ne[0] / 8);
+    const int64_t first = t.ne[1] > skip + rows ? skip : 0;
     std::vector<uint8_t> raw(t.row_bytes() * size_t(rows));
-    f.read(t.split, t.offset, raw.data(), raw.size());
+    f.read(t.split, t.offset + uint64_t(first) * t.row_bytes(), raw.data(), raw.size());
     std::vector<float> y(static_cast<size_t>(t.ne[0]));
     double s = 0, s2 = 0;
     int64_t n = 0;
     for (int r = 0; r < rows; ++r) {
         ASSERT_TRUE(dequantize_row(t.type, raw.data() + size_t(r) * t.row_bytes(), y.data(), t.ne[0])) << t.name;
-        for (float v : y) {
+        for (int64_t i = skip; i < t.ne[0]; i++) {
+            const float v = y[size_t(i)];
             ASSERT_TRUE(std::isfinite(v)) << t.name;
             s += v;
             s2 += double(v) * v;
@@ -310,4 +315,56 @@ TEST(Synth, BadSpecsAreRefused) {
     EXPECT_THROW(write_synth_model(s, temp_path("bad"), nullptr), std::runtime_error);
     EXPECT_NE(access(temp_path("bad").c_str(), F_OK), 0);
     EXPECT_NE(access((temp_path("bad") + ".partial").c_str(), F_OK), 0);
+}
+
+namespace {
+
+std::vector<float> row_of(const GgufFile& f, const std::string& name, int64_t row) {
+    const GgufTensor* t = f.tensor(name);
+    EXPECT_NE(t, nullptr) << name;
+    std::vector<uint8_t> raw(t->row_bytes());
+    f.read(t->split, t->offset + uint64_t(row) * t->row_bytes(), raw.data(), raw.size());
+    std::vector<float> y(static_cast<size_t>(t->ne[0]));
+    EXPECT_TRUE(dequantize_row(t->type, raw.data(), y.data(), t->ne[0]));
+    return y;
+}
+
+}  // namespace
+
+TEST(Synth, RealisticRoutingElementsAreWhereTheDesignPutsThem) {
+    // The designed elements (synth.cpp, Design), read back through the
+    // reference dequantizer for every recipe's types.
+    for (const char* recipe : {"Q4_K_M", "Q8_0", "MXFP4", "F16"}) {
+        SCOPED_TRACE(recipe);
+        SynthSpec spec = small_spec(recipe);
+        TempModel m(spec, std::string("design-") + recipe);
+        GgufFile f = GgufFile::open(m.path);
+        const int J = 32, D = spec.head_dim;
+        // Every embedding row: the carrier channels hold one large positive value.
+        for (int64_t tok : {0, 7, 300}) {
+            std::vector<float> e = row_of(f, "token_embd.weight", tok);
+            for (int j = 0; j < J; j++) EXPECT_GT(e[size_t(j)], 1.2f) << "token " << tok << " channel " << j;
+        }
+        // attn_v ignores the carrier; attn_output does not write it.
+        std::vector<float> v = row_of(f, "blk.1.attn_v.weight", 5);
+        for (int j = 0; j < J; j++) EXPECT_LT(std::fabs(v[size_t(j)]), 0.02f) << j;
+        std::vector<float> o = row_of(f, "blk.1.attn_output.weight", 3);
+        for (float x : o) EXPECT_LT(std::fabs(x), 0.02f);
+        // q/k: recency rows read the carrier with the largest value; the
+        // q/k norms keep only those dims and the same dims in both.
+        std::vector<float> qn = row_of(f, "blk.0.attn_q_norm.weight", 0), kn = row_of(f, "blk.0.attn_k_norm.weight", 0);
+        EXPECT_EQ(qn, kn);
+        int kept = 0;
+        for (int d = 0; d < D; d++) {
+            kept += qn[size_t(d)] > 0;
+            if (qn[size_t(d)] == 0) continue;
+            std::vector<float> q = row_of(f, "blk.0.attn_q.weight", D + d);  // head 1
+            for (int j = 0; j < J; j++) EXPECT_GT(q[size_t(j)], 0.0f) << "dim " << d;
+        }
+        EXPECT_GT(kept, 4);
+        EXPECT_LT(kept, D / 2);
+        // ffn_norm hides the carrier from routers and experts.
+        std::vector<float> fn = row_of(f, "blk.0.ffn_norm.weight", 0);
+        for (int j = 0; j < int(fn.size()); j++) EXPECT_EQ(fn[size_t(j)], j < J ? 0.0f : 1.0f);
+    }
 }

@@ -1,0 +1,67 @@
+// bench routing: what a model's routing looks like on a text and what a
+// cache of a given size would hit. Statistics per layer (spread, popularity,
+// reuse between nearby tokens) and an offline replay of the trace through
+// the store's own SlotCache policies and Belady's optimum, the ceiling any
+// policy can reach at that size.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "json/json.h"
+#include "store/slot_cache.h"
+#include "telemetry/routing_trace.h"
+
+namespace ms {
+
+struct LayerRouting {
+    int layer = 0;
+    int64_t picks = 0;             // tokens x experts chosen
+    int unique = 0;                // distinct experts used
+    int for_50 = 0, for_80 = 0, for_90 = 0;  // fewest experts covering that share of the picks
+    double top_share = 0;          // share of the picks taken by the most used expert
+    double entropy = 0;            // of the pick distribution, in bits
+    double prev_reuse = 0;         // share of a token's experts the previous token also chose
+    double window_reuse = 0;       // ... that any of the previous `window` tokens chose
+};
+
+struct RoutingStats {
+    int window = 8;
+    int64_t tokens = 0;
+    int n_expert = 0, k = 0;
+    std::vector<LayerRouting> layers;  // routed layers only
+    LayerRouting mean;                 // the per-layer figures averaged over layers
+};
+
+RoutingStats routing_stats(const RoutingTrace& trace, int window);
+
+// Belady's optimum stands beside the store's policies in the replay.
+enum class ReplayPolicy { Lru, Lfu, Belady };
+const char* replay_policy_name(ReplayPolicy p);
+
+// Hit rate of a cache of `slots` experts (all layers share it, as the
+// store's does) over the trace in decode order (token by token, layer by
+// layer), starting empty. A layer's experts stay pinned while it runs, as in
+// the store. Lru and Lfu replay through SlotCache itself.
+double replay_hit_rate(const RoutingTrace& trace, int64_t slots, ReplayPolicy policy);
+
+struct CachePoint {
+    int per_layer = 0;     // slots per routed layer
+    int64_t slots = 0;     // per_layer x routed layers
+    double lru = 0, lfu = 0, belady = 0;
+};
+
+// One point per entry of per_layer_slots (each at least k, at most n_expert).
+std::vector<CachePoint> replay_cache_sizes(const RoutingTrace& trace, const std::vector<int>& per_layer_slots);
+
+// The default sizes: 1/16 .. 7/8 of a layer's experts, and at least k.
+std::vector<int> default_cache_sizes(int n_expert, int k);
+
+Json routing_json(const RoutingStats& s, const std::vector<CachePoint>& cache);
+// Plain-text tables: per layer, the mean, and the cache replay.
+std::string routing_text(const RoutingStats& s, const std::vector<CachePoint>& cache);
+// PNG of hit rate against cache size per policy through gnuplot; returns ""
+// or what went wrong.
+std::string plot_cache_curve(const std::vector<CachePoint>& cache, int n_expert, const std::string& png_path);
+
+}  // namespace ms

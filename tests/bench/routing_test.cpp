@@ -1,0 +1,156 @@
+// bench/routing: statistics checked on traces small enough to count by hand,
+// and the cache replay against independent implementations: LRU as a list,
+// and Belady's figure against an exhaustive search over every eviction
+// choice (the optimum by definition).
+#include "bench/routing.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <list>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+using namespace ms;
+
+namespace {
+
+// One routed layer; rows of k ids per token.
+RoutingTrace one_layer(int n_expert, int k, const std::vector<std::vector<int32_t>>& rows) {
+    RoutingTrace tr(1, n_expert, k);
+    for (const auto& r : rows) tr.record(0, r.data(), 1, k);
+    return tr;
+}
+
+RoutingTrace random_trace(int layers, int n_expert, int k, int tokens, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    RoutingTrace tr(layers, n_expert, k);
+    for (int t = 0; t < tokens; t++)
+        for (int l = 0; l < layers; l++) {
+            // A skewed choice: lower ids more likely.
+            std::vector<int32_t> pick;
+            while (int(pick.size()) < k) {
+                int e = int(std::min<double>(n_expert - 1, std::floor(std::pow(double(rng() % 1000) / 1000, 2) * n_expert)));
+                if (std::find(pick.begin(), pick.end(), e) == pick.end()) pick.push_back(e);
+            }
+            tr.record(l, pick.data(), 1, k);
+        }
+    return tr;
+}
+
+// The accesses in decode order.
+std::vector<int64_t> accesses(const RoutingTrace& tr) {
+    std::vector<int64_t> seq;
+    for (int64_t t = 0; t < tr.n_tokens(); t++)
+        for (int l = 0; l < tr.n_layer(); l++)
+            for (int r = 0; r < tr.k() && tr.ids(t, l)[r] >= 0; r++) seq.push_back(int64_t(l) * tr.n_expert() + tr.ids(t, l)[r]);
+    return seq;
+}
+
+// Fewest misses over every possible eviction choice (exponential: tiny traces only).
+int min_misses(const std::vector<int64_t>& seq, size_t i, std::set<int64_t> cache, size_t cap) {
+    for (; i < seq.size(); i++) {
+        if (cache.count(seq[i])) continue;
+        if (cache.size() < cap) {
+            cache.insert(seq[i]);
+            continue;
+        }
+        int best = 1 << 30;
+        for (int64_t victim : cache) {
+            std::set<int64_t> c = cache;
+            c.erase(victim);
+            c.insert(seq[i]);
+            best = std::min(best, 1 + min_misses(seq, i + 1, c, cap));
+        }
+        // The misses before this one are counted by the caller's loop below.
+        return best;
+    }
+    return 0;
+}
+
+int exhaustive_misses(const std::vector<int64_t>& seq, size_t cap) {
+    // Count compulsory fills until the cache is full, then search.
+    std::set<int64_t> cache;
+    int misses = 0;
+    size_t i = 0;
+    for (; i < seq.size() && (cache.size() < cap || cache.count(seq[i])); i++)
+        if (!cache.count(seq[i])) cache.insert(seq[i]), misses++;
+    return misses + min_misses(seq, i, cache, cap);
+}
+
+}  // namespace
+
+TEST(RoutingStats, CountsMatchAHandCount) {
+    // 8 experts, top-2, 5 tokens.
+    RoutingTrace tr = one_layer(8, 2, {{0, 1}, {1, 2}, {0, 3}, {0, 1}, {4, 0}});
+    RoutingStats s = routing_stats(tr, 2);
+    ASSERT_EQ(s.layers.size(), 1u);
+    const LayerRouting& L = s.layers[0];
+    EXPECT_EQ(L.picks, 10);
+    EXPECT_EQ(L.unique, 5);  // 0 1 2 3 4
+    // Uses: 0:4, 1:3, 2:1, 3:1, 4:1 -> 50 % needs 2 experts (7 >= 5), 80 % 3 (8), 90 % 4 (9).
+    EXPECT_EQ(L.for_50, 2);
+    EXPECT_EQ(L.for_80, 3);
+    EXPECT_EQ(L.for_90, 4);
+    EXPECT_DOUBLE_EQ(L.top_share, 0.4);
+    const double H = -(0.4 * std::log2(0.4) + 0.3 * std::log2(0.3) + 3 * 0.1 * std::log2(0.1));
+    EXPECT_NEAR(L.entropy, H, 1e-12);
+    // Previous token: t1 shares 1 with t0, t2 nothing with t1, t3 shares 0
+    // with t2, t4 shares 0 with t3: (1/2 + 0 + 1/2 + 1/2) / 4.
+    EXPECT_DOUBLE_EQ(L.prev_reuse, 1.5 / 4);
+    // Window 2, tokens t >= 2: t2 {0 in t0} 1/2; t3 {0: t2, 1: t1} 2/2; t4 {0: t3} 1/2 -> 2/3.
+    EXPECT_DOUBLE_EQ(L.window_reuse, 2.0 / 3);
+}
+
+TEST(RoutingReplay, LruMatchesAListLru) {
+    RoutingTrace tr = random_trace(3, 16, 2, 200, 7);
+    const std::vector<int64_t> seq = accesses(tr);
+    for (int64_t cap : {6, 12, 24}) {
+        std::list<int64_t> lru;  // front: most recent
+        int64_t hits = 0;
+        // Per layer step the pinned experts are the step's own, which an LRU
+        // never evicts anyway (they were just used).
+        for (int64_t key : seq) {
+            auto it = std::find(lru.begin(), lru.end(), key);
+            if (it != lru.end()) {
+                hits++;
+                lru.erase(it);
+            } else if (int64_t(lru.size()) == cap) {
+                lru.pop_back();
+            }
+            lru.push_front(key);
+        }
+        EXPECT_DOUBLE_EQ(replay_hit_rate(tr, cap, ReplayPolicy::Lru), double(hits) / double(seq.size())) << cap;
+    }
+}
+
+TEST(RoutingReplay, BeladyIsTheOptimum) {
+    for (uint64_t seed : {1, 2, 3}) {
+        RoutingTrace tr = random_trace(2, 6, 1, 7, seed);
+        const std::vector<int64_t> seq = accesses(tr);
+        for (int64_t cap : {2, 3, 4}) {
+            const int best = exhaustive_misses(seq, size_t(cap));
+            EXPECT_NEAR(replay_hit_rate(tr, cap, ReplayPolicy::Belady), 1.0 - double(best) / double(seq.size()), 1e-12)
+                << "seed " << seed << " cap " << cap;
+        }
+    }
+}
+
+TEST(RoutingReplay, PoliciesAreOrderedAndGrowWithSize) {
+    RoutingTrace tr = random_trace(4, 32, 4, 300, 11);
+    std::vector<CachePoint> pts = replay_cache_sizes(tr, default_cache_sizes(32, 4));
+    ASSERT_GE(pts.size(), 5u);
+    for (size_t i = 0; i < pts.size(); i++) {
+        EXPECT_GE(pts[i].belady + 1e-12, pts[i].lru);
+        EXPECT_GE(pts[i].belady + 1e-12, pts[i].lfu);
+        if (i) {
+            EXPECT_GE(pts[i].belady + 1e-12, pts[i - 1].belady);
+        }
+        EXPECT_EQ(pts[i].slots, int64_t(pts[i].per_layer) * 4);
+    }
+    EXPECT_THROW(replay_cache_sizes(tr, {2}), std::runtime_error);  // fewer than k
+}

@@ -43,7 +43,7 @@ public:
 
 private:
     friend MoeCost moe_forward(ThreadPool&, ExpertSource&, const ExpertLayer&, const float*, int, const int32_t*,
-                            const float*, int, MoeScratch&, float*, const ExpertHint&);
+                            const float*, int, MoeScratch&, float*, const ExpertHint&, const float*);
     int max_batch_ = 0, k_ = 0;
     AlignedBuffer acts_gate_, acts_up_;  // every token's input, converted for gate / up
     AlignedBuffer rows_gate_, rows_up_;  // the converted rows of one expert's tokens
@@ -58,11 +58,13 @@ private:
 };
 
 // out[t] = sum over r in rank order of weights[t*k+r] * expert ids[t*k+r]
-// applied to x[t] (SwiGLU: down(silu(gate x) * up x)). x and out: n_tok rows
-// of n_embd floats. Each wait for a read longer than a few microseconds also
-// goes to the active trace as an "io_wait" span.
+// applied to x[t] (down(act(gate x) * up x), layer.act). With expert_scale,
+// expert e's output is first multiplied by expert_scale[e] (Gemma 4's
+// ffn_down_exps.scale). x and out: n_tok rows of n_embd floats. Each wait for
+// a read longer than a few microseconds also goes to the active trace as an
+// "io_wait" span.
 MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& layer, const float* x, int n_tok,
                  const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out,
-                 const ExpertHint& next = {});
+                 const ExpertHint& next = {}, const float* expert_scale = nullptr);
 
 }  // namespace ms

@@ -87,12 +87,7 @@ public:
 
     std::unique_ptr<ModelState> new_state(const StateOptions& o) const override {
         const ModelConfig& c = config_;
-        if (o.kv_type != GgmlType::F16 && o.kv_type != GgmlType::F32) {
-            throw std::runtime_error(std::string("KV cache type must be f16 or f32, not ") + type_name(o.kv_type));
-        }
-        if (o.n_ctx < 1 || o.max_batch < 1 || o.n_threads < 1) {
-            throw std::runtime_error("context, batch and thread count must be at least 1");
-        }
+        check_state_options(o);
         auto st = std::make_unique<Qwen3MoeState>();
         st->options = o;
         const size_t B = size_t(o.max_batch), kv_elt = o.kv_type == GgmlType::F16 ? 2 : 4;

@@ -55,14 +55,16 @@ public:
     AlignedBuffer cos_sin_swa, cos_sin_full;
     AlignedBuffer attn_scratch;
     AlignedBuffer router, ids, weights;
+    AlignedBuffer next_ids, next_weights;  // the next layer's predicted experts, per token
+    AlignedBuffer next_union, next_votes;  // a chunk's hint; tokens per predicted expert
     AlignedBuffer ple, ple_h;              // per-layer embeddings [token][layer][n_per_layer]; one layer's gate
     MoeScratch moe;
 
     uint64_t bytes() const override {
         uint64_t b = moe.bytes() + kv.size() * sizeof(KvLayer);
         for (const AlignedBuffer* p : {&k_cache, &v_cache, &x, &xb, &y, &y2, &q, &k, &v, &att, &gate, &up, &acts,
-                                       &cos_sin_swa, &cos_sin_full, &attn_scratch, &router, &ids, &weights, &ple,
-                                       &ple_h}) {
+                                       &cos_sin_swa, &cos_sin_full, &attn_scratch, &router, &ids, &weights,
+                                       &next_ids, &next_weights, &next_union, &next_votes, &ple, &ple_h}) {
             b += p->size();
         }
         return b;
@@ -257,6 +259,10 @@ public:
         st->router.resize(B * size_t(c.n_expert) * 4);
         st->ids.resize(B * size_t(c.n_expert_used) * 4);
         st->weights.resize(B * size_t(c.n_expert_used) * 4);
+        st->next_ids.resize(B * size_t(c.n_expert_used) * 4);
+        st->next_weights.resize(B * size_t(c.n_expert_used) * 4);
+        st->next_union.resize(size_t(c.n_expert) * 4);
+        st->next_votes.resize(size_t(c.n_expert) * 4);
         st->ple.resize(B * size_t(c.n_layer) * size_t(n_per_layer_) * 4);
         st->ple_h.resize(B * size_t(n_per_layer_) * 4);
         st->moe.init(expert_layers_, o.max_batch, c.n_expert_used);
@@ -303,25 +309,28 @@ public:
             mlp(st, pool, l, xb, n, y);
             if (l.moe) {
                 norm_rows(pool, y, l.post_mlp_norm.f32(), n, E, y);
-                PhaseTimer route_time(time, Phase::Routing, il, l.router.bytes());
-                // The router reads rms_norm(x) / sqrt(n_embd) * scale.
-                const float inv = 1.0f / std::sqrt(float(E));
-                pool.parallel_for(n, [&](int64_t b, int64_t e) {
-                    for (int64_t t = b; t < e; t++) {
-                        float* r = y2 + t * E;
-                        rms_norm(x + t * E, nullptr, E, c.rms_eps, r);
-                        for (int64_t i = 0; i < E; i++) r[i] = r[i] * inv * l.router_scale.f32()[i];
-                    }
-                });
-                linear(pool, l.router, y2, n, st.router.f32(), st.acts.data());
+                const Layer* nl = il + 1 < c.n_layer && experts.wants_prefetch() ? &layers_[size_t(il) + 1] : nullptr;
+                if (nl && !nl->moe) nl = nullptr;
+                PhaseTimer route_time(time, Phase::Routing, il, l.router.bytes() + (nl ? nl->router.bytes() : 0));
                 int32_t* ids = reinterpret_cast<int32_t*>(st.ids.data());
-                route_softmax_topk(st.router.f32(), n, c.n_expert, K, true, ids, st.weights.f32());
+                route(st, pool, l, n, ids, st.weights.f32());
+                // The residual changes little from one layer to the next, so
+                // the next layer's router over it predicts the experts that
+                // layer will want, read while this layer's are computed.
+                ExpertHint next;
+                if (nl) {
+                    int32_t* next_ids = reinterpret_cast<int32_t*>(st.next_ids.data());
+                    route(st, pool, *nl, n, next_ids, st.next_weights.f32());
+                    next = expert_hint(il + 1, next_ids, n, K, c.n_expert,
+                                       reinterpret_cast<int32_t*>(st.next_votes.data()),
+                                       reinterpret_cast<int32_t*>(st.next_union.data()));
+                }
                 norm_rows(pool, x, l.pre_moe_norm.f32(), n, E, xb);
                 route_time.stop();
 
                 PhaseTimer moe_time(nullptr, Phase::ExpertCompute, il);
                 const MoeCost cost = moe_forward(pool, experts, expert_layers_[size_t(il)], xb, n, ids,
-                                                 st.weights.f32(), K, st.moe, y2, {}, l.expert_scale.f32());
+                                                 st.weights.f32(), K, st.moe, y2, next, l.expert_scale.f32());
                 const double moe_s = moe_time.stop();
                 time->add(Phase::IoWait, cost.io_wait_s);
                 time->add(Phase::ExpertCompute, moe_s - cost.io_wait_s, cost.expert_bytes);
@@ -406,6 +415,24 @@ private:
         linear(pool, l.wo, st.att.f32(), n, y, st.acts.data());
         norm_rows(pool, y, l.post_attn_norm.f32(), n, E, y);
         add_to(x, y, n * E);
+    }
+
+    // Layer l's top-k experts and weights for each token of st.x: its router
+    // reads rms_norm(x) / sqrt(n_embd) * ffn_gate_inp.scale.
+    void route(Gemma4State& st, ThreadPool& pool, const Layer& l, int n, int32_t* ids, float* weights) const {
+        const ModelConfig& c = config_;
+        const int64_t E = c.n_embd;
+        const float inv = 1.0f / std::sqrt(float(E));
+        float* in = st.y2.f32();
+        pool.parallel_for(n, [&](int64_t b, int64_t e) {
+            for (int64_t t = b; t < e; t++) {
+                float* r = in + t * E;
+                rms_norm(st.x.f32() + t * E, nullptr, E, c.rms_eps, r);
+                for (int64_t i = 0; i < E; i++) r[i] = r[i] * inv * l.router_scale.f32()[i];
+            }
+        });
+        linear(pool, l.router, in, n, st.router.f32(), st.acts.data());
+        route_softmax_topk(st.router.f32(), n, c.n_expert, c.n_expert_used, true, ids, weights);
     }
 
     // out = ffn_down(gelu(ffn_gate in) * ffn_up in).

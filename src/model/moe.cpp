@@ -43,6 +43,18 @@ void route_softmax_topk(const float* logits, int n_tok, int n_expert, int k, boo
     }
 }
 
+ExpertHint expert_hint(int layer, const int32_t* ids, int n_tok, int k, int n_expert, int32_t* votes,
+                       int32_t* hint) {
+    if (n_tok == 1) return ExpertHint{layer, ids, k};
+    std::fill(votes, votes + n_expert, 0);
+    for (int i = 0; i < n_tok * k; i++) votes[ids[i]]++;
+    int m = 0;
+    for (int e = 0; e < n_expert; e++)
+        if (votes[e] >= 3) hint[m++] = e;
+    std::stable_sort(hint, hint + m, [&](int32_t a, int32_t b) { return votes[a] > votes[b]; });
+    return ExpertHint{layer, hint, m};
+}
+
 void MoeScratch::init(const std::vector<ExpertLayer>& layers, int max_batch, int k) {
     max_batch_ = max_batch;
     k_ = k;

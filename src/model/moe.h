@@ -27,6 +27,16 @@ struct ExpertHint {
     int n = 0;
 };
 
+// The hint for `layer` from its router's top-k choices for each of n_tok
+// tokens (ids: n_tok x k, as route_softmax_topk writes them): one token's k
+// choices; for a prefill chunk, the experts at least three of its tokens
+// pick, most picked first. Experts one or two tokens pick are the likeliest
+// wrong guesses, and wrong guesses are bytes read for nothing (prefill must
+// stay near one read per needed expert; two votes still read 3-6 % extra on
+// small chunks). votes and hint hold n_expert ints; the hint points into them.
+ExpertHint expert_hint(int layer, const int32_t* ids, int n_tok, int k, int n_expert, int32_t* votes,
+                       int32_t* hint);
+
 // What one moe_forward call cost: time blocked waiting for expert reads and
 // the expert weight bytes its kernels went through.
 struct MoeCost {

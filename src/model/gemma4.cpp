@@ -112,7 +112,7 @@ public:
         need(f, "token_embd.weight", {E, V}, &token_embd_);
         need(f, "output_norm.weight", {E}, &output_norm_);
         tied_output_ = !maybe(f, "output.weight", {E, V}, &output_);
-        if (maybe(f, "rope_freqs.weight", {cfg.n_rot / 2}, &rope_freqs_)) have_rope_freqs_ = true;
+        have_rope_freqs_ = maybe(f, "rope_freqs.weight", {cfg.n_rot / 2}, &rope_freqs_);
         if (window_ > 0 && !f.has(p + "attention.sliding_window_pattern")) {
             throw std::runtime_error(f.path() + ": missing metadata " + p + "attention.sliding_window_pattern");
         }
@@ -179,7 +179,7 @@ public:
                 }
                 need(f, b + "ffn_gate_inp.weight", {E, cfg.n_expert}, &l.router);
                 need(f, b + "ffn_gate_inp.scale", {E}, &l.router_scale);
-                need(f, b + "ffn_down_exps.scale", {cfg.n_expert}, &l.expert_scale);
+                maybe(f, b + "ffn_down_exps.scale", {cfg.n_expert}, &l.expert_scale);
                 need(f, b + "pre_ffw_norm_2.weight", {E}, &l.pre_moe_norm);
                 need(f, b + "post_ffw_norm_1.weight", {E}, &l.post_mlp_norm);
                 need(f, b + "post_ffw_norm_2.weight", {E}, &l.post_moe_norm);
@@ -330,7 +330,8 @@ public:
 
                 PhaseTimer moe_time(nullptr, Phase::ExpertCompute, il);
                 const MoeCost cost = moe_forward(pool, experts, expert_layers_[size_t(il)], xb, n, ids,
-                                                 st.weights.f32(), K, st.moe, y2, next, l.expert_scale.f32());
+                                                 st.weights.f32(), K, st.moe, y2, next,
+                                                 l.expert_scale.rows ? l.expert_scale.f32() : nullptr);
                 const double moe_s = moe_time.stop();
                 time->add(Phase::IoWait, cost.io_wait_s);
                 time->add(Phase::ExpertCompute, moe_s - cost.io_wait_s, cost.expert_bytes);

@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "gguf/gguf.h"
@@ -23,11 +24,23 @@ ModelConfig read_config(const GgufFile& f) {
     c.arch = f.require_string("general.architecture");
     c.name = f.get_string("general.name");
     const std::string p = c.arch + ".";
+    // Families that vary a size by layer (gemma4's KV heads) store an array:
+    // the configuration holds its largest value, the family reads the rest.
+    auto value = [&](const std::string& key, int64_t fallback) {
+        const GgufValue* v = f.find(key);
+        if (!v || !v->is_array()) return f.get_int(key, fallback);
+        const std::vector<int64_t> a = f.get_ints(key);
+        if (a.empty()) return fallback;
+        int64_t m = a[0];
+        for (int64_t x : a) m = std::max(m, x);
+        return m;
+    };
     auto need = [&](const char* key, int64_t lo, int64_t hi) {
-        return checked(f, p + key, f.require_int(p + key), lo, hi);
+        if (!f.has(p + key)) f.require_int(p + key);  // throws "missing metadata"
+        return checked(f, p + key, value(p + key, 0), lo, hi);
     };
     auto opt = [&](const char* key, int64_t fallback, int64_t lo, int64_t hi) {
-        return checked(f, p + key, f.get_int(p + key, fallback), lo, hi);
+        return checked(f, p + key, value(p + key, fallback), lo, hi);
     };
 
     c.n_layer = int(need("block_count", 1, 4096));

@@ -30,12 +30,17 @@ struct ExpertMatrix {
     uint64_t offset(int expert) const { return base + uint64_t(expert) * stride; }
 };
 
+// How an expert joins its gate and up outputs: silu(gate) * up (SwiGLU) or
+// gelu(gate) * up (GeGLU, Gemma).
+enum class GatedActivation { SwiGlu, GeGlu };
+
 // The routed experts of one layer; n_expert == 0 for a layer without routed
 // experts (a dense FFN layer).
 struct ExpertLayer {
     int layer = 0;
     int n_expert = 0;
     ExpertMatrix gate, up, down;
+    GatedActivation act = GatedActivation::SwiGlu;
 
     size_t expert_bytes() const { return gate.bytes + up.bytes + down.bytes; }
 };

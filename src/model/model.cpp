@@ -35,11 +35,21 @@ const GgufTensor* find_checked(const GgufFile& f, const std::string& name, const
 
 }  // namespace
 
-std::vector<std::string> Model::architectures() { return {"qwen3moe"}; }
+void check_state_options(const StateOptions& o) {
+    if (o.kv_type != GgmlType::F16 && o.kv_type != GgmlType::F32) {
+        throw std::runtime_error(std::string("KV cache type must be f16 or f32, not ") + type_name(o.kv_type));
+    }
+    if (o.n_ctx < 1 || o.max_batch < 1 || o.n_threads < 1) {
+        throw std::runtime_error("context, batch and thread count must be at least 1");
+    }
+}
+
+std::vector<std::string> Model::architectures() { return {"gemma4", "qwen3moe"}; }
 
 std::unique_ptr<Model> Model::open(const GgufFile& file) {
     const std::string arch = file.require_string("general.architecture");
     if (arch == "qwen3moe") return open_qwen3moe(file, read_config(file));
+    if (arch == "gemma4") return open_gemma4(file, read_config(file));
     std::string list;
     for (const std::string& a : architectures()) list += (list.empty() ? "" : ", ") + a;
     throw std::runtime_error(file.path() + ": unknown architecture '" + arch + "' (supported: " + list + ")");
@@ -80,8 +90,18 @@ void Model::need_experts(const GgufFile& f, int layer, int n_expert, int64_t n_e
     ExpertLayer& e = expert_layers_[size_t(layer)];
     e.layer = layer;
     e.n_expert = n_expert;
-    e.gate = matrix("ffn_gate_exps", n_embd, n_ff);
-    e.up = matrix("ffn_up_exps", n_embd, n_ff);
+    if (f.tensor(prefix + "ffn_gate_up_exps.weight")) {
+        // Fused: each expert's gate rows, then its up rows.
+        const ExpertMatrix gu = matrix("ffn_gate_up_exps", n_embd, 2 * n_ff);
+        e.gate = gu;
+        e.gate.rows = n_ff;
+        e.gate.bytes = gu.bytes / 2;
+        e.up = e.gate;
+        e.up.base = gu.base + e.gate.bytes;
+    } else {
+        e.gate = matrix("ffn_gate_exps", n_embd, n_ff);
+        e.up = matrix("ffn_up_exps", n_embd, n_ff);
+    }
     e.down = matrix("ffn_down_exps", n_ff, n_embd);
 }
 

@@ -37,6 +37,11 @@ public:
     int64_t n_past = 0;  // positions filled; the next forward writes at n_past.
                          // Lowering it forgets the tail (chat rewinds this way).
     virtual uint64_t bytes() const = 0;  // KV cache + scratch
+    // The longest prefix of at most n positions that n_past can be lowered
+    // to and continue from: n, unless a sliding-window ring has overwritten
+    // positions the token after it needs (then less, often 0); the positions
+    // in between must be evaluated again.
+    virtual int64_t rewind_limit(int64_t n) const { return n; }
     // Where forward() spent its time: calls over several tokens (prefill)
     // and over one (decode), kept apart.
     TimeSplit prefill_time, decode_time;
@@ -84,7 +89,8 @@ protected:
     // The same, for a tensor a family may omit; returns false if absent.
     bool maybe(const GgufFile& file, const std::string& name, std::vector<int64_t> shape, Tensor* out);
     // Declares layer `layer`'s routed experts: ffn_{gate,up,down}_exps of
-    // n_ff x n_embd (down: n_embd x n_ff) per expert, n_expert of each.
+    // n_ff x n_embd (down: n_embd x n_ff) per expert, n_expert of each; or a
+    // fused ffn_gate_up_exps of 2 n_ff x n_embd (gate rows first) and down.
     void need_experts(const GgufFile& file, int layer, int n_expert, int64_t n_embd, int64_t n_ff);
 
     ModelConfig config_;
@@ -102,7 +108,12 @@ private:
     uint64_t resident_bytes_ = 0;
 };
 
+// Throws unless the KV cache type is F16 or F32 and the context, batch and
+// thread count are at least 1: what every new_state() needs.
+void check_state_options(const StateOptions& options);
+
 // Architecture constructors, one per file.
 std::unique_ptr<Model> open_qwen3moe(const GgufFile& file, ModelConfig config);
+std::unique_ptr<Model> open_gemma4(const GgufFile& file, ModelConfig config);
 
 }  // namespace ms

@@ -44,6 +44,18 @@ void route_softmax_topk(const float* logits, int n_tok, int n_expert, int k, boo
     }
 }
 
+ExpertHint expert_hint(int layer, const int32_t* ids, int n_tok, int k, int n_expert, int32_t* votes,
+                       int32_t* hint) {
+    if (n_tok == 1) return ExpertHint{layer, ids, k};
+    std::fill(votes, votes + n_expert, 0);
+    for (int i = 0; i < n_tok * k; i++) votes[ids[i]]++;
+    int m = 0;
+    for (int e = 0; e < n_expert; e++)
+        if (votes[e] >= 3) hint[m++] = e;
+    std::stable_sort(hint, hint + m, [&](int32_t a, int32_t b) { return votes[a] > votes[b]; });
+    return ExpertHint{layer, hint, m};
+}
+
 void MoeScratch::init(const std::vector<ExpertLayer>& layers, int max_batch, int k) {
     max_batch_ = max_batch;
     k_ = k;
@@ -95,7 +107,7 @@ const uint8_t* gather_rows(const uint8_t* acts, size_t row, const int32_t* entri
 
 MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& layer, const float* x, int n_tok,
                  const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out,
-                 const ExpertHint& next) {
+                 const ExpertHint& next, const float* expert_scale) {
     if (source.routing_trace) source.routing_trace->record(layer.layer, ids, n_tok, k);
     const int64_t n_embd = layer.gate.cols, n_ff = layer.gate.rows;
     const bool shared_acts = act_type(layer.gate.type) == act_type(layer.up.type);
@@ -161,10 +173,20 @@ MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& l
                 if (b < n_ff) linear_rows(wg, ag, m, G, b, std::min(end, n_ff));
                 if (end > n_ff) linear_rows(wu, au, m, U, std::max(b, n_ff) - n_ff, end - n_ff);
             });
-            pool.parallel_for(int64_t(m) * n_ff, [&](int64_t b, int64_t end) { swiglu(G + b, U + b, end - b, G + b); });
+            const bool gelu = layer.act == GatedActivation::GeGlu;
+            pool.parallel_for(int64_t(m) * n_ff, [&](int64_t b, int64_t end) {
+                if (gelu) geglu(G + b, U + b, end - b, G + b);
+                else swiglu(G + b, U + b, end - b, G + b);
+            });
             linear(pool, wd, G, m, D, s.acts_down_.data());
             for (int r = 0; r < m; r++) {
-                std::memcpy(slots + int64_t(entries[r]) * n_embd, D + int64_t(r) * n_embd, size_t(n_embd) * 4);
+                float* slot = slots + int64_t(entries[r]) * n_embd;
+                const float* d = D + int64_t(r) * n_embd;
+                if (expert_scale) {
+                    for (int64_t i = 0; i < n_embd; i++) slot[i] = d[i] * expert_scale[e];
+                } else {
+                    std::memcpy(slot, d, size_t(n_embd) * 4);
+                }
             }
         }
         source.release(layer.layer);

@@ -27,6 +27,16 @@ struct ExpertHint {
     int n = 0;
 };
 
+// The hint for `layer` from its router's top-k choices for each of n_tok
+// tokens (ids: n_tok x k, as route_softmax_topk writes them): one token's k
+// choices; for a prefill chunk, the experts at least three of its tokens
+// pick, most picked first. Experts one or two tokens pick are the likeliest
+// wrong guesses, and wrong guesses are bytes read for nothing (prefill must
+// stay near one read per needed expert; two votes still read 3-6 % extra on
+// small chunks). votes and hint hold n_expert ints; the hint points into them.
+ExpertHint expert_hint(int layer, const int32_t* ids, int n_tok, int k, int n_expert, int32_t* votes,
+                       int32_t* hint);
+
 // What one moe_forward call cost: time blocked waiting for expert reads and
 // the expert weight bytes its kernels went through.
 struct MoeCost {
@@ -43,7 +53,7 @@ public:
 
 private:
     friend MoeCost moe_forward(ThreadPool&, ExpertSource&, const ExpertLayer&, const float*, int, const int32_t*,
-                            const float*, int, MoeScratch&, float*, const ExpertHint&);
+                            const float*, int, MoeScratch&, float*, const ExpertHint&, const float*);
     int max_batch_ = 0, k_ = 0;
     AlignedBuffer acts_gate_, acts_up_;  // every token's input, converted for gate / up
     AlignedBuffer rows_gate_, rows_up_;  // the converted rows of one expert's tokens
@@ -58,11 +68,13 @@ private:
 };
 
 // out[t] = sum over r in rank order of weights[t*k+r] * expert ids[t*k+r]
-// applied to x[t] (SwiGLU: down(silu(gate x) * up x)). x and out: n_tok rows
-// of n_embd floats. Each wait for a read longer than a few microseconds also
-// goes to the active trace as an "io_wait" span.
+// applied to x[t] (down(act(gate x) * up x), layer.act). With expert_scale,
+// expert e's output is first multiplied by expert_scale[e] (Gemma 4's
+// ffn_down_exps.scale). x and out: n_tok rows of n_embd floats. Each wait for
+// a read longer than a few microseconds also goes to the active trace as an
+// "io_wait" span.
 MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& layer, const float* x, int n_tok,
                  const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out,
-                 const ExpertHint& next = {});
+                 const ExpertHint& next = {}, const float* expert_scale = nullptr);
 
 }  // namespace ms

@@ -87,12 +87,7 @@ public:
 
     std::unique_ptr<ModelState> new_state(const StateOptions& o) const override {
         const ModelConfig& c = config_;
-        if (o.kv_type != GgmlType::F16 && o.kv_type != GgmlType::F32) {
-            throw std::runtime_error(std::string("KV cache type must be f16 or f32, not ") + type_name(o.kv_type));
-        }
-        if (o.n_ctx < 1 || o.max_batch < 1 || o.n_threads < 1) {
-            throw std::runtime_error("context, batch and thread count must be at least 1");
-        }
+        check_state_options(o);
         auto st = std::make_unique<Qwen3MoeState>();
         st->options = o;
         const size_t B = size_t(o.max_batch), kv_elt = o.kv_type == GgmlType::F16 ? 2 : 4;
@@ -224,11 +219,7 @@ private:
     // The residual changes little from one layer to the next, so `layer`'s
     // router over it (normed with that layer's weights) predicts the
     // experts that layer will want, while the current layer's are still
-    // being read and computed. For a prefill chunk the hint is the experts
-    // at least three of its tokens pick, most picked first: experts that one
-    // or two tokens pick are the likeliest wrong guesses, and wrong guesses
-    // are bytes read for nothing (prefill must stay near one read per needed
-    // expert; two votes still read 3-6 % extra on small chunks).
+    // being read and computed (expert_hint: which of them to hint).
     ExpertHint predict_experts(Qwen3MoeState& st, ThreadPool& pool, int layer, const float* x, int n) const {
         const ModelConfig& c = config_;
         const Layer& nl = layers_[size_t(layer)];
@@ -238,16 +229,8 @@ private:
         linear(pool, nl.router, normed, n, st.router.f32(), st.acts.data());
         int32_t* ids = reinterpret_cast<int32_t*>(st.next_ids.data());
         route_softmax_topk(st.router.f32(), n, c.n_expert, K, true, ids, st.next_weights.f32());
-        if (n == 1) return ExpertHint{layer, ids, K};
-        int32_t* votes = reinterpret_cast<int32_t*>(st.next_votes.data());
-        int32_t* hint = reinterpret_cast<int32_t*>(st.next_union.data());
-        std::memset(votes, 0, size_t(c.n_expert) * 4);
-        for (int i = 0; i < n * K; i++) votes[ids[i]]++;
-        int m = 0;
-        for (int e = 0; e < c.n_expert; e++)
-            if (votes[e] >= 3) hint[m++] = e;
-        std::stable_sort(hint, hint + m, [&](int32_t a, int32_t b) { return votes[a] > votes[b]; });
-        return ExpertHint{layer, hint, m};
+        return expert_hint(layer, ids, n, K, c.n_expert, reinterpret_cast<int32_t*>(st.next_votes.data()),
+                           reinterpret_cast<int32_t*>(st.next_union.data()));
     }
 
     void norm_rows(ThreadPool& pool, const float* in, const Tensor& w, int64_t n, float* out) const {

@@ -1,5 +1,6 @@
 #include "ops/attention.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "ops/activation.h"
@@ -9,16 +10,27 @@
 
 namespace ms {
 
+int64_t kv_ring_rows(int64_t window, int64_t max_batch) {
+    // The batch's first query still needs window - 1 positions before the
+    // batch once all max_batch of its keys are written.
+    return window - 1 + max_batch;
+}
+
 void kv_store(const KvLayer& kv, int64_t pos, const float* k, const float* v) {
-    if (kv.type == GgmlType::F32) {
-        std::memcpy(kv.k + size_t(pos * kv.k_width) * 4, k, size_t(kv.k_width) * 4);
-        std::memcpy(kv.v + size_t(pos * kv.v_width) * 4, v, size_t(kv.v_width) * 4);
-        return;
-    }
-    uint16_t* kd = reinterpret_cast<uint16_t*>(kv.k) + pos * kv.k_width;
-    uint16_t* vd = reinterpret_cast<uint16_t*>(kv.v) + pos * kv.v_width;
-    for (int64_t i = 0; i < kv.k_width; i++) kd[i] = fp32_to_fp16(k[i]);
-    for (int64_t i = 0; i < kv.v_width; i++) vd[i] = fp32_to_fp16(v[i]);
+    auto put = [&](int64_t row) {
+        if (kv.type == GgmlType::F32) {
+            std::memcpy(kv.k + size_t(row * kv.k_width) * 4, k, size_t(kv.k_width) * 4);
+            std::memcpy(kv.v + size_t(row * kv.v_width) * 4, v, size_t(kv.v_width) * 4);
+            return;
+        }
+        uint16_t* kd = reinterpret_cast<uint16_t*>(kv.k) + row * kv.k_width;
+        uint16_t* vd = reinterpret_cast<uint16_t*>(kv.v) + row * kv.v_width;
+        for (int64_t i = 0; i < kv.k_width; i++) kd[i] = fp32_to_fp16(k[i]);
+        for (int64_t i = 0; i < kv.v_width; i++) vd[i] = fp32_to_fp16(v[i]);
+    };
+    const int64_t row = kv.ring > 0 ? pos % kv.ring : pos;
+    put(row);
+    if (kv.ring > 0 && row < kv.tail) put(row + kv.ring);
 }
 
 namespace {
@@ -138,6 +150,15 @@ void attend_group(const AttentionShape& s, const AttentionKernels& simd, const K
     }
 }
 
+// The cache seen from row `row` on: its positions in order, one run of rows.
+KvLayer from_row(const KvLayer& kv, int64_t row) {
+    const size_t elt = kv.type == GgmlType::F16 ? 2 : 4;
+    KvLayer at = kv;
+    at.k += size_t(row * kv.k_width) * elt;
+    at.v += size_t(row * kv.v_width) * elt;
+    return at;
+}
+
 }  // namespace
 
 size_t attention_scratch_floats(const AttentionShape& s, int64_t n_ctx) {
@@ -162,13 +183,16 @@ void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, con
             const int64_t h0 = t * s.n_head + int64_t(g) * group;  // the group's first query head, all tokens counted
             const float* qg = q + h0 * s.head_dim;
             float* og = out + h0 * s.head_dim_v;
-            const int64_t n_pos = pos0 + t + 1;
+            const int64_t p = pos0 + t;
+            const int64_t first = s.window > 0 ? std::max<int64_t>(0, p - s.window + 1) : 0;
+            const int64_t n_pos = p - first + 1;
+            const KvLayer at = from_row(kv, kv.ring > 0 ? first % kv.ring : first);
             if (simd) {
-                attend_group(s, *simd, kv, g, group, qg, n_pos, s_stride, scores, qh, og);
+                attend_group(s, *simd, at, g, group, qg, n_pos, s_stride, scores, qh, og);
                 continue;
             }
             for (int h = 0; h < group; h++) {
-                attend_head(s, kv, g, qg + h * s.head_dim, n_pos, scores, qh, og + h * s.head_dim_v);
+                attend_head(s, at, g, qg + h * s.head_dim, n_pos, scores, qh, og + h * s.head_dim_v);
             }
         }
     });

@@ -13,13 +13,23 @@ namespace ms {
 
 // One layer's cache: at each position, a K row of k_width and a V row of
 // v_width elements (all KV heads side by side), of type F16 or F32.
+// A sliding-window layer keeps only a ring of rows: position p lives in row
+// p % ring, and rows [ring, ring + tail) repeat rows [0, tail), so that any
+// tail + 1 consecutive positions are consecutive rows (the attention loops
+// read a window as one run). ring == 0: row p holds position p.
 struct KvLayer {
     GgmlType type = GgmlType::F16;
     int64_t k_width = 0;
     int64_t v_width = 0;
     uint8_t* k = nullptr;
     uint8_t* v = nullptr;
+    int64_t ring = 0;
+    int64_t tail = 0;
 };
+
+// Rows a ring needs so that a window of `window` positions stays readable
+// while a batch of max_batch new positions is written before it is read.
+int64_t kv_ring_rows(int64_t window, int64_t max_batch);
 
 // Writes k (k_width floats) and v (v_width floats) at position pos, rounding to F16 with
 // round-to-nearest-even when the cache is F16.
@@ -31,13 +41,16 @@ struct AttentionShape {
     int head_dim = 0;   // of q and k
     int head_dim_v = 0; // of v and the output
     float scale = 1.0f; // applied to q.k before the softmax
+    int64_t window = 0; // > 0: a query at p sees only positions (p - window, p]
 };
 
 // Floats of per-thread scratch attention needs for contexts up to n_ctx.
 size_t attention_scratch_floats(const AttentionShape& s, int64_t n_ctx);
 
 // For each of n_tok queries (q: n_tok rows of n_head*head_dim), query t at
-// position pos0 + t attends to cache positions [0, pos0 + t]; out gets n_tok
+// position pos0 + t attends to cache positions [0, pos0 + t] (the last
+// s.window of them for a sliding window; a ring's tail must be at least
+// s.window - 1 rows); out gets n_tok
 // rows of n_head*head_dim_v. scratch holds pool.size() times
 // attention_scratch_floats(s, n_ctx) floats. Parallel over (token, KV head),
 // with SIMD loops (AVX2, AVX-512) at the active quant/cpu.h level when

@@ -8,8 +8,9 @@ void rope_angles(const Rope& rope, int64_t pos, float* cos_sin) {
     const float step = std::pow(rope.freq_base, -2.0f / float(rope.n_rot));
     float theta = float(pos);
     for (int i = 0; i < rope.n_rot / 2; i++) {
-        cos_sin[2 * i] = std::cos(theta);
-        cos_sin[2 * i + 1] = std::sin(theta);
+        const float angle = rope.freq_factors ? theta / rope.freq_factors[i] : theta;
+        cos_sin[2 * i] = std::cos(angle);
+        cos_sin[2 * i + 1] = std::sin(angle);
         theta *= step;
     }
 }

@@ -10,6 +10,7 @@ struct Rope {
     int n_rot = 0;             // leading dimensions of each head that rotate
     float freq_base = 10000.0f;
     bool neox = true;          // pairs (i, i + n_rot/2); false: adjacent pairs (2i, 2i+1)
+    const float* freq_factors = nullptr;  // n_rot/2 divisors of the pairs' angles, or none
 };
 
 // cos_sin[2i], cos_sin[2i+1] = cos, sin of pair i's angle at position pos,

@@ -131,8 +131,17 @@ void Session::decode(int32_t token) {
 
 void Session::rewind(size_t n) {
     if (n > tokens_.size()) throw std::runtime_error("rewind past the end of the context");
-    tokens_.resize(n);
-    state_->n_past = int64_t(n);
+    // Sliding-window layers keep only their window: going back further than
+    // they still hold means evaluating the tokens after where they can resume.
+    const size_t keep = size_t(state_->rewind_limit(int64_t(n)));
+    const std::vector<int32_t> again(tokens_.begin() + ptrdiff_t(keep), tokens_.begin() + ptrdiff_t(n));
+    tokens_.resize(keep);
+    state_->n_past = int64_t(keep);
+    for (size_t i = 0; i < again.size(); i += size_t(state_->options.max_batch)) {
+        const int m = int(std::min(again.size() - i, size_t(state_->options.max_batch)));
+        model_->forward(*state_, *experts_, pool_, again.data() + i, m, logits_.data(), false);
+        tokens_.insert(tokens_.end(), again.begin() + ptrdiff_t(i), again.begin() + ptrdiff_t(i) + m);
+    }
 }
 
 size_t Session::prefill_context(const std::vector<int32_t>& context) {

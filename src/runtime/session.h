@@ -76,7 +76,8 @@ public:
     void decode(int32_t token);
     // Logits after the last evaluated token (n_vocab floats).
     const float* logits() const { return logits_.data(); }
-    // Keeps the first n tokens of the context, forgets the rest.
+    // Keeps the first n tokens of the context, forgets the rest (evaluating
+    // again those a sliding-window cache no longer holds the window of).
     void rewind(size_t n);
     // Makes the cache hold exactly `context` (e.g. a re-rendered chat),
     // evaluating only the tokens after its longest common prefix with what

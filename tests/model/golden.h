@@ -29,6 +29,12 @@ inline std::vector<std::string> family(const std::string& name) {
     return out;
 }
 
+// A golden model name as a test name: "qwen3moe-Q4_K_M" -> "qwen3moe_Q4_K_M".
+inline std::string identifier(std::string name) {
+    for (char& c : name) if (c == '-') c = '_';
+    return name;
+}
+
 inline std::vector<float> read_f32(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw std::runtime_error("cannot open " + path);

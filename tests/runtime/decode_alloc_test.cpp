@@ -105,30 +105,33 @@ TEST(DecodeAlloc, CountingWorks) {
 
 TEST(DecodeAlloc, DecodeStepsAllocateNothing) {
     SKIP_UNDER_ASAN();
-    // Mixed weight types (Q4_K, Q6_K, Q5_K, Q8_0, F32) and both KV types.
-    for (const char* kv : {"f16", "f32"}) {
-        SessionOptions o;
-        o.model_path = std::string(MOESTREAM_GOLDEN_DIR) + "/models/qwen3moe-Q4_K_M.gguf";
-        o.n_ctx = 128;
-        o.n_batch = 16;
-        o.kv_type = parse_kv_type(kv);
-        o.n_threads = 2;
-        o.sampling.seed = 1;
-        o.sampling.repeat_penalty = 1.1f;
-        auto s = Session::open(o);
-        const std::vector<int32_t> prompt = s->tokenize("The GNU General Public License");
-        s->prefill(prompt);
+    // Mixed weight types (Q4_K, Q6_K, Q5_K, Q8_0, F32), both KV types, and
+    // gemma4 with per-layer embeddings, its sliding-window ring wrapping.
+    for (const char* model : {"qwen3moe-Q4_K_M", "gemma4-ple-Q8_0"}) {
+        for (const char* kv : {"f16", "f32"}) {
+            SessionOptions o;
+            o.model_path = std::string(MOESTREAM_GOLDEN_DIR) + "/models/" + model + ".gguf";
+            o.n_ctx = 128;
+            o.n_batch = 16;
+            o.kv_type = parse_kv_type(kv);
+            o.n_threads = 2;
+            o.sampling.seed = 1;
+            o.sampling.repeat_penalty = 1.1f;
+            auto s = Session::open(o);
+            const std::vector<int32_t> prompt = s->tokenize("The GNU General Public License");
+            s->prefill(prompt);
 
-        g_allocs = 0;
-        g_armed = true;
-        for (int i = 0; i < 32; i++) {
-            const int32_t tok = s->sampler().sample(s->logits());
-            s->sampler().accept(tok);
-            s->decode(tok);
+            g_allocs = 0;
+            g_armed = true;
+            for (int i = 0; i < 32; i++) {
+                const int32_t tok = s->sampler().sample(s->logits());
+                s->sampler().accept(tok);
+                s->decode(tok);
+            }
+            g_armed = false;
+            EXPECT_EQ(g_allocs.load(), 0) << model << " kv " << kv;
+            EXPECT_EQ(s->tokens().size(), prompt.size() + 32);
         }
-        g_armed = false;
-        EXPECT_EQ(g_allocs.load(), 0) << "kv " << kv;
-        EXPECT_EQ(s->tokens().size(), prompt.size() + 32);
     }
 }
 

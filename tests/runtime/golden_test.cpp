@@ -1,4 +1,4 @@
-// End to end through a Session on every golden qwen3moe file: our tokenizer
+// End to end through a Session on every golden qwen3moe and gemma4 file: our tokenizer
 // gives the reference's prompt tokens, and greedy generation (temperature 0)
 // gives the reference's greedy tokens, except after a step where the
 // reference's own top-2 gap is below 1e-3.
@@ -46,11 +46,9 @@ TEST_P(SessionGolden, TokensAndGreedyGeneration) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Qwen3Moe, SessionGolden, ::testing::ValuesIn(golden::family("qwen3moe")),
-                         [](const ::testing::TestParamInfo<std::string>& i) {
-                             std::string s = i.param;
-                             for (char& c : s) if (c == '-') c = '_';
-                             return s;
-                         });
+                         [](const ::testing::TestParamInfo<std::string>& i) { return golden::identifier(i.param); });
+INSTANTIATE_TEST_SUITE_P(Gemma4, SessionGolden, ::testing::ValuesIn(golden::family("gemma4")),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return golden::identifier(i.param); });
 
 }  // namespace
 }  // namespace ms

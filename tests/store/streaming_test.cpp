@@ -58,7 +58,7 @@ Outputs generate(const Model& model, ExpertSource& experts, int threads, const s
 
 TEST(Streaming, BitExactAcrossEnginesLayoutsCacheSizesAndThreads) {
     const bool small = getenv("MOESTREAM_SANITIZED") != nullptr;
-    for (const char* name : {"qwen3moe-Q4_K_M", "qwen3moe-Q8_0"}) {
+    for (const char* name : {"qwen3moe-Q4_K_M", "qwen3moe-Q8_0", "gemma4-Q8_0", "gemma4-ple-Q8_0"}) {
         test::TempDir dir;
         GgufFile f = GgufFile::open(test::golden_model(name));
         std::unique_ptr<Model> model = Model::open(f);

@@ -1,0 +1,105 @@
+// Running a model over the golden files in tests: the model with every
+// expert in RAM, and the checks each architecture's golden test makes (prompt
+// logits and greedy steps against the reference; batch size and thread count
+// never changing a bit of the output).
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "golden.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "model/ram_experts.h"
+
+namespace ms::golden {
+
+struct LoadedModel {
+    GgufFile file;
+    std::unique_ptr<Model> model;
+    std::unique_ptr<RamExperts> experts;
+
+    explicit LoadedModel(const std::string& path) : file(GgufFile::open(path)) {
+        model = Model::open(file);
+        model->load_resident(file);
+        experts = std::make_unique<RamExperts>(file, model->expert_layers());
+    }
+
+    std::unique_ptr<ModelState> state(int threads, GgmlType kv = GgmlType::F32, int max_batch = 48) const {
+        StateOptions o;
+        o.n_ctx = 64;
+        o.max_batch = max_batch;
+        o.kv_type = kv;
+        o.n_threads = threads;
+        return model->new_state(o);
+    }
+};
+
+// The prompt as one batch, then the 8 greedy steps fed one by one: every
+// greedy token the reference does not call a near-tie must match, and the
+// prompt rows and the greedy rows (all 8 together: a routing near-tie
+// flipped in one step moves that row by a few percent) must be within
+// `bound`. Returns the prompt logits.
+inline std::vector<float> expect_matches_reference(const Case& g, double bound) {
+    LoadedModel m(g.gguf);
+    EXPECT_EQ(m.model->config().arch, g.meta.at("arch").as_string());
+    EXPECT_EQ(m.model->config().n_vocab, g.n_vocab);
+    const int64_t V = g.n_vocab;
+    const int n = int(g.prompt.size());
+
+    ThreadPool pool(2);
+    auto st = m.state(2);
+    std::vector<float> logits(size_t(n * V));
+    m.model->forward(*st, *m.experts, pool, g.prompt.data(), n, logits.data(), true);
+    const double err = rel_l2(logits.data(), g.logits.data(), logits.size());
+    printf("%-22s prompt logits relative L2 %.3e (bound %.0e)\n", g.name.c_str(), err, bound);
+    EXPECT_LE(err, bound);
+
+    // greedy_tokens[0] is the argmax of the last prompt row.
+    const float* last_ref = g.logits.data() + (n - 1) * V;
+    if (top2_gap(last_ref, V) >= 1e-3f) {
+        EXPECT_EQ(argmax(logits.data() + (n - 1) * V, V), g.greedy[0]);
+    }
+    std::vector<float> gen(g.gen.size());
+    for (size_t s = 0; s < g.greedy.size(); s++) {
+        float* row = gen.data() + s * size_t(V);
+        m.model->forward(*st, *m.experts, pool, &g.greedy[s], 1, row, false);
+        const float* ref = g.gen.data() + s * size_t(V);
+        if (s + 1 < g.greedy.size() && top2_gap(ref, V) >= 1e-3f) {
+            EXPECT_EQ(argmax(row, V), g.greedy[s + 1]) << "greedy step " << s;
+        }
+    }
+    const double gen_err = rel_l2(gen.data(), g.gen.data(), gen.size());
+    printf("%-22s greedy rows relative L2 %.3e\n", g.name.c_str(), gen_err);
+    EXPECT_LE(gen_err, bound);
+    return logits;
+}
+
+// The prompt evaluated token by token (a state sized for one token at a
+// time) and in chunks of 5, on 1 thread, gives the same bits as one batch
+// on 2 threads: the store's bit-exactness tests build on this.
+inline void expect_batch_and_threads_do_not_change_bits(const Case& g) {
+    LoadedModel m(g.gguf);
+    const int64_t V = g.n_vocab;
+    const int n = int(g.prompt.size());
+    ThreadPool pool2(2), pool1(1);
+
+    auto batch = m.state(2, GgmlType::F16);
+    std::vector<float> all(size_t(n * V));
+    m.model->forward(*batch, *m.experts, pool2, g.prompt.data(), n, all.data(), true);
+
+    for (int chunk : {1, 5}) {
+        SCOPED_TRACE("chunks of " + std::to_string(chunk));
+        auto steps = m.state(1, GgmlType::F16, chunk);
+        std::vector<float> rows(size_t(chunk * V));
+        for (int t = 0; t < n; t += chunk) {
+            const int k = std::min(chunk, n - t);
+            m.model->forward(*steps, *m.experts, pool1, &g.prompt[size_t(t)], k, rows.data(), true);
+            ASSERT_EQ(0, std::memcmp(rows.data(), all.data() + t * V, size_t(k * V) * 4)) << "position " << t;
+        }
+    }
+}
+
+}  // namespace ms::golden

@@ -221,11 +221,8 @@ TEST(GgufGolden, VocabFilesAndOpenTime) {
     EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "gpt2");
     EXPECT_EQ(f.get_string("tokenizer.ggml.pre"), "qwen2");
     EXPECT_TRUE(f.tensors().empty());
-    // The budget is generous (Release opens it in ~20 ms); sanitizer builds
-    // are several times slower and are not timed.
-    if (!getenv("MOESTREAM_SANITIZED")) {
-        EXPECT_LT(ms, 100.0);
-    }
+    // How long the open takes is printed, not asserted: a shared 2-core CI
+    // machine under ctest -j2 is no place for timing (~20 ms when quiet).
     std::printf("qwen3-vocab.gguf opened in %.1f ms\n", ms);
 
     GgufFile spm = GgufFile::open(kGolden + "/tokenizer/ggml-vocab-llama-spm.gguf");

@@ -319,6 +319,46 @@ TEST_P(EveryType, MatmulEqualsMatvecBitForBitForEveryTokenCount) {
     }
 }
 
+// The AVX2 kernels take the reference engine's float steps (for 8-bit
+// activations: 8 int32 lanes per block, one FMA each, then its horizontal
+// sums), which is why the golden Q8_0 and MXFP4_MOE files agree with them to
+// the last bit. The AVX-512 level must give those bits exactly, through every
+// path: a rounding moved elsewhere can flip a near-tied expert choice and
+// move a model's logits by percents (tracker issue 12 item 6: Q4_K attention
+// projections at 2.9e-2 against 1.1e-3). BF16 on CPUs with AVX512-BF16 is
+// the exception: its pair-dot instruction has its own rounding.
+TEST_P(EveryType, Avx512GivesAvx2Bits) {
+    const GgmlType t = GetParam();
+    if (set_simd_level(SimdLevel::Avx512) != SimdLevel::Avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+    if (t == GgmlType::BF16 && cpu_features().avx512bf16) GTEST_SKIP() << "BF16 pair dots";
+    Rng r(83 + uint32_t(t));
+    // Rows too long for the largest tiles' scratch, and for any tile; the
+    // float types get ragged tails too.
+    const int64_t ns[] = {test_n(t) * 2 + (type_traits(t).block_size == 1 ? 37 : 0), 10240, 32768};
+    constexpr int64_t kMaxTok = 37, rows = 19;
+    for (int64_t n : ns) {
+        std::vector<uint8_t> W = random_rows(t, n, rows, r);
+        std::vector<float> x = random_acts(n, kMaxTok, r);
+        const size_t ab = act_bytes(t, n);
+        std::vector<uint8_t> acts(ab * kMaxTok);
+        quantize_acts(t, x.data(), acts.data(), n, kMaxTok);
+        auto run = [&](SimdLevel l, int64_t nt) {
+            set_simd_level(l);
+            std::vector<float> Y(size_t(nt * rows), NAN);
+            if (nt == 1) matvec(t, W.data(), acts.data(), Y.data(), n, 0, rows);
+            else matmul(t, W.data(), rows, acts.data(), nt, Y.data(), n, 0, rows);
+            return Y;
+        };
+        for (int64_t nt : {int64_t(1), int64_t(2), int64_t(3), int64_t(4), int64_t(7), int64_t(16), kMaxTok}) {
+            const std::vector<float> want = run(SimdLevel::Avx2, nt), got = run(SimdLevel::Avx512, nt);
+            for (size_t i = 0; i < want.size(); ++i)
+                ASSERT_EQ(float_bits(got[i]), float_bits(want[i]))
+                    << type_name(t) << " n=" << n << " tokens=" << nt << " token " << i / rows << " row " << i % rows
+                    << ": " << got[i] << " vs " << want[i];
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Quant, EveryType, ::testing::ValuesIn(kRunnable),
                          [](const ::testing::TestParamInfo<GgmlType>& i) { return std::string(type_name(i.param)); });
 

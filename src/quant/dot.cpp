@@ -242,44 +242,49 @@ struct KBlock {
 
 // Lane l: its elements' scaled products, plus bias times the bsums of groups
 // 2l and 2l + 1 against their scales (how Q3_K / Q6_K fold in their offset).
+// Run r (elements 32r..32r+31) puts its first 16 under scale 2r, the rest
+// under 2r + 1.
 void k_lanes(const KBlock& k, const BlockQ8_K& y, int bias, int32_t s[8]) {
     for (int l = 0; l < 8; ++l)
         s[l] = bias * (y.bsums[2 * l] * k.sc[2 * l] + y.bsums[2 * l + 1] * k.sc[2 * l + 1]);
-    for (int e = 0; e < QK_K; ++e) s[(e % 32) / 4] += k.sc[e / 16] * k.q[e] * y.qs[e];
+    for (int r = 0; r < 8; ++r) {
+        int32_t p[32];
+        for (int b = 0; b < 32; ++b) p[b] = k.q[32 * r + b] * y.qs[32 * r + b];
+        for (int l = 0; l < 8; ++l) s[l] += k.sc[2 * r + l / 4] * (p[4 * l] + p[4 * l + 1] + p[4 * l + 2] + p[4 * l + 3]);
+    }
 }
 
-// Element e = 128h + 32k + b sits in byte b of a 32-byte run: Q2_K / Q3_K
-// keep 2-bit layer k of qs[32h + b], Q6_K nibble k / 2 of ql[64h + 32(k % 2) + b]
-// and layer k of qh[32h + b].
+// Run r = 4h + layer holds byte b of a 32-byte run: Q2_K / Q3_K keep 2-bit
+// `layer` of qs[32h + b], Q6_K nibble layer / 2 of ql[64h + 32(layer % 2) + b]
+// and 2-bit `layer` of qh[32h + b].
 void dec_q2_k(const BlockQ2_K& x, KBlock& k) {
-    for (int e = 0; e < QK_K; ++e) k.q[e] = (x.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+    for (int r = 0; r < 8; ++r)
+        for (int b = 0; b < 32; ++b) k.q[32 * r + b] = (x.qs[32 * (r / 4) + b] >> (2 * (r % 4))) & 3;
     for (int g = 0; g < 16; ++g) k.sc[g] = x.scales[g] & 0xf;
 }
 void dec_q3_k(const BlockQ3_K& x, KBlock& k) {
-    for (int e = 0; e < QK_K; ++e) {
-        const int h = e / 128, layer = (e % 128) / 32, b = e % 32;
-        k.q[e] = ((x.qs[32 * h + b] >> (2 * layer)) & 3) | (((x.hmask[b] >> (4 * h + layer)) & 1) << 2);
-    }
+    for (int r = 0; r < 8; ++r)
+        for (int b = 0; b < 32; ++b)
+            k.q[32 * r + b] = ((x.qs[32 * (r / 4) + b] >> (2 * (r % 4))) & 3) | (((x.hmask[b] >> r) & 1) << 2);
     uint8_t sc[16];
     q3k_unpack(x.scales, sc);
     for (int g = 0; g < 16; ++g) k.sc[g] = sc[g] - 32;
 }
-// Q4_K / Q5_K: sub-block j = e / 32 is nibble j % 2 of qs[32(j / 2) + b]
-// (Q5_K's fifth bit: bit j of qh[b]); 6-bit scales and mins per sub-block.
+// Q4_K / Q5_K: run j is nibble j % 2 of qs[32(j / 2) + b] (Q5_K's fifth bit:
+// bit j of qh[b]); 6-bit scales and mins per run.
 void dec_k4(const uint8_t scales[12], const uint8_t* qs, const uint8_t* qh, KBlock& k, uint8_t sm[16]) {
-    for (int e = 0; e < QK_K; ++e) {
-        const int j = e / 32, b = e % 32;
-        k.q[e] = (qs[32 * (j / 2) + b] >> (4 * (j % 2))) & 0xf;
-        if (qh) k.q[e] |= ((qh[b] >> j) & 1) << 4;
-    }
+    for (int j = 0; j < 8; ++j)
+        for (int b = 0; b < 32; ++b)
+            k.q[32 * j + b] = ((qs[32 * (j / 2) + b] >> (4 * (j % 2))) & 0xf) | (qh ? ((qh[b] >> j) & 1) << 4 : 0);
     k4_unpack(scales, sm);
     for (int g = 0; g < 16; ++g) k.sc[g] = sm[g / 2];
 }
 void dec_q6_k(const BlockQ6_K& x, KBlock& k) {
-    for (int e = 0; e < QK_K; ++e) {
-        const int h = e / 128, layer = (e % 128) / 32, b = e % 32;
-        const uint8_t lo = x.ql[64 * h + 32 * (layer % 2) + b];
-        k.q[e] = ((layer < 2 ? lo : lo >> 4) & 0xf) | (((x.qh[32 * h + b] >> (2 * layer)) & 3) << 4);
+    for (int r = 0; r < 8; ++r) {
+        const int h = r / 4, layer = r % 4;
+        for (int b = 0; b < 32; ++b)
+            k.q[32 * r + b] = ((x.ql[64 * h + 32 * (layer % 2) + b] >> (4 * (layer / 2))) & 0xf) |
+                              (((x.qh[32 * h + b] >> (2 * layer)) & 3) << 4);
     }
     for (int g = 0; g < 16; ++g) k.sc[g] = x.scales[g];
 }

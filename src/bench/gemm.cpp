@@ -136,9 +136,8 @@ PeakEstimate theoretical_peak(GgmlType t, int threads) {
     if (is_float_type(t)) {
         if (t == GgmlType::BF16 && lvl == SimdLevel::Avx512 && f.avx512bf16) {
             per_cycle = 128, unit = "128 FLOP/cycle (AVX512-BF16 vdpbf16ps: 2 units x 32 bf16 pairs x 2)";
-        } else if (lvl == SimdLevel::Avx512) {
-            per_cycle = 64, unit = "64 FLOP/cycle (AVX-512: 2 FMA units x 16 fp32 lanes x 2)";
-        } else if (lvl == SimdLevel::Avx2) {
+        } else if (lvl >= SimdLevel::Avx2) {
+            // The AVX-512 level keeps the 256-bit float kernels (quant/dot_avx512.cpp says why).
             per_cycle = 32, unit = "32 FLOP/cycle (AVX2: 2 FMA units x 8 fp32 lanes x 2)";
         } else {
             unit = "2 FLOP/cycle (scalar FMA)";

@@ -57,9 +57,9 @@ SimdLevel detect_best() {
     SimdLevel best = SimdLevel::Scalar;
     if (avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni) best = SimdLevel::Avx512;
     else if (avx2) best = SimdLevel::Avx2;
-    // MOESTREAM_SIMD=scalar|avx2 caps the level, to reproduce on this
-    // machine what a CPU without AVX-512 computes (summation orders differ
-    // by level, and with them near-tied routing decisions).
+    // MOESTREAM_SIMD=scalar|avx2 caps the level, to run on this machine the
+    // kernels a CPU without AVX-512 runs (their results are the same bits,
+    // but for BF16 pair dots; the cap checks that and compares speed).
     if (const char* cap = std::getenv("MOESTREAM_SIMD")) {
         if (std::strcmp(cap, "scalar") == 0) best = SimdLevel::Scalar;
         else if (std::strcmp(cap, "avx2") == 0 && best == SimdLevel::Avx512) best = SimdLevel::Avx2;

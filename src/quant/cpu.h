@@ -1,6 +1,6 @@
 // Which SIMD kernels this CPU can run. Detected once with cpuid/xgetbv; the
 // active level defaults to the best available and can be lowered by tests and
-// benchmarks to compare every level against the scalar reference.
+// benchmarks to compare the levels (quant/dot.h: they give the same bits).
 #pragma once
 
 namespace ms {

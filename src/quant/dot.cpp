@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "quant/blocks.h"
 #include "quant/cpu.h"
@@ -117,38 +118,56 @@ void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) {
 }  // namespace
 
 // ---------------------------------------------------------------------------
-// Scalar reference dot products: the integer sum of each block exactly as the
-// reference forms it, then one float multiply-add per block.
+// Scalar dot products: the reference engine's float steps, which its AVX2
+// kernels (dot_x86.inc) take, one lane at a time. Each block's integer sums
+// are gathered in the 8 int32 lanes those kernels use (lane l: elements
+// 4l..4l+3 of every 32-element run), each lane gets one fused multiply-add
+// with the block scale, and the lanes are summed in hsum8's tree. Any other
+// order rounds differently, and a near-tied expert choice downstream turns
+// that last-bit difference into percents of a model's logits (summed block
+// by block in float, as this level once did, golden qwen3moe-Q4_K_M came out
+// 1.2e-2 from the reference; in the AVX2 order it is 2.4e-7).
 
 namespace {
 
-float dot_f32(const void* wv, const void* av, int64_t n) {
-    const float* w = static_cast<const float*>(wv);
-    const float* a = static_cast<const float*>(av);
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += double(w[i]) * double(a[i]);
-    return float(s);
+struct Lanes8 {
+    float v[8] = {};
+    // std::fma rounds once, as the kernels' vfmadd does.
+    void fma(float scale, const int32_t s[8]) {
+        for (int l = 0; l < 8; ++l) v[l] = std::fma(scale, float(s[l]), v[l]);
+    }
+};
+
+// hsum4 / hsum8 of dot_x86.inc: halves first, then lanes {0,1} + {2,3}.
+float sum4(const float v[4]) { return (v[0] + v[2]) + (v[1] + v[3]); }
+float sum8(const float v[8]) {
+    const float r[4] = {v[0] + v[4], v[1] + v[5], v[2] + v[6], v[3] + v[7]};
+    return sum4(r);
 }
 
-float dot_f16(const void* wv, const void* av, int64_t n) {
-    const uint16_t* w = static_cast<const uint16_t*>(wv);
-    const uint16_t* a = static_cast<const uint16_t*>(av);
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += double(fp16_to_fp32(w[i]) * fp16_to_fp32(a[i]));  // product exact
-    return float(s);
+// dot_float: 16 lanes (two vectors of 8) over runs of 16 elements, a ragged
+// tail padded with zeros, the vectors added, then hsum8.
+template <float (*load)(const void*, int64_t)>
+float dot_float(const void* wv, const void* av, int64_t n) {
+    float acc[16] = {};
+    for (int64_t i = 0; i < n; i += 16) {
+        for (int l = 0; l < 16; ++l) {
+            const bool in = i + l < n;
+            acc[l] = std::fma(in ? load(wv, i + l) : 0.f, in ? load(av, i + l) : 0.f, acc[l]);
+        }
+    }
+    float r[8];
+    for (int l = 0; l < 8; ++l) r[l] = acc[l] + acc[l + 8];
+    return sum8(r);
 }
-
-float dot_bf16(const void* wv, const void* av, int64_t n) {
-    const uint16_t* w = static_cast<const uint16_t*>(wv);
-    const uint16_t* a = static_cast<const uint16_t*>(av);
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += double(bf16_to_fp32(w[i]) * bf16_to_fp32(a[i]));  // product exact
-    return float(s);
-}
+float load_f32(const void* p, int64_t i) { return static_cast<const float*>(p)[i]; }
+float load_f16(const void* p, int64_t i) { return fp16_to_fp32(static_cast<const uint16_t*>(p)[i]); }
+float load_bf16(const void* p, int64_t i) { return bf16_to_fp32(static_cast<const uint16_t*>(p)[i]); }
 
 // 32-element weight blocks decode to 32 integers and a float scale; against
-// Q8_0 the block contributes d_w * d_a * sum(q * a). Q4_1 / Q5_1 (against
-// Q8_1) add m_w * s_a, with s_a = d_a * sum(a) stored in the activation.
+// Q8_0 each lane adds d_w * d_a times its four products. Q4_1 / Q5_1 (against
+// Q8_1) add m_w * s_a, with s_a = d_a * sum(a) stored in the activation, in
+// one separate fused chain.
 inline void nibbles(const uint8_t qs[16], int v[32]) {
     for (int j = 0; j < 16; ++j) { v[j] = qs[j] & 0xf; v[j + 16] = qs[j] >> 4; }
 }
@@ -174,183 +193,189 @@ void dec_q5_1(const BlockQ5_1& b, int v[32]) { nibbles(b.qs, v); fifth_bits(b.qh
 template <typename B> float scale_fp16(const B& b) { return fp16_to_fp32(b.d); }
 float scale_mxfp4(const BlockMXFP4& b) { return e8m0_half(b.e); }
 
+inline void lanes32(const int v[32], const int8_t a[32], int32_t s[8]) {
+    for (int l = 0; l < 8; ++l) {
+        s[l] = 0;
+        for (int j = 4 * l; j < 4 * l + 4; ++j) s[l] += v[j] * a[j];
+    }
+}
+
 template <typename B, void (*decode)(const B&, int*), float (*scale)(const B&)>
 float dot_q8_family(const void* wv, const void* av, int64_t n) {
     const B* x = static_cast<const B*>(wv);
     const BlockQ8_0* y = static_cast<const BlockQ8_0*>(av);
-    float s = 0;
+    Lanes8 acc;
     for (int64_t i = 0; i < n / QK; ++i) {
-        int v[32], isum = 0;
+        int v[32];
+        int32_t s[8];
         decode(x[i], v);
-        for (int j = 0; j < 32; ++j) isum += v[j] * y[i].qs[j];
-        s += float(isum) * (scale(x[i]) * fp16_to_fp32(y[i].d));
+        lanes32(v, y[i].qs, s);
+        acc.fma(scale(x[i]) * fp16_to_fp32(y[i].d), s);
     }
-    return s;
+    return sum8(acc.v);
 }
 
 template <typename B, void (*decode)(const B&, int*)>
 float dot_q8_1_family(const void* wv, const void* av, int64_t n) {
     const B* x = static_cast<const B*>(wv);
     const BlockQ8_1* y = static_cast<const BlockQ8_1*>(av);
-    float s = 0;
+    Lanes8 acc;
+    float mins = 0;
     for (int64_t i = 0; i < n / QK; ++i) {
-        int v[32], isum = 0;
+        int v[32];
+        int32_t s[8];
         decode(x[i], v);
-        for (int j = 0; j < 32; ++j) isum += v[j] * y[i].qs[j];
-        s += float(isum) * (fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d)) + fp16_to_fp32(x[i].m) * fp16_to_fp32(y[i].s);
+        lanes32(v, y[i].qs, s);
+        acc.fma(fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d), s);
+        mins = std::fma(fp16_to_fp32(x[i].m), fp16_to_fp32(y[i].s), mins);
     }
-    return s;
+    return sum8(acc.v) + mins;
 }
 
-// K-quants against Q8_K. Mins are folded in through the activation's bsums.
+// K-quants against Q8_K. A block decodes to 256 values q[e] with a scale per
+// 16 (sc[e / 16]); Q3_K's -4 and Q6_K's -32 come in through the activation's
+// bsums (per 16), Q2_K's, Q4_K's and Q5_K's mins in a second float chain.
+struct KBlock {
+    int q[256];
+    int sc[16];
+};
+
+// Lane l: its elements' scaled products, plus bias times the bsums of groups
+// 2l and 2l + 1 against their scales (how Q3_K / Q6_K fold in their offset).
+// Run r (elements 32r..32r+31) puts its first 16 under scale 2r, the rest
+// under 2r + 1.
+void k_lanes(const KBlock& k, const BlockQ8_K& y, int bias, int32_t s[8]) {
+    for (int l = 0; l < 8; ++l)
+        s[l] = bias * (y.bsums[2 * l] * k.sc[2 * l] + y.bsums[2 * l + 1] * k.sc[2 * l + 1]);
+    for (int r = 0; r < 8; ++r) {
+        int32_t p[32];
+        for (int b = 0; b < 32; ++b) p[b] = k.q[32 * r + b] * y.qs[32 * r + b];
+        for (int l = 0; l < 8; ++l) s[l] += k.sc[2 * r + l / 4] * (p[4 * l] + p[4 * l + 1] + p[4 * l + 2] + p[4 * l + 3]);
+    }
+}
+
+// Run r = 4h + layer holds byte b of a 32-byte run: Q2_K / Q3_K keep 2-bit
+// `layer` of qs[32h + b], Q6_K nibble layer / 2 of ql[64h + 32(layer % 2) + b]
+// and 2-bit `layer` of qh[32h + b].
+void dec_q2_k(const BlockQ2_K& x, KBlock& k) {
+    for (int r = 0; r < 8; ++r)
+        for (int b = 0; b < 32; ++b) k.q[32 * r + b] = (x.qs[32 * (r / 4) + b] >> (2 * (r % 4))) & 3;
+    for (int g = 0; g < 16; ++g) k.sc[g] = x.scales[g] & 0xf;
+}
+void dec_q3_k(const BlockQ3_K& x, KBlock& k) {
+    for (int r = 0; r < 8; ++r)
+        for (int b = 0; b < 32; ++b)
+            k.q[32 * r + b] = ((x.qs[32 * (r / 4) + b] >> (2 * (r % 4))) & 3) | (((x.hmask[b] >> r) & 1) << 2);
+    uint8_t sc[16];
+    q3k_unpack(x.scales, sc);
+    for (int g = 0; g < 16; ++g) k.sc[g] = sc[g] - 32;
+}
+// Q4_K / Q5_K: run j is nibble j % 2 of qs[32(j / 2) + b] (Q5_K's fifth bit:
+// bit j of qh[b]); 6-bit scales and mins per run.
+void dec_k4(const uint8_t scales[12], const uint8_t* qs, const uint8_t* qh, KBlock& k, uint8_t sm[16]) {
+    for (int j = 0; j < 8; ++j)
+        for (int b = 0; b < 32; ++b)
+            k.q[32 * j + b] = ((qs[32 * (j / 2) + b] >> (4 * (j % 2))) & 0xf) | (qh ? ((qh[b] >> j) & 1) << 4 : 0);
+    k4_unpack(scales, sm);
+    for (int g = 0; g < 16; ++g) k.sc[g] = sm[g / 2];
+}
+void dec_q6_k(const BlockQ6_K& x, KBlock& k) {
+    for (int r = 0; r < 8; ++r) {
+        const int h = r / 4, layer = r % 4;
+        for (int b = 0; b < 32; ++b)
+            k.q[32 * r + b] = ((x.ql[64 * h + 32 * (layer % 2) + b] >> (4 * (layer / 2))) & 0xf) |
+                              (((x.qh[32 * h + b] >> (2 * layer)) & 3) << 4);
+    }
+    for (int g = 0; g < 16; ++g) k.sc[g] = x.scales[g];
+}
+void dec_iq4_xs(const BlockIQ4_XS& x, KBlock& k) {
+    for (int ib = 0; ib < 8; ++ib) {
+        int v[32];
+        nibbles(x.qs + 16 * ib, v);
+        table_lookup(kIQ4NL, v);
+        std::memcpy(k.q + 32 * ib, v, sizeof(v));
+        const int ls = ((x.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) | (((x.scales_h >> (2 * ib)) & 3) << 4);
+        k.sc[2 * ib] = k.sc[2 * ib + 1] = ls - 32;
+    }
+}
+
 float dot_q2_k(const void* wv, const void* av, int64_t n) {
     const BlockQ2_K* x = static_cast<const BlockQ2_K*>(wv);
     const BlockQ8_K* y = static_cast<const BlockQ8_K*>(av);
-    float s = 0;
+    Lanes8 acc, accm;
     for (int64_t i = 0; i < n / QK_K; ++i) {
-        int summs = 0, isum = 0;
-        for (int g = 0; g < 16; ++g) summs += y[i].bsums[g] * (x[i].scales[g] >> 4);
-        const int8_t* a = y[i].qs;
-        for (int g = 0; g < 16; ++g) {
-            // Group g: 32-byte half g/8, 2-bit layer (g%8)/2, bytes 16*(g%2)...
-            const uint8_t* q = x[i].qs + 32 * (g / 8) + 16 * (g % 2);
-            int shift = 2 * ((g % 8) / 2);
-            int gs = 0;
-            for (int l = 0; l < 16; ++l) gs += ((q[l] >> shift) & 3) * a[16 * g + l];
-            isum += (x[i].scales[g] & 0xf) * gs;
-        }
-        float dall = y[i].d * fp16_to_fp32(x[i].d), dmin = y[i].d * fp16_to_fp32(x[i].dmin);
-        s += dall * float(isum) - dmin * float(summs);
+        KBlock k;
+        int32_t s[8], m[8];
+        dec_q2_k(x[i], k);
+        k_lanes(k, y[i], 0, s);
+        for (int l = 0; l < 8; ++l)
+            m[l] = y[i].bsums[2 * l] * (x[i].scales[2 * l] >> 4) + y[i].bsums[2 * l + 1] * (x[i].scales[2 * l + 1] >> 4);
+        acc.fma(fp16_to_fp32(x[i].d) * y[i].d, s);
+        accm.fma(fp16_to_fp32(x[i].dmin) * y[i].d, m);
     }
-    return s;
+    return sum8(acc.v) - sum8(accm.v);
 }
 
-float dot_q3_k(const void* wv, const void* av, int64_t n) {
-    const BlockQ3_K* x = static_cast<const BlockQ3_K*>(wv);
+// Q4_K and Q5_K: the mins meet the bsum pairs (activation sums per 32) in
+// four lanes, two sub-blocks each.
+template <typename B>
+float dot_k4(const void* wv, const void* av, int64_t n) {
+    const B* x = static_cast<const B*>(wv);
     const BlockQ8_K* y = static_cast<const BlockQ8_K*>(av);
-    float s = 0;
+    Lanes8 acc;
+    float accm[4] = {};
     for (int64_t i = 0; i < n / QK_K; ++i) {
-        uint8_t sc[16];
-        q3k_unpack(x[i].scales, sc);
-        const int8_t* a = y[i].qs;
-        int isum = 0;
-        for (int g = 0; g < 16; ++g) {
-            const uint8_t* q = x[i].qs + 32 * (g / 8) + 16 * (g % 2);
-            const uint8_t* hm = x[i].hmask + 16 * (g % 2);
-            int layer = (g % 8) / 2;  // 2-bit layer within the half
-            uint8_t m = uint8_t(1 << (4 * (g / 8) + layer));
-            int gs = 0;
-            for (int l = 0; l < 16; ++l) {
-                int v = ((q[l] >> (2 * layer)) & 3) - ((hm[l] & m) ? 0 : 4);
-                gs += v * a[16 * g + l];
-            }
-            isum += (sc[g] - 32) * gs;
+        KBlock k;
+        uint8_t sm[16];
+        if constexpr (std::is_same_v<B, BlockQ5_K>) dec_k4(x[i].scales, x[i].qs, x[i].qh, k, sm);
+        else dec_k4(x[i].scales, x[i].qs, nullptr, k, sm);
+        int32_t s[8];
+        k_lanes(k, y[i], 0, s);
+        acc.fma(fp16_to_fp32(x[i].d) * y[i].d, s);
+        const float dm = fp16_to_fp32(x[i].dmin) * y[i].d;
+        for (int l = 0; l < 4; ++l) {
+            const int p0 = y[i].bsums[4 * l] + y[i].bsums[4 * l + 1], p1 = y[i].bsums[4 * l + 2] + y[i].bsums[4 * l + 3];
+            accm[l] = std::fma(dm, float(sm[8 + 2 * l] * p0 + sm[8 + 2 * l + 1] * p1), accm[l]);
         }
-        s += fp16_to_fp32(x[i].d) * y[i].d * float(isum);
     }
-    return s;
+    return sum8(acc.v) - sum4(accm);
 }
 
-// Q4_K and Q5_K share everything but the fifth bit (qh == nullptr for Q4_K).
-inline float dot_k4_block(uint16_t dw, uint16_t dminw, const uint8_t scales[12], const uint8_t* qs,
-                          const uint8_t* qh, const BlockQ8_K& y) {
-    int isum = 0, summs = 0;
-    uint8_t sm[16];
-    k4_unpack(scales, sm);
-    for (int j = 0; j < 8; ++j) {
-        const int sc = sm[j], m = sm[8 + j];
-        summs += m * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
-        const uint8_t* q = qs + 32 * (j / 2);
-        int shift = 4 * (j % 2);
-        int gs = 0;
-        for (int l = 0; l < 32; ++l) {
-            int v = (q[l] >> shift) & 0xf;
-            if (qh && (qh[l] >> j) & 1) v += 16;
-            gs += v * y.qs[32 * j + l];
-        }
-        isum += sc * gs;
-    }
-    float d = y.d * fp16_to_fp32(dw), dmin = y.d * fp16_to_fp32(dminw);
-    return d * float(isum) - dmin * float(summs);
-}
-
-float dot_q4_k(const void* wv, const void* av, int64_t n) {
-    const BlockQ4_K* x = static_cast<const BlockQ4_K*>(wv);
+// Q3_K, Q6_K and IQ4_XS: one chain; bias is the value offset (-4, -32, none).
+template <typename B, void (*decode)(const B&, KBlock&), int bias>
+float dot_k_single(const void* wv, const void* av, int64_t n) {
+    const B* x = static_cast<const B*>(wv);
     const BlockQ8_K* y = static_cast<const BlockQ8_K*>(av);
-    float s = 0;
-    for (int64_t i = 0; i < n / QK_K; ++i) s += dot_k4_block(x[i].d, x[i].dmin, x[i].scales, x[i].qs, nullptr, y[i]);
-    return s;
-}
-
-float dot_q5_k(const void* wv, const void* av, int64_t n) {
-    const BlockQ5_K* x = static_cast<const BlockQ5_K*>(wv);
-    const BlockQ8_K* y = static_cast<const BlockQ8_K*>(av);
-    float s = 0;
-    for (int64_t i = 0; i < n / QK_K; ++i) s += dot_k4_block(x[i].d, x[i].dmin, x[i].scales, x[i].qs, x[i].qh, y[i]);
-    return s;
-}
-
-float dot_q6_k(const void* wv, const void* av, int64_t n) {
-    const BlockQ6_K* x = static_cast<const BlockQ6_K*>(wv);
-    const BlockQ8_K* y = static_cast<const BlockQ8_K*>(av);
-    float s = 0;
+    Lanes8 acc;
     for (int64_t i = 0; i < n / QK_K; ++i) {
-        int isum = 0;
-        for (int g = 0; g < 16; ++g) {
-            // Element e = 128*h + 32*k + l (k = layer 0..3): low nibble of ql[64h + 32*(k%2) + l]
-            // (high nibble when k >= 2), 2 high bits (qh[32h + l] >> 2k) & 3.
-            int gs = 0;
-            for (int l16 = 0; l16 < 16; ++l16) {
-                int e = 16 * g + l16, h = e / 128, k = (e % 128) / 32, l = e % 32;
-                uint8_t lo = x[i].ql[64 * h + 32 * (k % 2) + l];
-                int v = ((k < 2 ? lo & 0xf : lo >> 4) | (((x[i].qh[32 * h + l] >> (2 * k)) & 3) << 4)) - 32;
-                gs += v * y[i].qs[e];
-            }
-            isum += x[i].scales[g] * gs;
-        }
-        s += fp16_to_fp32(x[i].d) * y[i].d * float(isum);
+        KBlock k;
+        int32_t s[8];
+        decode(x[i], k);
+        k_lanes(k, y[i], bias, s);
+        acc.fma(fp16_to_fp32(x[i].d) * y[i].d, s);
     }
-    return s;
-}
-
-float dot_iq4_xs(const void* wv, const void* av, int64_t n) {
-    const BlockIQ4_XS* x = static_cast<const BlockIQ4_XS*>(wv);
-    const BlockQ8_K* y = static_cast<const BlockQ8_K*>(av);
-    float s = 0;
-    for (int64_t i = 0; i < n / QK_K; ++i) {
-        int isum = 0;
-        for (int ib = 0; ib < 8; ++ib) {
-            int ls = ((x[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) | (((x[i].scales_h >> (2 * ib)) & 3) << 4);
-            int v[32], sub = 0;
-            nibbles(x[i].qs + 16 * ib, v);
-            table_lookup(kIQ4NL, v);
-            for (int j = 0; j < 32; ++j) sub += v[j] * y[i].qs[32 * ib + j];
-            isum += (ls - 32) * sub;
-        }
-        s += fp16_to_fp32(x[i].d) * y[i].d * float(isum);
-    }
-    return s;
+    return sum8(acc.v);
 }
 
 using ScalarDotFn = float (*)(const void*, const void*, int64_t);
 
 ScalarDotFn scalar_dot(GgmlType w) {
     switch (w) {
-        case GgmlType::F32: return dot_f32;
-        case GgmlType::F16: return dot_f16;
-        case GgmlType::BF16: return dot_bf16;
+        case GgmlType::F32: return dot_float<load_f32>;
+        case GgmlType::F16: return dot_float<load_f16>;
+        case GgmlType::BF16: return dot_float<load_bf16>;
         case GgmlType::Q4_0: return dot_q8_family<BlockQ4_0, dec_q4_0, scale_fp16<BlockQ4_0>>;
         case GgmlType::Q4_1: return dot_q8_1_family<BlockQ4_1, dec_q4_1>;
         case GgmlType::Q5_0: return dot_q8_family<BlockQ5_0, dec_q5_0, scale_fp16<BlockQ5_0>>;
         case GgmlType::Q5_1: return dot_q8_1_family<BlockQ5_1, dec_q5_1>;
         case GgmlType::Q8_0: return dot_q8_family<BlockQ8_0, dec_q8_0, scale_fp16<BlockQ8_0>>;
         case GgmlType::Q2_K: return dot_q2_k;
-        case GgmlType::Q3_K: return dot_q3_k;
-        case GgmlType::Q4_K: return dot_q4_k;
-        case GgmlType::Q5_K: return dot_q5_k;
-        case GgmlType::Q6_K: return dot_q6_k;
+        case GgmlType::Q3_K: return dot_k_single<BlockQ3_K, dec_q3_k, -4>;
+        case GgmlType::Q4_K: return dot_k4<BlockQ4_K>;
+        case GgmlType::Q5_K: return dot_k4<BlockQ5_K>;
+        case GgmlType::Q6_K: return dot_k_single<BlockQ6_K, dec_q6_k, -32>;
         case GgmlType::IQ4_NL: return dot_q8_family<BlockIQ4_NL, dec_iq4_nl, scale_fp16<BlockIQ4_NL>>;
-        case GgmlType::IQ4_XS: return dot_iq4_xs;
+        case GgmlType::IQ4_XS: return dot_k_single<BlockIQ4_XS, dec_iq4_xs, 0>;
         case GgmlType::MXFP4: return dot_q8_family<BlockMXFP4, dec_mxfp4, scale_mxfp4>;
         default: return nullptr;
     }

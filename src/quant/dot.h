@@ -1,9 +1,11 @@
 // Dot products of quantized weight rows with activations converted the way
 // the reference engine (llama.cpp CPU backend) converts them per weight type:
 // Q8_0 blocks for Q8_0/Q4_0/Q5_0/IQ4_NL/MXFP4, Q8_1 for Q4_1/Q5_1, Q8_K for
-// the K-quants and IQ4_XS, F16/BF16/F32 for F16/BF16/F32. Integer block sums
-// are exact; only the float accumulation order differs between SIMD levels.
-// Kernels run at simd_level() (quant/cpu.h); none allocates.
+// the K-quants and IQ4_XS, F16/BF16/F32 for F16/BF16/F32. Every SIMD level
+// takes the reference's float steps (those of its AVX2 kernels), so results
+// are the same bits at every level; the one exception is BF16 on CPUs with
+// AVX512-BF16, whose pair dots round their own way. Kernels run at
+// simd_level() (quant/cpu.h); none allocates.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -1,7 +1,9 @@
 // AVX-512 (F/BW/VL/DQ + VNNI) kernels: the 256-bit bodies of
 // quant/dot_x86.inc with VNNI integer dots, 512-bit row kernels for Q4_K,
-// Q6_K, F16, BF16 and F32 (same NT = 1 / 4 contract as dot_x86.inc), matmul
-// tiles for Q4_K, Q6_K and Q8_0, and the activation converters.
+// Q6_K and (with AVX512-BF16) BF16 (same NT = 1 / 4 contract as dot_x86.inc),
+// matmul tiles for Q4_K, Q6_K and Q8_0, and the activation converters. Every
+// result but BF16's pair dots has the AVX2 kernels' bits (the reference
+// engine's float steps); only integer work is arranged differently.
 // GCC 12's AVX-512 insert/zero-extend intrinsics pass a deliberately
 // uninitialized vector to their builtins, which -Wuninitialized reports once
 // inlined here.
@@ -29,12 +31,19 @@ inline __m256i madd_acc(__m256i acc, __m256i p16, __m256i s16) { return _mm256_d
 
 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
 
-// GCC's _mm512_reduce_add_ps addition tree (256-bit halves, then 128-bit
-// halves, then hsum4's two steps), spelled out so that the tiles' many-at-once
-// sums (sum_halves ... below) match it whichever compiler builds this file.
+// GCC's _mm512_reduce_add_ps addition tree (256-bit halves, then hsum8),
+// spelled out so that results do not depend on the compiler's.
 inline float reduce_add(__m512 v) { return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1))); }
 
 inline __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1); }
+
+// The K-quant kernels below gather a block's integer sums in 16 int32 lanes,
+// where the AVX2 kernels (the reference engine's steps) have 8: lane l of
+// those holds what lanes l and l + 8 hold here. Folding the halves (exact)
+// before the block's one float FMA keeps the reference's roundings; FMAs into
+// 16 lanes, summed at the end, would round differently and, through near-tied
+// expert choices, move a model's logits by percents.
+inline __m256i fold_halves(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
 
 // ---- Q4_K: 128 weights per 64 loaded bytes ----------------------------------
 
@@ -48,9 +57,9 @@ template <int NT>
 void dot_q4_k_512(const void* wv, const void* act, size_t stride, int64_t n, float* out) {
     const BlockQ4_K* x = static_cast<const BlockQ4_K*>(wv);
     const __m512i m4 = _mm512_set1_epi8(0xf);
-    __m512 acc[NT];
+    __m256 acc[NT];
     __m128 accm[NT];
-    for (int t = 0; t < NT; ++t) { acc[t] = _mm512_setzero_ps(); accm[t] = _mm_setzero_ps(); }
+    for (int t = 0; t < NT; ++t) { acc[t] = _mm256_setzero_ps(); accm[t] = _mm_setzero_ps(); }
     for (int64_t i = 0; i < n / QK_K; ++i) {
         alignas(16) uint8_t sm[16];
         k4_unpack(x[i].scales, sm);
@@ -79,12 +88,12 @@ void dot_q4_k_512(const void* wv, const void* act, size_t stride, int64_t n, flo
         float dw = f16(x[i].d), dmw = f16(x[i].dmin);
         for (int t = 0; t < NT; ++t) {
             const BlockQ8_K& a = act_row<BlockQ8_K>(act, stride, t)[i];
-            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(dw * a.d), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a.d), _mm256_cvtepi32_ps(fold_halves(isum[t])), acc[t]);
             __m128i m = _mm_madd_epi16(mins16, bsum_pairs(a.bsums));
             accm[t] = _mm_fmadd_ps(_mm_set1_ps(dmw * a.d), _mm_cvtepi32_ps(m), accm[t]);
         }
     }
-    for (int t = 0; t < NT; ++t) out[t] = reduce_add(acc[t]) - hsum4(accm[t]);
+    for (int t = 0; t < NT; ++t) out[t] = hsum8(acc[t]) - hsum4(accm[t]);
 }
 
 // ---- Q6_K: one 512-bit vector per 64 elements ------------------------------
@@ -104,8 +113,8 @@ void dot_q6_k_512(const void* wv, const void* act, size_t stride, int64_t n, flo
     // 32-63 bits 2-3 (first vector); 64-95 bits 4-5, 96-127 bits 6-7 (second).
     const __m512i sh01 = join256(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
     const __m512i sh23 = join256(_mm256_set1_epi16(4), _mm256_set1_epi16(6));
-    __m512 acc[NT];
-    for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+    __m256 acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i) {
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
         __m512i s16 = _mm512_zextsi256_si512(sc16);
@@ -132,49 +141,19 @@ void dot_q6_k_512(const void* wv, const void* act, size_t stride, int64_t n, flo
         float dw = f16(x[i].d);
         for (int t = 0; t < NT; ++t) {
             float da = act_row<BlockQ8_K>(act, stride, t)[i].d;
-            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(dw * da), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da), _mm256_cvtepi32_ps(fold_halves(isum[t])), acc[t]);
         }
     }
-    for (int t = 0; t < NT; ++t) out[t] = reduce_add(acc[t]);
+    for (int t = 0; t < NT; ++t) out[t] = hsum8(acc[t]);
 }
 
-// ---- F32 / F16 / BF16 ----------------------------------------------------------
-
-inline __m512 load16_f32(const void* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16_f16(const void* p) { return _mm512_cvtph_ps(load256(p)); }
-inline __m512 load16_bf16(const void* p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(load256(p)), 16));
-}
-
-// Two accumulators of 16 lanes per token; a ragged tail goes through
-// zero-padded copies.
-template <int NT, int ES, __m512 (*load16)(const void*)>
-void dot_float_512(const void* wv, const void* act, size_t stride, int64_t n, float* out) {
-    const uint8_t* w = static_cast<const uint8_t*>(wv);
-    __m512 acc0[NT], acc1[NT];
-    for (int t = 0; t < NT; ++t) { acc0[t] = _mm512_setzero_ps(); acc1[t] = _mm512_setzero_ps(); }
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m512 w0 = load16(w + i * ES), w1 = load16(w + (i + 16) * ES);
-        for (int t = 0; t < NT; ++t) {
-            const uint8_t* a = act_row<uint8_t>(act, stride, t) + i * ES;
-            acc0[t] = _mm512_fmadd_ps(w0, load16(a), acc0[t]);
-            acc1[t] = _mm512_fmadd_ps(w1, load16(a + 16 * ES), acc1[t]);
-        }
-    }
-    if (i < n) {
-        alignas(64) uint8_t wt[32 * ES] = {}, at[32 * ES];
-        std::memcpy(wt, w + i * ES, size_t(n - i) * ES);
-        __m512 w0 = load16(wt), w1 = load16(wt + 16 * ES);
-        for (int t = 0; t < NT; ++t) {
-            std::memset(at, 0, sizeof(at));
-            std::memcpy(at, act_row<uint8_t>(act, stride, t) + i * ES, size_t(n - i) * ES);
-            acc0[t] = _mm512_fmadd_ps(w0, load16(at), acc0[t]);
-            acc1[t] = _mm512_fmadd_ps(w1, load16(at + 16 * ES), acc1[t]);
-        }
-    }
-    for (int t = 0; t < NT; ++t) out[t] = reduce_add(_mm512_add_ps(acc0[t], acc1[t]));
-}
+// ---- BF16 ----------------------------------------------------------------------
+//
+// F32 and F16 keep dot_x86.inc's dot_float: its two 8-lane accumulators are
+// the rounding the golden files were made with (qwen3moe-MXFP4_MOE: 0 from
+// the reference with those bits; 1.4e-3 with two 16-lane accumulators, whose
+// F32 router logits flipped a near-tied expert choice), and one 16-lane
+// accumulator, the only 512-bit form with the same bits, is no faster.
 
 // BF16 with the AVX512-BF16 pair dot (32 products per instruction).
 template <int NT>
@@ -230,22 +209,17 @@ inline void prefetch_ahead(const uint8_t* W, size_t w_stride, int64_t r, int64_t
 }
 
 // Horizontal sums of many accumulators at once, each with exactly the
-// addition tree of reduce_add (256-bit halves, then 128-bit halves, then lanes
-// {0,1} + {2,3}, then the two) or of hsum8 / hsum4, which share its last
-// steps. Float addition is commutative, so only the tree matters.
+// addition tree of hsum8 (128-bit halves, then lanes {0,1} + {2,3}, then the
+// two) or of hsum4 (its last two steps). Float addition is commutative, so
+// only the tree matters.
 
-// Step 1: lanes 0-7 = a's low + high 256 bits, lanes 8-15 = b's.
-inline __m512 sum_halves(__m512 a, __m512 b) {
-    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-}
-// Step 2: x, y each hold two 8-lane partial sums; 128-bit lane j of the result
+// x, y each hold two 8-lane partial sums; 128-bit lane j of the result
 // is the 4-lane sum (low + high 128 bits) of the j-th of those four.
 inline __m512 sum_quarters(__m512 x, __m512 y) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(2, 0, 2, 0)),
                          _mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
 }
-// Steps 3-4 for sixteen 4-lane sums: lane 4j + k = (v0 + v2) + (v1 + v3) of
+// The last two steps for sixteen 4-lane sums: lane 4j + k = (v0 + v2) + (v1 + v3) of
 // 128-bit lane j of c[k].
 inline __m512 sum_fours(__m512 c0, __m512 c1, __m512 c2, __m512 c3) {
     __m512 g0 = _mm512_add_ps(_mm512_shuffle_ps(c0, c1, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(c0, c1, _MM_SHUFFLE(3, 2, 3, 2)));
@@ -253,13 +227,18 @@ inline __m512 sum_fours(__m512 c0, __m512 c1, __m512 c2, __m512 c3) {
     return _mm512_add_ps(_mm512_shuffle_ps(g0, g1, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(g0, g1, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// reduce_add of acc[0..NT) (NT <= 16; acc padded to whole quads) as
-// four-lane sums: 128-bit lane j of c[m] belongs to acc[4m + j]; c[m] = 0 for 4m >= NT.
+// The Q8_K tiles keep tokens in pairs: lanes 0-7 of acc[p] are token 2p's
+// 8-lane dot1 accumulator, lanes 8-15 token 2p + 1's (acc padded to whole
+// quads of tokens). Their hsum8s as four-lane sums: 128-bit lane j of c[m]
+// belongs to token 4m + j; c[m] = 0 for 4m >= NT.
 template <int NT>
-inline void reduce_to_fours(const __m512* acc, __m512 c[4]) {
-    for (int m = 0; m < 4; ++m)
-        c[m] = 4 * m < NT ? sum_quarters(sum_halves(acc[4 * m], acc[4 * m + 1]), sum_halves(acc[4 * m + 2], acc[4 * m + 3]))
-                          : _mm512_setzero_ps();
+inline void reduce_pairs_to_fours(const __m512* acc, __m512 c[4]) {
+    for (int m = 0; m < 4; ++m) c[m] = 4 * m < NT ? sum_quarters(acc[2 * m], acc[2 * m + 1]) : _mm512_setzero_ps();
+}
+
+// fold_halves of a and b side by side: lanes 0-7 from a, 8-15 from b.
+inline __m512i fold_pair(__m512i a, __m512i b) {
+    return _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
 }
 
 // Y[t * y_stride + r] for t < valid from lane 4j + k = token 4k + j (sum_fours' order).
@@ -273,16 +252,17 @@ inline void store_fours(float* Y, size_t y_stride, int64_t r, int valid, __m512 
 // each token's 256 quants, 64-byte aligned, then its 16 bsums. In place the
 // quants sit 4 bytes into a 292-byte block, so nearly every 64-byte load would
 // straddle two cache lines, which costs as much as the arithmetic. The header
-// holds the scales d (lanes past NT zero) and, for Q4_K's mins, four tokens per 512-bit vector:
+// holds the scales d of token pairs (dp[p]: token 2p's in lanes 0-7, 2p + 1's
+// in 8-15, zero past NT) and, for Q4_K's mins, four tokens per 512-bit vector:
 // token 4q + u's d in float lanes 4u..4u+3 of dq[q] and its bsum pairs in int16
 // lanes 8u..8u+7 of bp[q], so one madd and one FMA do for four tokens what
 // dot1's 128-bit min step does for one.
 struct TileQ8KHead {
-    float d[16];
+    float dp[8][16];
     float dq[4][16];
     int16_t bp[4][32];
 };
-static_assert(sizeof(TileQ8KHead) == 576);
+static_assert(sizeof(TileQ8KHead) == 1024);
 
 constexpr size_t q8_k_bsums(int nt) { return sizeof(TileQ8KHead) + 256 * size_t(nt); }  // offset in a record
 constexpr size_t q8_k_record(int nt) { return (q8_k_bsums(nt) + 32 * size_t(nt) + 63) / 64 * 64; }
@@ -295,11 +275,11 @@ void prep_q8_k(const uint8_t* act, size_t stride, int valid, int64_t nb, uint8_t
         uint8_t* rec = scratch + size_t(i) * q8_k_record(NT);
         TileQ8KHead* h = reinterpret_cast<TileQ8KHead*>(rec);
         if constexpr (Mins && NT % 4 != 0) std::memset(h, 0, sizeof(*h));  // the last quad's unused lanes
-        _mm512_store_ps(h->d, _mm512_setzero_ps());
+        for (int p = 0; p < (NT + 1) / 2; ++p) _mm512_store_ps(h->dp[p], _mm512_setzero_ps());
         for (int t = 0; t < NT; ++t) {
             const BlockQ8_K& a = act_row<BlockQ8_K>(act, stride, std::min(t, valid - 1))[i];
             _mm256_store_si256(reinterpret_cast<__m256i*>(rec + q8_k_bsums(NT) + 32 * t), load256(a.bsums));
-            h->d[t] = a.d;
+            _mm256_store_ps(h->dp[t / 2] + 8 * (t % 2), _mm256_set1_ps(a.d));
             if constexpr (Mins) {
                 _mm_store_ps(h->dq[t / 4] + 4 * (t % 4), _mm_set1_ps(a.d));
                 _mm_store_si128(reinterpret_cast<__m128i*>(h->bp[t / 4] + 8 * (t % 4)), bsum_pairs(a.bsums));
@@ -312,10 +292,11 @@ void prep_q8_k(const uint8_t* act, size_t stride, int valid, int64_t nb, uint8_t
 
 // The token loop of the Q8_K tiles, for one block: weight vectors w[k]
 // (elements 64k..64k+63) with their int16 scales s[k] against each token's
-// quants, into the int32 lanes dot1 uses, then one FMA per token with its block
-// scale dw * d. Q6_K's sums start from its bias (bsums times bias16); Q4_K's
-// from zero, so their first step is a madd. U tokens are interleaved so that
-// their dependency chains overlap in program order.
+// quants, into the int32 lanes dot1 uses, folded to dot1's 8 lanes, then one
+// FMA per token pair (acc[p], see reduce_pairs_to_fours) with the block scales
+// dw * d. Q6_K's sums start from its bias (bsums times bias16); Q4_K's from
+// zero, so their first step is a madd. U tokens are interleaved so that their
+// dependency chains overlap in program order.
 template <int NT>
 inline void tile_tokens_q8_k(const __m512i w[4], const __m512i s[4], float dw, const uint8_t* rec,
                              const __m512i* bias16, __m512* acc) {
@@ -324,8 +305,7 @@ inline void tile_tokens_q8_k(const __m512i w[4], const __m512i s[4], float dw, c
     const TileQ8KHead* h = reinterpret_cast<const TileQ8KHead*>(rec);
     const int8_t* qs = reinterpret_cast<const int8_t*>(rec + sizeof(TileQ8KHead));
     const int16_t* bsums = reinterpret_cast<const int16_t*>(rec + q8_k_bsums(NT));
-    alignas(64) float sc[16];
-    _mm512_store_ps(sc, _mm512_mul_ps(_mm512_set1_ps(dw), _mm512_load_ps(h->d)));
+    const __m512 dwv = _mm512_set1_ps(dw);
     for (int t0 = 0; t0 < NT; t0 += U) {
         __m512i isum[U];
         for (int u = 0; u < U; ++u) {
@@ -337,8 +317,11 @@ inline void tile_tokens_q8_k(const __m512i w[4], const __m512i s[4], float dw, c
         for (int k = bias16 ? 0 : 1; k < 4; ++k)
             for (int u = 0; u < U; ++u)
                 isum[u] = _mm512_dpwssd_epi32(isum[u], _mm512_maddubs_epi16(w[k], _mm512_load_si512(qs + 256 * (t0 + u) + 64 * k)), s[k]);
-        for (int u = 0; u < U; ++u)
-            acc[t0 + u] = _mm512_fmadd_ps(_mm512_set1_ps(sc[t0 + u]), _mm512_cvtepi32_ps(isum[u]), acc[t0 + u]);
+        for (int u = 0; u < U; u += 2) {  // U is 1 only for NT = 1: the pair's second half then repeats it
+            const int p = (t0 + u) / 2;
+            const __m512i folded = fold_pair(isum[u], isum[u + 1 < U ? u + 1 : u]);
+            acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(dwv, _mm512_load_ps(h->dp[p])), _mm512_cvtepi32_ps(folded), acc[p]);
+        }
     }
 }
 
@@ -354,8 +337,8 @@ void tile_q4_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* 
     for (int64_t r = 0; r < nrows; ++r) {
         prefetch_ahead(W, w_stride, r, nrows);
         const BlockQ4_K* x = reinterpret_cast<const BlockQ4_K*>(W + size_t(r) * w_stride);
-        __m512 acc[NP], accm[NQ];
-        for (int t = 0; t < NP; ++t) acc[t] = _mm512_setzero_ps();
+        __m512 acc[NP / 2], accm[NQ];
+        for (int p = 0; p < NP / 2; ++p) acc[p] = _mm512_setzero_ps();
         for (int q = 0; q < NQ; ++q) accm[q] = _mm512_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
             const uint8_t* rec = scratch + size_t(i) * q8_k_record(NT);
@@ -379,9 +362,9 @@ void tile_q4_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* 
                 accm[q] = _mm512_fmadd_ps(_mm512_mul_ps(dmw, _mm512_load_ps(h->dq[q])), _mm512_cvtepi32_ps(m), accm[q]);
             }
         }
-        // dot1: reduce_add(acc) - hsum4(accm); accm[q] is already in four-lane form.
+        // dot1: hsum8(acc) - hsum4(accm); accm[q] is already in four-lane form.
         __m512 c[4], cm[4];
-        reduce_to_fours<NT>(acc, c);
+        reduce_pairs_to_fours<NT>(acc, c);
         for (int q = 0; q < 4; ++q) cm[q] = q < NQ ? accm[q] : _mm512_setzero_ps();
         store_fours(Y, y_stride, r, valid, _mm512_sub_ps(sum_fours(c[0], c[1], c[2], c[3]), sum_fours(cm[0], cm[1], cm[2], cm[3])));
     }
@@ -400,8 +383,8 @@ void tile_q6_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* 
     for (int64_t r = 0; r < nrows; ++r) {
         prefetch_ahead(W, w_stride, r, nrows);
         const BlockQ6_K* x = reinterpret_cast<const BlockQ6_K*>(W + size_t(r) * w_stride);
-        __m512 acc[NP];
-        for (int t = 0; t < NP; ++t) acc[t] = _mm512_setzero_ps();
+        __m512 acc[NP / 2];
+        for (int p = 0; p < NP / 2; ++p) acc[p] = _mm512_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
             const uint8_t* rec = scratch + size_t(i) * q8_k_record(NT);
             // The weight decode of dot_q6_k_512: v[k] covers elements 64k..64k+63.
@@ -425,7 +408,7 @@ void tile_q6_k(const uint8_t* W, size_t w_stride, int64_t nrows, const uint8_t* 
             tile_tokens_q8_k<NT>(v, s, f16(x[i].d), rec, &bias16, acc);
         }
         __m512 c[4];
-        reduce_to_fours<NT>(acc, c);
+        reduce_pairs_to_fours<NT>(acc, c);
         store_fours(Y, y_stride, r, valid, sum_fours(c[0], c[1], c[2], c[3]));
     }
 }
@@ -604,9 +587,7 @@ void quantize_q8_k_512(const float* x, void* dst, int64_t n) {
 
 template <int NT>
 void fill_512(RowDotFn* k) {
-    k[int(GgmlType::F32)] = dot_float_512<NT, 4, load16_f32>;
-    k[int(GgmlType::F16)] = dot_float_512<NT, 2, load16_f16>;
-    k[int(GgmlType::BF16)] = cpu_features().avx512bf16 ? dot_bf16_dp<NT> : dot_float_512<NT, 2, load16_bf16>;
+    if (cpu_features().avx512bf16) k[int(GgmlType::BF16)] = dot_bf16_dp<NT>;
     k[int(GgmlType::Q4_K)] = dot_q4_k_512<NT>;
     k[int(GgmlType::Q6_K)] = dot_q6_k_512<NT>;
 }

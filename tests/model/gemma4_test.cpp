@@ -1,9 +1,9 @@
 // The gemma4 forward pass (with and without per-layer embeddings) against
 // every golden gemma4 file: prompt logits within the README's tolerance,
 // greedy steps matching the reference's rows and tokens; batch size, chunking
-// through the sliding-window ring and thread count never change a bit; and
-// the ring keeps the sliding-window layers' cache from growing with the
-// context.
+// through the sliding-window ring, thread count and SIMD level never change a
+// bit; and the ring keeps the sliding-window layers' cache from growing with
+// the context.
 #include <gtest/gtest.h>
 
 #include "golden_model.h"
@@ -35,6 +35,11 @@ TEST_P(Gemma4Golden, PromptLogitsAndGreedySteps) {
 // several times over the 36 prompt tokens; one batch of 48 never wraps it.
 TEST_P(Gemma4Golden, BatchAndThreadsDoNotChangeBits) {
     golden::expect_batch_and_threads_do_not_change_bits(golden::load(GetParam()));
+}
+
+TEST_P(Gemma4Golden, EveryLevelWithinBoundWithTheAvx2Logits) {
+    const golden::Case g = golden::load(GetParam());
+    golden::expect_every_level_gives_avx2_logits(g, golden::tolerance(g.meta.at("type").as_string()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Gemma4, Gemma4Golden, ::testing::ValuesIn(cases()),

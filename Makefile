@@ -8,7 +8,7 @@ DEMO   ?= $(BUILD)/demo-tiny.gguf
 DEPS   := build-essential cmake pkg-config libgtest-dev libgmock-dev libbenchmark-dev \
           libpcre2-dev liburing-dev libxxhash-dev clang libclang-rt-14-dev gnuplot-nox ninja-build
 
-.PHONY: deps build test unit asan fuzz run clean
+.PHONY: deps build test unit asan fuzz run clean routing-check
 
 deps:
 	@missing=$$(for p in $(DEPS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -38,6 +38,12 @@ fuzz: deps
 	@CC=clang CXX=clang++ cmake -S . -B $(FUZZB) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESTREAM_FUZZ=ON -DMOESTREAM_TESTS=OFF >/dev/null
 	@cmake --build $(FUZZB) -j $(JOBS) --target fuzzers
 	scripts/fuzz.sh $(FUZZB) $(FUZZ_SECONDS)
+
+# Slow: the full qwen3-30b-a3b synth (18 GB in ROUTING_DIR) routes like the
+# published Qwen3-30B-A3B on English text (tests/cli/routing_test.cpp).
+ROUTING_DIR ?= /tmp
+routing-check: build
+	MOESTREAM_SLOW=1 MOESTREAM_SLOW_DIR=$(ROUTING_DIR) $(BUILD)/cli_routing_test
 
 run: build
 	$(BUILD)/moestream synth --preset tiny -o $(DEMO)

@@ -246,9 +246,9 @@ constexpr size_t kPoolWords = 128u << 10;
 // the residual, and too much of it in the last layers drowns the token).
 // Chosen by measuring bench routing on English text (docs/routing.md).
 constexpr int64_t kCarrier = 32;
-constexpr float kCarrierGain = 4.0f;
+constexpr double kCarrierGain = 4.0;  // at n_embd 256
 constexpr double kRecencySharpness = 1.2;
-constexpr double kLocalityDecay = 0.2;
+constexpr double kLocalityDecay = 0.5;
 constexpr size_t kPieceWords = 8u << 10;
 
 struct Plan {
@@ -313,7 +313,11 @@ Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal
     };
     std::vector<float> attn_norm(static_cast<size_t>(E)), ffn_norm(static_cast<size_t>(E), 1.0f),
         qk_norm(static_cast<size_t>(s.head_dim));
-    for (int j = 0; j < J; j++) attn_norm[size_t(j)] = kCarrierGain, ffn_norm[size_t(j)] = 0;
+    // The shared query/key part is kCarrier carrier inputs times weights of
+    // std 1/sqrt(n_embd): the gain grows with sqrt(n_embd) so its weight
+    // against each token's own part is the same at every width.
+    const float gain = float(kCarrierGain * std::sqrt(double(E) / 256.0));
+    for (int j = 0; j < J; j++) attn_norm[size_t(j)] = gain, ffn_norm[size_t(j)] = 0;
     for (int i = 0; i < s.head_dim; i++) qk_norm[size_t(i)] = recency[size_t(i)] ? float(kRecencySharpness) : 0.0f;
 
     add("token_embd.weight", {E, n_vocab}, Fill::Random, 1.0, -1);
@@ -565,8 +569,8 @@ struct Preset {
 // tiny. The others are Qwen3 MoE checkpoints' real dimensions and vocabulary.
 const Preset kPresets[] = {
     {"tiny", 6, 16, 4, 256, 256, 4, 2, 64, 512, "/models/qwen3moe-F32.gguf", 0, 1.0},
-    {"qwen3-30b-a3b", 48, 128, 8, 2048, 768, 32, 4, 128, 40960, "/tokenizer/qwen3-vocab.gguf", 0.7, 4.0},
-    {"qwen3-235b-a22b", 94, 128, 8, 4096, 1536, 64, 4, 128, 40960, "/tokenizer/qwen3-vocab.gguf", 0.7, 4.0},
+    {"qwen3-30b-a3b", 48, 128, 8, 2048, 768, 32, 4, 128, 40960, "/tokenizer/qwen3-vocab.gguf", 0.5, 4.0},
+    {"qwen3-235b-a22b", 94, 128, 8, 4096, 1536, 64, 4, 128, 40960, "/tokenizer/qwen3-vocab.gguf", 0.5, 4.0},
 };
 
 }  // namespace

@@ -1,0 +1,99 @@
+// Synthetic models route like trained ones (issue: collapsed routing made
+// every streaming figure a best case), checked through `synth` and
+// `bench routing` on English text (bench/prompts/long.txt):
+//  - fast, in make test: a narrow qwen3-30b-a3b-shaped model; with the
+//    default design no layer collapses and nearby tokens share experts,
+//    while the plain random network (--router-locality 0) collapses;
+//  - slow (make routing-check, MOESTREAM_SLOW=1, ~18 GB of disk): the full
+//    preset against published measurements of the real Qwen3-30B-A3B over
+//    ~1k tokens (90 % of a layer's picks need 65 of 128 experts; the top
+//    expert takes 4.3-6.3 % of them; ~45 % of a token's experts were also the
+//    previous token's and ~80 % within the last 8), each within +-20 %.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "json/json.h"
+#include "run_cli.h"
+
+using ms::Json;
+
+namespace {
+
+const std::string kText = std::string(MOESTREAM_SOURCE_DIR) + "/bench/prompts/long.txt";
+
+Json routing_of(const std::string& model, const std::string& flags, int tokens) {
+    const std::string json = model + ".routing.json";
+    CliResult r = run_cli("bench routing -m " + model + " -f " + kText + " --tokens " + std::to_string(tokens) +
+                              " --cache-slots 24 " + flags + " --json " + json,
+                          true);
+    EXPECT_EQ(r.rc, 0) << r.out;
+    Json j = Json::parse_file(json);
+    std::remove(json.c_str());
+    return j;
+}
+
+double mean_over(const Json& layers, const char* key, size_t from, size_t to) {
+    double s = 0;
+    for (size_t l = from; l < to; l++) s += layers.as_array()[l].at(key).as_number();
+    return s / double(to - from);
+}
+
+}  // namespace
+
+TEST(RoutingCli, DefaultSynthDoesNotCollapseAndRandomDoes) {
+    if (getenv("MOESTREAM_SANITIZED")) GTEST_SKIP() << "a statistical check of the model, not of memory safety";
+    const std::string base = "/tmp/moestream-routing-" + std::to_string(getpid());
+    const std::string shape =
+        "synth --preset qwen3-30b-a3b --layers 24 --n-embd 256 --ffn 64 --heads 4 --kv-heads 1 --type Q8_0 ";
+    Json real, flat;
+    for (int pass = 0; pass < 2; pass++) {
+        const std::string model = base + (pass ? "-random.gguf" : ".gguf");
+        CliResult s = run_cli(shape + (pass ? "--router-locality 0 " : "") + "-o " + model, true);
+        ASSERT_EQ(s.rc, 0) << s.out;
+        (pass ? flat : real) = routing_of(model, "", 400);
+        std::remove(model.c_str());
+    }
+    const Json& L = real.at("layers");
+    ASSERT_EQ(L.as_array().size(), 24u);
+    for (const Json& layer : L.as_array()) {
+        SCOPED_TRACE(layer.at("layer").as_int());
+        EXPECT_GE(layer.at("unique_experts").as_int(), 110);
+        EXPECT_GE(layer.at("experts_for_90pct").as_int(), 50);
+        EXPECT_LT(layer.at("top_expert_share").as_number(), 0.10);
+    }
+    // Nearby tokens share experts far beyond chance (8/128 = 6 %), more so
+    // within 8 tokens than from the previous one alone.
+    const Json& m = real.at("mean");
+    EXPECT_GT(m.at("prev_token_reuse").as_number(), 0.25);
+    EXPECT_LT(m.at("prev_token_reuse").as_number(), 0.60);
+    EXPECT_GT(m.at("window_reuse").as_number(), m.at("prev_token_reuse").as_number() + 0.15);
+    // The random network's deeper layers route onto a few experts.
+    const Json& F = flat.at("layers");
+    EXPECT_LT(mean_over(F, "experts_for_90pct", 16, 24), 40.0);
+    EXPECT_GT(mean_over(L, "experts_for_90pct", 16, 24), 1.5 * mean_over(F, "experts_for_90pct", 16, 24));
+}
+
+TEST(RoutingCli, FullPresetRoutesLikeThePublishedModel) {
+    const char* dir = getenv("MOESTREAM_SLOW_DIR");
+    if (!getenv("MOESTREAM_SLOW")) GTEST_SKIP() << "slow (18 GB model): make routing-check";
+    const std::string model = std::string(dir ? dir : "/tmp") + "/moestream-routing-q30.gguf";
+    CliResult s = run_cli("synth --preset qwen3-30b-a3b --type Q4_K_M -o " + model, true);
+    ASSERT_EQ(s.rc, 0) << s.out;
+    Json j = routing_of(model, "--mem 6G", 1000);
+    std::remove(model.c_str());
+    const Json& m = j.at("mean");
+    const double f90 = m.at("experts_for_90pct").as_number() / 128.0, top = m.at("top_expert_share").as_number(),
+                 prev = m.at("prev_token_reuse").as_number(), win = m.at("window_reuse").as_number();
+    printf("experts for 90%%: %.0f%% (published 51%%), top expert %.1f%% (4.3-6.3%%), previous token %.1f%% "
+           "(~45%%), within 8 %.1f%% (~80%%)\n",
+           100 * f90, 100 * top, 100 * prev, 100 * win);
+    EXPECT_NEAR(f90, 65.0 / 128, 0.2 * 65.0 / 128);
+    EXPECT_GE(top, 0.8 * 0.043);
+    EXPECT_LE(top, 1.2 * 0.063);
+    EXPECT_NEAR(prev, 0.45, 0.2 * 0.45);
+    EXPECT_NEAR(win, 0.80, 0.2 * 0.80);
+}

@@ -62,6 +62,15 @@ ModelConfig read_config(const GgufFile& f) {
     c.n_expert = int(opt("expert_count", 0, 0, 1 << 16));
     c.n_expert_used = int(opt("expert_used_count", 0, 0, c.n_expert));
     c.n_ff_exp = opt("expert_feed_forward_length", 0, 0, int64_t(1) << 24);
+    c.n_expert_shared = int(opt("expert_shared_count", 0, 0, 1 << 16));
+    c.n_ff_shexp = opt("expert_shared_feed_forward_length", 0, 0, int64_t(1) << 24);
+    c.n_nextn = int(opt("nextn_predict_layers", 0, 0, c.n_layer - 1));
+    c.n_dense_lead = int(opt("leading_dense_block_count", 0, 0, c.n_layer));
+    c.sliding_window = int(opt("attention.sliding_window", 0, 0, int64_t(1) << 30));
+    c.rope_scaling = f.get_string(p + "rope.scaling.type");
+    c.rope_factor = float(f.get_float(p + "rope.scaling.factor", 1.0));
+    if (!(c.rope_factor > 0.0f)) throw std::runtime_error(f.path() + ": " + p + "rope.scaling.factor must be > 0");
+    c.rope_n_ctx_orig = opt("rope.scaling.original_context_length", c.n_ctx_train, 1, int64_t(1) << 32);
     return c;
 }
 

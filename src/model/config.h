@@ -27,6 +27,14 @@ struct ModelConfig {
     int n_expert = 0;           // expert_count
     int n_expert_used = 0;      // expert_used_count
     int64_t n_ff_exp = 0;       // expert_feed_forward_length
+    int n_expert_shared = 0;    // expert_shared_count
+    int64_t n_ff_shexp = 0;     // expert_shared_feed_forward_length
+    int n_dense_lead = 0;       // leading_dense_block_count: first layers with a dense FFN
+    int n_nextn = 0;            // nextn_predict_layers: trailing multi-token-prediction blocks
+    int sliding_window = 0;     // attention.sliding_window
+    std::string rope_scaling;   // rope.scaling.type ("" / "none", "linear", "yarn")
+    float rope_factor = 1.0f;   // rope.scaling.factor
+    int64_t rope_n_ctx_orig = 0;  // rope.scaling.original_context_length (default context_length)
 
     int64_t q_dim() const { return int64_t(n_head) * head_dim; }
     int64_t kv_dim() const { return int64_t(n_head_kv) * head_dim; }

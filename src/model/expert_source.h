@@ -30,9 +30,10 @@ struct ExpertMatrix {
     uint64_t offset(int expert) const { return base + uint64_t(expert) * stride; }
 };
 
-// How an expert joins its gate and up outputs: silu(gate) * up (SwiGLU) or
-// gelu(gate) * up (GeGLU, Gemma).
-enum class GatedActivation { SwiGlu, GeGlu };
+// How an expert joins its gate and up outputs: silu(gate) * up (SwiGLU),
+// gelu(gate) * up (GeGLU, Gemma), or gpt-oss's clamped form: with
+// g = min(gate, 7), u = clamp(up, -7, 7), g * sigmoid(1.702 g) * (u + 1).
+enum class GatedActivation { SwiGlu, GeGlu, SwiGluOai };
 
 // The routed experts of one layer; n_expert == 0 for a layer without routed
 // experts (a dense FFN layer).

@@ -331,7 +331,7 @@ public:
                 PhaseTimer moe_time(nullptr, Phase::ExpertCompute, il);
                 const MoeCost cost = moe_forward(pool, experts, expert_layers_[size_t(il)], xb, n, ids,
                                                  st.weights.f32(), K, st.moe, y2, next,
-                                                 l.expert_scale.rows ? l.expert_scale.f32() : nullptr);
+                                                 {.scale = l.expert_scale.rows ? l.expert_scale.f32() : nullptr});
                 const double moe_s = moe_time.stop();
                 time->add(Phase::IoWait, cost.io_wait_s);
                 time->add(Phase::ExpertCompute, moe_s - cost.io_wait_s, cost.expert_bytes);

@@ -44,12 +44,32 @@ void check_state_options(const StateOptions& o) {
     }
 }
 
-std::vector<std::string> Model::architectures() { return {"gemma4", "qwen3moe"}; }
+namespace {
+
+struct Architecture {
+    const char* name;  // general.architecture
+    std::unique_ptr<Model> (*open)(const GgufFile&, ModelConfig);
+};
+
+// `llama` with experts is Mixtral.
+const Architecture kArchitectures[] = {
+    {"qwen3moe", open_qwen3moe}, {"gemma4", open_gemma4},     {"llama", open_mixtral},
+    {"olmoe", open_olmoe},       {"qwen2moe", open_qwen2moe},
+};
+
+}  // namespace
+
+std::vector<std::string> Model::architectures() {
+    std::vector<std::string> out;
+    for (const Architecture& a : kArchitectures) out.push_back(a.name);
+    return out;
+}
 
 std::unique_ptr<Model> Model::open(const GgufFile& file) {
     const std::string arch = file.require_string("general.architecture");
-    if (arch == "qwen3moe") return open_qwen3moe(file, read_config(file));
-    if (arch == "gemma4") return open_gemma4(file, read_config(file));
+    for (const Architecture& a : kArchitectures) {
+        if (arch == a.name) return a.open(file, read_config(file));
+    }
     std::string list;
     for (const std::string& a : architectures()) list += (list.empty() ? "" : ", ") + a;
     throw std::runtime_error(file.path() + ": unknown architecture '" + arch + "' (supported: " + list + ")");
@@ -63,6 +83,10 @@ bool Model::maybe(const GgufFile& f, const std::string& name, std::vector<int64_
     pending_.push_back({name, out, offset, t->nbytes});
     resident_bytes_ = offset + t->nbytes;
     return true;
+}
+
+bool Model::present(const GgufFile& f, const std::string& name, std::vector<int64_t> shape) const {
+    return find_checked(f, name, shape) != nullptr;
 }
 
 void Model::need(const GgufFile& f, const std::string& name, std::vector<int64_t> shape, Tensor* out) {

@@ -1,7 +1,8 @@
 // A model: its configuration, its resident weights (read into RAM, not
 // mapped), the file description of its routed experts, and the forward pass
-// of its architecture. Each architecture is one subclass in its own file
-// (model/qwen3moe.cpp ...), written as plain loops over ops/.
+// of its architecture. Each architecture has its own file (model/qwen3moe.cpp
+// ...) that wires shared blocks (model/decoder.h) or writes its own loops
+// over ops/.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -88,6 +89,9 @@ protected:
     void need(const GgufFile& file, const std::string& name, std::vector<int64_t> shape, Tensor* out);
     // The same, for a tensor a family may omit; returns false if absent.
     bool maybe(const GgufFile& file, const std::string& name, std::vector<int64_t> shape, Tensor* out);
+    // Checks a tensor the model carries but never reads (a NextN block's):
+    // its shape and type when present; false when absent. Reads nothing.
+    bool present(const GgufFile& file, const std::string& name, std::vector<int64_t> shape) const;
     // Declares layer `layer`'s routed experts: ffn_{gate,up,down}_exps of
     // n_ff x n_embd (down: n_embd x n_ff) per expert, n_expert of each; or a
     // fused ffn_gate_up_exps of 2 n_ff x n_embd (gate rows first) and down.
@@ -115,5 +119,8 @@ void check_state_options(const StateOptions& options);
 // Architecture constructors, one per file.
 std::unique_ptr<Model> open_qwen3moe(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_gemma4(const GgufFile& file, ModelConfig config);
+std::unique_ptr<Model> open_mixtral(const GgufFile& file, ModelConfig config);
+std::unique_ptr<Model> open_olmoe(const GgufFile& file, ModelConfig config);
+std::unique_ptr<Model> open_qwen2moe(const GgufFile& file, ModelConfig config);
 
 }  // namespace ms

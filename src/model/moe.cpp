@@ -12,6 +12,34 @@
 
 namespace ms {
 
+namespace {
+
+// id[0..k) = the k experts with the largest score(e), best first (the lower
+// id on a tie).
+template <class Score>
+void select_topk(int n_expert, int k, Score score, int32_t* id) {
+    for (int r = 0; r < k; r++) {
+        int best = -1;
+        for (int e = 0; e < n_expert; e++) {
+            bool taken = false;
+            for (int q = 0; q < r; q++) taken = taken || id[q] == e;
+            if (!taken && (best < 0 || score(e) > score(best))) best = e;
+        }
+        id[r] = best;
+    }
+}
+
+// The k weights divided by their sum (kept above a tiny floor, as the
+// reference clamps it).
+void renormalize(float* w, int k) {
+    double s = 0;
+    for (int r = 0; r < k; r++) s += double(w[r]);
+    const float total = std::max(float(s), 6.103515625e-5f);
+    for (int r = 0; r < k; r++) w[r] /= total;
+}
+
+}  // namespace
+
 void route_softmax_topk(const float* logits, int n_tok, int n_expert, int k, bool renorm, int32_t* ids,
                         float* weights) {
     // Select on the logits (softmax keeps their order), then take the chosen
@@ -21,26 +49,43 @@ void route_softmax_topk(const float* logits, int n_tok, int n_expert, int k, boo
         const float* l = logits + int64_t(t) * n_expert;
         int32_t* id = ids + int64_t(t) * k;
         float* w = weights + int64_t(t) * k;
-        for (int r = 0; r < k; r++) {
-            int best = -1;
-            for (int e = 0; e < n_expert; e++) {
-                bool taken = false;
-                for (int q = 0; q < r; q++) taken = taken || id[q] == e;
-                if (!taken && (best < 0 || l[e] > l[best])) best = e;
-            }
-            id[r] = best;
-        }
+        select_topk(n_expert, k, [&](int e) { return l[e]; }, id);
         float max = l[id[0]];
         double sum = 0;
         for (int e = 0; e < n_expert; e++) sum += double(std::exp(l[e] - max));
         const float inv = float(1.0 / sum);
         for (int r = 0; r < k; r++) w[r] = std::exp(l[id[r]] - max) * inv;
-        if (renorm) {
-            double s = 0;
-            for (int r = 0; r < k; r++) s += double(w[r]);
-            const float total = std::max(float(s), 6.103515625e-5f);
-            for (int r = 0; r < k; r++) w[r] /= total;
+        if (renorm) renormalize(w, k);
+    }
+}
+
+void route_experts(const Routing& r, float* logits, const float* selection_bias, int n_tok, int n_expert, int k,
+                   int32_t* ids, float* weights) {
+    if (r.gating == Gating::Softmax) {
+        route_softmax_topk(logits, n_tok, n_expert, k, r.renorm, ids, weights);
+    } else {
+        for (int t = 0; t < n_tok; t++) {
+            float* l = logits + int64_t(t) * n_expert;
+            int32_t* id = ids + int64_t(t) * k;
+            float* w = weights + int64_t(t) * k;
+            if (r.gating == Gating::Sigmoid) {
+                for (int e = 0; e < n_expert; e++) l[e] = sigmoid(l[e]);
+                if (selection_bias) {
+                    select_topk(n_expert, k, [&](int e) { return l[e] + selection_bias[e]; }, id);
+                } else {
+                    select_topk(n_expert, k, [&](int e) { return l[e]; }, id);
+                }
+                for (int q = 0; q < k; q++) w[q] = l[id[q]];
+            } else {  // SoftmaxChosen
+                select_topk(n_expert, k, [&](int e) { return l[e]; }, id);
+                for (int q = 0; q < k; q++) w[q] = l[id[q]];
+                softmax(w, k);
+            }
+            if (r.renorm) renormalize(w, k);
         }
+    }
+    if (r.scale != 1.0f) {
+        for (int64_t i = 0; i < int64_t(n_tok) * k; i++) weights[i] *= r.scale;
     }
 }
 
@@ -94,6 +139,14 @@ uint64_t MoeScratch::bytes() const {
 
 namespace {
 
+// gpt-oss's activation constants (the reference fixes them too).
+constexpr float kOaiAlpha = 1.702f, kOaiLimit = 7.0f;
+
+// y[t][r] += bias[r] for the m rows of y (`width` apart) and r in [r0, r1).
+void add_bias_rows(float* y, int64_t width, int m, const float* bias, int64_t r0, int64_t r1) {
+    for (int t = 0; t < m; t++) add_to(y + t * width + r0, bias + r0, r1 - r0);
+}
+
 // Converted rows of the tokens in entries[0..m) (each t*k + r), contiguous:
 // the batch's rows themselves when they already are.
 const uint8_t* gather_rows(const uint8_t* acts, size_t row, const int32_t* entries, int m, int k, int n_tok,
@@ -106,8 +159,8 @@ const uint8_t* gather_rows(const uint8_t* acts, size_t row, const int32_t* entri
 }  // namespace
 
 MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& layer, const float* x, int n_tok,
-                 const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out,
-                 const ExpertHint& next, const float* expert_scale) {
+                    const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out,
+                    const ExpertHint& next, const ExpertVectors& vectors) {
     if (source.routing_trace) source.routing_trace->record(layer.layer, ids, n_tok, k);
     const int64_t n_embd = layer.gate.cols, n_ff = layer.gate.rows;
     const bool shared_acts = act_type(layer.gate.type) == act_type(layer.up.type);
@@ -168,25 +221,39 @@ MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& l
             const Tensor wg{layer.gate.type, n_embd, n_ff, v.gate};
             const Tensor wu{layer.up.type, n_embd, n_ff, v.up};
             const Tensor wd{layer.down.type, n_ff, n_embd, v.down};
-            // Gate and up rows in one pass over the pool.
+            // Gate and up rows (and their bias) in one pass over the pool.
+            const float* gate_bias = vectors.gate_bias ? vectors.gate_bias + int64_t(e) * n_ff : nullptr;
+            const float* up_bias = vectors.up_bias ? vectors.up_bias + int64_t(e) * n_ff : nullptr;
             pool.parallel_for(2 * n_ff, [&](int64_t b, int64_t end) {
-                if (b < n_ff) linear_rows(wg, ag, m, G, b, std::min(end, n_ff));
-                if (end > n_ff) linear_rows(wu, au, m, U, std::max(b, n_ff) - n_ff, end - n_ff);
+                if (b < n_ff) {
+                    linear_rows(wg, ag, m, G, b, std::min(end, n_ff));
+                    if (gate_bias) add_bias_rows(G, n_ff, m, gate_bias, b, std::min(end, n_ff));
+                }
+                if (end > n_ff) {
+                    linear_rows(wu, au, m, U, std::max(b, n_ff) - n_ff, end - n_ff);
+                    if (up_bias) add_bias_rows(U, n_ff, m, up_bias, std::max(b, n_ff) - n_ff, end - n_ff);
+                }
             });
-            const bool gelu = layer.act == GatedActivation::GeGlu;
             pool.parallel_for(int64_t(m) * n_ff, [&](int64_t b, int64_t end) {
-                if (gelu) geglu(G + b, U + b, end - b, G + b);
-                else swiglu(G + b, U + b, end - b, G + b);
+                switch (layer.act) {
+                    case GatedActivation::SwiGlu: swiglu(G + b, U + b, end - b, G + b); break;
+                    case GatedActivation::GeGlu: geglu(G + b, U + b, end - b, G + b); break;
+                    case GatedActivation::SwiGluOai:
+                        swiglu_oai(G + b, U + b, end - b, kOaiAlpha, kOaiLimit, G + b);
+                        break;
+                }
             });
             linear(pool, wd, G, m, D, s.acts_down_.data());
+            const float* down_bias = vectors.down_bias ? vectors.down_bias + int64_t(e) * n_embd : nullptr;
             for (int r = 0; r < m; r++) {
                 float* slot = slots + int64_t(entries[r]) * n_embd;
                 const float* d = D + int64_t(r) * n_embd;
-                if (expert_scale) {
-                    for (int64_t i = 0; i < n_embd; i++) slot[i] = d[i] * expert_scale[e];
+                if (vectors.scale) {
+                    for (int64_t i = 0; i < n_embd; i++) slot[i] = d[i] * vectors.scale[e];
                 } else {
                     std::memcpy(slot, d, size_t(n_embd) * 4);
                 }
+                if (down_bias) add_to(slot, down_bias, n_embd);
             }
         }
         source.release(layer.layer);

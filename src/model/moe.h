@@ -18,6 +18,27 @@ namespace ms {
 void route_softmax_topk(const float* logits, int n_tok, int n_expert, int k, bool renorm, int32_t* ids,
                         float* weights);
 
+// Where a router's scores come from.
+enum class Gating {
+    Softmax,        // softmax over all experts (Qwen, Mixtral, OLMoE)
+    Sigmoid,        // sigmoid of each logit (GLM-4.5, DeepSeek V3)
+    SoftmaxChosen,  // the top k by raw logit, then a softmax over those k only (gpt-oss)
+};
+
+// How a family turns router logits into experts and weights.
+struct Routing {
+    Gating gating = Gating::Softmax;
+    bool renorm = false;  // the k weights divided by their sum
+    float scale = 1.0f;   // then multiplied by this
+};
+
+// route_softmax_topk generalized: the top k by score (plus selection_bias,
+// n_expert values or null, which chooses but does not weigh: Sigmoid gating
+// only), weights as `r` says. logits (n_tok rows of n_expert) is
+// overwritten with the scores.
+void route_experts(const Routing& r, float* logits, const float* selection_bias, int n_tok, int n_expert, int k,
+                   int32_t* ids, float* weights);
+
 // Experts predicted for a later layer, hinted to the source right after this
 // layer's experts are acquired (pinned), so the hint's reads queue behind
 // this layer's misses and cannot evict the experts this layer needs.
@@ -37,6 +58,15 @@ struct ExpertHint {
 ExpertHint expert_hint(int layer, const int32_t* ids, int n_tok, int k, int n_expert, int32_t* votes,
                        int32_t* hint);
 
+// Per-expert vectors some families keep beside the streamed matrices
+// (resident, n_expert rows each; null: none).
+struct ExpertVectors {
+    const float* gate_bias = nullptr;  // n_ff per expert, added to gate x (gpt-oss)
+    const float* up_bias = nullptr;    // n_ff per expert, added to up x
+    const float* down_bias = nullptr;  // n_embd per expert, added to the output
+    const float* scale = nullptr;      // one per expert: the output times it, before down_bias (Gemma 4)
+};
+
 // What one moe_forward call cost: time blocked waiting for expert reads and
 // the expert weight bytes its kernels went through.
 struct MoeCost {
@@ -53,7 +83,7 @@ public:
 
 private:
     friend MoeCost moe_forward(ThreadPool&, ExpertSource&, const ExpertLayer&, const float*, int, const int32_t*,
-                            const float*, int, MoeScratch&, float*, const ExpertHint&, const float*);
+                               const float*, int, MoeScratch&, float*, const ExpertHint&, const ExpertVectors&);
     int max_batch_ = 0, k_ = 0;
     AlignedBuffer acts_gate_, acts_up_;  // every token's input, converted for gate / up
     AlignedBuffer rows_gate_, rows_up_;  // the converted rows of one expert's tokens
@@ -68,13 +98,12 @@ private:
 };
 
 // out[t] = sum over r in rank order of weights[t*k+r] * expert ids[t*k+r]
-// applied to x[t] (down(act(gate x) * up x), layer.act). With expert_scale,
-// expert e's output is first multiplied by expert_scale[e] (Gemma 4's
-// ffn_down_exps.scale). x and out: n_tok rows of n_embd floats. Each wait for
-// a read longer than a few microseconds also goes to the active trace as an
+// applied to x[t] (down(act(gate x, up x)), layer.act), with the expert's
+// `vectors` applied. x and out: n_tok rows of n_embd floats. Each wait for a
+// read longer than a few microseconds also goes to the active trace as an
 // "io_wait" span.
 MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& layer, const float* x, int n_tok,
-                 const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out,
-                 const ExpertHint& next = {}, const float* expert_scale = nullptr);
+                    const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out,
+                    const ExpertHint& next = {}, const ExpertVectors& vectors = {});
 
 }  // namespace ms

@@ -1,13 +1,14 @@
 #include "ops/activation.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "quant/half.h"
 
 namespace ms {
 
-void softmax(float* x, int64_t n, float scale) {
-    float max = -INFINITY;
+void softmax(float* x, int64_t n, float scale, float sink) {
+    float max = sink;
     for (int64_t i = 0; i < n; i++) {
         x[i] *= scale;
         if (x[i] > max) max = x[i];
@@ -17,6 +18,7 @@ void softmax(float* x, int64_t n, float scale) {
         x[i] = std::exp(x[i] - max);
         sum += double(x[i]);
     }
+    if (sink > -INFINITY) sum += double(std::exp(sink - max));
     const float inv = float(1.0 / sum);
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
@@ -66,6 +68,14 @@ void geglu(const float* gate, const float* up, int64_t n, float* out) {
     for (int64_t i = 0; i < n; i++) {
         const float g = gate[i];
         out[i] = g <= -10.0f ? 0.0f : gelu_rounded(table, g) * up[i];
+    }
+}
+
+void swiglu_oai(const float* gate, const float* up, int64_t n, float alpha, float limit, float* out) {
+    for (int64_t i = 0; i < n; i++) {
+        const float g = std::min(gate[i], limit);
+        const float u = std::max(std::min(up[i], limit), -limit);
+        out[i] = g / (1.0f + std::exp(-alpha * g)) * (u + 1.0f);
     }
 }
 

@@ -1,11 +1,18 @@
-// Softmax, SwiGLU, GeGLU and the small vector steps between matrix products.
+// Softmax, sigmoid, the gated activations (SwiGLU, GeGLU, gpt-oss's clamped
+// SwiGLU) and the small vector steps between matrix products.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 namespace ms {
 
-// x[0..n) = softmax(x * scale), exponentials summed in double.
-void softmax(float* x, int64_t n, float scale = 1.0f);
+// x[0..n) = softmax(x * scale), exponentials summed in double. A sink logit
+// (attention sinks; -inf: none) joins the softmax unscaled as one more value
+// that takes probability mass but is not written.
+void softmax(float* x, int64_t n, float scale = 1.0f, float sink = -INFINITY);
+
+// 1 / (1 + exp(-x))
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). out may alias
 // either input.
@@ -18,6 +25,11 @@ void gelu(const float* x, int64_t n, float* out);
 
 // out[i] = gelu(gate[i]) * up[i], gelu as above. out may alias either input.
 void geglu(const float* gate, const float* up, int64_t n, float* out);
+
+// gpt-oss's clamped SwiGLU: with g = min(gate[i], limit) and
+// u = clamp(up[i], -limit, limit), out[i] = g * sigmoid(alpha * g) * (u + 1).
+// out may alias either input.
+void swiglu_oai(const float* gate, const float* up, int64_t n, float alpha, float limit, float* out);
 
 // y[i] += x[i]
 void add_to(float* y, const float* x, int64_t n);

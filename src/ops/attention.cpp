@@ -1,6 +1,7 @@
 #include "ops/attention.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "ops/activation.h"
@@ -79,7 +80,7 @@ void scores_for(const float* q, int head_dim, int64_t n_pos, KeyAt key, float* s
 
 // The scalar reference: one query head against positions [0, n_pos) of one
 // KV head.
-void attend_head(const AttentionShape& s, const KvLayer& kv, int kv_head, const float* q, int64_t n_pos,
+void attend_head(const AttentionShape& s, const KvLayer& kv, int kv_head, const float* q, int64_t n_pos, float sink,
                  float* scores, float* qh, float* out) {
     const int64_t k_off = int64_t(kv_head) * s.head_dim;
     const int64_t v_off = int64_t(kv_head) * s.head_dim_v;
@@ -94,7 +95,7 @@ void attend_head(const AttentionShape& s, const KvLayer& kv, int kv_head, const 
         const int64_t w = kv.k_width;
         scores_for(qh, s.head_dim, n_pos, [&](int64_t j, int d) { return table[K[j * w + d]]; }, scores);
     }
-    softmax(scores, n_pos, s.scale);
+    softmax(scores, n_pos, s.scale, sink);
 
     for (int d = 0; d < s.head_dim_v; d++) out[d] = 0;
     if (kv.type == GgmlType::F32) {
@@ -129,7 +130,8 @@ const AttentionKernels* simd_kernels(const AttentionShape& s) {
 // against positions [0, n_pos), through the SIMD loops: each cache row is read
 // once for the whole group. scores holds group rows, s_stride floats apart.
 void attend_group(const AttentionShape& s, const AttentionKernels& simd, const KvLayer& kv, int kv_head, int group,
-                  const float* q, int64_t n_pos, int64_t s_stride, float* scores, float* qh, float* out) {
+                  const float* q, int64_t n_pos, const float* sinks, int64_t s_stride, float* scores, float* qh,
+                  float* out) {
     const int64_t k_off = int64_t(kv_head) * s.head_dim;
     const int64_t v_off = int64_t(kv_head) * s.head_dim_v;
     if (kv.type == GgmlType::F32) {
@@ -140,7 +142,7 @@ void attend_group(const AttentionShape& s, const AttentionKernels& simd, const K
         const uint16_t* K = reinterpret_cast<const uint16_t*>(kv.k) + k_off;
         simd.scores_f16(qh, group, K, kv.k_width, s.head_dim, n_pos, scores, s_stride);
     }
-    for (int h = 0; h < group; h++) simd.softmax(scores + h * s_stride, n_pos, s.scale);
+    for (int h = 0; h < group; h++) simd.softmax(scores + h * s_stride, n_pos, s.scale, sinks ? sinks[h] : -INFINITY);
     if (kv.type == GgmlType::F32) {
         const float* V = reinterpret_cast<const float*>(kv.v) + v_off;
         simd.mix_f32(scores, s_stride, group, V, kv.v_width, s.head_dim_v, n_pos, out);
@@ -187,12 +189,14 @@ void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, con
             const int64_t first = s.window > 0 ? std::max<int64_t>(0, p - s.window + 1) : 0;
             const int64_t n_pos = p - first + 1;
             const KvLayer at = from_row(kv, kv.ring > 0 ? first % kv.ring : first);
+            const float* sinks = s.sinks ? s.sinks + g * group : nullptr;
             if (simd) {
-                attend_group(s, *simd, at, g, group, qg, n_pos, s_stride, scores, qh, og);
+                attend_group(s, *simd, at, g, group, qg, n_pos, sinks, s_stride, scores, qh, og);
                 continue;
             }
             for (int h = 0; h < group; h++) {
-                attend_head(s, at, g, qg + h * s.head_dim, n_pos, scores, qh, og + h * s.head_dim_v);
+                attend_head(s, at, g, qg + h * s.head_dim, n_pos, sinks ? sinks[h] : -INFINITY, scores, qh,
+                            og + h * s.head_dim_v);
             }
         }
     });

@@ -1,5 +1,6 @@
-// Causal grouped-query attention over a KV cache held in F16 or F32. With an
-// F16 cache the query is rounded to F16 before its dot products with the keys
+// Causal grouped-query attention over a KV cache held in F16 or F32,
+// optionally limited to a sliding window and with a sink logit per head. With
+// an F16 cache the query is rounded to F16 before its dot products with the keys
 // and each value row is widened to float, the way the reference engine mixes
 // the two precisions.
 #pragma once
@@ -42,6 +43,9 @@ struct AttentionShape {
     int head_dim_v = 0; // of v and the output
     float scale = 1.0f; // applied to q.k before the softmax
     int64_t window = 0; // > 0: a query at p sees only positions (p - window, p]
+    // n_head logits (or null): each joins its head's softmax as one more
+    // score, unscaled, that takes probability mass but adds no value.
+    const float* sinks = nullptr;
 };
 
 // Floats of per-thread scratch attention needs for contexts up to n_ctx.

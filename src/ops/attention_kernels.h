@@ -17,10 +17,10 @@ struct AttentionKernels {
                        float* scores, int64_t s_stride);
     void (*scores_f16)(const float* q, int n_q, const uint16_t* k, int64_t stride, int dim, int64_t n_pos,
                        float* scores, int64_t s_stride);
-    // x[0..n) = softmax(x * scale), the same bits as ms::softmax. x has room
-    // for n rounded up to a multiple of kAttentionSimdWidth; the padding is
-    // overwritten.
-    void (*softmax)(float* x, int64_t n, float scale);
+    // x[0..n) = softmax(x * scale) with the sink logit, the same bits as
+    // ms::softmax. x has room for n rounded up to a multiple of
+    // kAttentionSimdWidth; the padding is overwritten.
+    void (*softmax)(float* x, int64_t n, float scale, float sink);
     // out[h * dim + d] = sum over j in [0, n_pos), in order, of
     // p[h * p_stride + j] * v row j [d], for h in [0, n_q).
     void (*mix_f32)(const float* p, int64_t p_stride, int n_q, const float* v, int64_t stride, int dim,

@@ -19,7 +19,9 @@ struct Tensor {
     size_t bytes() const { return row_bytes() * size_t(rows); }
     const uint8_t* row(int64_t r) const { return data + size_t(r) * row_bytes(); }
     const float* f32() const { return reinterpret_cast<const float*>(data); }
-    bool empty() const { return data == nullptr; }
+    // No tensor: an optional weight the model lacks. (A declared tensor has
+    // its shape before its data is read.)
+    bool empty() const { return cols == 0; }
 };
 
 }  // namespace ms

@@ -18,6 +18,12 @@ namespace ms::golden {
 
 inline std::string models_dir() { return std::string(MOESTREAM_GOLDEN_DIR) + "/models"; }
 
+// The golden families the forward pass runs (file name prefixes; mixtral's
+// architecture is `llama`; gemma4 includes gemma4-ple).
+inline std::vector<std::string> runnable_families() {
+    return {"qwen3moe", "gemma4", "mixtral", "olmoe", "qwen2moe"};
+}
+
 // Names like "qwen3moe-Q4_K_M" of every model of a family, sorted.
 inline std::vector<std::string> family(const std::string& name) {
     std::vector<std::string> out;
@@ -26,6 +32,15 @@ inline std::vector<std::string> family(const std::string& name) {
         if (f.rfind(name + "-", 0) == 0 && e.path().extension() == ".gguf") out.push_back(e.path().stem().string());
     }
     std::sort(out.begin(), out.end());
+    return out;
+}
+
+// Every model of every runnable family.
+inline std::vector<std::string> runnable_models() {
+    std::vector<std::string> out;
+    for (const std::string& f : runnable_families()) {
+        for (const std::string& m : family(f)) out.push_back(m);
+    }
     return out;
 }
 
@@ -74,6 +89,14 @@ inline Case load(const std::string& name) {
     c.logits = read_f32(base + ".logits.f32");
     c.gen = read_f32(base + ".gen.f32");
     return c;
+}
+
+// The exact/ logits of a quantized model (its weights dequantized, float32
+// activations throughout); empty for F32 files, which have none.
+inline std::vector<float> exact_logits(const std::string& name) {
+    const std::string path = models_dir() + "/exact/" + name + ".logits.f32";
+    if (!std::filesystem::exists(path)) return {};
+    return read_f32(path);
 }
 
 // ||a - ref|| / ||ref|| over n values.

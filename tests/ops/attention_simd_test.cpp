@@ -164,7 +164,7 @@ TEST(AttentionSimd, SoftmaxWithinFewUlpOfDouble) {
                 const float scale = 0.37f;
                 std::vector<float> buf(size_t((n + 15) / 16 * 16), NAN);
                 std::memcpy(buf.data(), x.data(), size_t(n) * 4);
-                lv.kernels->softmax(buf.data(), n, scale);
+                lv.kernels->softmax(buf.data(), n, scale, -INFINITY);
                 // As both compute it: x * scale and its difference from the
                 // max rounded to float, the rest exact.
                 float max = -INFINITY;
@@ -196,9 +196,11 @@ TEST(AttentionSimd, MatchesScalarReferenceBitForBit) {
     const AttentionShape small{4, 2, 64, 64, 0.125f};
     const AttentionShape no_gqa{6, 6, 32, 32, 0.2f};
     const AttentionShape wide_v{12, 4, 16, 48, 0.25f};
+    const float sinks[4] = {0.5f, -1.0f, 2.0f, 0.0f};
+    const AttentionShape windowed_sinks{4, 2, 64, 64, 0.125f, 8, sinks};  // gpt-oss's sliding layers
     std::vector<Case> cases;
     for (GgmlType t : {GgmlType::F32, GgmlType::F16}) {
-        for (const AttentionShape& s : {qwen30b, small, no_gqa, wide_v}) {
+        for (const AttentionShape& s : {qwen30b, small, no_gqa, wide_v, windowed_sinks}) {
             for (int64_t pos0 : {0, 6, 100, 1000}) cases.push_back({s, t, 1, pos0});
             cases.push_back({s, t, 9, 3});
         }

@@ -1,9 +1,11 @@
 // The vector operations against plain double-precision formulas written out
-// here: RMS norm, softmax, SwiGLU, RoPE angles and rotation, causal GQA
-// attention over F32 and F16 caches, and linear() over F32 weights for any
+// here: RMS norm, softmax (with a sink), SwiGLU and gpt-oss's clamped form,
+// RoPE angles (plain and YaRN) and rotation, causal GQA attention (full, and
+// windowed with sinks) over F32 and F16 caches, and linear() over F32 weights for any
 // thread count.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -45,6 +47,49 @@ TEST(Ops, SoftmaxAndSwiglu) {
     std::vector<float> out(3);
     swiglu(g.data(), u.data(), 3, out.data());
     for (size_t i = 0; i < 3; i++) EXPECT_NEAR(out[i], g[i] / (1.0 + std::exp(-double(g[i]))) * u[i], 1e-6);
+
+    // A sink logit takes its share of the mass and is not written.
+    x = orig;
+    softmax(x.data(), 6, 0.5f, 49.5f);
+    const double with_sink = sum + std::exp(49.5 - 50.0);
+    for (size_t i = 0; i < 6; i++) EXPECT_NEAR(x[i], std::exp(0.5 * (orig[i] - 100.0)) / with_sink, 1e-6);
+}
+
+// gpt-oss's activation: gate clamped above, up clamped both ways, at 7.
+TEST(Ops, ClampedSwigluOai) {
+    const std::vector<float> g = {-2.0f, 0.5f, 9.0f, 3.0f}, u = {1.5f, -8.0f, 2.0f, 7.5f};
+    std::vector<float> out(4);
+    swiglu_oai(g.data(), u.data(), 4, 1.702f, 7.0f, out.data());
+    for (size_t i = 0; i < 4; i++) {
+        const double gc = std::min(double(g[i]), 7.0), uc = std::clamp(double(u[i]), -7.0, 7.0);
+        EXPECT_NEAR(out[i], gc / (1.0 + std::exp(-1.702 * gc)) * (uc + 1.0), 1e-5) << i;
+    }
+}
+
+// YaRN as its paper defines it: pairs that turn more than beta_fast times
+// over the original context keep their angle, pairs that turn less than
+// beta_slow times are interpolated by 1/factor, a linear ramp between; cos
+// and sin scaled by 1 + 0.1 ln(factor).
+TEST(Ops, YarnAnglesMatchFormula) {
+    const int n_rot = 64;
+    const double base = 150000, factor = 32, orig = 4096;
+    const Rope rope = with_yarn(Rope{n_rot, float(base), true}, float(factor), int64_t(orig));
+    auto corr = [&](double turns) { return n_rot * std::log(orig / (turns * 2 * M_PI)) / (2 * std::log(base)); };
+    const double lo = std::max(0.0, std::floor(corr(32))), hi = std::min(n_rot - 1.0, std::ceil(corr(1)));
+    EXPECT_EQ(rope.corr_lo, float(lo));
+    EXPECT_EQ(rope.corr_hi, float(hi));
+    const double mscale = 1 + 0.1 * std::log(factor);
+    std::vector<float> cs(n_rot);
+    for (int64_t pos : {1, 17, 3000}) {
+        rope_angles(rope, pos, cs.data());
+        for (int i = 0; i < n_rot / 2; i++) {
+            const double theta = double(pos) * std::pow(base, -2.0 * i / n_rot);
+            const double keep = 1 - std::clamp((i - lo) / std::max(0.001, hi - lo), 0.0, 1.0);
+            const double angle = theta / factor * (1 - keep) + theta * keep;
+            EXPECT_NEAR(cs[size_t(2 * i)], std::cos(angle) * mscale, 2e-4 * mscale) << pos << " " << i;
+            EXPECT_NEAR(cs[size_t(2 * i + 1)], std::sin(angle) * mscale, 2e-4 * mscale) << pos << " " << i;
+        }
+    }
 }
 
 TEST(Ops, RopeRotatesPairsByPositionTimesFrequency) {
@@ -78,7 +123,8 @@ TEST(Ops, RopeRotatesPairsByPositionTimesFrequency) {
     for (int i = 8; i < 16; i++) EXPECT_EQ(x[size_t(i)], orig[size_t(i)]);
 }
 
-// Causal GQA attention in double, from the F32 values the cache holds.
+// Causal GQA attention in double, from the F32 values the cache holds, with
+// the shape's window and sinks.
 std::vector<double> reference_attention(const AttentionShape& s, const std::vector<float>& q,
                                         const std::vector<float>& k, const std::vector<float>& v, int64_t n_tok) {
     const int64_t kw = int64_t(s.n_head_kv) * s.head_dim, vw = int64_t(s.n_head_kv) * s.head_dim_v;
@@ -87,8 +133,14 @@ std::vector<double> reference_attention(const AttentionShape& s, const std::vect
         for (int h = 0; h < s.n_head; h++) {
             const int kvh = h / (s.n_head / s.n_head_kv);
             std::vector<double> w(size_t(t + 1));
-            double max = -1e300, sum = 0;
+            const int64_t first = s.window > 0 ? std::max<int64_t>(0, t + 1 - s.window) : 0;
+            const double sink = s.sinks ? s.sinks[h] : -INFINITY;
+            double max = std::max(-1e300, sink), sum = 0;
             for (int64_t j = 0; j <= t; j++) {
+                if (j < first) {
+                    w[size_t(j)] = -INFINITY;
+                    continue;
+                }
                 double d = 0;
                 for (int i = 0; i < s.head_dim; i++) {
                     d += double(q[size_t((t * s.n_head + h) * s.head_dim + i)]) * k[size_t(j * kw + kvh * s.head_dim + i)];
@@ -97,6 +149,7 @@ std::vector<double> reference_attention(const AttentionShape& s, const std::vect
                 max = std::max(max, w[size_t(j)]);
             }
             for (double& x : w) sum += (x = std::exp(x - max));
+            sum += std::exp(sink - max);
             for (int64_t j = 0; j <= t; j++) {
                 for (int i = 0; i < s.head_dim_v; i++) {
                     out[size_t((t * s.n_head + h) * s.head_dim_v + i)] +=
@@ -109,34 +162,38 @@ std::vector<double> reference_attention(const AttentionShape& s, const std::vect
 }
 
 TEST(Ops, CausalGqaAttentionMatchesReference) {
-    const AttentionShape s{4, 2, 32, 32, 1.0f / std::sqrt(32.0f)};
-    const int64_t n_tok = 9, n_ctx = 16, kw = 2 * 32;
-    const std::vector<float> q = random_vector(size_t(n_tok * 4 * 32), 5);
-    const std::vector<float> k = random_vector(size_t(n_tok * kw), 6), v = random_vector(size_t(n_tok * kw), 7);
-    for (GgmlType type : {GgmlType::F32, GgmlType::F16}) {
-        const size_t elt = type == GgmlType::F32 ? 4 : 2;
-        AlignedBuffer kc(size_t(n_ctx * kw) * elt), vc(size_t(n_ctx * kw) * elt);
-        const KvLayer kv{type, kw, kw, kc.data(), vc.data()};
-        for (int64_t t = 0; t < n_tok; t++) kv_store(kv, t, k.data() + t * kw, v.data() + t * kw);
-        // What the cache holds, widened back to float.
-        std::vector<float> kh = k, vh = v;
-        if (type == GgmlType::F16) {
-            for (float& x : kh) x = fp16_to_fp32(fp32_to_fp16(x));
-            for (float& x : vh) x = fp16_to_fp32(fp32_to_fp16(x));
-        }
-        const std::vector<double> want = reference_attention(s, q, kh, vh, n_tok);
-        for (int threads : {1, 3}) {
-            ThreadPool pool(threads);
-            std::vector<float> scratch(size_t(threads) * attention_scratch_floats(s, n_ctx));
-            std::vector<float> out(want.size());
-            // All tokens at once, then the last token alone at its position.
-            attention(pool, s, kv, q.data(), n_tok, 0, n_ctx, scratch.data(), out.data());
-            // F16: the query is rounded to F16 too, as the reference does.
-            const double tol = type == GgmlType::F32 ? 1e-5 : 2e-3;
-            for (size_t i = 0; i < want.size(); i++) ASSERT_NEAR(out[i], want[i], tol) << type_name(type) << " " << i;
-            std::vector<float> last(static_cast<size_t>(4 * 32));
-            attention(pool, s, kv, q.data() + (n_tok - 1) * 4 * 32, 1, n_tok - 1, n_ctx, scratch.data(), last.data());
-            for (size_t i = 0; i < last.size(); i++) EXPECT_EQ(last[i], out[size_t((n_tok - 1) * 4 * 32) + i]);
+    const float sinks[4] = {0.3f, -2.0f, 1.5f, 0.0f};
+    const AttentionShape full{4, 2, 32, 32, 1.0f / std::sqrt(32.0f)};
+    const AttentionShape window_sinks{4, 2, 32, 32, 1.0f / std::sqrt(32.0f), 4, sinks};
+    for (const AttentionShape& s : {full, window_sinks}) {
+        const int64_t n_tok = 9, n_ctx = 16, kw = 2 * 32;
+        const std::vector<float> q = random_vector(size_t(n_tok * 4 * 32), 5);
+        const std::vector<float> k = random_vector(size_t(n_tok * kw), 6), v = random_vector(size_t(n_tok * kw), 7);
+        for (GgmlType type : {GgmlType::F32, GgmlType::F16}) {
+            const size_t elt = type == GgmlType::F32 ? 4 : 2;
+            AlignedBuffer kc(size_t(n_ctx * kw) * elt), vc(size_t(n_ctx * kw) * elt);
+            const KvLayer kv{type, kw, kw, kc.data(), vc.data()};
+            for (int64_t t = 0; t < n_tok; t++) kv_store(kv, t, k.data() + t * kw, v.data() + t * kw);
+            // What the cache holds, widened back to float.
+            std::vector<float> kh = k, vh = v;
+            if (type == GgmlType::F16) {
+                for (float& x : kh) x = fp16_to_fp32(fp32_to_fp16(x));
+                for (float& x : vh) x = fp16_to_fp32(fp32_to_fp16(x));
+            }
+            const std::vector<double> want = reference_attention(s, q, kh, vh, n_tok);
+            for (int threads : {1, 3}) {
+                ThreadPool pool(threads);
+                std::vector<float> scratch(size_t(threads) * attention_scratch_floats(s, n_ctx));
+                std::vector<float> out(want.size());
+                // All tokens at once, then the last token alone at its position.
+                attention(pool, s, kv, q.data(), n_tok, 0, n_ctx, scratch.data(), out.data());
+                // F16: the query is rounded to F16 too, as the reference does.
+                const double tol = type == GgmlType::F32 ? 1e-5 : 2e-3;
+                for (size_t i = 0; i < want.size(); i++) ASSERT_NEAR(out[i], want[i], tol) << type_name(type) << " " << i;
+                std::vector<float> last(static_cast<size_t>(4 * 32));
+                attention(pool, s, kv, q.data() + (n_tok - 1) * 4 * 32, 1, n_tok - 1, n_ctx, scratch.data(), last.data());
+                for (size_t i = 0; i < last.size(); i++) EXPECT_EQ(last[i], out[size_t((n_tok - 1) * 4 * 32) + i]);
+            }
         }
     }
 }

@@ -1,7 +1,7 @@
-// End to end through a Session on every golden qwen3moe and gemma4 file: our tokenizer
-// gives the reference's prompt tokens, and greedy generation (temperature 0)
-// gives the reference's greedy tokens, except after a step where the
-// reference's own top-2 gap is below 1e-3.
+// End to end through a Session on every golden file of every runnable
+// family: our tokenizer gives the reference's prompt tokens, and greedy
+// generation (temperature 0) gives the reference's greedy tokens, except
+// after a step where the reference's own top-2 gap is below 1e-3.
 #include <gtest/gtest.h>
 
 #include "../model/golden.h"
@@ -45,9 +45,7 @@ TEST_P(SessionGolden, TokensAndGreedyGeneration) {
     EXPECT_GE(checked, 1u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Qwen3Moe, SessionGolden, ::testing::ValuesIn(golden::family("qwen3moe")),
-                         [](const ::testing::TestParamInfo<std::string>& i) { return golden::identifier(i.param); });
-INSTANTIATE_TEST_SUITE_P(Gemma4, SessionGolden, ::testing::ValuesIn(golden::family("gemma4")),
+INSTANTIATE_TEST_SUITE_P(Families, SessionGolden, ::testing::ValuesIn(golden::runnable_models()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return golden::identifier(i.param); });
 
 }  // namespace

@@ -1,14 +1,16 @@
 // Bit-exact streaming: prompt logits, greedy tokens and every greedy step's
 // logits from the forward pass over the Store are identical, bit for bit, to
 // the same pass over RamExperts (everything in RAM), for every I/O engine x
-// layout x cache size (down to one token's experts) x thread count, on the
-// golden models the forward pass supports.
+// layout x cache size (down to one token's experts) x thread count on two
+// qwen3moe and two gemma4 models, and at the smallest cache for every file of
+// every other family the forward pass runs.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 
+#include "../model/golden.h"
 #include "gguf/gguf.h"
 #include "json/json.h"
 #include "model/model.h"
@@ -96,6 +98,44 @@ TEST(Streaming, BitExactAcrossEnginesLayoutsCacheSizesAndThreads) {
                             EXPECT_GT(c.evictions, 0u);
                         }
                     }
+    }
+}
+
+// Every other runnable family (its own attention, routing and expert
+// variants) streams bit-identically too, with the smallest cache (exactly one
+// token's experts) and the engine whose reads complete out of order.
+TEST(Streaming, EveryFamilyBitExactAtTopKSlots) {
+    for (const std::string& family : golden::runnable_families()) {
+        if (family == "qwen3moe" || family == "gemma4") continue;  // above
+        for (const std::string& name : golden::family(family)) {
+            test::TempDir dir;
+            GgufFile f = GgufFile::open(test::golden_model(name));
+            std::unique_ptr<Model> model = Model::open(f);
+            model->load_resident(f);
+            const std::vector<ExpertLayer>& layers = model->expert_layers();
+            const std::string sidecar = dir.file("m.experts");
+            write_sidecar(f, find_expert_layers(f), sidecar);
+            const std::vector<int32_t> prompt = prompt_of(name);
+            RamExperts ram(f, layers);
+            const Outputs want = generate(*model, ram, 1, prompt, 8);
+            const int k = model->config().n_expert_used;
+            for (const char* layout : {"gguf", "packed"})
+                for (int threads : {1, 2}) {
+                    SCOPED_TRACE(name + " " + layout + " threads " + std::to_string(threads));
+                    ExpertLayout lay = std::string(layout) == "packed" ? ExpertLayout::packed(f, layers, sidecar)
+                                                                       : ExpertLayout::gguf(f, layers);
+                    StoreOptions opt;
+                    opt.io = "pread";
+                    opt.io_options = {4, 2, 2};
+                    StoreCounters c;
+                    Store store(std::move(lay), k, opt, &c);
+                    const Outputs got = generate(*model, store, threads, prompt, 8);
+                    EXPECT_EQ(got.tokens, want.tokens);
+                    ASSERT_EQ(got.logits.size(), want.logits.size());
+                    EXPECT_EQ(memcmp(got.logits.data(), want.logits.data(), want.logits.size() * 4), 0);
+                    EXPECT_GT(c.evictions, 0u);
+                }
+        }
     }
 }
 

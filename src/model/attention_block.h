@@ -1,0 +1,60 @@
+// Self-attention as the MoE families wire it, one layer over a batch of
+// tokens: q/k/v projections with optional biases, optional RMS norm of q and
+// k (per head, or over the whole projection), RoPE on each head's leading
+// dims, grouped-query attention over the KV cache (optionally windowed, with
+// optional per-head sinks), the output projection with an optional bias.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "ops/attention.h"
+#include "ops/buffer.h"
+#include "ops/rope.h"
+#include "ops/tensor.h"
+#include "ops/thread_pool.h"
+
+namespace ms {
+
+enum class QkNorm {
+    None,
+    PerHead,  // each head of q and k normed on its own, weights head_dim wide (Qwen3, GLM-4.5)
+    Whole,    // one norm over all of q and one over all of k, weights q_dim / kv_dim wide (OLMoE)
+};
+
+// One layer's weights. Optional tensors are empty when a family has none.
+struct AttentionLayer {
+    Tensor norm;            // attn_norm, the pre-norm of the block's input (the caller applies it)
+    Tensor wq, wk, wv, wo;
+    Tensor bq, bk, bv, bo;  // biases of the four projections
+    QkNorm qk_norm = QkNorm::None;
+    Tensor q_norm, k_norm;
+    Tensor sinks;           // n_head logits (gpt-oss)
+    int window = 0;         // sliding window in positions; 0: full causal attention
+
+    uint64_t weight_bytes() const { return wq.bytes() + wk.bytes() + wv.bytes() + wo.bytes(); }
+};
+
+// Scratch for attention_block, sized once for the largest batch.
+struct AttentionScratch {
+    AlignedBuffer q, k, v, att;  // projections and attention output, max_batch rows each
+    AlignedBuffer acts;          // converted activations for one linear()
+    AlignedBuffer scores;        // attention()'s per-thread scratch
+
+    void init(const ModelConfig& c, const std::vector<AttentionLayer>& layers, int max_batch, int64_t n_ctx,
+              int n_threads);
+    uint64_t bytes() const;
+};
+
+// The shape attention() runs with: the config's heads, scale 1/sqrt(head_dim),
+// the layer's window and sinks.
+AttentionShape attention_shape(const ModelConfig& c, const AttentionLayer& l);
+
+// out (n rows of n_embd) = the layer's attention over x (n rows of the
+// normed residual) at positions pos0..pos0+n-1, whose K and V it appends to
+// kv. cos_sin holds each token's rope angles (rope.n_rot floats apart).
+void attention_block(ThreadPool& pool, const ModelConfig& c, const Rope& rope, const AttentionLayer& l,
+                     const float* x, int n, int64_t pos0, const float* cos_sin, const KvLayer& kv, int64_t n_ctx,
+                     AttentionScratch& s, float* out);
+
+}  // namespace ms

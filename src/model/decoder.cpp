@@ -1,0 +1,255 @@
+#include "model/decoder.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "gguf/gguf.h"
+#include "model/ffn_block.h"
+#include "ops/activation.h"
+#include "ops/linear.h"
+#include "ops/norm.h"
+#include "quant/dequant.h"
+
+namespace ms {
+
+namespace {
+
+class DecoderState : public ModelState {
+public:
+    AlignedBuffer k_cache, v_cache;  // n_layer x n_ctx rows
+    AlignedBuffer x, xb, y;          // residual, normed residual, block output: max_batch rows
+    AlignedBuffer cos_sin;           // rope angles per token
+    AlignedBuffer acts;              // converted activations for the output head
+    AttentionScratch attn;
+    FfnScratch ffn;
+
+    uint64_t bytes() const override {
+        uint64_t b = attn.bytes() + ffn.bytes();
+        for (const AlignedBuffer* p : {&k_cache, &v_cache, &x, &xb, &y, &cos_sin, &acts}) b += p->size();
+        return b;
+    }
+};
+
+class Decoder : public Model {
+public:
+    Decoder(const GgufFile& f, ModelConfig c, const DecoderSpec& spec) : Model(std::move(c)), rope_(spec.rope) {
+        ModelConfig& cfg = config_;
+        const std::string& arch = cfg.arch;
+        if (cfg.n_expert <= 0 || cfg.n_expert_used <= 0 || spec.n_ff_exp <= 0) {
+            throw std::runtime_error(f.path() + ": " + arch + " needs expert_count, expert_used_count and an expert "
+                                     "feed_forward_length > 0 (dense models are not supported)");
+        }
+        if (spec.n_dense_lead > 0 && spec.n_ff_dense <= 0) {
+            throw std::runtime_error(f.path() + ": " + arch + ": dense layers need feed_forward_length > 0");
+        }
+        const GgufTensor* embd = f.tensor("token_embd.weight");
+        if (!embd) throw std::runtime_error(f.path() + ": missing tensor token_embd.weight");
+        cfg.n_vocab = embd->ne[1];
+        const int64_t E = cfg.n_embd, V = cfg.n_vocab;
+        need(f, "token_embd.weight", {E, V}, &token_embd_);
+        need(f, "output_norm.weight", {E}, &output_norm_);
+        tied_output_ = !maybe(f, "output.weight", {E, V}, &output_);
+
+        n_run_ = cfg.n_layer - cfg.n_nextn;
+        attn_.resize(size_t(n_run_));
+        ffn_.resize(size_t(n_run_));
+        expert_layers_.resize(size_t(n_run_));
+        for (int il = 0; il < n_run_; il++) {
+            expert_layers_[size_t(il)].layer = il;
+            declare_attention(f, spec, il);
+            declare_ffn(f, spec, il);
+        }
+        // NextN blocks: their own tensors are checked when present, but
+        // nothing of the block is read or run.
+        for (int il = n_run_; il < cfg.n_layer; il++) {
+            const std::string p = "blk." + std::to_string(il) + ".nextn.";
+            present(f, p + "eh_proj.weight", {2 * E, E});
+            for (const char* norm : {"enorm", "hnorm", "shared_head_norm"}) present(f, p + norm + ".weight", {E});
+        }
+    }
+
+    std::unique_ptr<ModelState> new_state(const StateOptions& o) const override {
+        const ModelConfig& c = config_;
+        check_state_options(o);
+        auto st = std::make_unique<DecoderState>();
+        st->options = o;
+        const size_t B = size_t(o.max_batch), kv_elt = o.kv_type == GgmlType::F16 ? 2 : 4;
+        st->k_cache.resize(size_t(n_run_) * size_t(o.n_ctx) * size_t(c.kv_dim()) * kv_elt);
+        st->v_cache.resize(size_t(n_run_) * size_t(o.n_ctx) * size_t(c.v_dim()) * kv_elt);
+        for (AlignedBuffer* b : {&st->x, &st->xb, &st->y}) b->resize(B * size_t(c.n_embd) * 4);
+        st->cos_sin.resize(B * size_t(rope_.n_rot) * 4);
+        st->acts.resize(linear_scratch_bytes(output(), 1) * B);
+        st->attn.init(c, attn_, o.max_batch, o.n_ctx, o.n_threads);
+        st->ffn.init(ffn_, expert_layers_, o.max_batch, c.n_expert_used, c.n_embd);
+        return st;
+    }
+
+    void forward(ModelState& state, ExpertSource& experts, ThreadPool& pool, const int32_t* tokens, int n,
+                 float* logits, bool all_logits) const override {
+        DecoderState& st = static_cast<DecoderState&>(state);
+        const ModelConfig& c = config_;
+        const int64_t E = c.n_embd, pos0 = st.n_past, n_ctx = st.options.n_ctx;
+        const int K = c.n_expert_used;
+        const size_t kv_elt = st.options.kv_type == GgmlType::F16 ? 2 : 4;
+        float* x = st.x.f32();
+        float* xb = st.xb.f32();
+        float* y = st.y.f32();
+        float* cos_sin = st.cos_sin.f32();
+        experts.begin_step(n);
+
+        pool.parallel_for(n, [&](int64_t b, int64_t e) {
+            for (int64_t t = b; t < e; t++) {
+                dequantize_row(token_embd_.type, token_embd_.row(tokens[t]), x + t * E, E);
+                rope_angles(rope_, pos0 + t, cos_sin + t * rope_.n_rot);
+            }
+        });
+
+        TimeSplit* time = n == 1 ? &st.decode_time : &st.prefill_time;
+        time->calls++;
+        for (int il = 0; il < n_run_; il++) {
+            const AttentionLayer& a = attn_[size_t(il)];
+            const FfnLayer& m = ffn_[size_t(il)];
+            const KvLayer kv{st.options.kv_type, c.kv_dim(), c.v_dim(),
+                             st.k_cache.data() + size_t(il) * size_t(n_ctx) * size_t(c.kv_dim()) * kv_elt,
+                             st.v_cache.data() + size_t(il) * size_t(n_ctx) * size_t(c.v_dim()) * kv_elt};
+
+            PhaseTimer attn_time(time, Phase::Attention, il, a.weight_bytes());
+            norm_rows(pool, x, a.norm, n, xb);
+            attention_block(pool, c, rope_, a, xb, n, pos0, cos_sin, kv, n_ctx, st.attn, y);
+            add_to(x, y, n * E);
+            attn_time.stop();
+
+            const bool predict = il + 1 < n_run_ && ffn_[size_t(il) + 1].moe() && experts.wants_prefetch();
+            PhaseTimer route_time(time, Phase::Routing, il,
+                                  m.router.bytes() + (predict ? ffn_[size_t(il) + 1].router.bytes() : 0));
+            norm_rows(pool, x, m.norm, n, xb);
+            if (m.moe()) route_tokens(pool, m, xb, n, K, st.ffn);
+            const ExpertHint next = predict ? predict_experts(st, pool, il + 1, x, n) : ExpertHint{};
+            route_time.stop();
+
+            // The experts span on the timeline holds this layer's io_wait
+            // spans; the split counts the time between them as compute.
+            PhaseTimer ffn_time(nullptr, Phase::ExpertCompute, il);
+            const FfnCost cost =
+                ffn_block(pool, experts, expert_layers_[size_t(il)], m, xb, n, K, st.ffn, y, next);
+            add_to(x, y, n * E);
+            const double ffn_s = ffn_time.stop();
+            time->add(Phase::IoWait, cost.moe.io_wait_s);
+            time->add(Phase::ExpertCompute, ffn_s - cost.moe.io_wait_s, cost.moe.expert_bytes + cost.dense_bytes);
+        }
+
+        const int64_t first = all_logits ? 0 : n - 1;
+        norm_rows(pool, x + first * E, output_norm_, n - first, xb);
+        linear(pool, output(), xb, n - first, logits, st.acts.data());
+        st.n_past += n;
+    }
+
+private:
+    const Tensor& output() const { return tied_output_ ? token_embd_ : output_; }
+
+    void declare_attention(const GgufFile& f, const DecoderSpec& spec, int il) {
+        const ModelConfig& c = config_;
+        const int64_t E = c.n_embd;
+        const std::string p = "blk." + std::to_string(il) + ".";
+        AttentionLayer& a = attn_[size_t(il)];
+        need(f, p + "attn_norm.weight", {E}, &a.norm);
+        need(f, p + "attn_q.weight", {E, c.q_dim()}, &a.wq);
+        need(f, p + "attn_k.weight", {E, c.kv_dim()}, &a.wk);
+        need(f, p + "attn_v.weight", {E, c.v_dim()}, &a.wv);
+        need(f, p + "attn_output.weight", {int64_t(c.n_head) * c.head_dim_v, E}, &a.wo);
+        if (spec.qkv_bias) {
+            need(f, p + "attn_q.bias", {c.q_dim()}, &a.bq);
+            need(f, p + "attn_k.bias", {c.kv_dim()}, &a.bk);
+            need(f, p + "attn_v.bias", {c.v_dim()}, &a.bv);
+        }
+        if (spec.out_bias) need(f, p + "attn_output.bias", {E}, &a.bo);
+        a.qk_norm = spec.qk_norm;
+        if (spec.qk_norm != QkNorm::None) {
+            const bool whole = spec.qk_norm == QkNorm::Whole;
+            need(f, p + "attn_q_norm.weight", {whole ? c.q_dim() : c.head_dim}, &a.q_norm);
+            need(f, p + "attn_k_norm.weight", {whole ? c.kv_dim() : c.head_dim}, &a.k_norm);
+        }
+        if (spec.sinks) need(f, p + "attn_sinks.weight", {c.n_head}, &a.sinks);
+        a.window = spec.window.empty() ? 0 : spec.window[size_t(il)];
+    }
+
+    void declare_ffn(const GgufFile& f, const DecoderSpec& spec, int il) {
+        const ModelConfig& c = config_;
+        const int64_t E = c.n_embd, X = c.n_expert;
+        const std::string p = "blk." + std::to_string(il) + ".";
+        FfnLayer& m = ffn_[size_t(il)];
+        need(f, p + spec.ffn_norm + ".weight", {E}, &m.norm);
+        if (il < spec.n_dense_lead) {
+            dense(f, p, "", spec.n_ff_dense, &m.dense);
+            return;
+        }
+        need(f, p + "ffn_gate_inp.weight", {E, X}, &m.router);
+        if (spec.router_bias) need(f, p + "ffn_gate_inp.bias", {X}, &m.router_bias);
+        if (spec.selection_bias) need(f, p + "exp_probs_b.bias", {X}, &m.selection_bias);
+        m.routing = spec.routing;
+        need_experts(f, il, c.n_expert, E, spec.n_ff_exp);
+        expert_layers_[size_t(il)].act = spec.activation;
+        if (spec.expert_biases) {
+            need_f32(f, p + "ffn_gate_exps.bias", {spec.n_ff_exp, X}, &m.gate_bias);
+            need_f32(f, p + "ffn_up_exps.bias", {spec.n_ff_exp, X}, &m.up_bias);
+            need_f32(f, p + "ffn_down_exps.bias", {E, X}, &m.down_bias);
+        }
+        if (spec.n_ff_shared > 0) dense(f, p, "_shexp", spec.n_ff_shared, &m.shared);
+        if (spec.shared_gate) need(f, p + "ffn_gate_inp_shexp.weight", {E}, &m.shared_gate);
+    }
+
+    void dense(const GgufFile& f, const std::string& p, const char* suffix, int64_t n_ff, DenseFfn* out) {
+        const int64_t E = config_.n_embd;
+        need(f, p + "ffn_gate" + suffix + ".weight", {E, n_ff}, &out->gate);
+        need(f, p + "ffn_up" + suffix + ".weight", {E, n_ff}, &out->up);
+        need(f, p + "ffn_down" + suffix + ".weight", {n_ff, E}, &out->down);
+    }
+
+    // A 2-D tensor read as plain floats (per-expert bias rows).
+    void need_f32(const GgufFile& f, const std::string& name, std::vector<int64_t> shape, Tensor* out) {
+        need(f, name, std::move(shape), out);
+        if (out->type != GgmlType::F32) {
+            throw std::runtime_error(f.path() + ": tensor " + name + " has type " + type_name(out->type) +
+                                     ", expected F32");
+        }
+    }
+
+    // The residual changes little from one layer to the next, so `layer`'s
+    // router over it (normed with that layer's weights) predicts the
+    // experts that layer will want, while the current layer's are still
+    // being read and computed (expert_hint: which of them to hint).
+    ExpertHint predict_experts(DecoderState& st, ThreadPool& pool, int layer, const float* x, int n) const {
+        const ModelConfig& c = config_;
+        const FfnLayer& nl = ffn_[size_t(layer)];
+        const int K = c.n_expert_used;
+        float* normed = st.ffn.normed.f32();
+        norm_rows(pool, x, nl.norm, n, normed);
+        int32_t* ids = reinterpret_cast<int32_t*>(st.ffn.next_ids.data());
+        route_tokens(pool, nl, normed, n, K, st.ffn, ids, st.ffn.next_weights.f32());
+        return expert_hint(layer, ids, n, K, c.n_expert, reinterpret_cast<int32_t*>(st.ffn.next_votes.data()),
+                           reinterpret_cast<int32_t*>(st.ffn.next_union.data()));
+    }
+
+    void norm_rows(ThreadPool& pool, const float* in, const Tensor& w, int64_t n, float* out) const {
+        const int64_t E = config_.n_embd;
+        pool.parallel_for(n, [&](int64_t b, int64_t e) {
+            for (int64_t t = b; t < e; t++) rms_norm(in + t * E, w.f32(), E, config_.rms_eps, out + t * E);
+        });
+    }
+
+    Rope rope_;
+    int n_run_ = 0;
+    Tensor token_embd_, output_norm_, output_;
+    bool tied_output_ = false;
+    std::vector<AttentionLayer> attn_;
+    std::vector<FfnLayer> ffn_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> open_decoder(const GgufFile& file, ModelConfig config, const DecoderSpec& spec) {
+    return std::make_unique<Decoder>(file, std::move(config), spec);
+}
+
+}  // namespace ms

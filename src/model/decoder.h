@@ -1,0 +1,47 @@
+// The layer stack most MoE families share: token embedding; per layer,
+// RMSNorm -> attention block -> residual, RMSNorm -> feed-forward block (dense
+// or MoE) -> residual; final RMSNorm and output head (tied to token_embd when
+// `output` is absent). A DecoderSpec says how a family's layers differ; each
+// family's file (model/<family>.cpp) fills one in from its metadata, so its
+// differences read in one screen.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/attention_block.h"
+#include "model/model.h"
+#include "model/moe.h"
+#include "ops/rope.h"
+
+namespace ms {
+
+struct DecoderSpec {
+    // Attention (tensor names blk.N.attn_*).
+    bool qkv_bias = false;        // attn_{q,k,v}.bias
+    bool out_bias = false;        // attn_output.bias
+    QkNorm qk_norm = QkNorm::None;  // attn_q_norm, attn_k_norm
+    bool sinks = false;           // attn_sinks
+    Rope rope;
+    std::vector<int> window;      // sliding window per layer (0: full); empty: every layer full
+
+    // Feed-forward.
+    std::string ffn_norm = "ffn_norm";  // the pre-FFN norm (gpt-oss, GLM: post_attention_norm)
+    int n_dense_lead = 0;         // first layers with a dense FFN (ffn_{gate,up,down}) of n_ff_dense
+    int64_t n_ff_dense = 0;
+    int64_t n_ff_exp = 0;         // routed expert width (ffn_{gate,up,down}_exps)
+    Routing routing;
+    bool router_bias = false;     // ffn_gate_inp.bias
+    bool selection_bias = false;  // exp_probs_b.bias
+    GatedActivation activation = GatedActivation::SwiGlu;
+    bool expert_biases = false;   // ffn_{gate,up,down}_exps.bias
+    int64_t n_ff_shared = 0;      // shared expert width (ffn_{gate,up,down}_shexp); 0: none
+    bool shared_gate = false;     // ffn_gate_inp_shexp: shared output times sigmoid(gate . x)
+};
+
+// Checks the tensors `spec` names (shapes and types, as Model::open does)
+// and returns the model. Runs config.n_layer - config.n_nextn layers: NextN
+// (multi-token prediction) blocks are left out, not read and not run.
+std::unique_ptr<Model> open_decoder(const GgufFile& file, ModelConfig config, const DecoderSpec& spec);
+
+}  // namespace ms

@@ -1,0 +1,16 @@
+// Mixtral (architecture `llama` with experts: Mixtral 8x7B, 8x22B). Plain
+// attention with normal (adjacent-pair) RoPE; softmax router, the top k
+// renormalized; SwiGLU experts as wide as feed_forward_length.
+#include "model/decoder.h"
+
+namespace ms {
+
+std::unique_ptr<Model> open_mixtral(const GgufFile& file, ModelConfig c) {
+    DecoderSpec s;
+    s.rope = Rope{c.n_rot, c.rope_freq_base, false};
+    s.n_ff_exp = c.n_ff_exp > 0 ? c.n_ff_exp : c.n_ff;
+    s.routing = {Gating::Softmax, true};
+    return open_decoder(file, std::move(c), s);
+}
+
+}  // namespace ms

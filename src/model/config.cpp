@@ -62,6 +62,10 @@ ModelConfig read_config(const GgufFile& f) {
     c.n_expert = int(opt("expert_count", 0, 0, 1 << 16));
     c.n_expert_used = int(opt("expert_used_count", 0, 0, c.n_expert));
     c.n_ff_exp = opt("expert_feed_forward_length", 0, 0, int64_t(1) << 24);
+    c.expert_gating = int(opt("expert_gating_func", 0, 0, 16));
+    c.expert_weights_norm = f.get_bool(p + "expert_weights_norm", false);
+    c.expert_weights_scale = float(f.get_float(p + "expert_weights_scale", 1.0));
+    if (c.expert_weights_scale == 0.0f) c.expert_weights_scale = 1.0f;
     c.n_expert_shared = int(opt("expert_shared_count", 0, 0, 1 << 16));
     c.n_ff_shexp = opt("expert_shared_feed_forward_length", 0, 0, int64_t(1) << 24);
     c.n_nextn = int(opt("nextn_predict_layers", 0, 0, c.n_layer - 1));

@@ -27,6 +27,9 @@ struct ModelConfig {
     int n_expert = 0;           // expert_count
     int n_expert_used = 0;      // expert_used_count
     int64_t n_ff_exp = 0;       // expert_feed_forward_length
+    int expert_gating = 0;      // expert_gating_func: 1 softmax, 2 sigmoid (0: the family's default)
+    bool expert_weights_norm = false;  // expert_weights_norm: the chosen weights renormalized
+    float expert_weights_scale = 1.0f; // expert_weights_scale (1 when absent or 0)
     int n_expert_shared = 0;    // expert_shared_count
     int64_t n_ff_shexp = 0;     // expert_shared_feed_forward_length
     int n_dense_lead = 0;       // leading_dense_block_count: first layers with a dense FFN

@@ -54,7 +54,7 @@ struct Architecture {
 // `llama` with experts is Mixtral.
 const Architecture kArchitectures[] = {
     {"qwen3moe", open_qwen3moe}, {"gemma4", open_gemma4},     {"llama", open_mixtral},
-    {"olmoe", open_olmoe},       {"qwen2moe", open_qwen2moe},
+    {"olmoe", open_olmoe},       {"qwen2moe", open_qwen2moe}, {"glm4moe", open_glm4moe},
 };
 
 }  // namespace

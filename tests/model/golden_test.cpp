@@ -53,6 +53,26 @@ TEST(Qwen3MoeExact, F16WithinBoundOfExactFile) {
     EXPECT_LE(err, 1e-3);
 }
 
+// glm4moe's NextN block (blk.3, README: not used for the logits) is neither
+// run nor read: three expert layers, and the resident bytes are those of the
+// tensors outside blk.3 that are not routed experts.
+TEST(FamiliesGolden, NextNBlockIsNotRead) {
+    GgufFile f = GgufFile::open(golden::models_dir() + "/glm4moe-Q8_0.gguf");
+    auto m = Model::open(f);
+    EXPECT_EQ(m->config().n_layer, 4);
+    EXPECT_EQ(m->config().n_nextn, 1);
+    EXPECT_EQ(m->expert_layers().size(), 3u);
+    uint64_t want = 0;
+    size_t n = 0;
+    for (const GgufTensor& t : f.tensors()) {
+        if (t.name.rfind("blk.3.", 0) == 0 || t.name.find("_exps.") != std::string::npos) continue;
+        want += t.nbytes;
+        n++;
+    }
+    EXPECT_GE(m->resident_bytes(), want);
+    EXPECT_LT(m->resident_bytes(), want + 64 * n);  // 64-byte alignment of each tensor
+}
+
 // Evaluating the prompt token by token, in chunks, or with another thread
 // count gives the same bits as one batch.
 TEST_P(Golden, BatchAndThreadsDoNotChangeBits) {
@@ -70,7 +90,7 @@ INSTANTIATE_TEST_SUITE_P(Families, Golden, ::testing::ValuesIn(golden::runnable_
 TEST(FamiliesGolden, AllTypesPresent) {
     // The README's file count per family; a missing file would silently skip.
     const std::pair<const char*, size_t> counts[] = {
-        {"qwen3moe", 12}, {"gemma4", 4}, {"mixtral", 2}, {"olmoe", 2}, {"qwen2moe", 2},
+        {"qwen3moe", 12}, {"gemma4", 4}, {"mixtral", 2}, {"olmoe", 2}, {"qwen2moe", 2}, {"glm4moe", 2},
     };
     for (const auto& [name, n] : counts) EXPECT_EQ(golden::family(name).size(), n) << name;
     EXPECT_EQ(golden::runnable_families().size(), std::size(counts));

@@ -1,0 +1,35 @@
+// GLM-4.5 / 4.6 (architecture `glm4moe`). q/k/v biases, q and k RMS-normed
+// per head, NeoX RoPE on the first rope.dimension_count dims of each head;
+// post_attention_norm is the pre-FFN norm. The first
+// leading_dense_block_count layers have a dense FFN; the others route by
+// sigmoid scores plus exp_probs_b (bias for choosing only), weights the
+// unbiased scores renormalized and scaled, SwiGLU experts plus a shared
+// expert. The trailing NextN (multi-token prediction) block is checked but
+// not read and not run (model/decoder.h).
+#include <stdexcept>
+
+#include "gguf/gguf.h"
+#include "model/decoder.h"
+
+namespace ms {
+
+std::unique_ptr<Model> open_glm4moe(const GgufFile& file, ModelConfig c) {
+    if (c.expert_gating != 0 && c.expert_gating != 2) {
+        throw std::runtime_error(file.path() + ": glm4moe.expert_gating_func " + std::to_string(c.expert_gating) +
+                                 " is not supported (2: sigmoid)");
+    }
+    DecoderSpec s;
+    s.qkv_bias = true;
+    s.qk_norm = QkNorm::PerHead;
+    s.rope = Rope{c.n_rot, c.rope_freq_base, true};
+    s.ffn_norm = "post_attention_norm";
+    s.n_dense_lead = c.n_dense_lead;
+    s.n_ff_dense = c.n_ff;
+    s.n_ff_exp = c.n_ff_exp;
+    s.routing = {Gating::Sigmoid, c.expert_weights_norm, c.expert_weights_scale};
+    s.selection_bias = true;
+    s.n_ff_shared = c.n_ff_shexp > 0 ? c.n_ff_shexp : c.n_ff_exp * c.n_expert_shared;
+    return open_decoder(file, std::move(c), s);
+}
+
+}  // namespace ms

@@ -248,6 +248,13 @@ private:
 
 }  // namespace
 
+Rope config_rope(const ModelConfig& c, bool neox) {
+    Rope r{c.n_rot, c.rope_freq_base, neox};
+    if (c.rope_scaling == "yarn") return with_yarn(r, c.rope_factor, c.rope_n_ctx_orig);
+    if (c.rope_scaling == "linear") r.freq_scale = 1.0f / c.rope_factor;
+    return r;
+}
+
 std::unique_ptr<Model> open_decoder(const GgufFile& file, ModelConfig config, const DecoderSpec& spec) {
     return std::make_unique<Decoder>(file, std::move(config), spec);
 }

@@ -39,6 +39,11 @@ struct DecoderSpec {
     bool shared_gate = false;     // ffn_gate_inp_shexp: shared output times sigmoid(gate . x)
 };
 
+// The RoPE the metadata asks for: rope.dimension_count dims, rope.freq_base,
+// YaRN or linear interpolation when rope.scaling.type says so; neox: which
+// dimensions pair up (see Rope).
+Rope config_rope(const ModelConfig& c, bool neox);
+
 // Checks the tensors `spec` names (shapes and types, as Model::open does)
 // and returns the model. Runs config.n_layer - config.n_nextn layers: NextN
 // (multi-token prediction) blocks are left out, not read and not run.

@@ -21,7 +21,7 @@ std::unique_ptr<Model> open_glm4moe(const GgufFile& file, ModelConfig c) {
     DecoderSpec s;
     s.qkv_bias = true;
     s.qk_norm = QkNorm::PerHead;
-    s.rope = Rope{c.n_rot, c.rope_freq_base, true};
+    s.rope = config_rope(c, true);
     s.ffn_norm = "post_attention_norm";
     s.n_dense_lead = c.n_dense_lead;
     s.n_ff_dense = c.n_ff;

@@ -7,7 +7,7 @@ namespace ms {
 
 std::unique_ptr<Model> open_mixtral(const GgufFile& file, ModelConfig c) {
     DecoderSpec s;
-    s.rope = Rope{c.n_rot, c.rope_freq_base, false};
+    s.rope = config_rope(c, false);
     s.n_ff_exp = c.n_ff_exp > 0 ? c.n_ff_exp : c.n_ff;
     s.routing = {Gating::Softmax, true};
     return open_decoder(file, std::move(c), s);

@@ -55,6 +55,7 @@ struct Architecture {
 const Architecture kArchitectures[] = {
     {"qwen3moe", open_qwen3moe}, {"gemma4", open_gemma4},     {"llama", open_mixtral},
     {"olmoe", open_olmoe},       {"qwen2moe", open_qwen2moe}, {"glm4moe", open_glm4moe},
+    {"gpt-oss", open_gpt_oss},
 };
 
 }  // namespace

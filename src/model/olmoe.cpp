@@ -8,7 +8,7 @@ namespace ms {
 std::unique_ptr<Model> open_olmoe(const GgufFile& file, ModelConfig c) {
     DecoderSpec s;
     s.qk_norm = QkNorm::Whole;
-    s.rope = Rope{c.n_rot, c.rope_freq_base, true};
+    s.rope = config_rope(c, true);
     s.n_ff_exp = c.n_ff_exp > 0 ? c.n_ff_exp : c.n_ff;
     s.routing = {Gating::Softmax, false};
     return open_decoder(file, std::move(c), s);

@@ -9,7 +9,7 @@ namespace ms {
 std::unique_ptr<Model> open_qwen2moe(const GgufFile& file, ModelConfig c) {
     DecoderSpec s;
     s.qkv_bias = true;
-    s.rope = Rope{c.n_rot, c.rope_freq_base, true};
+    s.rope = config_rope(c, true);
     s.n_ff_exp = c.n_ff_exp;
     s.routing = {Gating::Softmax, false};
     s.n_ff_shared = c.n_ff_shexp > 0 ? c.n_ff_shexp : c.n_ff;

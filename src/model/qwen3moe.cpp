@@ -8,7 +8,7 @@ namespace ms {
 std::unique_ptr<Model> open_qwen3moe(const GgufFile& file, ModelConfig c) {
     DecoderSpec s;
     s.qk_norm = QkNorm::PerHead;
-    s.rope = Rope{c.n_rot, c.rope_freq_base, true};
+    s.rope = config_rope(c, true);
     s.n_ff_exp = c.n_ff_exp;
     s.routing = {Gating::Softmax, true};
     return open_decoder(file, std::move(c), s);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <utility>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -122,6 +123,32 @@ TEST(TemplateCli, QwenVocabularyCarriesTheQwen3Template) {
         return;
     }
     FAIL() << "no Qwen3 tools case in cases.json";
+}
+
+// The golden model of each family that runs carries its family's template in
+// miniature (the GGUF's tokenizer.chat_template); -m renders it with the
+// model's own BOS/EOS text. Expected strings: those templates applied by hand.
+TEST(TemplateCli, EveryFamilyRendersItsOwnTemplate) {
+    std::string ctx = tmp_path("ctx_families.json");
+    write_file(ctx, R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
+                                     {"role": "user", "content": "ok"}], "add_generation_prompt": true})");
+    const std::pair<const char*, const char*> cases[] = {
+        {"mixtral-Q8_0", "<s>[INST] hi [/INST]yo</s>[INST] ok [/INST]"},
+        {"qwen2moe-Q8_0", "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nyo<|im_end|>\n"
+                          "<|im_start|>user\nok<|im_end|>\n<|im_start|>assistant\n"},
+        {"glm4moe-Q8_0", "[gMASK]<sop><|user|>\nhi<|assistant|>\nyo<|user|>\nok<|assistant|>"},
+        {"gpt-oss-MXFP4_MOE", "<|start|>user<|message|>hi<|end|><|start|>assistant<|message|>yo<|end|>"
+                              "<|start|>user<|message|>ok<|end|><|start|>assistant"},
+    };
+    for (const auto& [model, expected] : cases) {
+        CliResult r = run("-m " + kGolden + "/models/" + model + ".gguf --context " + ctx);
+        EXPECT_EQ(r.status, 0) << model << ": " << r.err;
+        EXPECT_EQ(r.out, expected) << model;
+    }
+    // The golden OLMoE file ships no template: one line saying so.
+    CliResult r = run("-m " + kGolden + "/models/olmoe-Q8_0.gguf --context " + ctx);
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.err.find("tokenizer.chat_template"), std::string::npos) << r.err;
 }
 
 TEST(TemplateCli, DateFlagFeedsStrftimeNow) {

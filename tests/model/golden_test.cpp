@@ -90,7 +90,8 @@ INSTANTIATE_TEST_SUITE_P(Families, Golden, ::testing::ValuesIn(golden::runnable_
 TEST(FamiliesGolden, AllTypesPresent) {
     // The README's file count per family; a missing file would silently skip.
     const std::pair<const char*, size_t> counts[] = {
-        {"qwen3moe", 12}, {"gemma4", 4}, {"mixtral", 2}, {"olmoe", 2}, {"qwen2moe", 2}, {"glm4moe", 2},
+        {"qwen3moe", 12}, {"gemma4", 4},  {"mixtral", 2}, {"olmoe", 2},
+        {"qwen2moe", 2},  {"glm4moe", 2}, {"gpt-oss", 3},
     };
     for (const auto& [name, n] : counts) EXPECT_EQ(golden::family(name).size(), n) << name;
     EXPECT_EQ(golden::runnable_families().size(), std::size(counts));

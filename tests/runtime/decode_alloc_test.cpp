@@ -106,8 +106,12 @@ TEST(DecodeAlloc, CountingWorks) {
 TEST(DecodeAlloc, DecodeStepsAllocateNothing) {
     SKIP_UNDER_ASAN();
     // Mixed weight types (Q4_K, Q6_K, Q5_K, Q8_0, F32), both KV types, and
-    // gemma4 with per-layer embeddings, its sliding-window ring wrapping.
-    for (const char* model : {"qwen3moe-Q4_K_M", "gemma4-ple-Q8_0"}) {
+    // every block variant: gemma4 with per-layer embeddings, its
+    // sliding-window ring wrapping; gpt-oss (sinks, windows, YaRN, biases,
+    // MXFP4); qwen2moe (gated shared expert); glm4moe (dense layer, sigmoid
+    // routing).
+    for (const char* model :
+         {"qwen3moe-Q4_K_M", "gemma4-ple-Q8_0", "gpt-oss-MXFP4_MOE", "qwen2moe-Q8_0", "glm4moe-Q8_0"}) {
         for (const char* kv : {"f16", "f32"}) {
             SessionOptions o;
             o.model_path = std::string(MOESTREAM_GOLDEN_DIR) + "/models/" + model + ".gguf";

@@ -17,18 +17,20 @@ void AttentionScratch::init(const ModelConfig& c, const std::vector<AttentionLay
     k.resize(B * size_t(c.kv_dim()) * 4);
     v.resize(B * size_t(c.v_dim()) * 4);
     att.resize(B * size_t(c.n_head) * size_t(c.head_dim_v) * 4);
-    size_t act = 0, floats = 0;
-    for (const AttentionLayer& l : layers) {
-        const Tensor* qkv[3] = {&l.wq, &l.wk, &l.wv};
-        act = std::max({act, linear_many_scratch_bytes(qkv, 3, 1), linear_scratch_bytes(l.wo, 1)});
-        floats = std::max(floats, attention_scratch_floats(attention_shape(c, l), n_ctx));
-    }
-    acts.resize(act * B);
+    size_t floats = 0;
+    for (const AttentionLayer& l : layers) floats = std::max(floats, attention_scratch_floats(attention_shape(c, l), n_ctx));
     scores.resize(size_t(n_threads) * floats * 4);
 }
 
-uint64_t AttentionScratch::bytes() const {
-    return q.size() + k.size() + v.size() + att.size() + acts.size() + scores.size();
+uint64_t AttentionScratch::bytes() const { return q.size() + k.size() + v.size() + att.size() + scores.size(); }
+
+size_t AttentionScratch::acts_per_token(const std::vector<AttentionLayer>& layers) {
+    size_t act = 0;
+    for (const AttentionLayer& l : layers) {
+        const Tensor* qkv[3] = {&l.wq, &l.wk, &l.wv};
+        act = std::max({act, linear_many_scratch_bytes(qkv, 3, 1), linear_scratch_bytes(l.wo, 1)});
+    }
+    return act;
 }
 
 AttentionShape attention_shape(const ModelConfig& c, const AttentionLayer& l) {
@@ -52,7 +54,7 @@ void attention_block(ThreadPool& pool, const ModelConfig& c, const Rope& rope, c
     float* v = s.v.f32();
     const Tensor* qkv_w[3] = {&l.wq, &l.wk, &l.wv};
     float* const qkv_y[3] = {q, k, v};
-    linear_many(pool, qkv_w, 3, x, n, qkv_y, s.acts.data());
+    linear_many(pool, qkv_w, 3, x, n, qkv_y, s.acts);
     pool.parallel_for(n, [&](int64_t b, int64_t e) {
         for (int64_t t = b; t < e; t++) {
             float* qt = q + t * c.q_dim();
@@ -78,7 +80,7 @@ void attention_block(ThreadPool& pool, const ModelConfig& c, const Rope& rope, c
         }
     });
     attention(pool, attention_shape(c, l), kv, q, n, pos0, n_ctx, s.scores.f32(), s.att.f32());
-    linear(pool, l.wo, s.att.f32(), n, out, s.acts.data());
+    linear(pool, l.wo, s.att.f32(), n, out, s.acts);
     if (!l.bo.empty()) {
         pool.parallel_for(n, [&](int64_t b, int64_t e) {
             for (int64_t t = b; t < e; t++) add_bias(l.bo, out + t * c.n_embd);

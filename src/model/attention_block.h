@@ -38,12 +38,15 @@ struct AttentionLayer {
 // Scratch for attention_block, sized once for the largest batch.
 struct AttentionScratch {
     AlignedBuffer q, k, v, att;  // projections and attention output, max_batch rows each
-    AlignedBuffer acts;          // converted activations for one linear()
     AlignedBuffer scores;        // attention()'s per-thread scratch
+    // Converted activations for one linear(): the caller's buffer, shared
+    // with the other blocks, of acts_per_token(layers) bytes per token.
+    uint8_t* acts = nullptr;
 
     void init(const ModelConfig& c, const std::vector<AttentionLayer>& layers, int max_batch, int64_t n_ctx,
               int n_threads);
-    uint64_t bytes() const;
+    uint64_t bytes() const;  // without acts
+    static size_t acts_per_token(const std::vector<AttentionLayer>& layers);
 };
 
 // The shape attention() runs with: the config's heads, scale 1/sqrt(head_dim),

@@ -20,7 +20,7 @@ public:
     AlignedBuffer k_cache, v_cache;  // n_layer x n_ctx rows
     AlignedBuffer x, xb, y;          // residual, normed residual, block output: max_batch rows
     AlignedBuffer cos_sin;           // rope angles per token
-    AlignedBuffer acts;              // converted activations for the output head
+    AlignedBuffer acts;              // converted activations for one linear(), shared by the blocks
     AttentionScratch attn;
     FfnScratch ffn;
 
@@ -79,9 +79,12 @@ public:
         st->v_cache.resize(size_t(n_run_) * size_t(o.n_ctx) * size_t(c.v_dim()) * kv_elt);
         for (AlignedBuffer* b : {&st->x, &st->xb, &st->y}) b->resize(B * size_t(c.n_embd) * 4);
         st->cos_sin.resize(B * size_t(rope_.n_rot) * 4);
-        st->acts.resize(linear_scratch_bytes(output(), 1) * B);
+        st->acts.resize(B * std::max({linear_scratch_bytes(output(), 1), AttentionScratch::acts_per_token(attn_),
+                                      FfnScratch::acts_per_token(ffn_)}));
         st->attn.init(c, attn_, o.max_batch, o.n_ctx, o.n_threads);
         st->ffn.init(ffn_, expert_layers_, o.max_batch, c.n_expert_used, c.n_embd);
+        st->attn.acts = st->acts.data();
+        st->ffn.acts = st->acts.data();
         return st;
     }
 
@@ -125,7 +128,8 @@ public:
                                   m.router.bytes() + (predict ? ffn_[size_t(il) + 1].router.bytes() : 0));
             norm_rows(pool, x, m.norm, n, xb);
             if (m.moe()) route_tokens(pool, m, xb, n, K, st.ffn);
-            const ExpertHint next = predict ? predict_experts(st, pool, il + 1, x, n) : ExpertHint{};
+            // y is free until the feed-forward block writes it.
+            const ExpertHint next = predict ? predict_experts(st, pool, il + 1, x, n, y) : ExpertHint{};
             route_time.stop();
 
             // The experts span on the timeline holds this layer's io_wait
@@ -219,11 +223,11 @@ private:
     // router over it (normed with that layer's weights) predicts the
     // experts that layer will want, while the current layer's are still
     // being read and computed (expert_hint: which of them to hint).
-    ExpertHint predict_experts(DecoderState& st, ThreadPool& pool, int layer, const float* x, int n) const {
+    ExpertHint predict_experts(DecoderState& st, ThreadPool& pool, int layer, const float* x, int n,
+                               float* normed) const {
         const ModelConfig& c = config_;
         const FfnLayer& nl = ffn_[size_t(layer)];
         const int K = c.n_expert_used;
-        float* normed = st.ffn.normed.f32();
         norm_rows(pool, x, nl.norm, n, normed);
         int32_t* ids = reinterpret_cast<int32_t*>(st.ffn.next_ids.data());
         route_tokens(pool, nl, normed, n, K, st.ffn, ids, st.ffn.next_weights.f32());

@@ -12,37 +12,46 @@ void FfnScratch::init(const std::vector<FfnLayer>& layers, const std::vector<Exp
     const size_t B = size_t(max_batch);
     int n_expert = 0;
     for (const ExpertLayer& e : experts) n_expert = std::max(n_expert, e.n_expert);
-    size_t act = 0, ff = 0;
+    size_t ff = 0;
+    bool shared = false;
     for (const FfnLayer& l : layers) {
         for (const DenseFfn* f : {&l.dense, &l.shared}) {
-            if (f->empty()) continue;
-            const Tensor* gu[2] = {&f->gate, &f->up};
-            act = std::max({act, linear_many_scratch_bytes(gu, 2, 1), linear_scratch_bytes(f->down, 1)});
-            ff = std::max(ff, size_t(f->gate.rows));
+            if (!f->empty()) ff = std::max(ff, size_t(f->gate.rows));
         }
-        if (l.moe()) act = std::max(act, linear_scratch_bytes(l.router, 1));
-        if (!l.shared_gate.empty()) act = std::max(act, linear_scratch_bytes(l.shared_gate, 1));
+        shared = shared || !l.shared.empty();
     }
     logits.resize(B * size_t(n_expert) * 4);
     for (AlignedBuffer* b : {&ids, &weights, &next_ids, &next_weights}) b->resize(B * size_t(k) * 4);
     next_union.resize(size_t(n_expert) * 4);
     next_votes.resize(size_t(n_expert) * 4);
-    normed.resize(B * size_t(n_embd) * 4);
     hidden_gate.resize(B * ff * 4);
     hidden_up.resize(B * ff * 4);
-    dense_out.resize(B * size_t(n_embd) * 4);
-    shared_gate.resize(B * 4);
-    acts.resize(act * B);
+    shared_out.resize(shared ? B * size_t(n_embd) * 4 : 0);
+    shared_gate.resize(shared ? B * 4 : 0);
     moe.init(experts, max_batch, k);
 }
 
 uint64_t FfnScratch::bytes() const {
     uint64_t b = moe.bytes();
     for (const AlignedBuffer* p : {&logits, &ids, &weights, &next_ids, &next_weights, &next_union, &next_votes,
-                                   &normed, &hidden_gate, &hidden_up, &dense_out, &shared_gate, &acts}) {
+                                   &hidden_gate, &hidden_up, &shared_out, &shared_gate}) {
         b += p->size();
     }
     return b;
+}
+
+size_t FfnScratch::acts_per_token(const std::vector<FfnLayer>& layers) {
+    size_t act = 0;
+    for (const FfnLayer& l : layers) {
+        for (const DenseFfn* f : {&l.dense, &l.shared}) {
+            if (f->empty()) continue;
+            const Tensor* gu[2] = {&f->gate, &f->up};
+            act = std::max({act, linear_many_scratch_bytes(gu, 2, 1), linear_scratch_bytes(f->down, 1)});
+        }
+        if (l.moe()) act = std::max(act, linear_scratch_bytes(l.router, 1));
+        if (!l.shared_gate.empty()) act = std::max(act, linear_scratch_bytes(l.shared_gate, 1));
+    }
+    return act;
 }
 
 void dense_ffn(ThreadPool& pool, const DenseFfn& f, const float* x, int n, FfnScratch& s, float* out) {
@@ -50,17 +59,17 @@ void dense_ffn(ThreadPool& pool, const DenseFfn& f, const float* x, int n, FfnSc
     float* u = s.hidden_up.f32();
     const Tensor* gu_w[2] = {&f.gate, &f.up};
     float* const gu_y[2] = {g, u};
-    linear_many(pool, gu_w, 2, x, n, gu_y, s.acts.data());
+    linear_many(pool, gu_w, 2, x, n, gu_y, s.acts);
     const int64_t total = int64_t(n) * f.gate.rows;
     pool.parallel_for(total, [&](int64_t b, int64_t e) { swiglu(g + b, u + b, e - b, g + b); });
-    linear(pool, f.down, g, n, out, s.acts.data());
+    linear(pool, f.down, g, n, out, s.acts);
 }
 
 void route_tokens(ThreadPool& pool, const FfnLayer& l, const float* x, int n, int k, FfnScratch& s, int32_t* ids,
                   float* weights) {
     const int64_t n_expert = l.router.rows;
     float* logits = s.logits.f32();
-    linear(pool, l.router, x, n, logits, s.acts.data());
+    linear(pool, l.router, x, n, logits, s.acts);
     if (!l.router_bias.empty()) {
         for (int t = 0; t < n; t++) add_to(logits + t * n_expert, l.router_bias.f32(), n_expert);
     }
@@ -86,11 +95,11 @@ FfnCost ffn_block(ThreadPool& pool, ExpertSource& source, const ExpertLayer& exp
     // The routed sum first, then the shared expert added to it, as the
     // reference adds them.
     const int64_t E = experts.down.rows;
-    float* sh = s.dense_out.f32();
+    float* sh = s.shared_out.f32();
     dense_ffn(pool, l.shared, x, n, s, sh);
     cost.dense_bytes = l.shared.weight_bytes() + l.shared_gate.bytes();
     const bool gated = !l.shared_gate.empty();
-    if (gated) linear(pool, l.shared_gate, x, n, s.shared_gate.f32(), s.acts.data());
+    if (gated) linear(pool, l.shared_gate, x, n, s.shared_gate.f32(), s.acts);
     pool.parallel_for(n, [&](int64_t b, int64_t e) {
         for (int64_t t = b; t < e; t++) {
             float* y = sh + t * E;

@@ -41,16 +41,19 @@ struct FfnLayer {
 struct FfnScratch {
     void init(const std::vector<FfnLayer>& layers, const std::vector<ExpertLayer>& experts, int max_batch, int k,
               int64_t n_embd);
-    uint64_t bytes() const;
+    uint64_t bytes() const;  // without acts
 
     AlignedBuffer logits;            // router output, max_batch x n_expert
     AlignedBuffer ids, weights;      // the chosen experts, max_batch x k
     AlignedBuffer next_ids, next_weights, next_union, next_votes;  // a later layer's predicted experts
-    AlignedBuffer normed;            // a later layer's normed input, for the prediction
-    AlignedBuffer hidden_gate, hidden_up, dense_out;  // dense FFN / shared expert
-    AlignedBuffer shared_gate;       // the shared expert's gate logit, max_batch
-    AlignedBuffer acts;              // converted activations for one linear()
+    AlignedBuffer hidden_gate, hidden_up;  // dense FFN / shared expert hidden state
+    AlignedBuffer shared_out, shared_gate;  // the shared expert's output and gate logit (when there is one)
     MoeScratch moe;
+    // Converted activations for one linear(): the caller's buffer, shared
+    // with the other blocks, of acts_per_token(layers) bytes per token.
+    uint8_t* acts = nullptr;
+
+    static size_t acts_per_token(const std::vector<FfnLayer>& layers);
 };
 
 // out (n rows of n_embd) = the dense FFN over x.

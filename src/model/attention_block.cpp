@@ -18,7 +18,9 @@ void AttentionScratch::init(const ModelConfig& c, const std::vector<AttentionLay
     v.resize(B * size_t(c.v_dim()) * 4);
     att.resize(B * size_t(c.n_head) * size_t(c.head_dim_v) * 4);
     size_t floats = 0;
-    for (const AttentionLayer& l : layers) floats = std::max(floats, attention_scratch_floats(attention_shape(c, l), n_ctx));
+    for (const AttentionLayer& l : layers) {
+        floats = std::max(floats, attention_scratch_floats(attention_shape(c, l), n_ctx));
+    }
     scores.resize(size_t(n_threads) * floats * 4);
 }
 

@@ -6,6 +6,7 @@
 
 #include "gguf/gguf.h"
 #include "model/ffn_block.h"
+#include "model/window_ring.h"
 #include "ops/activation.h"
 #include "ops/linear.h"
 #include "ops/norm.h"
@@ -17,7 +18,9 @@ namespace {
 
 class DecoderState : public ModelState {
 public:
-    AlignedBuffer k_cache, v_cache;  // n_layer x n_ctx rows
+    AlignedBuffer k_cache, v_cache;  // every layer's rows, one layer after another
+    std::vector<KvLayer> kv;         // per layer, into the caches
+    WindowRing ring;                 // the sliding-window layers' ring
     AlignedBuffer x, xb, y;          // residual, normed residual, block output: max_batch rows
     AlignedBuffer cos_sin;           // rope angles per token
     AlignedBuffer acts;              // converted activations for one linear(), shared by the blocks
@@ -25,10 +28,12 @@ public:
     FfnScratch ffn;
 
     uint64_t bytes() const override {
-        uint64_t b = attn.bytes() + ffn.bytes();
+        uint64_t b = attn.bytes() + ffn.bytes() + kv.size() * sizeof(KvLayer);
         for (const AlignedBuffer* p : {&k_cache, &v_cache, &x, &xb, &y, &cos_sin, &acts}) b += p->size();
         return b;
     }
+
+    int64_t rewind_limit(int64_t n) const override { return ring.rewind_limit(n); }
 };
 
 class Decoder : public Model {
@@ -59,6 +64,12 @@ public:
             expert_layers_[size_t(il)].layer = il;
             declare_attention(f, spec, il);
             declare_ffn(f, spec, il);
+            const int w = attn_[size_t(il)].window;
+            if (w > 0 && window_ > 0 && w != window_) {
+                throw std::runtime_error(f.path() + ": sliding windows of " + std::to_string(window_) + " and " +
+                                         std::to_string(w) + " positions in one model are not supported");
+            }
+            if (w > 0) window_ = w;
         }
         // NextN blocks: their own tensors are checked when present, but
         // nothing of the block is read or run.
@@ -75,8 +86,24 @@ public:
         auto st = std::make_unique<DecoderState>();
         st->options = o;
         const size_t B = size_t(o.max_batch), kv_elt = o.kv_type == GgmlType::F16 ? 2 : 4;
-        st->k_cache.resize(size_t(n_run_) * size_t(o.n_ctx) * size_t(c.kv_dim()) * kv_elt);
-        st->v_cache.resize(size_t(n_run_) * size_t(o.n_ctx) * size_t(c.v_dim()) * kv_elt);
+        // Full layers hold every position; sliding-window layers a ring of
+        // their window plus a batch, when that is shorter than the context.
+        st->ring = WindowRing(window_, o.max_batch, o.n_ctx);
+        std::vector<size_t> k_off, v_off;
+        size_t k_bytes = 0, v_bytes = 0;
+        for (const AttentionLayer& a : attn_) {
+            const size_t rows = size_t(st->ring.cache_rows(a.window > 0, o.n_ctx));
+            k_off.push_back(k_bytes);
+            v_off.push_back(v_bytes);
+            k_bytes += rows * size_t(c.kv_dim()) * kv_elt;
+            v_bytes += rows * size_t(c.v_dim()) * kv_elt;
+        }
+        st->k_cache.resize(k_bytes);
+        st->v_cache.resize(v_bytes);
+        for (size_t il = 0; il < attn_.size(); il++) {
+            st->kv.push_back(st->ring.layer(attn_[il].window > 0, o.kv_type, c.kv_dim(), c.v_dim(),
+                                            st->k_cache.data() + k_off[il], st->v_cache.data() + v_off[il]));
+        }
         for (AlignedBuffer* b : {&st->x, &st->xb, &st->y}) b->resize(B * size_t(c.n_embd) * 4);
         st->cos_sin.resize(B * size_t(rope_.n_rot) * 4);
         st->acts.resize(B * std::max({linear_scratch_bytes(output(), 1), AttentionScratch::acts_per_token(attn_),
@@ -94,12 +121,12 @@ public:
         const ModelConfig& c = config_;
         const int64_t E = c.n_embd, pos0 = st.n_past, n_ctx = st.options.n_ctx;
         const int K = c.n_expert_used;
-        const size_t kv_elt = st.options.kv_type == GgmlType::F16 ? 2 : 4;
         float* x = st.x.f32();
         float* xb = st.xb.f32();
         float* y = st.y.f32();
         float* cos_sin = st.cos_sin.f32();
         experts.begin_step(n);
+        st.ring.wrote(pos0, n);
 
         pool.parallel_for(n, [&](int64_t b, int64_t e) {
             for (int64_t t = b; t < e; t++) {
@@ -113,13 +140,10 @@ public:
         for (int il = 0; il < n_run_; il++) {
             const AttentionLayer& a = attn_[size_t(il)];
             const FfnLayer& m = ffn_[size_t(il)];
-            const KvLayer kv{st.options.kv_type, c.kv_dim(), c.v_dim(),
-                             st.k_cache.data() + size_t(il) * size_t(n_ctx) * size_t(c.kv_dim()) * kv_elt,
-                             st.v_cache.data() + size_t(il) * size_t(n_ctx) * size_t(c.v_dim()) * kv_elt};
 
             PhaseTimer attn_time(time, Phase::Attention, il, a.weight_bytes());
             norm_rows(pool, x, a.norm, n, xb);
-            attention_block(pool, c, rope_, a, xb, n, pos0, cos_sin, kv, n_ctx, st.attn, y);
+            attention_block(pool, c, rope_, a, xb, n, pos0, cos_sin, st.kv[size_t(il)], n_ctx, st.attn, y);
             add_to(x, y, n * E);
             attn_time.stop();
 
@@ -244,6 +268,7 @@ private:
 
     Rope rope_;
     int n_run_ = 0;
+    int window_ = 0;  // the sliding-window layers' window (0: none)
     Tensor token_embd_, output_norm_, output_;
     bool tied_output_ = false;
     std::vector<AttentionLayer> attn_;

@@ -16,6 +16,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "model/moe.h"
+#include "model/window_ring.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/linear.h"
@@ -48,8 +49,7 @@ class Gemma4State : public ModelState {
 public:
     AlignedBuffer k_cache, v_cache;
     std::vector<KvLayer> kv;               // per layer, into the caches (shared-KV layers: their source's)
-    int64_t ring = 0, window = 0;          // sliding-window layers' ring rows (0: no ring) and window
-    int64_t top = 0;                       // one past the highest position written since position 0
+    WindowRing ring;                       // the sliding-window layers' ring
     AlignedBuffer x, xb, y, y2, q, k, v, att, gate, up;
     AlignedBuffer acts;                    // converted activations for one linear()
     AlignedBuffer cos_sin_swa, cos_sin_full;
@@ -70,12 +70,7 @@ public:
         return b;
     }
 
-    // A ring has overwritten the positions older than top - ring: the next
-    // token after n needs the window - 1 positions before it.
-    int64_t rewind_limit(int64_t n) const override {
-        if (ring == 0 || n == 0) return n;
-        return std::max<int64_t>(0, n - (window - 1)) >= top - ring ? n : 0;
-    }
+    int64_t rewind_limit(int64_t n) const override { return ring.rewind_limit(n); }
 };
 
 class Gemma4 : public Model {
@@ -205,9 +200,7 @@ public:
 
         // Full layers hold every position; sliding-window layers a ring of
         // their window plus a batch, when that is shorter than the context.
-        st->window = window_;
-        const int64_t ring = window_ > 0 ? kv_ring_rows(window_, o.max_batch) : 0;
-        st->ring = ring > 0 && ring + window_ - 1 < o.n_ctx ? ring : 0;
+        st->ring = WindowRing(window_, o.max_batch, o.n_ctx);
         std::vector<int64_t> rows(layers_.size(), 0);
         std::vector<size_t> k_off(layers_.size(), 0), v_off(layers_.size(), 0);
         size_t k_bytes = 0, v_bytes = 0, q_max = 0, kv_max = 0, ff_max = 0, scratch = 0;
@@ -227,7 +220,7 @@ public:
                 if (w->rows) act = std::max(act, linear_scratch_bytes(*w, 1));
             }
             if (l.kv_layer != int(il)) continue;
-            rows[il] = l.swa && st->ring > 0 ? st->ring + window_ - 1 : o.n_ctx;
+            rows[il] = st->ring.cache_rows(l.swa, o.n_ctx);
             k_off[il] = k_bytes;
             v_off[il] = v_bytes;
             k_bytes += size_t(rows[il]) * size_t(l.kv_dim()) * kv_elt;
@@ -240,9 +233,8 @@ public:
         for (size_t il = 0; il < layers_.size(); il++) {
             const size_t src = size_t(layers_[il].kv_layer);
             const Layer& l = layers_[src];
-            const bool ring = l.swa && st->ring > 0;
-            st->kv[il] = KvLayer{o.kv_type, l.kv_dim(), l.kv_dim(), st->k_cache.data() + k_off[src],
-                                 st->v_cache.data() + v_off[src], ring ? st->ring : 0, ring ? window_ - 1 : 0};
+            st->kv[il] = st->ring.layer(l.swa, o.kv_type, l.kv_dim(), l.kv_dim(), st->k_cache.data() + k_off[src],
+                                        st->v_cache.data() + v_off[src]);
         }
 
         for (AlignedBuffer* b : {&st->x, &st->xb, &st->y, &st->y2}) b->resize(B * size_t(E) * 4);
@@ -280,8 +272,7 @@ public:
         float* y = st.y.f32();
         float* y2 = st.y2.f32();
         experts.begin_step(n);
-        if (pos0 == 0) st.top = 0;
-        st.top = std::max(st.top, pos0 + n);
+        st.ring.wrote(pos0, n);
 
         const float embd_scale = std::sqrt(float(E));
         Rope full = rope_full_;

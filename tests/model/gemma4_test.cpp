@@ -24,16 +24,8 @@ TEST(Gemma4GoldenFiles, AllPresent) {
 // layers 0 and 2 (2 KV heads of 32) would add as much again if they kept
 // every position; attention's per-thread score row adds a little.
 TEST(Gemma4State, SlidingWindowCacheDoesNotGrowWithContext) {
-    golden::LoadedModel m(golden::models_dir() + "/gemma4-F32.gguf");
-    auto bytes_at = [&](int64_t n_ctx) {
-        StateOptions o;
-        o.n_ctx = n_ctx;
-        o.max_batch = 16;
-        o.kv_type = GgmlType::F16;
-        o.n_threads = 1;
-        return m.model->new_state(o)->bytes();
-    };
-    const double per_position = double(bytes_at(8192) - bytes_at(4096)) / 4096;
+    const double per_position =
+        golden::state_bytes_per_position(golden::LoadedModel(golden::models_dir() + "/gemma4-F32.gguf"));
     printf("state bytes per position of context: %.1f\n", per_position);
     EXPECT_GE(per_position, 512.0);
     EXPECT_LT(per_position, 512.0 + 64.0);

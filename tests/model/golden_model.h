@@ -103,6 +103,20 @@ inline void expect_batch_and_threads_do_not_change_bits(const Case& g) {
     }
 }
 
+// How many bytes the state grows by per position of context (F16 cache, one
+// thread, batches of 16), measured between contexts of 4096 and 8192.
+inline double state_bytes_per_position(const LoadedModel& m) {
+    auto bytes_at = [&](int64_t n_ctx) {
+        StateOptions o;
+        o.n_ctx = n_ctx;
+        o.max_batch = 16;
+        o.kv_type = GgmlType::F16;
+        o.n_threads = 1;
+        return m.model->new_state(o)->bytes();
+    };
+    return double(bytes_at(8192) - bytes_at(4096)) / 4096;
+}
+
 // ---- every SIMD level ------------------------------------------------------
 //
 // The AVX2 kernels take the reference engine's float steps, and the other

@@ -27,7 +27,8 @@ class Golden : public ::testing::TestWithParam<std::string> {};
 // does. The distance to exact/ is printed beside it, for the record.
 TEST_P(Golden, PromptLogitsAndGreedySteps) {
     const golden::Case g = golden::load(GetParam());
-    const std::vector<float> logits = golden::expect_matches_reference(g, golden::tolerance(g.meta.at("type").as_string()));
+    const double bound = golden::tolerance(g.meta.at("type").as_string());
+    const std::vector<float> logits = golden::expect_matches_reference(g, bound);
     const std::vector<float> exact = golden::exact_logits(g.name);
     if (!exact.empty()) {
         ASSERT_EQ(exact.size(), logits.size());
@@ -73,8 +74,21 @@ TEST(FamiliesGolden, NextNBlockIsNotRead) {
     EXPECT_LT(m->resident_bytes(), want + 64 * n);  // 64-byte alignment of each tensor
 }
 
+// gpt-oss's sliding-window layers (0 and 2, README) keep a ring: per
+// position of context the state grows by the full layers' K and V only,
+// layers 1 and 3 with 2 KV heads of 64, i.e. 2 x 128 F16 values each, 1024
+// bytes a position; attention's per-thread score row adds a little.
+TEST(FamiliesGolden, GptOssSlidingWindowCacheDoesNotGrowWithContext) {
+    const double per_position =
+        golden::state_bytes_per_position(golden::LoadedModel(golden::models_dir() + "/gpt-oss-F32.gguf"));
+    printf("gpt-oss state bytes per position of context: %.1f\n", per_position);
+    EXPECT_GE(per_position, 1024.0);
+    EXPECT_LT(per_position, 1024.0 + 64.0);
+}
+
 // Evaluating the prompt token by token, in chunks, or with another thread
-// count gives the same bits as one batch.
+// count gives the same bits as one batch (gpt-oss: its ring wraps in chunks
+// of 1 and 5).
 TEST_P(Golden, BatchAndThreadsDoNotChangeBits) {
     golden::expect_batch_and_threads_do_not_change_bits(golden::load(GetParam()));
 }

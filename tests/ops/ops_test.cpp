@@ -189,9 +189,12 @@ TEST(Ops, CausalGqaAttentionMatchesReference) {
                 attention(pool, s, kv, q.data(), n_tok, 0, n_ctx, scratch.data(), out.data());
                 // F16: the query is rounded to F16 too, as the reference does.
                 const double tol = type == GgmlType::F32 ? 1e-5 : 2e-3;
-                for (size_t i = 0; i < want.size(); i++) ASSERT_NEAR(out[i], want[i], tol) << type_name(type) << " " << i;
+                for (size_t i = 0; i < want.size(); i++) {
+                    ASSERT_NEAR(out[i], want[i], tol) << type_name(type) << " " << i;
+                }
                 std::vector<float> last(static_cast<size_t>(4 * 32));
-                attention(pool, s, kv, q.data() + (n_tok - 1) * 4 * 32, 1, n_tok - 1, n_ctx, scratch.data(), last.data());
+                attention(pool, s, kv, q.data() + (n_tok - 1) * 4 * 32, 1, n_tok - 1, n_ctx, scratch.data(),
+                          last.data());
                 for (size_t i = 0; i < last.size(); i++) EXPECT_EQ(last[i], out[size_t((n_tok - 1) * 4 * 32) + i]);
             }
         }

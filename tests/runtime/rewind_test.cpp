@@ -1,8 +1,9 @@
 // Rewinding a session whose sliding-window layers keep only a ring of their
-// window (golden gemma4: window 8; with batches of 4 the ring holds 11
-// positions): going back within what the ring still holds, or beyond it
-// (the session then evaluates the kept tokens again), and continuing gives
-// the same logits, bit for bit, as evaluating the prompt straight through.
+// window (golden gemma4 and gpt-oss: window 8; with batches of 4 the ring
+// holds 11 positions): going back within what the ring still holds, or
+// beyond it (the session then evaluates the kept tokens again), and
+// continuing gives the same logits, bit for bit, as evaluating the prompt
+// straight through.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -13,8 +14,10 @@
 namespace ms {
 namespace {
 
-TEST(Rewind, ThroughTheSlidingWindowRing) {
-    const golden::Case g = golden::load("gemma4-ple-Q8_0");
+class Rewind : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Rewind, ThroughTheSlidingWindowRing) {
+    const golden::Case g = golden::load(GetParam());
     SessionOptions o;
     o.model_path = g.gguf;
     o.n_ctx = 64;
@@ -40,6 +43,9 @@ TEST(Rewind, ThroughTheSlidingWindowRing) {
         EXPECT_EQ(0, std::memcmp(s->logits(), want.data(), size_t(V) * 4));
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(SlidingWindowFamilies, Rewind, ::testing::Values("gemma4-ple-Q8_0", "gpt-oss-MXFP4_MOE"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return golden::identifier(i.param); });
 
 }  // namespace
 }  // namespace ms

@@ -16,7 +16,12 @@ void SessionFlags::declare(Args& a, bool sampling) {
     a.option("-m,--model", &model, "MODEL", "the model, a GGUF file (or the first file of a split set)");
     a.option("-c,--ctx", &ctx, "N", "context length in tokens (0: the model's training context)");
     a.option("-t,--threads", &threads, "N", "threads (0: one per CPU)");
-    a.option("-b,--batch", &batch, "N", "most prompt tokens evaluated per forward pass");
+    a.option("-b,--batch", &batch, "N",
+             "most prompt tokens evaluated per forward pass (capped by the context); the pass runs layer by "
+             "layer over all of them, so a prompt up to N tokens reads each expert it needs once. The tokens' "
+             "residual (4 bytes x n_embd each) counts in --mem. A longer prompt is split, and the report says so");
+    a.option("-ub,--ubatch", &ubatch, "N",
+             "most tokens per piece of a layer: the scratch rows of attention and experts (counted in --mem)");
     a.option("--kv-type", &kv_type, "TYPE", "KV cache type: f16 or f32");
     a.size_option("--mem", &mem, "SIZE",
                   "memory budget (e.g. 6G) for resident weights + expert cache + KV cache + scratch + the "
@@ -38,12 +43,13 @@ SessionOptions SessionFlags::options() const {
     if (model.empty()) throw std::runtime_error("no model given (-m MODEL)");
     if (ctx < 0) throw std::runtime_error("-c must be >= 0");
     if (threads < 0) throw std::runtime_error("-t must be >= 0");
-    if (batch < 1) throw std::runtime_error("-b must be >= 1");
+    if (batch < 1 || ubatch < 1) throw std::runtime_error("-b and -ub must be >= 1");
     SessionOptions o;
     o.model_path = model;
     o.n_ctx = ctx;
     o.n_threads = threads;
     o.n_batch = batch;
+    o.n_ubatch = ubatch;
     o.kv_type = parse_kv_type(kv_type);
     SamplerParams& p = o.sampling;
     p.temp = float(temp);
@@ -91,12 +97,14 @@ Json SessionFlags::report_json(const char* command, const Session& s) const {
     settings["ctx"] = s.n_ctx();
     settings["threads"] = s.n_threads();
     settings["batch"] = batch;
+    settings["ubatch"] = ubatch;
     settings["kv_type"] = kv_type;
     settings["mem"] = mem;
     j["settings"] = settings;
     const Timings& t = s.timings;
     Json prefill = Json::object();
     prefill["tokens"] = t.prefill_tokens;
+    prefill["prompt_splits"] = t.prompt_splits;
     prefill["seconds"] = t.prefill_seconds;
     prefill["tokens_per_second"] = t.prefill_tps();
     j["prefill"] = prefill;

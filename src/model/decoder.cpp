@@ -21,8 +21,9 @@ public:
     AlignedBuffer k_cache, v_cache;  // every layer's rows, one layer after another
     std::vector<KvLayer> kv;         // per layer, into the caches
     WindowRing ring;                 // the sliding-window layers' ring
-    AlignedBuffer x, xb, y;          // residual, normed residual, block output: max_batch rows
-    AlignedBuffer cos_sin;           // rope angles per token
+    AlignedBuffer x;                 // residual: max_tokens rows (a forward call's tokens)
+    AlignedBuffer xb, y;             // normed residual, block output: max_batch rows (one piece)
+    AlignedBuffer cos_sin;           // rope angles per token: max_tokens rows
     AlignedBuffer acts;              // converted activations for one linear(), shared by the blocks
     AttentionScratch attn;
     FfnScratch ffn;
@@ -104,8 +105,10 @@ public:
             st->kv.push_back(st->ring.layer(attn_[il].window > 0, o.kv_type, c.kv_dim(), c.v_dim(),
                                             st->k_cache.data() + k_off[il], st->v_cache.data() + v_off[il]));
         }
-        for (AlignedBuffer* b : {&st->x, &st->xb, &st->y}) b->resize(B * size_t(c.n_embd) * 4);
-        st->cos_sin.resize(B * size_t(rope_.n_rot) * 4);
+        const size_t T = size_t(std::max(o.max_tokens, o.max_batch));
+        st->x.resize(T * size_t(c.n_embd) * 4);
+        for (AlignedBuffer* b : {&st->xb, &st->y}) b->resize(B * size_t(c.n_embd) * 4);
+        st->cos_sin.resize(T * size_t(rope_.n_rot) * 4);
         st->acts.resize(B * std::max({linear_scratch_bytes(output(), 1), AttentionScratch::acts_per_token(attn_),
                                       FfnScratch::acts_per_token(ffn_)}));
         st->attn.init(c, attn_, o.max_batch, o.n_ctx, o.n_threads);
@@ -137,41 +140,60 @@ public:
 
         TimeSplit* time = n == 1 ? &st.decode_time : &st.prefill_time;
         time->calls++;
+        // Layer by layer over all n tokens, in pieces of max_batch: a layer's
+        // experts are read for its first piece and are still in the cache
+        // for the others, so a long prompt reads each expert it needs once
+        // instead of once per piece (the residual of every token waits
+        // between layers).
+        const int B = st.options.max_batch;
         for (int il = 0; il < n_run_; il++) {
             const AttentionLayer& a = attn_[size_t(il)];
             const FfnLayer& m = ffn_[size_t(il)];
+            for (int c0 = 0; c0 < n; c0 += B) {
+                const int nc = std::min(B, n - c0);
+                float* xc = x + int64_t(c0) * E;
 
-            PhaseTimer attn_time(time, Phase::Attention, il, a.weight_bytes());
-            norm_rows(pool, x, a.norm, n, xb);
-            attention_block(pool, c, rope_, a, xb, n, pos0, cos_sin, st.kv[size_t(il)], n_ctx, st.attn, y);
-            add_to(x, y, n * E);
-            attn_time.stop();
+                PhaseTimer attn_time(time, Phase::Attention, il, a.weight_bytes());
+                norm_rows(pool, xc, a.norm, nc, xb);
+                attention_block(pool, c, rope_, a, xb, nc, pos0 + c0, cos_sin + int64_t(c0) * rope_.n_rot,
+                                st.kv[size_t(il)], n_ctx, st.attn, y);
+                add_to(xc, y, nc * E);
+                attn_time.stop();
 
-            const bool predict = il + 1 < n_run_ && ffn_[size_t(il) + 1].moe() && experts.wants_prefetch();
-            PhaseTimer route_time(time, Phase::Routing, il,
-                                  m.router.bytes() + (predict ? ffn_[size_t(il) + 1].router.bytes() : 0));
-            norm_rows(pool, x, m.norm, n, xb);
-            if (m.moe()) route_tokens(pool, m, xb, n, K, st.ffn);
-            // y is free until the feed-forward block writes it.
-            const ExpertHint next = predict ? predict_experts(st, pool, il + 1, x, n, y) : ExpertHint{};
-            route_time.stop();
+                // The next layer's experts are hinted from the layer's last piece.
+                const bool predict =
+                    c0 + nc == n && il + 1 < n_run_ && ffn_[size_t(il) + 1].moe() && experts.wants_prefetch();
+                PhaseTimer route_time(time, Phase::Routing, il,
+                                      m.router.bytes() + (predict ? ffn_[size_t(il) + 1].router.bytes() : 0));
+                norm_rows(pool, xc, m.norm, nc, xb);
+                if (m.moe()) route_tokens(pool, m, xb, nc, K, st.ffn);
+                // y is free until the feed-forward block writes it.
+                const ExpertHint next = predict ? predict_experts(st, pool, il + 1, xc, nc, y) : ExpertHint{};
+                route_time.stop();
 
-            // The experts span on the timeline holds this layer's io_wait
-            // spans; the split counts the time between them as compute.
-            PhaseTimer ffn_time(nullptr, Phase::ExpertCompute, il);
-            const FfnCost cost =
-                ffn_block(pool, experts, expert_layers_[size_t(il)], m, xb, n, K, st.ffn, y, next);
-            add_to(x, y, n * E);
-            const double ffn_s = ffn_time.stop();
-            time->add(Phase::IoWait, cost.moe.io_wait_s);
-            time->add(Phase::ExpertCompute, ffn_s - cost.moe.io_wait_s, cost.moe.expert_bytes + cost.dense_bytes);
+                // The experts span on the timeline holds this layer's io_wait
+                // spans; the split counts the time between them as compute.
+                PhaseTimer ffn_time(nullptr, Phase::ExpertCompute, il);
+                const FfnCost cost =
+                    ffn_block(pool, experts, expert_layers_[size_t(il)], m, xb, nc, K, st.ffn, y, next);
+                add_to(xc, y, nc * E);
+                const double ffn_s = ffn_time.stop();
+                time->add(Phase::IoWait, cost.moe.io_wait_s);
+                time->add(Phase::ExpertCompute, ffn_s - cost.moe.io_wait_s,
+                          cost.moe.expert_bytes + cost.dense_bytes);
+            }
         }
 
         const int64_t first = all_logits ? 0 : n - 1;
-        norm_rows(pool, x + first * E, output_norm_, n - first, xb);
-        linear(pool, output(), xb, n - first, logits, st.acts.data());
+        for (int64_t c0 = first; c0 < n; c0 += B) {
+            const int64_t nc = std::min<int64_t>(B, n - c0);
+            norm_rows(pool, x + c0 * E, output_norm_, nc, xb);
+            linear(pool, output(), xb, nc, logits + (c0 - first) * c.n_vocab, st.acts.data());
+        }
         st.n_past += n;
     }
+
+    bool layer_major() const override { return true; }
 
 private:
     const Tensor& output() const { return tied_output_ ? token_embd_ : output_; }

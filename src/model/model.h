@@ -4,6 +4,7 @@
 // ...) that wires shared blocks (model/decoder.h) or writes its own loops
 // over ops/.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,7 +26,9 @@ struct GgufTensor;
 
 struct StateOptions {
     int64_t n_ctx = 4096;               // positions the KV cache holds
-    int max_batch = 512;                // most tokens one forward call takes
+    int max_batch = 512;                // most tokens one piece of a forward call takes (scratch rows)
+    int max_tokens = 0;                 // most tokens one forward call takes, for layer_major() models
+                                        // (0: max_batch); each layer runs over them in max_batch pieces
     GgmlType kv_type = GgmlType::F16;   // F16 or F32
     int n_threads = 1;                  // size of the pool forward() runs on
 };
@@ -37,6 +40,9 @@ public:
     StateOptions options;
     int64_t n_past = 0;  // positions filled; the next forward writes at n_past.
                          // Lowering it forgets the tail (chat rewinds this way).
+    // Most tokens one forward call takes: options.max_tokens for a
+    // layer-major model (Session sets it only for those), else max_batch.
+    int max_tokens() const { return std::max(options.max_batch, options.max_tokens); }
     virtual uint64_t bytes() const = 0;  // KV cache + scratch
     // The longest prefix of at most n positions that n_past can be lowered
     // to and continue from: n, unless a sliding-window ring has overwritten
@@ -73,12 +79,16 @@ public:
     virtual std::unique_ptr<ModelState> new_state(const StateOptions& options) const = 0;
 
     // Evaluates tokens[0..n) at positions n_past.., causally, appending to
-    // the KV cache and advancing n_past. Requires 1 <= n <= max_batch,
-    // n_past + n <= n_ctx and token ids < n_vocab (callers check). Writes
-    // n rows of n_vocab logits when all_logits, else the last token's row.
-    // Allocates nothing.
+    // the KV cache and advancing n_past. Requires 1 <= n <= max_tokens()
+    // of the state, n_past + n <= n_ctx and token ids < n_vocab (callers
+    // check). Writes n rows of n_vocab logits when all_logits, else the last
+    // token's row. Allocates nothing.
     virtual void forward(ModelState& state, ExpertSource& experts, ThreadPool& pool, const int32_t* tokens, int n,
                          float* logits, bool all_logits) const = 0;
+
+    // Whether forward() runs layer by layer over more than max_batch tokens
+    // (StateOptions::max_tokens), so a long prompt reads each expert once.
+    virtual bool layer_major() const { return false; }
 
 protected:
     explicit Model(ModelConfig config) : config_(std::move(config)) {}

@@ -39,7 +39,7 @@ Session::Session(GgufFile file, const SessionOptions& o)
 
 std::unique_ptr<Session> Session::open(const SessionOptions& o, const ExpertSourceFactory& make_experts,
                                        const std::function<void(const char*, uint64_t, uint64_t)>& progress) {
-    if (o.n_batch < 1) throw std::runtime_error("batch size must be at least 1");
+    if (o.n_batch < 1 || o.n_ubatch < 1) throw std::runtime_error("batch sizes must be at least 1");
     std::unique_ptr<Session> s(new Session(GgufFile::open(o.model_path), o));
     const ModelConfig& c = s->model_->config();
     if (int64_t(s->tokenizer_.n_vocab()) > c.n_vocab) {
@@ -49,7 +49,10 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o, const ExpertSour
 
     StateOptions so;
     so.n_ctx = o.n_ctx > 0 ? o.n_ctx : c.n_ctx_train;
-    so.max_batch = int(std::min<int64_t>(o.n_batch, so.n_ctx));
+    so.max_batch = int(std::min<int64_t>(std::min(o.n_ubatch, o.n_batch), so.n_ctx));
+    // Models that run layer by layer take the whole logical batch per call;
+    // the others take a piece at a time.
+    if (s->model_->layer_major()) so.max_tokens = int(std::min<int64_t>(o.n_batch, so.n_ctx));
     so.kv_type = o.kv_type;
     so.n_threads = s->pool_.size();
     s->state_ = s->model_->new_state(so);
@@ -92,8 +95,10 @@ void Session::prefill(const std::vector<int32_t>& tokens) {
     if (tokens.empty()) return;
     check(tokens.data(), tokens.size());
     const double t0 = now_seconds();
-    for (size_t i = 0; i < tokens.size(); i += size_t(state_->options.max_batch)) {
-        const int n = int(std::min(tokens.size() - i, size_t(state_->options.max_batch)));
+    const size_t T = size_t(state_->max_tokens());
+    if (tokens.size() > T) timings.prompt_splits++;
+    for (size_t i = 0; i < tokens.size(); i += T) {
+        const int n = int(std::min(tokens.size() - i, T));
         Trace::Span span(active_trace(), "prefill_chunk", "step", "tokens", n);
         model_->forward(*state_, *experts_, pool_, tokens.data() + i, n, logits_.data(), false);
         tokens_.insert(tokens_.end(), tokens.begin() + ptrdiff_t(i), tokens.begin() + ptrdiff_t(i) + n);
@@ -108,8 +113,10 @@ void Session::prefill_all(const std::vector<int32_t>& tokens, float* out) {
     check(tokens.data(), tokens.size());
     const double t0 = now_seconds();
     const int64_t V = config().n_vocab;
-    for (size_t i = 0; i < tokens.size(); i += size_t(state_->options.max_batch)) {
-        const int n = int(std::min(tokens.size() - i, size_t(state_->options.max_batch)));
+    const size_t T = size_t(state_->max_tokens());
+    if (tokens.size() > T) timings.prompt_splits++;
+    for (size_t i = 0; i < tokens.size(); i += T) {
+        const int n = int(std::min(tokens.size() - i, T));
         model_->forward(*state_, *experts_, pool_, tokens.data() + i, n, out + int64_t(i) * V, true);
         tokens_.insert(tokens_.end(), tokens.begin() + ptrdiff_t(i), tokens.begin() + ptrdiff_t(i) + n);
     }
@@ -137,8 +144,8 @@ void Session::rewind(size_t n) {
     const std::vector<int32_t> again(tokens_.begin() + ptrdiff_t(keep), tokens_.begin() + ptrdiff_t(n));
     tokens_.resize(keep);
     state_->n_past = int64_t(keep);
-    for (size_t i = 0; i < again.size(); i += size_t(state_->options.max_batch)) {
-        const int m = int(std::min(again.size() - i, size_t(state_->options.max_batch)));
+    for (size_t i = 0; i < again.size(); i += size_t(state_->max_tokens())) {
+        const int m = int(std::min(again.size() - i, size_t(state_->max_tokens())));
         model_->forward(*state_, *experts_, pool_, again.data() + i, m, logits_.data(), false);
         tokens_.insert(tokens_.end(), again.begin() + ptrdiff_t(i), again.begin() + ptrdiff_t(i) + m);
     }

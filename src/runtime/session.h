@@ -20,7 +20,8 @@ namespace ms {
 struct SessionOptions {
     std::string model_path;
     int64_t n_ctx = 4096;              // 0: the model's training context
-    int n_batch = 512;                 // most prompt tokens per forward call
+    int n_batch = 4096;                // most prompt tokens per forward call, evaluated layer by layer
+    int n_ubatch = 512;                // most tokens per piece of a layer (scratch rows)
     GgmlType kv_type = GgmlType::F16;  // F16 or F32
     int n_threads = 0;                 // 0: one per CPU
     SamplerParams sampling;
@@ -34,6 +35,7 @@ using ExpertSourceFactory =
 
 struct Timings {
     int64_t prefill_tokens = 0, decode_tokens = 0;
+    int64_t prompt_splits = 0;  // prompts longer than one forward call takes (each split reads its experts again)
     double prefill_seconds = 0, decode_seconds = 0;
     double prefill_tps() const { return prefill_seconds > 0 ? double(prefill_tokens) / prefill_seconds : 0; }
     double decode_tps() const { return decode_seconds > 0 ? double(decode_tokens) / decode_seconds : 0; }

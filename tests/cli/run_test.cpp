@@ -169,6 +169,42 @@ TEST_F(RunCli, PrefillReadsTheUnionOnce) {
     }
 }
 
+TEST_F(RunCli, ALongPromptReadsEachExpertOnceAndTheSplitIsReported) {
+    // 200 tokens in pieces of 16 under a cache (24 slots, see budget_) far
+    // smaller than the 96 experts they use: evaluated layer by layer (the
+    // default -b holds the whole prompt) each expert is read once; one
+    // forward call per 16 tokens (-b 16, the old way) reads each layer's
+    // experts again for every piece. The same text either way.
+    std::map<int64_t, double> expert_bytes;
+    for (const Json& l : inspect_.at("experts").at("layers").as_array())
+        expert_bytes[l.at("layer").as_int()] = double(l.at("bytes_per_expert").as_int());
+    double needed[2] = {0, 0}, union_bytes = 0;
+    std::string text[2];
+    for (int split = 0; split < 2; split++) {
+        const std::string report = prefix_ + ".r2.json";
+        const std::string b = split ? " -b 16 -ub 16" : " -ub 16";
+        CliResult r = run_cli("run -m " + model_ + budget_ + "--seed 3 --random-prompt 200 -n 0 --prefetch off" + b +
+                                  " --report " + report,
+                              true);
+        ASSERT_EQ(r.rc, 0) << r.out;
+        Json rep = Json::parse_file(report);
+        const Json& store = rep.at("store");
+        EXPECT_EQ(rep.at("prefill").at("prompt_splits").as_int(), split);
+        for (const char* reason : {"demand", "prefetch", "prefill"})
+            needed[split] += double(store.at("bytes").at(reason).at("needed").as_int());
+        if (split == 0)
+            for (const Json& l : store.at("layers").as_array())
+                union_bytes += double(l.at("unique_experts").as_int()) * expert_bytes.at(l.at("layer").as_int());
+        CliResult g = run_cli("run -m " + model_ + budget_ + "--seed 3 --random-prompt 200 -n 12 --temp 0" + b, false);
+        ASSERT_EQ(g.rc, 0);
+        text[split] = g.out;
+    }
+    EXPECT_EQ(needed[0], union_bytes);
+    EXPECT_GT(needed[1], 1.5 * union_bytes);
+    EXPECT_FALSE(text[0].empty());
+    EXPECT_EQ(text[0], text[1]);
+}
+
 TEST_F(RunCli, TracingAndRandomPromptAreReproducible) {
     const std::string trace = prefix_ + ".trace.json";
     const std::string args = "run -m " + model_ + budget_ + "--seed 11 --random-prompt 25 -n 16 --ignore-eos";

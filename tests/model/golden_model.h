@@ -79,8 +79,9 @@ inline std::vector<float> expect_matches_reference(const Case& g, double bound) 
 }
 
 // The prompt evaluated token by token (a state sized for one token at a
-// time) and in chunks of 5, on 1 thread, gives the same bits as one batch
-// on 2 threads: the store's bit-exactness tests build on this.
+// time), in chunks of 5 and layer by layer in pieces of 3, on 1 thread,
+// gives the same bits as one batch on 2 threads: the store's bit-exactness
+// tests build on this.
 inline void expect_batch_and_threads_do_not_change_bits(const Case& g) {
     LoadedModel m(g.gguf);
     const int64_t V = g.n_vocab;
@@ -100,6 +101,20 @@ inline void expect_batch_and_threads_do_not_change_bits(const Case& g) {
             m.model->forward(*steps, *m.experts, pool1, &g.prompt[size_t(t)], k, rows.data(), true);
             ASSERT_EQ(0, std::memcmp(rows.data(), all.data() + t * V, size_t(k * V) * 4)) << "position " << t;
         }
+    }
+    // A layer-major model takes the whole prompt in one call and runs each
+    // layer over it in pieces of 3: the same bits again.
+    if (m.model->layer_major()) {
+        StateOptions o;
+        o.n_ctx = 64;
+        o.max_batch = 3;
+        o.max_tokens = n;
+        o.kv_type = GgmlType::F16;
+        o.n_threads = 1;
+        auto pieces = m.model->new_state(o);
+        std::vector<float> rows(size_t(n * V));
+        m.model->forward(*pieces, *m.experts, pool1, g.prompt.data(), n, rows.data(), true);
+        ASSERT_EQ(0, std::memcmp(rows.data(), all.data(), size_t(n * V) * 4)) << "layer by layer in pieces of 3";
     }
 }
 

@@ -21,6 +21,17 @@ std::unique_ptr<Model> open_hybrid(const GgufFile& file, ModelConfig c, bool qwe
     s.qk_norm = QkNorm::PerHead;
     s.q_gate = true;
     s.rope = config_rope(c, true);
+    // Multi-section rope is NeoX rope over the sections' dims for text; any
+    // other split of the rotated dims would be a layout this does not know.
+    const std::string sections = c.arch + ".rope.dimension_sections";
+    if (file.has(sections)) {
+        int64_t pairs = 0;
+        for (int64_t n : file.get_ints(sections)) pairs += n;
+        if (2 * pairs != c.n_rot) {
+            throw std::runtime_error(file.path() + ": " + sections + " cover " + std::to_string(2 * pairs) +
+                                     " dims, rope.dimension_count is " + std::to_string(c.n_rot));
+        }
+    }
     s.full_attention_interval = int(file.require_int(c.arch + ".full_attention_interval"));
     if (s.full_attention_interval < 1) {
         throw std::runtime_error(file.path() + ": " + c.arch + ".full_attention_interval must be >= 1");

@@ -17,6 +17,8 @@ void AttentionScratch::init(const ModelConfig& c, const std::vector<AttentionLay
     k.resize(B * size_t(c.kv_dim()) * 4);
     v.resize(B * size_t(c.v_dim()) * 4);
     att.resize(B * size_t(c.n_head) * size_t(c.head_dim_v) * 4);
+    const bool gated = std::any_of(layers.begin(), layers.end(), [](const AttentionLayer& l) { return l.q_gate; });
+    qg.resize(gated ? B * size_t(2 * c.q_dim()) * 4 : 0);
     size_t floats = 0;
     for (const AttentionLayer& l : layers) {
         floats = std::max(floats, attention_scratch_floats(attention_shape(c, l), n_ctx));
@@ -24,11 +26,14 @@ void AttentionScratch::init(const ModelConfig& c, const std::vector<AttentionLay
     scores.resize(size_t(n_threads) * floats * 4);
 }
 
-uint64_t AttentionScratch::bytes() const { return q.size() + k.size() + v.size() + att.size() + scores.size(); }
+uint64_t AttentionScratch::bytes() const {
+    return q.size() + k.size() + v.size() + att.size() + qg.size() + scores.size();
+}
 
 size_t AttentionScratch::acts_per_token(const std::vector<AttentionLayer>& layers) {
     size_t act = 0;
     for (const AttentionLayer& l : layers) {
+        if (l.wq.empty()) continue;  // not an attention layer (DeltaNet)
         const Tensor* qkv[3] = {&l.wq, &l.wk, &l.wv};
         act = std::max({act, linear_many_scratch_bytes(qkv, 3, 1), linear_scratch_bytes(l.wo, 1)});
     }
@@ -55,11 +60,17 @@ void attention_block(ThreadPool& pool, const ModelConfig& c, const Rope& rope, c
     float* k = s.k.f32();
     float* v = s.v.f32();
     const Tensor* qkv_w[3] = {&l.wq, &l.wk, &l.wv};
-    float* const qkv_y[3] = {q, k, v};
+    float* const qkv_y[3] = {l.q_gate ? s.qg.f32() : q, k, v};
     linear_many(pool, qkv_w, 3, x, n, qkv_y, s.acts);
     pool.parallel_for(n, [&](int64_t b, int64_t e) {
         for (int64_t t = b; t < e; t++) {
             float* qt = q + t * c.q_dim();
+            if (l.q_gate) {
+                const float* qg = s.qg.f32() + t * 2 * c.q_dim();
+                for (int h = 0; h < c.n_head; h++) {
+                    std::copy_n(qg + 2 * h * c.head_dim, c.head_dim, qt + h * c.head_dim);
+                }
+            }
             float* kt = k + t * c.kv_dim();
             float* vt = v + t * c.v_dim();
             add_bias(l.bq, qt);
@@ -82,6 +93,18 @@ void attention_block(ThreadPool& pool, const ModelConfig& c, const Rope& rope, c
         }
     });
     attention(pool, attention_shape(c, l), kv, q, n, pos0, n_ctx, s.scores.f32(), s.att.f32());
+    if (l.q_gate) {
+        pool.parallel_for(n, [&](int64_t b, int64_t e) {
+            for (int64_t t = b; t < e; t++) {
+                const float* qg = s.qg.f32() + t * 2 * c.q_dim();
+                float* at = s.att.f32() + t * c.n_head * c.head_dim_v;
+                for (int h = 0; h < c.n_head; h++) {
+                    const float* gate = qg + (2 * h + 1) * c.head_dim;
+                    for (int j = 0; j < c.head_dim_v; j++) at[h * c.head_dim_v + j] *= sigmoid(gate[j]);
+                }
+            }
+        });
+    }
     linear(pool, l.wo, s.att.f32(), n, out, s.acts);
     if (!l.bo.empty()) {
         pool.parallel_for(n, [&](int64_t b, int64_t e) {

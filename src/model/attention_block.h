@@ -31,6 +31,7 @@ struct AttentionLayer {
     Tensor q_norm, k_norm;
     Tensor sinks;           // n_head logits (gpt-oss)
     int window = 0;         // sliding window in positions; 0: full causal attention
+    bool q_gate = false;    // wq emits per head [q | gate]; each head's output times sigmoid(gate) (Qwen3-Next)
 
     uint64_t weight_bytes() const { return wq.bytes() + wk.bytes() + wv.bytes() + wo.bytes(); }
 };
@@ -38,6 +39,7 @@ struct AttentionLayer {
 // Scratch for attention_block, sized once for the largest batch.
 struct AttentionScratch {
     AlignedBuffer q, k, v, att;  // projections and attention output, max_batch rows each
+    AlignedBuffer qg;            // wq's rows of q and gate, when a layer has q_gate
     AlignedBuffer scores;        // attention()'s per-thread scratch
     // Converted activations for one linear(): the caller's buffer, shared
     // with the other blocks, of acts_per_token(layers) bytes per token.

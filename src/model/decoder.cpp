@@ -27,14 +27,25 @@ public:
     AlignedBuffer acts;              // converted activations for one linear(), shared by the blocks
     AttentionScratch attn;
     FfnScratch ffn;
+    // DeltaNet layers' states, one slot per such layer: the convolution's
+    // last inputs and the recurrent matrices. They hold the sequence as a
+    // whole, so it continues only from its end or from position 0.
+    AlignedBuffer conv_state, recurrent_state;
+    DeltaNetScratch deltanet;
 
     uint64_t bytes() const override {
-        uint64_t b = attn.bytes() + ffn.bytes() + kv.size() * sizeof(KvLayer);
-        for (const AlignedBuffer* p : {&k_cache, &v_cache, &x, &xb, &y, &cos_sin, &acts}) b += p->size();
+        uint64_t b = attn.bytes() + ffn.bytes() + deltanet.bytes() + kv.size() * sizeof(KvLayer);
+        for (const AlignedBuffer* p : {&k_cache, &v_cache, &x, &xb, &y, &cos_sin, &acts, &conv_state,
+                                       &recurrent_state}) {
+            b += p->size();
+        }
         return b;
     }
 
-    int64_t rewind_limit(int64_t n) const override { return ring.rewind_limit(n); }
+    int64_t rewind_limit(int64_t n) const override {
+        if (recurrent_state.size() > 0 && n < n_past) return 0;
+        return ring.rewind_limit(n);
+    }
 };
 
 class Decoder : public Model {
@@ -59,11 +70,18 @@ public:
 
         n_run_ = cfg.n_layer - cfg.n_nextn;
         attn_.resize(size_t(n_run_));
+        deltanet_.resize(size_t(n_run_));
+        deltanet_slot_.assign(size_t(n_run_), -1);
         ffn_.resize(size_t(n_run_));
         expert_layers_.resize(size_t(n_run_));
         for (int il = 0; il < n_run_; il++) {
             expert_layers_[size_t(il)].layer = il;
-            declare_attention(f, spec, il);
+            const int every = spec.full_attention_interval;
+            if (every > 0 && (il + 1) % every != 0) {
+                declare_deltanet(f, spec, il);
+            } else {
+                declare_attention(f, spec, il);
+            }
             declare_ffn(f, spec, il);
             const int w = attn_[size_t(il)].window;
             if (w > 0 && window_ > 0 && w != window_) {
@@ -93,7 +111,7 @@ public:
         std::vector<size_t> k_off, v_off;
         size_t k_bytes = 0, v_bytes = 0;
         for (const AttentionLayer& a : attn_) {
-            const size_t rows = size_t(st->ring.cache_rows(a.window > 0, o.n_ctx));
+            const size_t rows = a.wq.empty() ? 0 : size_t(st->ring.cache_rows(a.window > 0, o.n_ctx));
             k_off.push_back(k_bytes);
             v_off.push_back(v_bytes);
             k_bytes += rows * size_t(c.kv_dim()) * kv_elt;
@@ -110,7 +128,13 @@ public:
         for (AlignedBuffer* b : {&st->xb, &st->y}) b->resize(B * size_t(c.n_embd) * 4);
         st->cos_sin.resize(T * size_t(rope_.n_rot) * 4);
         st->acts.resize(B * std::max({linear_scratch_bytes(output(), 1), AttentionScratch::acts_per_token(attn_),
-                                      FfnScratch::acts_per_token(ffn_)}));
+                                      FfnScratch::acts_per_token(ffn_), DeltaNetScratch::acts_per_token(deltanet_)}));
+        if (n_deltanet_ > 0) {
+            st->conv_state.resize(size_t(n_deltanet_ * deltanet_shape_.conv_state_floats()) * 4);
+            st->recurrent_state.resize(size_t(n_deltanet_ * deltanet_shape_.recurrent_state_floats()) * 4);
+            st->deltanet.init(deltanet_shape_, o.max_batch);
+            st->deltanet.acts = st->acts.data();
+        }
         st->attn.init(c, attn_, o.max_batch, o.n_ctx, o.n_threads);
         st->ffn.init(ffn_, expert_layers_, o.max_batch, c.n_expert_used, c.n_embd);
         st->attn.acts = st->acts.data();
@@ -130,6 +154,10 @@ public:
         float* cos_sin = st.cos_sin.f32();
         experts.begin_step(n);
         st.ring.wrote(pos0, n);
+        if (pos0 == 0) {
+            std::memset(st.conv_state.data(), 0, st.conv_state.size());
+            std::memset(st.recurrent_state.data(), 0, st.recurrent_state.size());
+        }
 
         pool.parallel_for(n, [&](int64_t b, int64_t e) {
             for (int64_t t = b; t < e; t++) {
@@ -148,15 +176,26 @@ public:
         const int B = st.options.max_batch;
         for (int il = 0; il < n_run_; il++) {
             const AttentionLayer& a = attn_[size_t(il)];
+            const DeltaNetLayer& d = deltanet_[size_t(il)];
             const FfnLayer& m = ffn_[size_t(il)];
             for (int c0 = 0; c0 < n; c0 += B) {
                 const int nc = std::min(B, n - c0);
                 float* xc = x + int64_t(c0) * E;
 
-                PhaseTimer attn_time(time, Phase::Attention, il, a.weight_bytes());
-                norm_rows(pool, xc, a.norm, nc, xb);
-                attention_block(pool, c, rope_, a, xb, nc, pos0 + c0, cos_sin + int64_t(c0) * rope_.n_rot,
-                                st.kv[size_t(il)], n_ctx, st.attn, y);
+                PhaseTimer attn_time(time, Phase::Attention, il, d.empty() ? a.weight_bytes() : d.weight_bytes());
+                if (d.empty()) {
+                    norm_rows(pool, xc, a.norm, nc, xb);
+                    attention_block(pool, c, rope_, a, xb, nc, pos0 + c0, cos_sin + int64_t(c0) * rope_.n_rot,
+                                    st.kv[size_t(il)], n_ctx, st.attn, y);
+                } else {
+                    // Pieces in order: the states carry from one to the next.
+                    const int64_t slot = deltanet_slot_[size_t(il)];
+                    norm_rows(pool, xc, d.norm, nc, xb);
+                    deltanet_block(pool, deltanet_shape_, c.rms_eps, d, xb, nc,
+                                   st.conv_state.f32() + slot * deltanet_shape_.conv_state_floats(),
+                                   st.recurrent_state.f32() + slot * deltanet_shape_.recurrent_state_floats(),
+                                   st.deltanet, y);
+                }
                 add_to(xc, y, nc * E);
                 attn_time.stop();
 
@@ -204,7 +243,7 @@ private:
         const std::string p = "blk." + std::to_string(il) + ".";
         AttentionLayer& a = attn_[size_t(il)];
         need(f, p + "attn_norm.weight", {E}, &a.norm);
-        need(f, p + "attn_q.weight", {E, c.q_dim()}, &a.wq);
+        need(f, p + "attn_q.weight", {E, spec.q_gate ? 2 * c.q_dim() : c.q_dim()}, &a.wq);
         need(f, p + "attn_k.weight", {E, c.kv_dim()}, &a.wk);
         need(f, p + "attn_v.weight", {E, c.v_dim()}, &a.wv);
         need(f, p + "attn_output.weight", {int64_t(c.n_head) * c.head_dim_v, E}, &a.wo);
@@ -222,6 +261,33 @@ private:
         }
         if (spec.sinks) need(f, p + "attn_sinks.weight", {c.n_head}, &a.sinks);
         a.window = spec.window.empty() ? 0 : spec.window[size_t(il)];
+        a.q_gate = spec.q_gate;
+        if (spec.q_gate && c.head_dim != c.head_dim_v) {
+            throw std::runtime_error(f.path() + ": a gated attention needs key_length == value_length");
+        }
+    }
+
+    void declare_deltanet(const GgufFile& f, const DecoderSpec& spec, int il) {
+        const DeltaNetShape& sh = spec.deltanet;
+        const int64_t E = config_.n_embd, NV = sh.n_v_heads;
+        const std::string p = "blk." + std::to_string(il) + ".";
+        DeltaNetLayer& d = deltanet_[size_t(il)];
+        need(f, p + "attn_norm.weight", {E}, &d.norm);
+        need(f, p + "attn_qkv.weight", {E, sh.conv_channels()}, &d.wqkv);
+        need(f, p + "attn_gate.weight", {E, sh.v_dim()}, &d.wz);
+        if (sh.fused_ba) {
+            need(f, p + "ssm_ba.weight", {E, 2 * NV}, &d.wba);
+        } else {
+            need(f, p + "ssm_beta.weight", {E, NV}, &d.wbeta);
+            need(f, p + "ssm_alpha.weight", {E, NV}, &d.walpha);
+        }
+        need_f32(f, p + "ssm_conv1d.weight", {sh.conv_kernel, sh.conv_channels()}, &d.conv);
+        need(f, p + "ssm_dt.bias", {NV}, &d.dt_bias);
+        need(f, p + "ssm_a", {NV}, &d.a);
+        need(f, p + "ssm_norm.weight", {sh.head_v}, &d.out_norm);
+        need(f, p + "ssm_out.weight", {sh.v_dim(), E}, &d.wout);
+        deltanet_shape_ = sh;
+        deltanet_slot_[size_t(il)] = n_deltanet_++;
     }
 
     void declare_ffn(const GgufFile& f, const DecoderSpec& spec, int il) {
@@ -294,6 +360,10 @@ private:
     Tensor token_embd_, output_norm_, output_;
     bool tied_output_ = false;
     std::vector<AttentionLayer> attn_;
+    std::vector<DeltaNetLayer> deltanet_;  // per layer; empty where the layer attends
+    std::vector<int64_t> deltanet_slot_;   // per layer: its states' slot, -1 where it attends
+    DeltaNetShape deltanet_shape_;
+    int64_t n_deltanet_ = 0;
     std::vector<FfnLayer> ffn_;
 };
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/attention_block.h"
+#include "model/deltanet.h"
 #include "model/model.h"
 #include "model/moe.h"
 #include "ops/rope.h"
@@ -24,6 +25,13 @@ struct DecoderSpec {
     bool sinks = false;           // attn_sinks
     Rope rope;
     std::vector<int> window;      // sliding window per layer (0: full); empty: every layer full
+    bool q_gate = false;          // attn_q emits per head [q | gate], the output times sigmoid(gate)
+
+    // Hybrid stacks (Qwen3-Next, Qwen3.5): layer il is a Gated DeltaNet layer
+    // (model/deltanet.h) unless (il + 1) % full_attention_interval == 0; 0:
+    // every layer attends.
+    int full_attention_interval = 0;
+    DeltaNetShape deltanet;
 
     // Feed-forward.
     std::string ffn_norm = "ffn_norm";  // the pre-FFN norm (gpt-oss, GLM: post_attention_norm)

@@ -56,6 +56,7 @@ const Architecture kArchitectures[] = {
     {"qwen3moe", open_qwen3moe}, {"gemma4", open_gemma4},     {"llama", open_mixtral},
     {"olmoe", open_olmoe},       {"qwen2moe", open_qwen2moe}, {"glm4moe", open_glm4moe},
     {"gpt-oss", open_gpt_oss},
+    {"qwen35moe", open_qwen35moe}, {"qwen3next", open_qwen3next},
 };
 
 }  // namespace

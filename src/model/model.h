@@ -134,5 +134,7 @@ std::unique_ptr<Model> open_olmoe(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_qwen2moe(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_glm4moe(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_gpt_oss(const GgufFile& file, ModelConfig config);
+std::unique_ptr<Model> open_qwen35moe(const GgufFile& file, ModelConfig config);
+std::unique_ptr<Model> open_qwen3next(const GgufFile& file, ModelConfig config);
 
 }  // namespace ms

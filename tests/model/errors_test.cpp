@@ -25,9 +25,9 @@ struct Edit {
 
 // A copy of the source model with `edit` applied; tensors whose type or
 // shape changed get zero bytes of the new size.
-std::string rewrite(const std::string& name, const Edit& edit) {
+std::string rewrite(const std::string& name, const Edit& edit, const std::string& source = kSource) {
     const std::string path = ::testing::TempDir() + "/errors_" + std::to_string(getpid()) + "_" + name + ".gguf";
-    GgufFile src = GgufFile::open(kSource);
+    GgufFile src = GgufFile::open(source);
     GgufWriter w(path);
     for (const auto& [key, value] : src.metadata()) {
         std::string k = key;
@@ -168,6 +168,30 @@ TEST(ModelErrors, BadHyperParametersAreNamed) {
     };
     const std::string err2 = open_error(rewrite("blocks", drop));
     EXPECT_NE(err2.find("qwen3moe.block_count"), std::string::npos) << err2;
+}
+
+// The hybrid families' own metadata and tensors (golden qwen35moe-F32).
+TEST(ModelErrors, DeltaNetDefectsAreNamed) {
+    const std::string q35 = std::string(MOESTREAM_GOLDEN_DIR) + "/models/qwen35moe-F32.gguf";
+    Edit heads;
+    heads.meta = [](std::string& k, GgufValue& v) {
+        if (k == "qwen35moe.ssm.time_step_rank") v.i = 3;
+    };
+    std::string err = open_error(rewrite("ssm_heads", heads, q35));
+    EXPECT_NE(err.find("time_step_rank 3 must be a multiple of group_count 2"), std::string::npos) << err;
+
+    Edit conv;
+    conv.tensor = [](std::string& n, GgmlType&, std::vector<int64_t>&) { return n != "blk.1.ssm_conv1d.weight"; };
+    err = open_error(rewrite("ssm_conv", conv, q35));
+    EXPECT_NE(err.find("missing tensor blk.1.ssm_conv1d.weight"), std::string::npos) << err;
+
+    Edit sections;
+    sections.meta = [](std::string& k, GgufValue& v) {
+        if (k == "qwen35moe.rope.dimension_count") v.i = 32;
+    };
+    err = open_error(rewrite("sections", sections, q35));
+    EXPECT_NE(err.find("rope.dimension_sections cover 16 dims, rope.dimension_count is 32"), std::string::npos)
+        << err;
 }
 
 }  // namespace

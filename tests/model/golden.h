@@ -21,7 +21,7 @@ inline std::string models_dir() { return std::string(MOESTREAM_GOLDEN_DIR) + "/m
 // The golden families the forward pass runs (file name prefixes; mixtral's
 // architecture is `llama`; gemma4 includes gemma4-ple).
 inline std::vector<std::string> runnable_families() {
-    return {"qwen3moe", "gemma4", "mixtral", "olmoe", "qwen2moe", "glm4moe", "gpt-oss"};
+    return {"qwen3moe", "gemma4", "mixtral", "olmoe", "qwen2moe", "glm4moe", "gpt-oss", "qwen35moe", "qwen3next"};
 }
 
 // Names like "qwen3moe-Q4_K_M" of every model of a family, sorted.

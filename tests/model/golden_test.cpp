@@ -86,6 +86,24 @@ TEST(FamiliesGolden, GptOssSlidingWindowCacheDoesNotGrowWithContext) {
     EXPECT_LT(per_position, 1024.0 + 64.0);
 }
 
+// qwen35moe's DeltaNet layers (0-2, README) keep fixed-size states in the
+// sequence's state: per position of context it grows by layer 3's K and V
+// only (2 KV heads of 64, 2 x 128 F16 values, 512 bytes), and besides what
+// grows it holds, per DeltaNet layer, the last 3 inputs of the 256-channel
+// convolution and 4 value heads' 32 x 32 recurrent matrices, in float32.
+TEST(FamiliesGolden, Qwen35MoeRecurrentStatesAreInTheStateBytes) {
+    golden::LoadedModel m(golden::models_dir() + "/qwen35moe-F32.gguf");
+    const double per_position = golden::state_bytes_per_position(m);
+    EXPECT_GE(per_position, 512.0);
+    EXPECT_LT(per_position, 512.0 + 64.0);
+    StateOptions o;
+    o.n_ctx = 4096;
+    o.max_batch = 16;
+    o.kv_type = GgmlType::F16;
+    const double fixed = double(m.model->new_state(o)->bytes()) - per_position * 4096;
+    EXPECT_GE(fixed, 3.0 * (3 * 256 + 4 * 32 * 32) * 4);
+}
+
 // Evaluating the prompt token by token, in chunks, or with another thread
 // count gives the same bits as one batch (gpt-oss: its ring wraps in chunks
 // of 1 and 5).
@@ -105,7 +123,7 @@ TEST(FamiliesGolden, AllTypesPresent) {
     // The README's file count per family; a missing file would silently skip.
     const std::pair<const char*, size_t> counts[] = {
         {"qwen3moe", 12}, {"gemma4", 4},  {"mixtral", 2}, {"olmoe", 2},
-        {"qwen2moe", 2},  {"glm4moe", 2}, {"gpt-oss", 3},
+        {"qwen2moe", 2},  {"glm4moe", 2}, {"gpt-oss", 3}, {"qwen35moe", 2}, {"qwen3next", 2},
     };
     for (const auto& [name, n] : counts) EXPECT_EQ(golden::family(name).size(), n) << name;
     EXPECT_EQ(golden::runnable_families().size(), std::size(counts));

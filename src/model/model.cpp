@@ -133,6 +133,7 @@ void Model::need_experts(const GgufFile& f, int layer, int n_expert, int64_t n_e
 
 void Model::load_resident(const GgufFile& f, const std::function<void(uint64_t, uint64_t)>& progress) {
     arena_.resize(resident_bytes_);
+    prefault(arena_.data(), arena_.size());
     uint64_t done = 0;
     for (const Pending& p : pending_) {
         const GgufTensor* t = f.tensor(p.name);

@@ -91,7 +91,9 @@ void mla_attention_block(ThreadPool& pool, const MlaShape& s, float rms_eps, con
     if (q_lora) {
         float* qa = sc.qa.f32();
         pool.parallel_for(n, [&](int64_t b, int64_t e) {
-            for (int64_t t = b; t < e; t++) rms_norm(qa + t * s.q_lora, l.q_a_norm.f32(), s.q_lora, rms_eps, qa + t * s.q_lora);
+            for (int64_t t = b; t < e; t++) {
+                rms_norm(qa + t * s.q_lora, l.q_a_norm.f32(), s.q_lora, rms_eps, qa + t * s.q_lora);
+            }
         });
         linear(pool, l.wq_b, qa, n, q, sc.acts);
     }
@@ -104,7 +106,7 @@ void mla_attention_block(ThreadPool& pool, const MlaShape& s, float rms_eps, con
             rms_norm(row, l.kv_a_norm.f32(), s.kv_lora, rms_eps, row);
             rope_apply(rope, cos_sin + t * rope.n_rot, row + s.kv_lora, 1, s.rope);
             rope_apply(rope, cos_sin + t * rope.n_rot, q + t * H * QH + s.nope, H, QH);
-            kv_store(kv, pos0 + t, row, row);
+            kv_store(kv, pos0 + t, row, nullptr);  // V is a view of K
         }
     });
 

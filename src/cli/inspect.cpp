@@ -134,6 +134,8 @@ Json to_json(const GgufFile& f, const ModelSummary& s, bool with_tensors) {
     mem["ctx"] = s.mem.ctx;
     mem["kv_bytes"] = s.mem.kv_bytes;
     mem["state_bytes"] = s.mem.state_bytes;
+    mem["kv_token_bytes"] = s.mem.kv_token_bytes;
+    mem["full_kv_token_bytes"] = s.mem.full_kv_token_bytes;
     mem["logits_bytes"] = s.mem.logits_bytes;
     mem["ram_streaming"] = s.mem.ram_streaming;
     mem["ram_all"] = s.mem.ram_all;
@@ -249,6 +251,13 @@ void print_text(const GgufFile& f, const ModelSummary& s, bool with_tensors) {
     printf("memory          context %lld: KV cache (F16) %s", (long long)s.mem.ctx,
            format_bytes(double(s.mem.kv_bytes)).c_str());
     if (s.mem.state_bytes) printf(" incl. recurrent state %s", format_bytes(double(s.mem.state_bytes)).c_str());
+    if (h.kv_lora_rank > 0 && s.mem.full_kv_token_bytes > 0) {
+        printf("\n  MLA cache         %llu bytes a token (compressed rows: kv_lora %lld + rope %lld per layer) against "
+               "%llu for full K/V, %.1fx less",
+               (unsigned long long)s.mem.kv_token_bytes, (long long)h.kv_lora_rank, (long long)h.rope_dim,
+               (unsigned long long)s.mem.full_kv_token_bytes,
+               double(s.mem.full_kv_token_bytes) / double(std::max<uint64_t>(s.mem.kv_token_bytes, 1)));
+    }
     printf("\n  experts streamed  %s = resident + KV + %lld x largest expert + logits\n",
            format_bytes(double(s.mem.ram_streaming)).c_str(), (long long)h.n_expert_used);
     printf("  all in RAM        %s = all weights read by decoding + KV + logits\n",

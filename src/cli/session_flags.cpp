@@ -122,6 +122,10 @@ Json SessionFlags::report_json(const char* command, const Session& s) const {
     j["time_split_decode"] = s.decode_time().to_json(t.decode_seconds);
     j["resident_bytes"] = s.model().resident_bytes();
     j["state_bytes"] = s.state_bytes();
+    if (s.kv_bytes_per_token() > 0) {
+        j["kv_bytes_per_token"] = s.kv_bytes_per_token();
+        j["full_kv_bytes_per_token"] = s.full_kv_bytes_per_token();
+    }
     j["peak_rss_bytes"] = peak_rss_bytes();
     store.add_to_report(&j);
     return j;
@@ -147,6 +151,10 @@ void SessionFlags::finish(const char* command, const Session& s) const {
         fputc('\n', stderr);
     }
     fputs(store.summary().c_str(), stderr);
+    if (s.kv_bytes_per_token() > 0 && s.full_kv_bytes_per_token() != s.kv_bytes_per_token()) {
+        fprintf(stderr, "KV cache: %lld bytes a token of context (compressed MLA rows) against %lld for full K/V\n",
+                (long long)s.kv_bytes_per_token(), (long long)s.full_kv_bytes_per_token());
+    }
     fprintf(stderr, "peak RSS: %s\n", format_bytes(double(peak_rss_bytes())).c_str());
     if (report.empty()) return;
     std::ofstream f(report);

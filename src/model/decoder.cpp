@@ -26,6 +26,7 @@ public:
     AlignedBuffer cos_sin;           // rope angles per token: max_tokens rows
     AlignedBuffer acts;              // converted activations for one linear(), shared by the blocks
     AttentionScratch attn;
+    MlaScratch mla;
     FfnScratch ffn;
     // DeltaNet layers' states, one slot per such layer: the convolution's
     // last inputs and the recurrent matrices. They hold the sequence as a
@@ -34,7 +35,7 @@ public:
     DeltaNetScratch deltanet;
 
     uint64_t bytes() const override {
-        uint64_t b = attn.bytes() + ffn.bytes() + deltanet.bytes() + kv.size() * sizeof(KvLayer);
+        uint64_t b = attn.bytes() + mla.bytes() + ffn.bytes() + deltanet.bytes() + kv.size() * sizeof(KvLayer);
         for (const AlignedBuffer* p : {&k_cache, &v_cache, &x, &xb, &y, &cos_sin, &acts, &conv_state,
                                        &recurrent_state}) {
             b += p->size();
@@ -50,7 +51,8 @@ public:
 
 class Decoder : public Model {
 public:
-    Decoder(const GgufFile& f, ModelConfig c, const DecoderSpec& spec) : Model(std::move(c)), rope_(spec.rope) {
+    Decoder(const GgufFile& f, ModelConfig c, const DecoderSpec& spec)
+        : Model(std::move(c)), rope_(spec.rope), mla_shape_(spec.mla) {
         ModelConfig& cfg = config_;
         const std::string& arch = cfg.arch;
         if (cfg.n_expert <= 0 || cfg.n_expert_used <= 0 || spec.n_ff_exp <= 0) {
@@ -72,6 +74,7 @@ public:
         attn_.resize(size_t(n_run_));
         deltanet_.resize(size_t(n_run_));
         deltanet_slot_.assign(size_t(n_run_), -1);
+        if (mla_shape_.kv_lora > 0) mla_.resize(size_t(n_run_));
         ffn_.resize(size_t(n_run_));
         expert_layers_.resize(size_t(n_run_));
         for (int il = 0; il < n_run_; il++) {
@@ -110,34 +113,51 @@ public:
         st->ring = WindowRing(window_, o.max_batch, o.n_ctx);
         std::vector<size_t> k_off, v_off;
         size_t k_bytes = 0, v_bytes = 0;
+        int64_t n_full = 0;  // layers that cache every position
+        // MLA layers keep only the compressed K rows; V reads their front.
+        const bool mla = !mla_.empty();
+        const size_t k_width = mla ? size_t(mla_shape_.row()) : size_t(c.kv_dim());
+        const size_t v_width = mla ? 0 : size_t(c.v_dim());
         for (const AttentionLayer& a : attn_) {
-            const size_t rows = a.wq.empty() ? 0 : size_t(st->ring.cache_rows(a.window > 0, o.n_ctx));
+            const bool attends = !a.wq.empty() || mla;
+            const size_t rows = attends ? size_t(st->ring.cache_rows(a.window > 0, o.n_ctx)) : 0;
+            n_full += attends && rows == size_t(o.n_ctx);
             k_off.push_back(k_bytes);
             v_off.push_back(v_bytes);
-            k_bytes += rows * size_t(c.kv_dim()) * kv_elt;
-            v_bytes += rows * size_t(c.v_dim()) * kv_elt;
+            k_bytes += rows * k_width * kv_elt;
+            v_bytes += rows * v_width * kv_elt;
         }
         st->k_cache.resize(k_bytes);
         st->v_cache.resize(v_bytes);
         for (size_t il = 0; il < attn_.size(); il++) {
-            st->kv.push_back(st->ring.layer(attn_[il].window > 0, o.kv_type, c.kv_dim(), c.v_dim(),
-                                            st->k_cache.data() + k_off[il], st->v_cache.data() + v_off[il]));
+            uint8_t* k = st->k_cache.data() + k_off[il];
+            st->kv.push_back(mla ? mla_kv_layer(mla_shape_, o.kv_type, k)
+                                 : st->ring.layer(attn_[il].window > 0, o.kv_type, c.kv_dim(), c.v_dim(), k,
+                                                  st->v_cache.data() + v_off[il]));
         }
+        st->kv_bytes_per_token = int64_t((k_width + v_width) * kv_elt) * n_full;
+        st->full_kv_bytes_per_token = mla ? mla_full_kv_bytes(mla_shape_, o.kv_type) * n_full : st->kv_bytes_per_token;
         const size_t T = size_t(std::max(o.max_tokens, o.max_batch));
         st->x.resize(T * size_t(c.n_embd) * 4);
         for (AlignedBuffer* b : {&st->xb, &st->y}) b->resize(B * size_t(c.n_embd) * 4);
         st->cos_sin.resize(T * size_t(rope_.n_rot) * 4);
-        st->acts.resize(B * std::max({linear_scratch_bytes(output(), 1), AttentionScratch::acts_per_token(attn_),
-                                      FfnScratch::acts_per_token(ffn_), DeltaNetScratch::acts_per_token(deltanet_)}));
+        const size_t attn_acts = mla ? MlaScratch::acts_per_token(mla_) : AttentionScratch::acts_per_token(attn_);
+        st->acts.resize(B * std::max({linear_scratch_bytes(output(), 1), attn_acts, FfnScratch::acts_per_token(ffn_),
+                                      DeltaNetScratch::acts_per_token(deltanet_)}));
         if (n_deltanet_ > 0) {
             st->conv_state.resize(size_t(n_deltanet_ * deltanet_shape_.conv_state_floats()) * 4);
             st->recurrent_state.resize(size_t(n_deltanet_ * deltanet_shape_.recurrent_state_floats()) * 4);
             st->deltanet.init(deltanet_shape_, o.max_batch);
             st->deltanet.acts = st->acts.data();
         }
-        st->attn.init(c, attn_, o.max_batch, o.n_ctx, o.n_threads);
+        if (mla) {
+            st->mla.init(mla_shape_, o.max_batch, o.n_ctx, o.n_threads);
+        } else {
+            st->attn.init(c, attn_, o.max_batch, o.n_ctx, o.n_threads);
+        }
         st->ffn.init(ffn_, expert_layers_, o.max_batch, c.n_expert_used, c.n_embd);
         st->attn.acts = st->acts.data();
+        st->mla.acts = st->acts.data();
         st->ffn.acts = st->acts.data();
         return st;
     }
@@ -182,11 +202,18 @@ public:
                 const int nc = std::min(B, n - c0);
                 float* xc = x + int64_t(c0) * E;
 
-                PhaseTimer attn_time(time, Phase::Attention, il, d.empty() ? a.weight_bytes() : d.weight_bytes());
-                if (d.empty()) {
+                const bool mla = !mla_.empty();
+                PhaseTimer attn_time(time, Phase::Attention, il,
+                                     mla ? mla_[size_t(il)].weight_bytes()
+                                         : d.empty() ? a.weight_bytes() : d.weight_bytes());
+                const float* cs = cos_sin + int64_t(c0) * rope_.n_rot;
+                if (mla) {
                     norm_rows(pool, xc, a.norm, nc, xb);
-                    attention_block(pool, c, rope_, a, xb, nc, pos0 + c0, cos_sin + int64_t(c0) * rope_.n_rot,
-                                    st.kv[size_t(il)], n_ctx, st.attn, y);
+                    mla_attention_block(pool, mla_shape_, c.rms_eps, rope_, mla_[size_t(il)], xb, nc, pos0 + c0, cs,
+                                        st.kv[size_t(il)], n_ctx, st.mla, y);
+                } else if (d.empty()) {
+                    norm_rows(pool, xc, a.norm, nc, xb);
+                    attention_block(pool, c, rope_, a, xb, nc, pos0 + c0, cs, st.kv[size_t(il)], n_ctx, st.attn, y);
                 } else {
                     // Pieces in order: the states carry from one to the next.
                     const int64_t slot = deltanet_slot_[size_t(il)];
@@ -243,6 +270,10 @@ private:
         const std::string p = "blk." + std::to_string(il) + ".";
         AttentionLayer& a = attn_[size_t(il)];
         need(f, p + "attn_norm.weight", {E}, &a.norm);
+        if (!mla_.empty()) {
+            declare_mla(f, p, &mla_[size_t(il)]);
+            return;
+        }
         need(f, p + "attn_q.weight", {E, spec.q_gate ? 2 * c.q_dim() : c.q_dim()}, &a.wq);
         need(f, p + "attn_k.weight", {E, c.kv_dim()}, &a.wk);
         need(f, p + "attn_v.weight", {E, c.v_dim()}, &a.wv);
@@ -288,6 +319,25 @@ private:
         need(f, p + "ssm_out.weight", {sh.v_dim(), E}, &d.wout);
         deltanet_shape_ = sh;
         deltanet_slot_[size_t(il)] = n_deltanet_++;
+    }
+
+    void declare_mla(const GgufFile& f, const std::string& p, MlaLayer* l) {
+        const MlaShape& s = mla_shape_;
+        const int64_t E = config_.n_embd, H = s.n_head;
+        if (s.q_lora > 0) {
+            need(f, p + "attn_q_a.weight", {E, s.q_lora}, &l->wq_a);
+            need(f, p + "attn_q_a_norm.weight", {s.q_lora}, &l->q_a_norm);
+            need(f, p + "attn_q_b.weight", {s.q_lora, H * s.q_head()}, &l->wq_b);
+        } else {
+            need(f, p + "attn_q.weight", {E, H * s.q_head()}, &l->wq);
+        }
+        need(f, p + "attn_kv_a_mqa.weight", {E, s.row()}, &l->wkv_a);
+        need(f, p + "attn_kv_a_norm.weight", {s.kv_lora}, &l->kv_a_norm);
+        need(f, p + "attn_k_b.weight", {s.nope, s.kv_lora, H}, &l->wk_b);
+        need(f, p + "attn_v_b.weight", {s.kv_lora, s.v, H}, &l->wv_b);
+        l->wk_b.rows *= H;  // the heads' matrices one after another (mla_attention.h)
+        l->wv_b.rows *= H;
+        need(f, p + "attn_output.weight", {H * s.v, E}, &l->wo);
     }
 
     void declare_ffn(const GgufFile& f, const DecoderSpec& spec, int il) {
@@ -355,11 +405,13 @@ private:
     }
 
     Rope rope_;
+    MlaShape mla_shape_;
     int n_run_ = 0;
     int window_ = 0;  // the sliding-window layers' window (0: none)
     Tensor token_embd_, output_norm_, output_;
     bool tied_output_ = false;
-    std::vector<AttentionLayer> attn_;
+    std::vector<AttentionLayer> attn_;     // MLA layers: the norm only
+    std::vector<MlaLayer> mla_;            // empty unless spec.mla.kv_lora > 0
     std::vector<DeltaNetLayer> deltanet_;  // per layer; empty where the layer attends
     std::vector<int64_t> deltanet_slot_;   // per layer: its states' slot, -1 where it attends
     DeltaNetShape deltanet_shape_;

@@ -11,6 +11,7 @@
 
 #include "model/attention_block.h"
 #include "model/deltanet.h"
+#include "model/mla_attention.h"
 #include "model/model.h"
 #include "model/moe.h"
 #include "ops/rope.h"
@@ -32,6 +33,11 @@ struct DecoderSpec {
     // every layer attends.
     int full_attention_interval = 0;
     DeltaNetShape deltanet;
+    // Multi-head latent attention instead of q/k/v when mla.kv_lora > 0:
+    // attn_q (or attn_q_a, attn_q_a_norm, attn_q_b), attn_kv_a_mqa,
+    // attn_kv_a_norm, attn_k_b, attn_v_b, attn_output; the cache holds
+    // compressed rows (model/mla_attention.h).
+    MlaShape mla;
 
     // Feed-forward.
     std::string ffn_norm = "ffn_norm";  // the pre-FFN norm (gpt-oss, GLM: post_attention_norm)

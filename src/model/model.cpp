@@ -57,6 +57,7 @@ const Architecture kArchitectures[] = {
     {"olmoe", open_olmoe},       {"qwen2moe", open_qwen2moe}, {"glm4moe", open_glm4moe},
     {"gpt-oss", open_gpt_oss},
     {"qwen35moe", open_qwen35moe}, {"qwen3next", open_qwen3next},
+    {"deepseek2", open_deepseek2},
 };
 
 }  // namespace

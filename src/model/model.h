@@ -44,6 +44,10 @@ public:
     // layer-major model (Session sets it only for those), else max_batch.
     int max_tokens() const { return std::max(options.max_batch, options.max_tokens); }
     virtual uint64_t bytes() const = 0;  // KV cache + scratch
+    // KV cache bytes one more position of context takes over all layers,
+    // and what full per-head K and V would take (more where MLA caches
+    // compressed rows); 0 where a family does not say.
+    int64_t kv_bytes_per_token = 0, full_kv_bytes_per_token = 0;
     // The longest prefix of at most n positions that n_past can be lowered
     // to and continue from: n, unless a sliding-window ring has overwritten
     // positions the token after it needs (then less, often 0); the positions
@@ -136,5 +140,6 @@ std::unique_ptr<Model> open_glm4moe(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_gpt_oss(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_qwen35moe(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_qwen3next(const GgufFile& file, ModelConfig config);
+std::unique_ptr<Model> open_deepseek2(const GgufFile& file, ModelConfig config);
 
 }  // namespace ms

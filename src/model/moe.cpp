@@ -59,27 +59,69 @@ void route_softmax_topk(const float* logits, int n_tok, int n_expert, int k, boo
     }
 }
 
+namespace {
+
+// Bit g set: group g is one of the r.n_group_used groups whose two best
+// scores have the largest sum (the lower group on a tie); every bit set
+// without groups.
+template <class Score>
+uint64_t chosen_groups(const Routing& r, int n_expert, Score score) {
+    if (r.n_group <= 1) return ~uint64_t(0);
+    const int per = n_expert / r.n_group;
+    float sum[kMaxExpertGroups];
+    for (int g = 0; g < r.n_group; g++) {
+        float a = -INFINITY, b = -INFINITY;  // the best two
+        for (int e = g * per; e < (g + 1) * per; e++) {
+            const float v = score(e);
+            if (v > a) {
+                b = a;
+                a = v;
+            } else if (v > b) {
+                b = v;
+            }
+        }
+        sum[g] = per > 1 ? a + b : a;
+    }
+    int32_t best[kMaxExpertGroups];
+    select_topk(r.n_group, r.n_group_used, [&](int g) { return sum[g]; }, best);
+    uint64_t mask = 0;
+    for (int i = 0; i < r.n_group_used; i++) mask |= uint64_t(1) << best[i];
+    return mask;
+}
+
+}  // namespace
+
 void route_experts(const Routing& r, float* logits, const float* selection_bias, int n_tok, int n_expert, int k,
                    int32_t* ids, float* weights) {
-    if (r.gating == Gating::Softmax) {
+    if (r.gating == Gating::Softmax && r.n_group <= 1) {
         route_softmax_topk(logits, n_tok, n_expert, k, r.renorm, ids, weights);
     } else {
+        const int per = r.n_group > 1 ? n_expert / r.n_group : n_expert;
         for (int t = 0; t < n_tok; t++) {
             float* l = logits + int64_t(t) * n_expert;
             int32_t* id = ids + int64_t(t) * k;
             float* w = weights + int64_t(t) * k;
-            if (r.gating == Gating::Sigmoid) {
-                for (int e = 0; e < n_expert; e++) l[e] = sigmoid(l[e]);
-                if (selection_bias) {
-                    select_topk(n_expert, k, [&](int e) { return l[e] + selection_bias[e]; }, id);
-                } else {
-                    select_topk(n_expert, k, [&](int e) { return l[e]; }, id);
-                }
-                for (int q = 0; q < k; q++) w[q] = l[id[q]];
-            } else {  // SoftmaxChosen
+            if (r.gating == Gating::SoftmaxChosen) {
                 select_topk(n_expert, k, [&](int e) { return l[e]; }, id);
                 for (int q = 0; q < k; q++) w[q] = l[id[q]];
                 softmax(w, k);
+            } else {
+                if (r.gating == Gating::Sigmoid) {
+                    for (int e = 0; e < n_expert; e++) l[e] = sigmoid(l[e]);
+                } else {  // Softmax with groups: the probabilities as route_softmax_topk takes them
+                    float max = l[0];
+                    for (int e = 1; e < n_expert; e++) max = std::max(max, l[e]);
+                    double sum = 0;
+                    for (int e = 0; e < n_expert; e++) sum += double(std::exp(l[e] - max));
+                    const float inv = float(1.0 / sum);
+                    for (int e = 0; e < n_expert; e++) l[e] = std::exp(l[e] - max) * inv;
+                }
+                auto biased = [&](int e) { return selection_bias ? l[e] + selection_bias[e] : l[e]; };
+                const uint64_t groups = chosen_groups(r, n_expert, biased);
+                select_topk(
+                    n_expert, k,
+                    [&](int e) { return (groups >> (e / per) & 1) ? biased(e) : -INFINITY; }, id);
+                for (int q = 0; q < k; q++) w[q] = l[id[q]];
             }
             if (r.renorm) renormalize(w, k);
         }

@@ -30,7 +30,14 @@ struct Routing {
     Gating gating = Gating::Softmax;
     bool renorm = false;  // the k weights divided by their sum
     float scale = 1.0f;   // then multiplied by this
+    // Group-limited choice (DeepSeek V3): the experts in n_group equal groups,
+    // only the n_group_used groups with the best sums of their two best
+    // (biased) scores are chosen from. 0: no groups.
+    int n_group = 0, n_group_used = 0;
 };
+
+// Most groups a Routing may have.
+constexpr int kMaxExpertGroups = 64;
 
 // route_softmax_topk generalized: the top k by score (plus selection_bias,
 // n_expert values or null, which chooses but does not weigh: Sigmoid gating

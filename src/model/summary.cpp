@@ -103,6 +103,8 @@ Hparams read_hparams(const GgufFile& f) {
     h.context = get_count(f, k("context_length"), 0);
     h.sliding_window = get_count(f, k("attention.sliding_window"), 0);
     h.kv_lora_rank = get_count(f, k("attention.kv_lora_rank"), 0);
+    h.head_dim_k_mla = get_count(f, k("attention.key_length_mla"), 0);
+    h.head_dim_v_mla = get_count(f, k("attention.value_length_mla"), 0);
     h.rope_base = f.get_float(k("rope.freq_base"), 0);
     h.rope_dim = get_count(f, k("rope.dimension_count"), 0);
     h.rope_scaling = f.get_string(k("rope.scaling.type"));
@@ -159,14 +161,20 @@ MemoryNeed memory_need(const GgufFile& f, const Hparams& h, int64_t ctx) {
         bool is_swa = size_t(l) < swa.size() ? swa[size_t(l)] != 0
                                               : (h.arch == "gpt-oss" && h.sliding_window > 0 && l % 2 == 0);
         int64_t tokens = is_swa && h.sliding_window > 0 ? std::min(m.ctx, h.sliding_window) : m.ctx;
-        uint64_t per_token;
+        uint64_t per_token, full_per_token;
         if (h.kv_lora_rank > 0) {
             per_token = uint64_t(h.kv_lora_rank + h.rope_dim);
+            full_per_token = uint64_t(h.n_head) * uint64_t(h.head_dim_k_mla + h.head_dim_v_mla);
         } else {
             int64_t kv = size_t(l) < h.n_head_kv_layer.size() ? h.n_head_kv_layer[size_t(l)] : h.n_head_kv;
             per_token = uint64_t(kv) * uint64_t(is_swa ? k_swa + v_swa : h.head_dim_k + h.head_dim_v);
+            full_per_token = per_token;
         }
         m.kv_bytes += 2 * uint64_t(tokens) * per_token;
+        if (tokens == m.ctx) {
+            m.kv_token_bytes += 2 * per_token;
+            m.full_kv_token_bytes += 2 * full_per_token;
+        }
     }
     m.kv_bytes += m.state_bytes;
     m.logits_bytes = 4 * uint64_t(h.n_vocab);

@@ -65,6 +65,7 @@ struct Hparams {
     int64_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0;
     std::vector<int64_t> n_head_kv_layer;  // per layer when stored as an array
     int64_t head_dim_k = 0, head_dim_v = 0;
+    int64_t head_dim_k_mla = 0, head_dim_v_mla = 0;  // MLA: per-head q.k and v sizes (key/value_length_mla)
     int64_t n_expert = 0, n_expert_used = 0, expert_ffn = 0, ffn = 0;
     int64_t n_shared_expert = 0, shared_ffn = 0;  // shared_ffn: total width of the shared FFN
     int64_t n_dense_lead = 0, n_nextn = 0;        // leading dense layers; NextN/MTP blocks
@@ -89,6 +90,9 @@ struct Hparams {
 //   tokens(l) = min(ctx, sliding_window) on sliding-window layers, else ctx;
 //   MLA (kv_lora_rank > 0) caches the compressed row instead:
 //   2 bytes * ctx * (kv_lora_rank + rope_dim).
+// kv_token_bytes: what one more token adds to kv_bytes (full-attention
+// layers); full_kv_token_bytes: what full per-head K and V would take there
+// (differs only for MLA: n_head * (head_dim_k_mla + head_dim_v_mla)).
 // Recurrent layers keep a fixed F32 state instead:
 //   4 bytes * ((conv_kernel - 1) * (ssm_inner + 2 * ssm_groups * ssm_state) + ssm_inner * ssm_state).
 // ram_streaming = resident + kv + n_expert_used * largest expert + logits
@@ -99,6 +103,7 @@ struct MemoryNeed {
     int64_t ctx = 0;
     uint64_t kv_bytes = 0;
     uint64_t state_bytes = 0;  // recurrent layers' state (part of kv_bytes)
+    uint64_t kv_token_bytes = 0, full_kv_token_bytes = 0;
     uint64_t logits_bytes = 0;
     uint64_t ram_streaming = 0;
     uint64_t ram_all = 0;

@@ -18,16 +18,19 @@ int64_t kv_ring_rows(int64_t window, int64_t max_batch) {
 }
 
 void kv_store(const KvLayer& kv, int64_t pos, const float* k, const float* v) {
+    const bool v_in_k = kv.v == kv.k;
     auto put = [&](int64_t row) {
         if (kv.type == GgmlType::F32) {
             std::memcpy(kv.k + size_t(row * kv.k_width) * 4, k, size_t(kv.k_width) * 4);
-            std::memcpy(kv.v + size_t(row * kv.v_width) * 4, v, size_t(kv.v_width) * 4);
+            if (!v_in_k) std::memcpy(kv.v + size_t(row * kv.v_width) * 4, v, size_t(kv.v_width) * 4);
             return;
         }
         uint16_t* kd = reinterpret_cast<uint16_t*>(kv.k) + row * kv.k_width;
         uint16_t* vd = reinterpret_cast<uint16_t*>(kv.v) + row * kv.v_width;
         for (int64_t i = 0; i < kv.k_width; i++) kd[i] = fp32_to_fp16(k[i]);
-        for (int64_t i = 0; i < kv.v_width; i++) vd[i] = fp32_to_fp16(v[i]);
+        if (!v_in_k) {
+            for (int64_t i = 0; i < kv.v_width; i++) vd[i] = fp32_to_fp16(v[i]);
+        }
     };
     const int64_t row = kv.ring > 0 ? pos % kv.ring : pos;
     put(row);

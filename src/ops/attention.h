@@ -18,6 +18,9 @@ namespace ms {
 // p % ring, and rows [ring, ring + tail) repeat rows [0, tail), so that any
 // tail + 1 consecutive positions are consecutive rows (the attention loops
 // read a window as one run). ring == 0: row p holds position p.
+// v == k: V is a view of K (MLA's compressed rows, whose front is the value):
+// v_width equals k_width (the row pitch) and the AttentionShape's head_dim_v
+// says how much of each row is read.
 struct KvLayer {
     GgmlType type = GgmlType::F16;
     int64_t k_width = 0;
@@ -33,7 +36,7 @@ struct KvLayer {
 int64_t kv_ring_rows(int64_t window, int64_t max_batch);
 
 // Writes k (k_width floats) and v (v_width floats) at position pos, rounding to F16 with
-// round-to-nearest-even when the cache is F16.
+// round-to-nearest-even when the cache is F16 (only k when v is a view of k).
 void kv_store(const KvLayer& kv, int64_t pos, const float* k, const float* v);
 
 struct AttentionShape {

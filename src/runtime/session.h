@@ -60,6 +60,10 @@ public:
     int n_threads() const { return pool_.size(); }
     GgmlType kv_type() const { return state_->options.kv_type; }
     uint64_t state_bytes() const { return state_->bytes(); }
+    // KV cache bytes per token of context, and what full K/V would take
+    // (ModelState; 0 where the model does not say).
+    int64_t kv_bytes_per_token() const { return state_->kv_bytes_per_token; }
+    int64_t full_kv_bytes_per_token() const { return state_->full_kv_bytes_per_token; }
 
     // Text to tokens the way the model's own tokenizer does it (special
     // tokens parsed, BOS added when the model's metadata says so).

@@ -212,6 +212,9 @@ TEST(Summary, KvCacheFormula) {
     // deepseek2 MLA: kv_lora_rank 32 + rope 16 per token, 3 layers, 512 tokens.
     GgufFile ds = GgufFile::open(kModels + "deepseek2-lite-Q8_0.gguf");
     EXPECT_EQ(summarize_model(ds).mem.kv_bytes, 3ull * 48 * 512 * 2);
+    // Full K/V: 4 heads of key_length_mla 48 + value_length_mla 32 (README).
+    EXPECT_EQ(summarize_model(ds).mem.kv_token_bytes, 3ull * 48 * 2);
+    EXPECT_EQ(summarize_model(ds).mem.full_kv_token_bytes, 3ull * 4 * (48 + 32) * 2);
 
     // qwen35moe: layer 3 attends (2 KV heads x 128, 1024 tokens); layers 0-2
     // keep conv state 3 x (128 + 2 x 2 x 32) and a 128 x 32 state, in F32.

@@ -109,9 +109,10 @@ TEST(DecodeAlloc, DecodeStepsAllocateNothing) {
     // every block variant: gemma4 with per-layer embeddings, its
     // sliding-window ring wrapping; gpt-oss (sinks, windows, YaRN, biases,
     // MXFP4); qwen2moe (gated shared expert); glm4moe (dense layer, sigmoid
-    // routing); qwen35moe and qwen3next (DeltaNet layers, gated attention).
+    // routing); qwen35moe and qwen3next (DeltaNet layers, gated attention);
+    // deepseek3 (MLA, q compression, grouped routing).
     for (const char* model : {"qwen3moe-Q4_K_M", "gemma4-ple-Q8_0", "gpt-oss-MXFP4_MOE", "qwen2moe-Q8_0",
-                              "glm4moe-Q8_0", "qwen35moe-Q8_0", "qwen3next-Q8_0"}) {
+                              "glm4moe-Q8_0", "qwen35moe-Q8_0", "qwen3next-Q8_0", "deepseek3-Q8_0"}) {
         for (const char* kv : {"f16", "f32"}) {
             SessionOptions o;
             o.model_path = std::string(MOESTREAM_GOLDEN_DIR) + "/models/" + model + ".gguf";

@@ -6,7 +6,8 @@ FUZZB  ?= build-fuzz
 FUZZ_SECONDS ?= 60
 DEMO   ?= $(BUILD)/demo-tiny.gguf
 DEPS   := build-essential cmake pkg-config libgtest-dev libgmock-dev libbenchmark-dev \
-          libpcre2-dev liburing-dev libxxhash-dev clang libclang-rt-14-dev gnuplot-nox ninja-build
+          libpcre2-dev liburing-dev libxxhash-dev clang libclang-rt-14-dev gnuplot-nox ninja-build \
+          libcpp-httplib-dev
 
 .PHONY: deps build test unit asan fuzz run clean routing-check
 

@@ -139,15 +139,19 @@ struct Parser {
         if (!any) return;
         size_t w = 0;
         for (size_t k = 0; k < obj.size(); k++)
-            if (!drop[k]) obj[w++] = std::move(obj[k]);
+            if (!drop[k]) {
+                if (w != k) obj[w] = std::move(obj[k]);
+                w++;
+            }
         obj.resize(w);
     }
     Json value() {
         ws();
         if (i >= s.size()) fail("unexpected end of input");
-        if (++depth > limits.max_depth) fail("nesting too deep");
         Json out;
-        char c = s[i];
+        const char c = s[i];
+        const bool nested = c == '{' || c == '[';
+        if (nested && ++depth > limits.max_depth) fail("nesting too deep");
         if (c == '{') {
             ++i;
             out = Json::object();
@@ -180,7 +184,7 @@ struct Parser {
         } else {
             out = number();
         }
-        --depth;
+        if (nested) --depth;
         return out;
     }
 };

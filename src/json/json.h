@@ -18,7 +18,7 @@ namespace ms {
 // memory linear in the text whatever the limits; these add refusals.
 struct JsonLimits {
     size_t max_bytes = SIZE_MAX;
-    int max_depth = 512;                // nested arrays/objects (the parser recurses)
+    int max_depth = 512;                // arrays/objects inside each other (the parser recurses)
     bool allow_duplicate_keys = true;   // when allowed, the last value wins at the first key's place
 };
 

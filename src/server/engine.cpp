@@ -46,7 +46,9 @@ Engine::Engine(const OpenSlots& open_slots, const EngineOptions& options, const 
     : options_(options), counters_(counters) {
     std::exception_ptr failed;
     bool ready = false;
+    // The thread reads this constructor's locals only until it sets ready.
     thread_ = std::thread([&] {
+        std::exception_ptr error;
         try {
             for (auto& s : open_slots()) {
                 Slot slot;
@@ -55,15 +57,16 @@ Engine::Engine(const OpenSlots& open_slots, const EngineOptions& options, const 
             }
             if (slots_.empty()) throw std::runtime_error("the server needs at least one slot");
         } catch (...) {
-            failed = std::current_exception();
+            error = std::current_exception();
         }
         {
             std::lock_guard<std::mutex> lk(mu_);
             stats_.slots = int(slots_.size());
+            failed = error;
             ready = true;
         }
         cv_.notify_all();
-        if (!failed) run();
+        if (!error) run();
         slots_.clear();  // the store goes with the thread that used it
     });
     std::unique_lock<std::mutex> lk(mu_);
@@ -211,9 +214,9 @@ void Engine::step(Slot& s) {
         }
         const Tokenizer& tok = ss.tokenizer();
         const int64_t limit = job.request.max_tokens;
-        ss.generate(1, [&](int32_t t) {
+        auto on_token = [&](int32_t t) {
             s.generated++;
-            if (tok.is_eog(t)) {
+            if (tok.is_eog(t) && !job.request.ignore_eos) {
                 reason = "stop";
                 return false;
             }
@@ -222,7 +225,8 @@ void Engine::step(Slot& s) {
             if (s.text->stopped()) reason = "stop";
             else if (limit > 0 && s.generated >= limit) reason = "length";
             return reason.empty();
-        });
+        };
+        ss.generate(1, on_token, nullptr, job.request.ignore_eos);
         if (reason.empty() && ss.tokens().size() >= size_t(ss.n_ctx())) reason = "length";
     } catch (const std::exception& e) {
         end(s, "", e.what());
@@ -246,8 +250,8 @@ void Engine::end(Slot& s, const std::string& reason, const std::string& error) {
     u.prompt_tokens = int64_t(job.prompt.size());
     u.cached_tokens = int64_t(s.cached);
     u.completion_tokens = s.generated;
-    job.finish(reason, u, error);
     {
+        // Counted free before the client hears the end, so its next request finds room.
         std::lock_guard<std::mutex> lk(mu_);
         stats_.busy_slots--;
         if (error == "cancelled") stats_.requests_cancelled++;
@@ -256,6 +260,7 @@ void Engine::end(Slot& s, const std::string& reason, const std::string& error) {
         stats_.prompt_tokens += uint64_t(u.prompt_tokens);
         stats_.cached_prompt_tokens += uint64_t(u.cached_tokens);
     }
+    job.finish(reason, u, error);
     s.job.reset();
     s.text.reset();
     s.last_used = ++clock_;

@@ -117,6 +117,8 @@ void parse_common(const Json& body, const RequestDefaults& d, GenerationRequest*
         }
     }
     r->stream = boolean(body, "stream", false);
+    r->ignore_eos = boolean(body, "ignore_eos", false);
+    if (r->ignore_eos && r->max_tokens < 0) bad("ignore_eos", "'ignore_eos' needs 'max_tokens'");
     if (const Json* so = field(body, "stream_options")) {
         if (!so->is_object()) bad("stream_options", std::string("'stream_options' must be an object, not ") + kind_name(*so));
         r->include_usage = boolean(*so, "include_usage", false);

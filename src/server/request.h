@@ -48,6 +48,7 @@ struct GenerationRequest {
     std::vector<std::string> stop;
     bool stream = false;
     bool include_usage = false; // stream_options.include_usage: a last chunk with usage
+    bool ignore_eos = false;    // llama-server's extension: generate exactly max_tokens
 };
 
 // POST /v1/chat/completions and POST /v1/completions bodies. Throw ApiError

@@ -49,12 +49,14 @@ bool address_of(int fd, bool peer, std::string* host, int* port) {
     return true;
 }
 
-// cpp-httplib 0.11 tells a handler neither its socket nor whether the client
-// is still there (later releases added Request::is_connection_closed). The
-// accepted socket is found by its two addresses, once per generation
-// request, so the engine can see a client leave between two tokens, even
-// one waiting for a whole (non-streamed) reply. -1 if not found.
-int client_socket(const httplib::Request& req) {
+// Calls fn(fd, local host, local port, peer host, peer port) for each
+// connected TCP socket of this process until fn returns true; returns that fd
+// or -1. cpp-httplib 0.11 hides the sockets it accepted, and two things need
+// them: seeing a client leave while the reply is generated (later releases
+// added Request::is_connection_closed), and closing idle keep-alive
+// connections at shutdown instead of waiting out their timeout.
+template <class F>
+int find_socket(F fn) {
     DIR* dir = opendir("/proc/self/fd");
     if (!dir) return -1;
     int found = -1;
@@ -67,14 +69,21 @@ int client_socket(const httplib::Request& req) {
         std::string local, remote;
         int local_port = 0, remote_port = 0;
         if (address_of(int(fd), false, &local, &local_port) && address_of(int(fd), true, &remote, &remote_port) &&
-            local_port == req.local_port && remote_port == req.remote_port && remote == req.remote_addr &&
-            local == req.local_addr) {
+            fn(int(fd), local, local_port, remote, remote_port)) {
             found = int(fd);
             break;
         }
     }
     closedir(dir);
     return found;
+}
+
+// The accepted socket of a request, found by its two addresses.
+int client_socket(const httplib::Request& req) {
+    return find_socket([&](int, const std::string& local, int local_port, const std::string& remote, int remote_port) {
+        return local_port == req.local_port && remote_port == req.remote_port && remote == req.remote_addr &&
+               local == req.local_addr;
+    });
 }
 
 // False once the peer has closed or reset the connection. A client does not
@@ -480,6 +489,15 @@ int HttpServer::port() const { return impl_->port; }
 
 void HttpServer::listen() { impl_->http.listen_after_bind(); }
 
-void HttpServer::stop() { impl_->http.stop(); }
+void HttpServer::stop() {
+    impl_->http.stop();
+    // Wake the threads that wait on idle keep-alive connections (and cut
+    // replies in flight: their sequences stop as their clients would).
+    const int port = impl_->port;
+    find_socket([port](int fd, const std::string&, int local_port, const std::string&, int) {
+        if (local_port == port) shutdown(fd, SHUT_RDWR);
+        return false;
+    });
+}
 
 }  // namespace ms

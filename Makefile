@@ -7,7 +7,7 @@ FUZZ_SECONDS ?= 60
 DEMO   ?= $(BUILD)/demo-tiny.gguf
 DEPS   := build-essential cmake pkg-config libgtest-dev libgmock-dev libbenchmark-dev \
           libpcre2-dev liburing-dev libxxhash-dev clang libclang-rt-14-dev gnuplot-nox ninja-build \
-          libcpp-httplib-dev
+          libcpp-httplib-dev chromium
 
 .PHONY: deps build test unit asan fuzz serve-test run clean routing-check
 

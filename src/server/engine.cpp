@@ -171,11 +171,13 @@ void Engine::start(Slot& s, std::shared_ptr<Job> job) {
     size_t keep = 0;
     while (keep < ss.tokens().size() && keep < prompt.size() && ss.tokens()[keep] == prompt[keep]) keep++;
     if (keep == prompt.size()) keep--;  // evaluate at least one token: its logits start the reply
-    ss.rewind(keep);
     s.next = s.cached = keep;
     s.generated = 0;
     s.text = std::make_unique<ReplyText>(ss.tokenizer(), job->request.stop);
     try {
+        // Rewinding may evaluate tokens again (sliding-window layers keep only their window).
+        std::lock_guard<std::mutex> lk(forward_mu_);
+        ss.rewind(keep);
         ss.sampler() = Sampler(job->request.sampling, ss.config().n_vocab);
     } catch (const std::exception& e) {
         end(s, "", e.what());

@@ -16,6 +16,7 @@
 #include <ctime>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "runtime/chat_prompt.h"
 #include "server/chat_page.h"
@@ -135,6 +136,9 @@ struct HttpServer::Impl {
     std::string chat_error;
     httplib::Server http;
     int port = -1;
+    // httplib's stop() does nothing until listen() runs: stop() and listen()
+    // meet through these (sequentially consistent, so one sees the other).
+    std::atomic<bool> listen_called{false}, listen_done{false}, stop_requested{false};
     std::atomic<uint64_t> next_id{1};
     std::atomic<uint64_t> rejected{0};
     std::mutex count_mu;
@@ -487,9 +491,17 @@ void HttpServer::bind() {
 
 int HttpServer::port() const { return impl_->port; }
 
-void HttpServer::listen() { impl_->http.listen_after_bind(); }
+void HttpServer::listen() {
+    impl_->listen_called = true;
+    if (!impl_->stop_requested) impl_->http.listen_after_bind();
+    impl_->listen_done = true;
+}
 
 void HttpServer::stop() {
+    impl_->stop_requested = true;
+    while (impl_->listen_called && !impl_->listen_done && !impl_->http.is_running()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     impl_->http.stop();
     // Wake the threads that wait on idle keep-alive connections (and cut
     // replies in flight: their sequences stop as their clients would).

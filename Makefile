@@ -6,9 +6,10 @@ FUZZB  ?= build-fuzz
 FUZZ_SECONDS ?= 60
 DEMO   ?= $(BUILD)/demo-tiny.gguf
 DEPS   := build-essential cmake pkg-config libgtest-dev libgmock-dev libbenchmark-dev \
-          libpcre2-dev liburing-dev libxxhash-dev clang libclang-rt-14-dev gnuplot-nox ninja-build
+          libpcre2-dev liburing-dev libxxhash-dev clang libclang-rt-14-dev gnuplot-nox ninja-build \
+          libcpp-httplib-dev chromium
 
-.PHONY: deps build test unit asan fuzz run clean routing-check
+.PHONY: deps build test unit asan fuzz serve-test run clean routing-check
 
 deps:
 	@missing=$$(for p in $(DEPS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -26,8 +27,16 @@ build: deps
 # then a short fuzz run of every parser harness.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) serve-test
 	$(MAKE) asan
 	$(MAKE) fuzz FUZZ_SECONDS=$(FUZZ_SECONDS)
+
+# `moestream serve` against the official openai npm client (pinned in
+# tests/server/node/package-lock.json, installed here) under node's test
+# runner, and a bounded load test; all on loopback.
+serve-test: build
+	cd tests/server/node && npm ci --no-audit --no-fund --loglevel=error
+	MOESTREAM_BIN=$(abspath $(BUILD))/moestream node --test tests/server/node/
 
 asan: deps
 	@cmake -S . -B $(ASAN) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESTREAM_SANITIZE=ON >/dev/null

@@ -14,7 +14,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/session_flags.h"
-#include "tokenizer/chat_template.h"
+#include "runtime/chat_prompt.h"
 
 namespace ms {
 
@@ -65,14 +65,8 @@ int cmd_chat(int argc, char** argv) {
     if (n_predict < -1 || n_predict == 0) throw std::runtime_error("-n must be -1 or > 0");
 
     auto s = flags.open();
-    const std::string source = s->file().get_string("tokenizer.chat_template");
-    if (source.empty()) throw std::runtime_error(flags.model + ": the model has no chat template (tokenizer.chat_template)");
-    const ChatTemplate tmpl(source);
+    const ChatPrompt prompt(*s);
     const Tokenizer& tok = s->tokenizer();
-    ChatContextOptions copt;
-    copt.add_generation_prompt = true;
-    if (tok.bos() != Tokenizer::kNoToken) copt.bos_token = tok.text(tok.bos());
-    if (tok.eos() != Tokenizer::kNoToken) copt.eos_token = tok.text(tok.eos());
 
     // No SA_RESTART: a Ctrl-C at the prompt interrupts the read instead of
     // waiting for Enter.
@@ -101,9 +95,7 @@ int cmd_chat(int argc, char** argv) {
         messages.push_back(message("user", line));
         std::vector<int32_t> tokens;
         try {
-            const std::string text = tmpl.render(chat_context(messages, copt));
-            const bool has_bos = !copt.bos_token.empty() && text.rfind(copt.bos_token, 0) == 0;
-            tokens = s->tokenize(text, !has_bos);
+            tokens = prompt.tokens(messages);
             if (tokens.size() >= size_t(s->n_ctx())) {
                 throw std::runtime_error("the conversation (" + std::to_string(tokens.size()) +
                                          " tokens) fills the context of " + std::to_string(s->n_ctx()) +

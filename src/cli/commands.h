@@ -13,5 +13,6 @@ int cmd_chat(int argc, char** argv);
 int cmd_logits(int argc, char** argv);
 int cmd_pack(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 
 }  // namespace ms

@@ -19,6 +19,7 @@ struct Command {
 const Command kCommands[] = {
     {"run", ms::cmd_run, "generate text from a prompt, streaming experts under a memory budget"},
     {"chat", ms::cmd_chat, "interactive chat with the model's own chat template"},
+    {"serve", ms::cmd_serve, "an OpenAI-compatible HTTP server (chat, completions, SSE, /metrics)"},
     {"logits", ms::cmd_logits, "write prompt logits (and a greedy continuation) for comparison"},
     {"inspect", ms::cmd_inspect, "describe a GGUF model: architecture, sizes, experts, memory needs"},
     {"pack", ms::cmd_pack, "write (or --verify) the packed expert sidecar MODEL.gguf.experts"},

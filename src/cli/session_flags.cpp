@@ -62,7 +62,7 @@ SessionOptions SessionFlags::options() const {
     return o;
 }
 
-std::unique_ptr<Session> SessionFlags::open() const {
+std::unique_ptr<Session> SessionFlags::open(int sequences) const {
     const SessionOptions o = options();
     std::unique_ptr<ProgressBar> bar;
     std::string phase;
@@ -81,7 +81,9 @@ std::unique_ptr<Session> SessionFlags::open() const {
         if (bar) bar->finish();
         bar.reset();
         phase.clear();
-        return store.make(file, model, fixed, budget);
+        // fixed is resident weights plus one session's KV cache and scratch.
+        const uint64_t state = fixed - std::min(fixed, model.resident_bytes());
+        return store.make(file, model, fixed + uint64_t(std::max(sequences - 1, 0)) * state, budget);
     };
     auto s = Session::open(o, experts, progress);
     if (bar) bar->finish();

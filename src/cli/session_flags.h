@@ -32,7 +32,9 @@ struct SessionFlags {
     void declare(Args& a, bool sampling);
     SessionOptions options() const;
     // Opens the session with a progress bar per loading phase, honouring --mem.
-    std::unique_ptr<Session> open() const;
+    // sequences > 1: the memory plan also reserves the KV caches of that many
+    // - 1 forks (serve's slots), so the expert cache gets what is left.
+    std::unique_ptr<Session> open(int sequences = 1) const;
     // The settings and measurements of a finished run, for --report.
     Json report_json(const char* command, const Session& s) const;
     // Writes report_json to --report when given; prints timings and peak RSS

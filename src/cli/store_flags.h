@@ -44,6 +44,8 @@ struct StoreFlags {
     void add_to_report(Json* report) const;
     // Hit rate, MB read per token, read amplification: lines for stderr.
     std::string summary() const;
+    // The store's live counters (serve's /metrics reads them between forward passes).
+    const StoreCounters& counters() const { return counters_; }
 
 private:
     const Json& finished() const;

@@ -1,5 +1,6 @@
 #include "json/json.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,7 @@ struct Parser {
     std::string_view s;
     size_t i = 0;
     const std::string& what;
+    const JsonLimits& limits;
     int depth = 0;
 
     [[noreturn]] void fail(const char* msg) const {
@@ -110,26 +112,59 @@ struct Parser {
             while (i < s.size() && isdigit(static_cast<unsigned char>(s[i]))) ++i;
         }
         std::string tok(s.substr(start, i - start));
-        if (is_int && tok.size() < 19) return Json(int64_t(std::stoll(tok)));
+        // "-0" stays a double, so -0.0 dumps and parses back as itself.
+        if (is_int && tok.size() < 19 && tok != "-0") return Json(int64_t(std::stoll(tok)));
         return Json(std::strtod(tok.c_str(), nullptr));
+    }
+    // Keys are appended as read and checked once per object, so an object of
+    // n keys costs n log n, not the n^2 of a lookup per key.
+    void merge_duplicates(Json::Object& obj) {
+        if (obj.size() < 2) return;
+        std::vector<size_t> order(obj.size());
+        for (size_t k = 0; k < order.size(); k++) order[k] = k;
+        std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return obj[a].first < obj[b].first; });
+        std::vector<bool> drop(obj.size(), false);
+        bool any = false;
+        for (size_t r = 0; r < order.size();) {
+            size_t e = r + 1;
+            while (e < order.size() && obj[order[e]].first == obj[order[r]].first) e++;
+            if (e - r > 1) {
+                if (!limits.allow_duplicate_keys) fail(("duplicate key '" + obj[order[r]].first + "'").c_str());
+                obj[order[r]].second = std::move(obj[order[e - 1]].second);
+                for (size_t k = r + 1; k < e; k++) drop[order[k]] = true;
+                any = true;
+            }
+            r = e;
+        }
+        if (!any) return;
+        size_t w = 0;
+        for (size_t k = 0; k < obj.size(); k++)
+            if (!drop[k]) {
+                if (w != k) obj[w] = std::move(obj[k]);
+                w++;
+            }
+        obj.resize(w);
     }
     Json value() {
         ws();
         if (i >= s.size()) fail("unexpected end of input");
-        if (++depth > 512) fail("nesting too deep");
         Json out;
-        char c = s[i];
+        const char c = s[i];
+        const bool nested = c == '{' || c == '[';
+        if (nested && ++depth > limits.max_depth) fail("nesting too deep");
         if (c == '{') {
             ++i;
             out = Json::object();
             if (!eat('}')) {
+                Json::Object& obj = out.as_object();
                 do {
                     ws();
                     std::string key = string();
                     expect(':');
-                    out[key] = value();
+                    obj.emplace_back(std::move(key), value());
                 } while (eat(','));
                 expect('}');
+                merge_duplicates(obj);
             }
         } else if (c == '[') {
             ++i;
@@ -149,7 +184,7 @@ struct Parser {
         } else {
             out = number();
         }
-        --depth;
+        if (nested) --depth;
         return out;
     }
 };
@@ -189,8 +224,12 @@ void utf8_append(std::string& out, uint32_t cp) {
     }
 }
 
-Json Json::parse(std::string_view text, const std::string& what) {
-    Parser p{text, 0, what};
+Json Json::parse(std::string_view text, const std::string& what, const JsonLimits& limits) {
+    if (text.size() > limits.max_bytes) {
+        throw std::runtime_error(what + ": JSON text of " + std::to_string(text.size()) + " bytes exceeds the limit of " +
+                                 std::to_string(limits.max_bytes));
+    }
+    Parser p{text, 0, what, limits};
     Json v = p.value();
     p.ws();
     if (p.i != text.size()) p.fail("trailing characters after the value");

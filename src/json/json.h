@@ -1,7 +1,9 @@
 // A JSON value, a strict parser and a writer. Used for reports, golden-file
-// metadata and chat-template contexts; object keys keep their insertion order
-// because reports and template contexts are read by people and by Jinja loops.
+// metadata, chat-template contexts and the server's request bodies; object
+// keys keep their insertion order because reports and template contexts are
+// read by people and by Jinja loops.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -11,6 +13,14 @@
 #include <vector>
 
 namespace ms {
+
+// Bounds for untrusted text (HTTP request bodies). Parsing takes time and
+// memory linear in the text whatever the limits; these add refusals.
+struct JsonLimits {
+    size_t max_bytes = SIZE_MAX;
+    int max_depth = 512;                // arrays/objects inside each other (the parser recurses)
+    bool allow_duplicate_keys = true;   // when allowed, the last value wins at the first key's place
+};
 
 class Json {
 public:
@@ -35,7 +45,7 @@ public:
     static Json array() { Json j; j.kind_ = Kind::Array; return j; }
 
     // Throws std::runtime_error("<what>: JSON error at line L col C: ...").
-    static Json parse(std::string_view text, const std::string& what = "json");
+    static Json parse(std::string_view text, const std::string& what = "json", const JsonLimits& limits = {});
     static Json parse_file(const std::string& path);
 
     Kind kind() const { return kind_; }

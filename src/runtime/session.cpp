@@ -31,11 +31,27 @@ GgmlType parse_kv_type(const std::string& s) {
 }
 
 Session::Session(GgufFile file, const SessionOptions& o)
-    : file_(std::move(file)),
-      model_(Model::open(file_)),
-      tokenizer_(Tokenizer::from_gguf(file_)),
-      pool_(thread_count(o.n_threads)),
+    : file_(std::make_shared<const GgufFile>(std::move(file))),
+      model_(Model::open(*file_)),
+      tokenizer_(Tokenizer::from_gguf(*file_)),
+      pool_(std::make_shared<ThreadPool>(thread_count(o.n_threads))),
       sampler_(o.sampling, model_->config().n_vocab) {}
+
+Session::Session(const Session& base, const SamplerParams& sampling)
+    : file_(base.file_),
+      model_(base.model_),
+      tokenizer_(base.tokenizer_),
+      experts_(base.experts_),
+      state_(base.model_->new_state(base.state_->options)),
+      pool_(base.pool_),
+      sampler_(sampling, base.config().n_vocab) {
+    tokens_.reserve(size_t(state_->options.n_ctx));
+    logits_.resize(size_t(config().n_vocab));
+}
+
+std::unique_ptr<Session> Session::fork(const SamplerParams& sampling) const {
+    return std::unique_ptr<Session>(new Session(*this, sampling));
+}
 
 std::unique_ptr<Session> Session::open(const SessionOptions& o, const ExpertSourceFactory& make_experts,
                                        const std::function<void(const char*, uint64_t, uint64_t)>& progress) {
@@ -54,17 +70,17 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o, const ExpertSour
     // the others take a piece at a time.
     if (s->model_->layer_major()) so.max_tokens = int(std::min<int64_t>(o.n_batch, so.n_ctx));
     so.kv_type = o.kv_type;
-    so.n_threads = s->pool_.size();
+    so.n_threads = s->pool_->size();
     s->state_ = s->model_->new_state(so);
 
-    s->model_->load_resident(s->file_, [&](uint64_t done, uint64_t total) {
+    s->model_->load_resident(*s->file_, [&](uint64_t done, uint64_t total) {
         if (progress) progress("resident weights", done, total);
     });
     const uint64_t fixed = s->model_->resident_bytes() + s->state_->bytes();
     if (make_experts) {
-        s->experts_ = make_experts(s->file_, *s->model_, fixed);
+        s->experts_ = make_experts(*s->file_, *s->model_, fixed);
     } else {
-        s->experts_ = std::make_unique<RamExperts>(s->file_, s->model_->expert_layers(),
+        s->experts_ = std::make_unique<RamExperts>(*s->file_, s->model_->expert_layers(),
                                                    [&](uint64_t done, uint64_t total) {
                                                        if (progress) progress("experts", done, total);
                                                    });
@@ -100,7 +116,7 @@ void Session::prefill(const std::vector<int32_t>& tokens) {
     for (size_t i = 0; i < tokens.size(); i += T) {
         const int n = int(std::min(tokens.size() - i, T));
         Trace::Span span(active_trace(), "prefill_chunk", "step", "tokens", n);
-        model_->forward(*state_, *experts_, pool_, tokens.data() + i, n, logits_.data(), false);
+        model_->forward(*state_, *experts_, *pool_, tokens.data() + i, n, logits_.data(), false);
         tokens_.insert(tokens_.end(), tokens.begin() + ptrdiff_t(i), tokens.begin() + ptrdiff_t(i) + n);
     }
     for (int32_t t : tokens) sampler_.accept(t);
@@ -117,7 +133,7 @@ void Session::prefill_all(const std::vector<int32_t>& tokens, float* out) {
     if (tokens.size() > T) timings.prompt_splits++;
     for (size_t i = 0; i < tokens.size(); i += T) {
         const int n = int(std::min(tokens.size() - i, T));
-        model_->forward(*state_, *experts_, pool_, tokens.data() + i, n, out + int64_t(i) * V, true);
+        model_->forward(*state_, *experts_, *pool_, tokens.data() + i, n, out + int64_t(i) * V, true);
         tokens_.insert(tokens_.end(), tokens.begin() + ptrdiff_t(i), tokens.begin() + ptrdiff_t(i) + n);
     }
     std::copy(out + int64_t(tokens.size() - 1) * V, out + int64_t(tokens.size()) * V, logits_.begin());
@@ -130,7 +146,7 @@ void Session::decode(int32_t token) {
     check(&token, 1);
     const double t0 = now_seconds();
     Trace::Span span(active_trace(), "token", "step", "pos", int64_t(tokens_.size()));
-    model_->forward(*state_, *experts_, pool_, &token, 1, logits_.data(), false);
+    model_->forward(*state_, *experts_, *pool_, &token, 1, logits_.data(), false);
     tokens_.push_back(token);  // capacity reserved for n_ctx: no allocation
     timings.decode_seconds += now_seconds() - t0;
     timings.decode_tokens++;
@@ -146,7 +162,7 @@ void Session::rewind(size_t n) {
     state_->n_past = int64_t(keep);
     for (size_t i = 0; i < again.size(); i += size_t(state_->max_tokens())) {
         const int m = int(std::min(again.size() - i, size_t(state_->max_tokens())));
-        model_->forward(*state_, *experts_, pool_, again.data() + i, m, logits_.data(), false);
+        model_->forward(*state_, *experts_, *pool_, again.data() + i, m, logits_.data(), false);
         tokens_.insert(tokens_.end(), again.begin() + ptrdiff_t(i), again.begin() + ptrdiff_t(i) + m);
     }
 }

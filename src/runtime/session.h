@@ -50,14 +50,20 @@ public:
         const SessionOptions& options, const ExpertSourceFactory& experts = {},
         const std::function<void(const char* what, uint64_t done, uint64_t total)>& progress = {});
 
+    // A new session over this one's file, model, tokenizer, expert source
+    // and thread pool, with its own KV cache (of the same size), sampler and
+    // tokens: serve's slots. Sessions that share these must not run forward
+    // passes at the same time; the shared parts live as long as any of them.
+    std::unique_ptr<Session> fork(const SamplerParams& sampling) const;
+
     const Model& model() const { return *model_; }
     const ModelConfig& config() const { return model_->config(); }
     const Tokenizer& tokenizer() const { return tokenizer_; }
-    const GgufFile& file() const { return file_; }
+    const GgufFile& file() const { return *file_; }
     ExpertSource& experts() { return *experts_; }
     Sampler& sampler() { return sampler_; }
     int64_t n_ctx() const { return state_->options.n_ctx; }
-    int n_threads() const { return pool_.size(); }
+    int n_threads() const { return pool_->size(); }
     GgmlType kv_type() const { return state_->options.kv_type; }
     uint64_t state_bytes() const { return state_->bytes(); }
     // KV cache bytes per token of context, and what full K/V would take
@@ -113,14 +119,15 @@ public:
 
 private:
     Session(GgufFile file, const SessionOptions& options);
+    Session(const Session& base, const SamplerParams& sampling);
     void check(const int32_t* tokens, size_t n) const;
 
-    GgufFile file_;
-    std::unique_ptr<Model> model_;
-    Tokenizer tokenizer_;
-    std::unique_ptr<ExpertSource> experts_;
+    std::shared_ptr<const GgufFile> file_;
+    std::shared_ptr<Model> model_;
+    Tokenizer tokenizer_;  // copies share one immutable table
+    std::shared_ptr<ExpertSource> experts_;
     std::unique_ptr<ModelState> state_;
-    ThreadPool pool_;
+    std::shared_ptr<ThreadPool> pool_;
     Sampler sampler_;
     std::vector<int32_t> tokens_;
     std::vector<float> logits_;

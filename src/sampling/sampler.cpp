@@ -63,14 +63,17 @@ void Sampler::accept(int32_t token) {
 int32_t Sampler::sample(const float* logits) {
     size_t n = size_t(n_vocab_);
     for (size_t i = 0; i < n; i++) cand_[i] = {logits[i], int32_t(i)};
-    if (params_.repeat_penalty != 1.0f) {
+    if (params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
         for (size_t i = 0; i < history_len_; i++) {
             const int32_t id = history_[i];
             bool seen = id < 0 || id >= n_vocab_;
             for (size_t j = 0; j < i && !seen; j++) seen = history_[j] == id;
             if (seen) continue;  // once per token, however often it appeared
             float& l = cand_[size_t(id)].logit;
-            l = l > 0 ? l / params_.repeat_penalty : l * params_.repeat_penalty;
+            if (params_.repeat_penalty != 1.0f) l = l > 0 ? l / params_.repeat_penalty : l * params_.repeat_penalty;
+            int count = 1;
+            for (size_t j = i + 1; j < history_len_; j++) count += history_[j] == id;
+            l -= params_.presence_penalty + float(count) * params_.frequency_penalty;
         }
     }
     auto order = [](const Candidate& a, const Candidate& b) { return better(a.logit, a.id, b.logit, b.id); };

@@ -1,5 +1,5 @@
-// Picks the next token from a row of logits: repeat penalty over the last N
-// tokens, then top-k, top-p, min-p, temperature and a draw from a seeded
+// Picks the next token from a row of logits: repeat, presence and frequency
+// penalties over the last N tokens, then top-k, top-p, min-p, temperature and a draw from a seeded
 // generator (the reference engine's order). Temperature 0 is greedy. The
 // same seed and the same logits give the same tokens on every machine.
 // Buffers are sized once, so sampling allocates nothing.
@@ -16,7 +16,11 @@ struct SamplerParams {
     float top_p = 0.95f;          // >= 1: off
     float min_p = 0.05f;          // <= 0: off; keep p >= min_p * p_max
     float repeat_penalty = 1.0f;  // 1: off; > 1 discourages repeats
-    int repeat_last_n = 64;       // tokens of history the penalty looks at
+    int repeat_last_n = 64;       // tokens of history the penalties look at
+    // OpenAI's additive penalties over the same history: a token seen there
+    // loses presence_penalty once plus frequency_penalty per occurrence.
+    float presence_penalty = 0.0f;
+    float frequency_penalty = 0.0f;
     uint64_t seed = 0;
 };
 

@@ -133,6 +133,36 @@ TEST(Sampler, RepeatPenaltyOverTheLastNTokens) {
     EXPECT_EQ(t.sample(neg), 1);
 }
 
+// OpenAI's definition: logit - count * frequency_penalty - (count > 0) *
+// presence_penalty, with count the token's occurrences in the window.
+TEST(Sampler, PresenceAndFrequencyPenaltiesSubtractPerOccurrence) {
+    SamplerParams p;
+    p.temp = 0;
+    p.repeat_last_n = 8;
+    p.frequency_penalty = 0.3f;
+    const float logits[4] = {2.0f, 1.5f, 0.0f, 0.0f};
+    Sampler f(p, 4);
+    f.accept(0);  // 2.0 - 0.3 = 1.7 > 1.5
+    EXPECT_EQ(f.sample(logits), 0);
+    f.accept(0);  // 2.0 - 0.6 = 1.4 < 1.5
+    EXPECT_EQ(f.sample(logits), 1);
+
+    p.frequency_penalty = 0;
+    p.presence_penalty = 0.4f;
+    Sampler g(p, 4);
+    g.accept(0);
+    g.accept(0);
+    g.accept(0);  // 2.0 - 0.4 once, however often: 1.6 > 1.5
+    EXPECT_EQ(g.sample(logits), 0);
+    g.accept(1);  // both penalized: 1.6 vs 1.1
+    EXPECT_EQ(g.sample(logits), 0);
+
+    p.presence_penalty = -1.0f;  // negative values encourage repeats
+    Sampler h(p, 4);
+    h.accept(1);
+    EXPECT_EQ(h.sample(logits), 1);
+}
+
 TEST(Sampler, RejectsBadParameters) {
     SamplerParams p;
     p.top_p = 0;

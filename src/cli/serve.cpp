@@ -1,0 +1,136 @@
+// moestream serve: an OpenAI-compatible HTTP server (src/server/) over
+// --parallel slots that share one model and expert store. Loads the model,
+// binds, prints the address it listens on, serves until SIGINT/SIGTERM, then
+// prints the totals (and writes --report).
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/session_flags.h"
+#include "server/http.h"
+
+namespace ms {
+
+namespace {
+
+std::string model_name(const std::string& path) {
+    std::string name = path.substr(path.find_last_of('/') + 1);
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0) name.resize(name.size() - 5);
+    return name;
+}
+
+std::string read_key_file(const std::string& path) {
+    std::ifstream f(path);
+    if (!f) throw std::runtime_error(path + ": cannot read the API key file");
+    std::string key;
+    std::getline(f, key);
+    while (!key.empty() && (key.back() == '\r' || key.back() == ' ')) key.pop_back();
+    if (key.empty()) throw std::runtime_error(path + ": the API key file's first line is empty");
+    return key;
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+    Args a("moestream serve -m MODEL [--host ADDR] [--port N] [--parallel N] [--api-key KEY]",
+           "Serves the model over HTTP with the OpenAI API: POST /v1/chat/completions (the model's own chat "
+           "template; \"stream\": true for server-sent events), POST /v1/completions, GET /v1/models; and "
+           "GET /health, GET /metrics (Prometheus text) and a chat page at /. --parallel slots each keep a "
+           "conversation's KV cache, so a follow-up turn only evaluates its new tokens; one forward pass runs "
+           "at a time, slots taking turns token by token (no batched decode yet). Requests beyond the slots "
+           "wait in a queue of --queue; beyond that they get 503 at once. The sampling flags are the defaults "
+           "for fields a request leaves out. Stops on SIGINT/SIGTERM.");
+    SessionFlags flags;
+    ServerOptions so;
+    std::string key_file, alias;
+    int parallel = 1, queue = 16;
+    uint64_t max_body = so.max_body_bytes;
+    a.option("--host", &so.host, "ADDR", "address to listen on (0.0.0.0: every interface; mind --api-key then)");
+    a.option("--port", &so.port, "N", "TCP port (0: any free port; the one taken is printed)");
+    a.option("--api-key", &so.api_key, "KEY",
+             "require Authorization: Bearer KEY on every route but /health and the page at / (answered 401)");
+    a.option("--api-key-file", &key_file, "FILE", "read the API key from FILE's first line (keeps it out of ps)");
+    a.option("--alias", &alias, "NAME", "the model's id in the API (default: the file name without .gguf)");
+    a.option("-np,--parallel", &parallel, "N",
+             "slots: conversations held at once, each with its own KV cache of -c tokens inside --mem");
+    a.option("--queue", &queue, "N", "requests that may wait for a slot; more get 503 at once");
+    a.option("--timeout", &so.timeout_s, "S",
+             "a request's longest life in seconds, queue included; past it the reply ends (finish_reason "
+             "\"length\")");
+    a.option("--idle-timeout", &so.idle_timeout_s, "S",
+             "seconds an idle keep-alive connection stays open, and the longest wait for a request's bytes");
+    a.size_option("--max-body", &max_body, "SIZE", "largest request body (e.g. 8M); larger gets 413");
+    flags.declare(a, true);
+    if (!a.parse(argc, argv)) return 0;
+    if (parallel < 1 || parallel > 256) throw std::runtime_error("--parallel must be 1..256");
+    if (queue < 0 || queue > 100000) throw std::runtime_error("--queue must be 0..100000");
+    if (so.port < 0 || so.port > 65535) throw std::runtime_error("--port must be 0..65535");
+    if (!(so.timeout_s > 0)) throw std::runtime_error("--timeout must be > 0");
+    if (so.idle_timeout_s < 1) throw std::runtime_error("--idle-timeout must be >= 1");
+    if (max_body < 1024) throw std::runtime_error("--max-body must be at least 1K");
+    if (!key_file.empty()) {
+        if (!so.api_key.empty()) throw std::runtime_error("give --api-key or --api-key-file, not both");
+        so.api_key = read_key_file(key_file);
+    }
+    so.max_body_bytes = size_t(max_body);
+    so.model_id = alias.empty() ? model_name(flags.model) : alias;
+    so.sampling = flags.options().sampling;
+    // Connections beyond the slots and the queue still get a thread for a 503
+    // or /health, and idle keep-alive connections each hold one.
+    so.http_threads = parallel + queue + 32;
+
+    // Signals go to one thread that stops the server; every other thread
+    // (httplib's, the engine's, the store's) is created with them blocked.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+    signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a kill
+
+    EngineOptions eo;
+    eo.queue = queue;
+    eo.prefill_chunk = flags.batch;
+    auto open_slots = [&] {
+        std::vector<std::unique_ptr<Session>> slots;
+        slots.push_back(flags.open(parallel));
+        for (int i = 1; i < parallel; i++) slots.push_back(slots[0]->fork(so.sampling));
+        return slots;
+    };
+    Engine engine(open_slots, eo, &flags.store.counters());
+    const Session& base = engine.session();
+    HttpServer server(engine, so);
+    server.bind();
+    printf("moestream serve: %s on http://%s:%d (%d slot%s of %lld tokens, queue %d)\n", so.model_id.c_str(),
+           so.host.c_str(), server.port(), parallel, parallel == 1 ? "" : "s", (long long)base.n_ctx(), queue);
+    fflush(stdout);
+
+    std::thread waiter([&] {
+        int sig = 0;
+        sigwait(&stop_signals, &sig);
+        server.stop();
+    });
+    server.listen();
+    // listen() also returns when the socket fails; wake the waiter either way.
+    pthread_kill(waiter.native_handle(), SIGTERM);
+    waiter.join();
+
+    const EngineStats st = engine.stats();
+    fprintf(stderr, "served %llu requests (%llu cancelled, %llu failed): %llu prompt tokens (%llu from the cache), "
+                    "%llu generated in %.2f s of decoding (%.2f tok/s)\n",
+            (unsigned long long)st.requests_done, (unsigned long long)st.requests_cancelled,
+            (unsigned long long)st.requests_failed, (unsigned long long)st.prompt_tokens,
+            (unsigned long long)st.cached_prompt_tokens, (unsigned long long)st.generated_tokens, st.decode_seconds,
+            st.decode_seconds > 0 ? double(st.generated_tokens) / st.decode_seconds : 0.0);
+    flags.finish("serve", engine.session());
+    return 0;
+}
+
+}  // namespace ms

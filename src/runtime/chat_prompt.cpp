@@ -1,0 +1,32 @@
+#include "runtime/chat_prompt.h"
+
+#include <stdexcept>
+
+namespace ms {
+
+namespace {
+
+std::string template_source(const Session& s) {
+    std::string source = s.file().get_string("tokenizer.chat_template");
+    if (source.empty()) {
+        throw std::runtime_error(s.file().path() + ": the model has no chat template (tokenizer.chat_template)");
+    }
+    return source;
+}
+
+}  // namespace
+
+ChatPrompt::ChatPrompt(const Session& session) : session_(&session), template_(template_source(session)) {
+    const Tokenizer& tok = session.tokenizer();
+    options_.add_generation_prompt = true;
+    if (tok.bos() != Tokenizer::kNoToken) options_.bos_token = tok.text(tok.bos());
+    if (tok.eos() != Tokenizer::kNoToken) options_.eos_token = tok.text(tok.eos());
+}
+
+std::vector<int32_t> ChatPrompt::tokens(const Json& messages) const {
+    const std::string text = template_.render(chat_context(messages, options_));
+    const bool has_bos = !options_.bos_token.empty() && text.rfind(options_.bos_token, 0) == 0;
+    return session_->tokenize(text, !has_bos);
+}
+
+}  // namespace ms

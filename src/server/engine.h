@@ -1,0 +1,128 @@
+// The server's engine: --parallel slots, each a Session (its own KV cache and
+// sampler over one shared model and expert store), fed from a bounded queue
+// by one thread that runs one forward pass at a time, round-robin over the
+// busy slots: a prefill chunk or one decode token each. A slot keeps its KV
+// cache after a request, and a new request goes to the free slot whose cache
+// shares the longest prefix with its prompt, so the next turn of a chat only
+// evaluates the new tokens. Sequences are not batched into one forward pass
+// (that needs the model's batched decode): N streams share the machine
+// token by token.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/session.h"
+#include "server/request.h"
+#include "telemetry/counters.h"
+
+namespace ms {
+
+struct Usage {
+    int64_t prompt_tokens = 0;
+    int64_t cached_tokens = 0;      // prompt tokens already in the slot's KV cache
+    int64_t completion_tokens = 0;
+};
+
+// One request between the HTTP thread that owns it and the engine.
+class Job {
+public:
+    Job(GenerationRequest request, std::vector<int32_t> prompt, double timeout_s);
+
+    const GenerationRequest request;
+    const std::vector<int32_t> prompt;
+    const double deadline;          // steady-clock seconds
+    // Polled by the engine before each forward pass: false stops the
+    // sequence (the client went away). Optional.
+    std::function<bool()> client_alive;
+    std::atomic<bool> cancelled{false};
+
+    // HTTP side: waits up to timeout_s for news; appends new text to *text.
+    // Returns true once the job is over (then finish_reason, usage and error
+    // are final).
+    bool wait(std::string* text, double timeout_s);
+    std::string finish_reason;      // stop, length; "" on error or cancel
+    Usage usage;
+    std::string error;              // a failure inside the engine (e.g. a read error)
+
+    // Engine side.
+    void emit(const std::string& text);
+    void finish(const std::string& reason, const Usage& u, const std::string& err = "");
+
+private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::string pending_;
+    bool done_ = false;
+};
+
+struct EngineOptions {
+    int queue = 16;               // requests waiting for a slot beyond which new ones are refused
+    int prefill_chunk = 512;      // prompt tokens per forward pass (others' tokens wait that long)
+};
+
+// Totals since start, for /metrics.
+struct EngineStats {
+    uint64_t requests_done = 0, requests_cancelled = 0, requests_failed = 0;
+    uint64_t prompt_tokens = 0, cached_prompt_tokens = 0, prefilled_tokens = 0, generated_tokens = 0;
+    double prefill_seconds = 0, decode_seconds = 0;
+    int queued = 0, busy_slots = 0, slots = 0;
+    // The store's counters at the same moment (zero without a store).
+    uint64_t hits = 0, misses = 0;
+    uint64_t needed[kReadReasons] = {}, read[kReadReasons] = {};
+};
+
+class Engine {
+public:
+    // open_slots makes the sessions, all sharing one model and expert source
+    // (Session::fork). It runs on the engine's thread, which then makes every
+    // forward pass: io_uring rings accept submissions from one thread only.
+    // Its exceptions come out of the constructor. counters: the store's, read
+    // between forward passes (may be null).
+    using OpenSlots = std::function<std::vector<std::unique_ptr<Session>>()>;
+    Engine(const OpenSlots& open_slots, const EngineOptions& options, const StoreCounters* counters = nullptr);
+    ~Engine();
+
+    // Queues a job; false when the queue is full (the caller answers 503).
+    bool submit(const std::shared_ptr<Job>& job);
+    EngineStats stats();
+    const Session& session() const { return *slots_[0].session; }
+
+private:
+    struct Slot {
+        std::unique_ptr<Session> session;
+        std::shared_ptr<Job> job;
+        size_t next = 0;             // prompt tokens evaluated so far
+        size_t cached = 0;           // of which the KV cache already held
+        std::unique_ptr<class ReplyText> text;
+        int64_t generated = 0;
+        uint64_t last_used = 0;
+    };
+    void run();
+    void start(Slot& s, std::shared_ptr<Job> job);
+    void step(Slot& s);
+    void end(Slot& s, const std::string& reason, const std::string& error = "");
+
+    std::vector<Slot> slots_;
+    EngineOptions options_;
+    const StoreCounters* counters_;
+    std::mutex mu_;                  // queue_, stats_
+    std::condition_variable cv_;
+    std::deque<std::shared_ptr<Job>> queue_;
+    EngineStats stats_;
+    std::mutex forward_mu_;          // held during each forward pass: the store's counters are stable outside it
+    uint64_t clock_ = 0;
+    bool stop_ = false;
+    std::thread thread_;
+};
+
+double steady_seconds();
+
+}  // namespace ms

@@ -1,0 +1,236 @@
+#include "server/request.h"
+
+#include <cmath>
+#include <random>
+
+namespace ms {
+
+namespace {
+
+constexpr size_t kMaxStops = 16;
+constexpr size_t kMaxStopBytes = 256;
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
+
+const char* kind_name(const Json& v) {
+    switch (v.kind()) {
+        case Json::Kind::Null: return "null";
+        case Json::Kind::Bool: return "a boolean";
+        case Json::Kind::Number: return "a number";
+        case Json::Kind::String: return "a string";
+        case Json::Kind::Array: return "an array";
+        case Json::Kind::Object: return "an object";
+    }
+    return "?";
+}
+
+// A field that is absent or null leaves the default; any other kind than
+// expected is a 400 naming the field.
+const Json* field(const Json& body, const char* name) {
+    const Json* v = body.find(name);
+    return v && !v->is_null() ? v : nullptr;
+}
+
+double number(const Json& body, const char* name, double lo, double hi, double def) {
+    const Json* v = field(body, name);
+    if (!v) return def;
+    if (!v->is_number()) bad(name, std::string("'") + name + "' must be a number, not " + kind_name(*v));
+    const double x = v->as_number();
+    if (!(x >= lo && x <= hi)) {  // NaN fails too
+        bad(name, std::string("'") + name + "' must be between " + Json(lo).dump() + " and " + Json(hi).dump());
+    }
+    return x;
+}
+
+int64_t integer(const Json& body, const char* name, int64_t lo, int64_t hi, int64_t def) {
+    const Json* v = field(body, name);
+    if (!v) return def;
+    // Checked as a double first: converting an out-of-range double is undefined.
+    const double x = v->is_number() ? v->as_number() : NAN;
+    if (!v->is_number() || x != std::floor(x)) {
+        bad(name, std::string("'") + name + "' must be an integer, not " + (v->is_number() ? "a fraction" : kind_name(*v)));
+    }
+    if (x < double(lo) || x > double(hi)) {
+        bad(name, std::string("'") + name + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+    }
+    return v->as_int();
+}
+
+bool boolean(const Json& body, const char* name, bool def) {
+    const Json* v = field(body, name);
+    if (!v) return def;
+    if (!v->is_bool()) bad(name, std::string("'") + name + "' must be a boolean, not " + kind_name(*v));
+    return v->as_bool();
+}
+
+// Fields shared by both endpoints: model, sampling, limits, stop, stream.
+void parse_common(const Json& body, const RequestDefaults& d, GenerationRequest* r) {
+    if (!body.is_object()) bad("", std::string("the request body must be a JSON object, not ") + kind_name(body));
+    if (const Json* m = field(body, "model")) {
+        if (!m->is_string()) bad("model", std::string("'model' must be a string, not ") + kind_name(*m));
+        if (m->as_string() != d.model_id) {
+            throw ApiError(404, "The model '" + m->as_string() + "' does not exist; this server serves '" +
+                                    d.model_id + "'", "model", "invalid_request_error", "model_not_found");
+        }
+    }
+    const int64_t n = integer(body, "n", 1, 128, 1);
+    if (n != 1) bad("n", "only n = 1 is supported: one choice per request");
+    // max_completion_tokens is the newer name of max_tokens in chat.
+    const char* limit_name = field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    r->max_tokens = integer(body, limit_name, 1, d.n_ctx, r->max_tokens);
+
+    SamplerParams& p = r->sampling;
+    p = d.sampling;
+    p.temp = float(number(body, "temperature", 0.0, 2.0, p.temp));
+    const double top_p = number(body, "top_p", 0.0, 1.0, p.top_p);
+    if (top_p == 0) p.temp = 0;  // the smallest set reaching 0 is the best token alone
+    else p.top_p = float(top_p);
+    p.top_k = int(integer(body, "top_k", 0, 1 << 30, p.top_k));
+    p.min_p = float(number(body, "min_p", 0.0, 1.0, p.min_p));
+    p.repeat_penalty = float(number(body, "repeat_penalty", 1e-3, 100.0, p.repeat_penalty));
+    p.presence_penalty = float(number(body, "presence_penalty", -2.0, 2.0, p.presence_penalty));
+    p.frequency_penalty = float(number(body, "frequency_penalty", -2.0, 2.0, p.frequency_penalty));
+    if (field(body, "seed")) {
+        p.seed = uint64_t(integer(body, "seed", -(int64_t(1) << 62), int64_t(1) << 62, 0));
+    } else {
+        // Each request its own draw, so two requests do not repeat each other.
+        static thread_local std::mt19937_64 rng{std::random_device{}()};
+        p.seed = p.seed ^ rng();
+    }
+
+    if (const Json* s = field(body, "stop")) {
+        if (s->is_string()) {
+            r->stop.push_back(s->as_string());
+        } else if (s->is_array()) {
+            if (s->size() > kMaxStops) bad("stop", "'stop' takes at most " + std::to_string(kMaxStops) + " strings");
+            for (const Json& e : s->as_array()) {
+                if (!e.is_string()) bad("stop", std::string("'stop' must hold strings, not ") + kind_name(e));
+                r->stop.push_back(e.as_string());
+            }
+        } else {
+            bad("stop", std::string("'stop' must be a string or an array of strings, not ") + kind_name(*s));
+        }
+        for (const std::string& st : r->stop) {
+            if (st.empty() || st.size() > kMaxStopBytes) {
+                bad("stop", "each stop string must be 1 to " + std::to_string(kMaxStopBytes) + " bytes");
+            }
+        }
+    }
+    r->stream = boolean(body, "stream", false);
+    r->ignore_eos = boolean(body, "ignore_eos", false);
+    if (r->ignore_eos && r->max_tokens < 0) bad("ignore_eos", "'ignore_eos' needs 'max_tokens'");
+    if (const Json* so = field(body, "stream_options")) {
+        if (!so->is_object()) bad("stream_options", std::string("'stream_options' must be an object, not ") + kind_name(*so));
+        r->include_usage = boolean(*so, "include_usage", false);
+    }
+    if (boolean(body, "logprobs", false)) bad("logprobs", "logprobs are not supported");
+    if (const Json* t = field(body, "tools"); t && !(t->is_array() && t->size() == 0)) {
+        bad("tools", "tools are not supported yet");
+    }
+    if (const Json* f = field(body, "response_format")) {
+        const Json* type = f->is_object() ? f->find("type") : nullptr;
+        if (!type || !type->is_string() || type->as_string() != "text") {
+            bad("response_format", "only response_format {\"type\": \"text\"} is supported");
+        }
+    }
+}
+
+// OpenAI content: a string, or parts of which only text is supported here.
+std::string content_text(const Json& c, size_t index) {
+    const std::string param = "messages[" + std::to_string(index) + "].content";
+    if (c.is_null()) return "";
+    if (c.is_string()) return c.as_string();
+    if (!c.is_array()) bad(param, "'" + param + "' must be a string or an array of parts, not " + kind_name(c));
+    std::string out;
+    for (const Json& part : c.as_array()) {
+        const Json* type = part.is_object() ? part.find("type") : nullptr;
+        const Json* text = part.is_object() ? part.find("text") : nullptr;
+        if (!type || !type->is_string() || type->as_string() != "text" || !text || !text->is_string()) {
+            bad(param, "only text parts ({\"type\": \"text\", \"text\": ...}) are supported in '" + param + "'");
+        }
+        out += text->as_string();
+    }
+    return out;
+}
+
+}  // namespace
+
+Json error_json(const ApiError& e) {
+    Json err = Json::object();
+    err["message"] = e.what();
+    err["type"] = e.type;
+    err["param"] = e.param.empty() ? Json() : Json(e.param);
+    err["code"] = e.code.empty() ? Json() : Json(e.code);
+    Json j = Json::object();
+    j["error"] = std::move(err);
+    return j;
+}
+
+JsonLimits request_json_limits(size_t max_body_bytes) {
+    JsonLimits lim;
+    lim.max_bytes = max_body_bytes;
+    lim.max_depth = 64;
+    lim.allow_duplicate_keys = false;
+    return lim;
+}
+
+Json parse_body(const std::string& body, size_t max_body_bytes) {
+    if (body.size() > max_body_bytes) {
+        throw ApiError(413, "the request body of " + std::to_string(body.size()) + " bytes exceeds the limit of " +
+                                std::to_string(max_body_bytes));
+    }
+    try {
+        return Json::parse(body, "request body", request_json_limits(max_body_bytes));
+    } catch (const std::runtime_error& e) {
+        throw ApiError(400, e.what());
+    }
+}
+
+GenerationRequest parse_chat_request(const Json& body, const RequestDefaults& d) {
+    GenerationRequest r;
+    r.chat = true;
+    parse_common(body, d, &r);
+    const Json* msgs = body.find("messages");
+    if (!msgs) bad("messages", "'messages' is required");
+    if (!msgs->is_array() || msgs->size() == 0) bad("messages", "'messages' must be a non-empty array");
+    r.messages = Json::array();
+    size_t i = 0;
+    for (const Json& m : msgs->as_array()) {
+        const std::string at = "messages[" + std::to_string(i) + "]";
+        if (!m.is_object()) bad(at, "'" + at + "' must be an object, not " + std::string(kind_name(m)));
+        const Json* role = m.find("role");
+        if (!role || !role->is_string()) bad(at + ".role", "'" + at + ".role' must be a string");
+        std::string rs = role->as_string();
+        if (rs == "developer") rs = "system";  // OpenAI's newer name; templates know "system"
+        if (rs != "system" && rs != "user" && rs != "assistant" && rs != "tool") {
+            bad(at + ".role", "unknown role '" + rs + "' in '" + at + "' (system, developer, user, assistant, tool)");
+        }
+        Json out = Json::object();
+        out["role"] = rs;
+        out["content"] = content_text(m.find("content") ? m.at("content") : Json(), i);
+        r.messages.push_back(std::move(out));
+        i++;
+    }
+    return r;
+}
+
+GenerationRequest parse_completion_request(const Json& body, const RequestDefaults& d) {
+    GenerationRequest r;
+    r.chat = false;
+    r.max_tokens = 16;  // OpenAI's default for completions
+    parse_common(body, d, &r);
+    const Json* p = body.find("prompt");
+    if (!p) bad("prompt", "'prompt' is required");
+    if (p->is_string()) {
+        r.prompt = p->as_string();
+    } else if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
+        r.prompt = (*p)[0].as_string();
+    } else {
+        bad("prompt", "'prompt' must be a string (or an array of one string)");
+    }
+    if (boolean(body, "echo", false)) bad("echo", "echo is not supported");
+    if (field(body, "suffix")) bad("suffix", "suffix is not supported");
+    return r;
+}
+
+}  // namespace ms

@@ -1,0 +1,100 @@
+// The chat page at / in a real browser: headless Debian chromium, driven over
+// the DevTools protocol on a pipe (no extra packages), types a message, sends
+// it, and waits for the streamed reply and its statistics line. Skipped where
+// chromium is not installed.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { startServer } from './server.mjs';
+
+const chromium = ['/usr/bin/chromium', '/usr/bin/chromium-browser'].find(existsSync);
+let server;
+
+before(async () => { if (chromium) server = await startServer(['-c', '1024', '--parallel', '1']); });
+after(async () => { if (server) await server.stop(); });
+
+// Chromium with --remote-debugging-pipe reads protocol messages on fd 3 and
+// writes them on fd 4, each terminated by a NUL byte.
+function browser(url, profile) {
+  const proc = spawn(chromium, ['--headless=new', '--no-sandbox', '--disable-gpu', '--no-first-run',
+                                `--user-data-dir=${profile}`, '--remote-debugging-pipe', url],
+                     { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });
+  let stderr = '';
+  proc.stderr.on('data', (d) => { stderr += d; });
+  let next = 1, buf = '';
+  const waiting = new Map();
+  proc.stdio[4].on('data', (d) => {
+    buf += d;
+    let cut;
+    while ((cut = buf.indexOf('\0')) >= 0) {
+      const msg = JSON.parse(buf.slice(0, cut));
+      buf = buf.slice(cut + 1);
+      const w = waiting.get(msg.id);
+      if (!w) continue;
+      waiting.delete(msg.id);
+      if (msg.error) w.reject(new Error(JSON.stringify(msg.error)));
+      else w.resolve(msg.result);
+    }
+  });
+  const send = (method, params = {}, sessionId) => new Promise((resolve, reject) => {
+    const id = next++;
+    waiting.set(id, { resolve, reject });
+    proc.stdio[3].write(JSON.stringify({ id, method, params, sessionId }) + '\0');
+  });
+  return { proc, send, stderr: () => stderr };
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+test('the chat page streams a reply in headless chromium', { skip: !chromium && 'no chromium', timeout: 180000 },
+  async () => {
+    const profile = mkdtempSync(path.join(os.tmpdir(), 'moestream-page-'));
+    const b = browser(`${server.base}/?max_tokens=24`, profile);
+    try {
+      let page;
+      for (let i = 0; i < 300 && !page; i++) {
+        page = (await b.send('Target.getTargets')).targetInfos.find((t) => t.type === 'page');
+        if (!page) await sleep(100);
+      }
+      assert.ok(page, 'chromium opened no page: ' + b.stderr());
+      const { sessionId } = await b.send('Target.attachToTarget', { targetId: page.targetId, flatten: true });
+      const evaluate = async (expression) =>
+        (await b.send('Runtime.evaluate', { expression, returnByValue: true }, sessionId)).result.value;
+      const state = `JSON.stringify({
+        ready: document.readyState, model: document.getElementById('model')?.textContent,
+        user: document.querySelector('.msg.user')?.textContent,
+        reply: document.getElementById('reply-1')?.textContent,
+        stats: document.getElementById('stats-1')?.textContent })`;
+      let s;
+      for (let i = 0; i < 600; i++) {
+        s = JSON.parse(await evaluate(state));
+        if (s.ready === 'complete' && s.model) break;
+        await sleep(100);
+      }
+      assert.match(s.model, /^golden · qwen3moe · context 1024$/);
+      await evaluate(`document.getElementById('input').value = 'Hello from the browser';
+                      document.getElementById('send').click()`);
+      for (let i = 0; i < 1200; i++) {
+        s = JSON.parse(await evaluate(state));
+        if (s.stats) break;
+        await sleep(50);
+      }
+      assert.equal(s.user, 'Hello from the browser');
+      assert.ok(s.reply.length > 0, 'no reply text');
+      assert.match(s.stats, /^\d+ tokens · [\d.]+ tok\/s · first token [\d.]+ s · prompt \d+ tokens, \d+ cached/);
+      assert.match(s.stats, /expert hit rate [\d.]+%/);
+      if (process.env.MOESTREAM_PAGE_SHOT) {
+        const shot = await b.send('Page.captureScreenshot', { format: 'png' }, sessionId);
+        writeFileSync(process.env.MOESTREAM_PAGE_SHOT, Buffer.from(shot.data, 'base64'));
+      }
+      await b.send('Browser.close').catch(() => {});
+    } finally {
+      const exited = new Promise((r) => (b.proc.exitCode !== null ? r() : b.proc.on('exit', r)));
+      b.proc.kill();
+      await exited;
+      rmSync(profile, { recursive: true, force: true, maxRetries: 5 });
+    }
+  });

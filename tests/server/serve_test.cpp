@@ -1,0 +1,372 @@
+// The server end to end on loopback, in process, against the golden
+// qwen3moe-Q8_0 model: a greedy completion equals the golden greedy tokens
+// (plain and streamed), chat with the prompt cache, models/health/metrics,
+// OpenAI-style errors, the API key, 503 on a full queue, and a client that
+// goes away (streaming or not) freeing its slot. Ports are the kernel's pick.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <thread>
+
+#include "../model/golden.h"
+#include "server/http.h"
+
+namespace ms {
+namespace {
+
+const char* kModel = "qwen3moe-Q8_0";
+
+struct TestServer {
+    std::unique_ptr<Engine> engine;
+    std::unique_ptr<HttpServer> http;
+    std::thread thread;
+    int port = 0;
+
+    explicit TestServer(int parallel = 2, int queue = 4, const std::string& api_key = "", int64_t n_ctx = 512) {
+        SessionOptions o;
+        o.model_path = golden::models_dir() + "/" + kModel + ".gguf";
+        o.n_ctx = n_ctx;
+        o.n_threads = 1;
+        EngineOptions eo;
+        eo.queue = queue;
+        engine = std::make_unique<Engine>(
+            [&] {
+                std::vector<std::unique_ptr<Session>> slots;
+                slots.push_back(Session::open(o));
+                for (int i = 1; i < parallel; i++) slots.push_back(slots[0]->fork(o.sampling));
+                return slots;
+            },
+            eo);
+        ServerOptions so;
+        so.port = 0;
+        so.model_id = "golden";
+        so.api_key = api_key;
+        so.sampling = o.sampling;
+        so.http_threads = 16;
+        http = std::make_unique<HttpServer>(*engine, so);
+        http->bind();
+        port = http->port();
+        thread = std::thread([this] { http->listen(); });
+    }
+    ~TestServer() {
+        http->stop();
+        thread.join();
+    }
+    httplib::Client client() const {
+        httplib::Client c("127.0.0.1", port);
+        c.set_read_timeout(120, 0);
+        return c;
+    }
+    // POST a JSON body; returns status and parsed body.
+    std::pair<int, Json> post(const std::string& path, const std::string& body, const std::string& key = "") const {
+        httplib::Client c = client();
+        httplib::Headers h;
+        if (!key.empty()) h.emplace("Authorization", "Bearer " + key);
+        auto res = c.Post(path.c_str(), h, body, "application/json");
+        if (!res) return {0, Json()};
+        Json j;
+        try {
+            j = Json::parse(res->body);
+        } catch (const std::exception&) {
+            j = Json(res->body);
+        }
+        return {res->status, j};
+    }
+    double metric(const std::string& name) const {
+        auto res = client().Get("/metrics");
+        const std::string& t = res->body;
+        const size_t at = t.find("\n" + name + " ");
+        if (at == std::string::npos) return -1;
+        return std::stod(t.substr(at + name.size() + 2));
+    }
+};
+
+// A raw connection, for clients that vanish mid-request.
+int connect_to(int port) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return -1;
+    return fd;
+}
+
+void send_post(int fd, const std::string& path, const std::string& body) {
+    const std::string req = "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                            std::to_string(body.size()) + "\r\n\r\n" + body;
+    ASSERT_EQ(write(fd, req.data(), req.size()), ssize_t(req.size()));
+}
+
+// Reads until `what` arrives (or 60 s pass).
+bool read_until(int fd, const std::string& what) {
+    std::string got;
+    char buf[4096];
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (got.find(what) == std::string::npos && std::chrono::steady_clock::now() < end) {
+        const ssize_t n = read(fd, buf, sizeof buf);
+        if (n <= 0) return false;
+        got.append(buf, size_t(n));
+    }
+    return got.find(what) != std::string::npos;
+}
+
+// Polls until cond() or 60 s.
+template <class F>
+bool eventually(F cond) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!cond()) {
+        if (std::chrono::steady_clock::now() > end) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+}
+
+// The golden greedy continuation as the text a client should see.
+std::string golden_text(const golden::Case& c, const Tokenizer& tok) {
+    StreamDecoder d(tok, false);
+    std::string s;
+    for (int32_t t : c.greedy) s += d.push(t);
+    return s + d.flush();
+}
+
+Json completion_body(const golden::Case& c, bool stream) {
+    Json b = Json::object();
+    b["model"] = "golden";
+    b["prompt"] = c.meta.at("prompt").as_string();
+    b["max_tokens"] = int64_t(c.greedy.size());
+    b["temperature"] = 0;
+    b["ignore_eos"] = true;
+    b["stream"] = stream;
+    if (stream) b["stream_options"]["include_usage"] = true;
+    return b;
+}
+
+TEST(Serve, GreedyCompletionIsTheGoldenContinuation) {
+    const golden::Case c = golden::load(kModel);
+    TestServer s;
+    const std::string want = golden_text(c, s.engine->session().tokenizer());
+    auto [status, j] = s.post("/v1/completions", completion_body(c, false).dump());
+    ASSERT_EQ(status, 200) << j.dump();
+    EXPECT_EQ(j.at("object").as_string(), "text_completion");
+    EXPECT_EQ(j.at("choices")[0].at("text").as_string(), want);
+    EXPECT_EQ(j.at("choices")[0].at("finish_reason").as_string(), "length");
+    EXPECT_EQ(j.at("usage").at("prompt_tokens").as_int(), int64_t(c.prompt.size()));
+    EXPECT_EQ(j.at("usage").at("completion_tokens").as_int(), int64_t(c.greedy.size()));
+
+    // Streamed: the deltas add up to the same text; then a finish chunk, the
+    // usage chunk and [DONE].
+    auto res = s.client().Post("/v1/completions", completion_body(c, true).dump(), "application/json");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200);
+    EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
+    std::string text, finish;
+    Json usage;
+    bool done = false;
+    size_t pos = 0;
+    const std::string& body = res->body;
+    while ((pos = body.find("data: ", pos)) != std::string::npos) {
+        const size_t end = body.find("\n\n", pos);
+        const std::string data = body.substr(pos + 6, end - pos - 6);
+        pos = end;
+        if (data == "[DONE]") {
+            done = true;
+            continue;
+        }
+        const Json ev = Json::parse(data);
+        if (ev.at("choices").size() == 0) {
+            usage = ev.at("usage");
+            continue;
+        }
+        text += ev.at("choices")[0].at("text").as_string();
+        if (!ev.at("choices")[0].at("finish_reason").is_null()) finish = ev.at("choices")[0].at("finish_reason").as_string();
+    }
+    EXPECT_TRUE(done);
+    EXPECT_EQ(text, want);
+    EXPECT_EQ(finish, "length");
+    ASSERT_TRUE(usage.is_object());
+    EXPECT_EQ(usage.at("completion_tokens").as_int(), int64_t(c.greedy.size()));
+    // The same prompt again: the slot's KV cache holds all but its last token.
+    EXPECT_EQ(usage.at("prompt_tokens_details").at("cached_tokens").as_int(), int64_t(c.prompt.size()) - 1);
+}
+
+TEST(Serve, ChatAndThePromptCache) {
+    TestServer s(1, 4);
+    auto [status, j] = s.post("/v1/chat/completions",
+                              R"({"messages": [{"role": "system", "content": "Be brief."},
+                                               {"role": "user", "content": "Hello there"}],
+                                  "max_completion_tokens": 6, "seed": 7, "temperature": 0.7})");
+    ASSERT_EQ(status, 200) << j.dump();
+    EXPECT_EQ(j.at("object").as_string(), "chat.completion");
+    const Json& msg = j.at("choices")[0].at("message");
+    EXPECT_EQ(msg.at("role").as_string(), "assistant");
+    const int64_t first_prompt = j.at("usage").at("prompt_tokens").as_int();
+    EXPECT_GT(first_prompt, 3);
+    EXPECT_LE(j.at("usage").at("completion_tokens").as_int(), 6);
+
+    // The next turn repeats the conversation: only its new tokens are evaluated.
+    Json next = Json::parse(R"({"messages": [{"role": "system", "content": "Be brief."},
+                                             {"role": "user", "content": "Hello there"}],
+                                "max_tokens": 4})");
+    Json reply = Json::object();
+    reply["role"] = "assistant";
+    reply["content"] = msg.at("content").as_string();
+    next["messages"].push_back(reply);
+    next["messages"].push_back(Json::parse(R"({"role": "user", "content": [{"type": "text", "text": "More?"}]})"));
+    auto [status2, j2] = s.post("/v1/chat/completions", next.dump());
+    ASSERT_EQ(status2, 200) << j2.dump();
+    const Json& u = j2.at("usage");
+    EXPECT_GT(u.at("prompt_tokens").as_int(), first_prompt);
+    EXPECT_GE(u.at("prompt_tokens_details").at("cached_tokens").as_int(), first_prompt - 1);
+
+    // The same seed gives the same reply.
+    auto [status3, j3] = s.post("/v1/chat/completions",
+                                R"({"messages": [{"role": "system", "content": "Be brief."},
+                                                 {"role": "user", "content": "Hello there"}],
+                                    "max_completion_tokens": 6, "seed": 7, "temperature": 0.7})");
+    ASSERT_EQ(status3, 200);
+    EXPECT_EQ(j3.at("choices")[0].at("message").at("content").as_string(), msg.at("content").as_string());
+}
+
+TEST(Serve, ModelsHealthMetrics) {
+    TestServer s;
+    auto c = s.client();
+    auto health = c.Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 200);
+    auto models = c.Get("/v1/models");
+    ASSERT_TRUE(models);
+    const Json m = Json::parse(models->body);
+    EXPECT_EQ(m.at("data")[0].at("id").as_string(), "golden");
+    EXPECT_EQ(m.at("data")[0].at("object").as_string(), "model");
+    ASSERT_EQ(s.post("/v1/completions", R"({"prompt": "Hi", "max_tokens": 3, "ignore_eos": true})").first, 200);
+    EXPECT_EQ(s.metric("moestream_generated_tokens_total"), 3);
+    EXPECT_EQ(s.metric("moestream_slots"), 2);
+    EXPECT_EQ(s.metric("moestream_queue_depth"), 0);
+    EXPECT_GT(s.metric("moestream_rss_bytes"), 1e6);
+    auto page = c.Get("/");
+    ASSERT_TRUE(page);
+    EXPECT_NE(page->body.find("<html"), std::string::npos);
+}
+
+TEST(Serve, BadRequestsGetOpenAIErrorsAndTheServerGoesOn) {
+    TestServer s;
+    const std::string chat = "/v1/chat/completions", comp = "/v1/completions";
+    const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+    struct Case {
+        std::string path, body;
+        int status;
+        std::string param;
+    };
+    const std::string long_prompt(4000, 'x');
+    const Case cases[] = {
+        {chat, "{\"messages\": [", 400, ""},
+        {chat, "[1, 2]", 400, ""},
+        {chat, "{" + msgs + ", \"messages\": []}", 400, ""},
+        {chat, "{}", 400, "messages"},
+        {chat, R"({"messages": "hi"})", 400, "messages"},
+        {chat, R"({"messages": [{"role": "wizard", "content": "hi"}]})", 400, "messages[0].role"},
+        {chat, R"({"messages": [{"role": "user", "content": 5}]})", 400, "messages[0].content"},
+        {chat, "{" + msgs + ", \"temperature\": \"hot\"}", 400, "temperature"},
+        {chat, "{" + msgs + ", \"temperature\": 9}", 400, "temperature"},
+        {chat, "{" + msgs + ", \"max_tokens\": -1}", 400, "max_tokens"},
+        {chat, "{" + msgs + ", \"max_tokens\": 1e300}", 400, "max_tokens"},
+        {chat, "{" + msgs + ", \"max_tokens\": 2.5}", 400, "max_tokens"},
+        {chat, "{" + msgs + ", \"max_tokens\": 100000}", 400, "max_tokens"},
+        {chat, "{" + msgs + ", \"stop\": [1]}", 400, "stop"},
+        {chat, "{" + msgs + ", \"n\": 3}", 400, "n"},
+        {chat, "{" + msgs + ", \"stream\": \"yes\"}", 400, "stream"},
+        {chat, "{" + msgs + ", \"tools\": [{\"type\": \"function\"}]}", 400, "tools"},
+        {chat, "{" + msgs + ", \"model\": \"gpt-4o\"}", 404, "model"},
+        {comp, R"({"prompt": ")" + long_prompt + R"("})", 400, "prompt"},
+        {comp, R"({"prompt": "x", "max_tokens": 512})", 400, "max_tokens"},
+        {comp, R"({"prompt": 7})", 400, "prompt"},
+        {comp, std::string(200, '[') + std::string(200, ']'), 400, ""},
+    };
+    for (const Case& c : cases) {
+        auto [status, j] = s.post(c.path, c.body);
+        EXPECT_EQ(status, c.status) << c.body.substr(0, 120) << " -> " << j.dump();
+        ASSERT_TRUE(j.is_object() && j.contains("error")) << c.body.substr(0, 120);
+        const Json& e = j.at("error");
+        EXPECT_TRUE(e.at("message").is_string());
+        EXPECT_TRUE(e.at("type").is_string());
+        if (!c.param.empty()) {
+            EXPECT_EQ(e.at("param").as_string(), c.param) << c.body.substr(0, 120);
+        }
+    }
+    auto nope = s.client().Get("/v1/nothing");
+    ASSERT_TRUE(nope);
+    EXPECT_EQ(nope->status, 404);
+    EXPECT_TRUE(Json::parse(nope->body).contains("error"));
+    EXPECT_EQ(s.post(comp, R"({"prompt": "still here", "max_tokens": 2})").first, 200);
+}
+
+TEST(Serve, ApiKey) {
+    TestServer s(1, 1, "sesame");
+    auto c = s.client();
+    EXPECT_EQ(c.Get("/health")->status, 200);
+    auto no_key = c.Get("/v1/models");
+    EXPECT_EQ(no_key->status, 401);
+    EXPECT_EQ(Json::parse(no_key->body).at("error").at("code").as_string(), "invalid_api_key");
+    EXPECT_EQ(s.post("/v1/completions", R"({"prompt": "x", "max_tokens": 1})", "wrong").first, 401);
+    EXPECT_EQ(s.post("/v1/completions", R"({"prompt": "x", "max_tokens": 1})", "sesame").first, 200);
+    EXPECT_EQ(c.Get("/metrics")->status, 401);
+}
+
+// One slot, no queue: a long stream holds the slot, so a second request gets
+// 503 at once; when the stream's client hangs up, its sequence stops and the
+// slot serves the next request.
+TEST(Serve, FullQueueIs503AndAClientThatLeavesFreesItsSlot) {
+    TestServer s(1, 0, "", 4096);
+    const int limit = 4000;
+    const std::string body = R"({"prompt": "Once", "stream": true, "ignore_eos": true, "max_tokens": )" +
+                             std::to_string(limit) + "}";
+    int fd = connect_to(s.port);
+    ASSERT_GE(fd, 0);
+    send_post(fd, "/v1/completions", body);
+    ASSERT_TRUE(read_until(fd, "data: "));
+    auto [status, j] = s.post("/v1/completions", R"({"prompt": "x", "max_tokens": 1})");
+    EXPECT_EQ(status, 503) << j.dump();
+    EXPECT_EQ(j.at("error").at("code").as_string(), "overloaded");
+    close(fd);
+    EXPECT_TRUE(eventually([&] { return s.metric("moestream_requests_total{outcome=\"cancelled\"}") == 1; }));
+    EXPECT_LT(s.metric("moestream_generated_tokens_total"), limit);
+    EXPECT_EQ(s.post("/v1/completions", R"({"prompt": "x", "max_tokens": 1})").first, 200);
+
+    // A client waiting for a whole (non-streamed) reply that hangs up is
+    // noticed too, between two tokens.
+    fd = connect_to(s.port);
+    send_post(fd, "/v1/completions", R"({"prompt": "Once", "ignore_eos": true, "max_tokens": 4000})");
+    ASSERT_TRUE(eventually([&] { return s.metric("moestream_slots_busy") == 1; }));
+    close(fd);
+    EXPECT_TRUE(eventually([&] { return s.metric("moestream_requests_total{outcome=\"cancelled\"}") == 2; }));
+    EXPECT_TRUE(eventually([&] { return s.metric("moestream_slots_busy") == 0; }));
+}
+
+// The engine asks client_alive() before every forward pass: a client found
+// gone stops its sequence before the next token.
+TEST(Serve, ASequenceStopsWithinOneTokenOfItsClientLeaving) {
+    TestServer s(1, 1);
+    GenerationRequest r;
+    r.chat = false;
+    r.max_tokens = 100;
+    r.ignore_eos = true;
+    auto job = std::make_shared<Job>(r, s.engine->session().tokenize("Once upon"), 60.0);
+    std::atomic<int> polls{0};
+    job->client_alive = [&] { return ++polls <= 5; };  // 1 prefill + 4 tokens, then gone
+    ASSERT_TRUE(s.engine->submit(job));
+    std::string text;
+    while (!job->wait(&text, 1.0)) {
+    }
+    EXPECT_EQ(job->error, "cancelled");
+    EXPECT_EQ(job->usage.completion_tokens, 4);
+}
+
+}  // namespace
+}  // namespace ms

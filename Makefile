@@ -35,6 +35,8 @@ test: build
 # tests/server/node/package-lock.json, installed here) under node's test
 # runner, and a bounded load test; all on loopback.
 serve-test: build
+	@command -v npm >/dev/null || { SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nodejs npm >/dev/null; }
 	cd tests/server/node && npm ci --no-audit --no-fund --loglevel=error
 	MOESTREAM_BIN=$(abspath $(BUILD))/moestream node --test tests/server/node/
 

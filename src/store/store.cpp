@@ -69,6 +69,11 @@ Store::~Store() {
 }
 
 void Store::begin_step(int n_tokens) {
+    // A forward pass that threw (a read error, a bad token) never released
+    // its layers: unpin them, so the next pass (the next request of `serve`)
+    // starts clean instead of failing with "acquired twice".
+    for (Held& h : held_)
+        if (h.layer >= 0) release(h.layer);
     step_tokens_ = n_tokens;
     step_clock_ = cache_.clock() + 1;  // the first use of this step
     counters_->steps++;

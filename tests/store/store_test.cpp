@@ -234,6 +234,25 @@ TEST(Store, CapacityIsEnforcedAndPinsHold) {
     store.release(0);
 }
 
+TEST(Store, AStepThatNeverReleasedIsCleanedUpByTheNext) {
+    // A forward pass that throws between acquire and release (serve keeps
+    // serving after it) must not leave the layer held or its experts pinned.
+    Fixture fx("qwen3moe-Q4_K_M");
+    Store store(fx.layout("gguf"), 3, StoreOptions{}, nullptr);
+    int32_t two[2] = {0, 1}, three[3] = {2, 3, 4};
+    store.begin_step(1);
+    store.acquire(0, two, 2);  // ... and the pass throws here
+    store.begin_step(1);
+    store.acquire(0, two, 2);
+    ExpertView v;
+    while (store.next_ready(0, &v) >= 0) {}
+    store.release(0);
+    store.begin_step(1);
+    store.acquire(1, three, 3);  // all 3 slots: nothing is still pinned
+    while (store.next_ready(1, &v) >= 0) {}
+    store.release(1);
+}
+
 TEST(Store, CorruptedSidecarRecordNamesLayerAndExpert) {
     Fixture fx("qwen3moe-Q4_K_M");
     ExpertLayout lay = fx.layout("packed");

@@ -174,9 +174,9 @@ public:
         float* cos_sin = st.cos_sin.f32();
         experts.begin_step(n);
         st.ring.wrote(pos0, n);
-        if (pos0 == 0) {
-            std::memset(st.conv_state.data(), 0, st.conv_state.size());
-            std::memset(st.recurrent_state.data(), 0, st.recurrent_state.size());
+        if (pos0 == 0) {  // recurrent layers start from zero states (none without DeltaNet layers)
+            for (AlignedBuffer* b : {&st.conv_state, &st.recurrent_state})
+                if (b->size() > 0) std::memset(b->data(), 0, b->size());
         }
 
         pool.parallel_for(n, [&](int64_t b, int64_t e) {

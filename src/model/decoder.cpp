@@ -208,16 +208,16 @@ public:
                                          : d.empty() ? a.weight_bytes() : d.weight_bytes());
                 const float* cs = cos_sin + int64_t(c0) * rope_.n_rot;
                 if (mla) {
-                    norm_rows(pool, xc, a.norm, nc, xb);
+                    rms_norm_rows(pool, xc, a.norm.f32(), nc, E, c.rms_eps, xb);
                     mla_attention_block(pool, mla_shape_, c.rms_eps, rope_, mla_[size_t(il)], xb, nc, pos0 + c0, cs,
                                         st.kv[size_t(il)], n_ctx, st.mla, y);
                 } else if (d.empty()) {
-                    norm_rows(pool, xc, a.norm, nc, xb);
+                    rms_norm_rows(pool, xc, a.norm.f32(), nc, E, c.rms_eps, xb);
                     attention_block(pool, c, rope_, a, xb, nc, pos0 + c0, cs, st.kv[size_t(il)], n_ctx, st.attn, y);
                 } else {
                     // Pieces in order: the states carry from one to the next.
                     const int64_t slot = deltanet_slot_[size_t(il)];
-                    norm_rows(pool, xc, d.norm, nc, xb);
+                    rms_norm_rows(pool, xc, d.norm.f32(), nc, E, c.rms_eps, xb);
                     deltanet_block(pool, deltanet_shape_, c.rms_eps, d, xb, nc,
                                    st.conv_state.f32() + slot * deltanet_shape_.conv_state_floats(),
                                    st.recurrent_state.f32() + slot * deltanet_shape_.recurrent_state_floats(),
@@ -231,7 +231,7 @@ public:
                     c0 + nc == n && il + 1 < n_run_ && ffn_[size_t(il) + 1].moe() && experts.wants_prefetch();
                 PhaseTimer route_time(time, Phase::Routing, il,
                                       m.router.bytes() + (predict ? ffn_[size_t(il) + 1].router.bytes() : 0));
-                norm_rows(pool, xc, m.norm, nc, xb);
+                rms_norm_rows(pool, xc, m.norm.f32(), nc, E, c.rms_eps, xb);
                 if (m.moe()) route_tokens(pool, m, xb, nc, K, st.ffn);
                 // y is free until the feed-forward block writes it.
                 const ExpertHint next = predict ? predict_experts(st, pool, il + 1, xc, nc, y) : ExpertHint{};
@@ -253,7 +253,7 @@ public:
         const int64_t first = all_logits ? 0 : n - 1;
         for (int64_t c0 = first; c0 < n; c0 += B) {
             const int64_t nc = std::min<int64_t>(B, n - c0);
-            norm_rows(pool, x + c0 * E, output_norm_, nc, xb);
+            rms_norm_rows(pool, x + c0 * E, output_norm_.f32(), nc, E, c.rms_eps, xb);
             linear(pool, output(), xb, nc, logits + (c0 - first) * c.n_vocab, st.acts.data());
         }
         st.n_past += n;
@@ -390,18 +390,11 @@ private:
         const ModelConfig& c = config_;
         const FfnLayer& nl = ffn_[size_t(layer)];
         const int K = c.n_expert_used;
-        norm_rows(pool, x, nl.norm, n, normed);
+        rms_norm_rows(pool, x, nl.norm.f32(), n, c.n_embd, c.rms_eps, normed);
         int32_t* ids = reinterpret_cast<int32_t*>(st.ffn.next_ids.data());
         route_tokens(pool, nl, normed, n, K, st.ffn, ids, st.ffn.next_weights.f32());
         return expert_hint(layer, ids, n, K, c.n_expert, reinterpret_cast<int32_t*>(st.ffn.next_votes.data()),
                            reinterpret_cast<int32_t*>(st.ffn.next_union.data()));
-    }
-
-    void norm_rows(ThreadPool& pool, const float* in, const Tensor& w, int64_t n, float* out) const {
-        const int64_t E = config_.n_embd;
-        pool.parallel_for(n, [&](int64_t b, int64_t e) {
-            for (int64_t t = b; t < e; t++) rms_norm(in + t * E, w.f32(), E, config_.rms_eps, out + t * E);
-        });
     }
 
     Rope rope_;

@@ -296,10 +296,10 @@ public:
 
             // FFN: the GELU MLP and, in MoE layers, the routed experts beside
             // it, both reading x (the residual after attention).
-            norm_rows(pool, x, l.ffn_norm.f32(), n, E, xb);
+            rms_norm_rows(pool, x, l.ffn_norm.f32(), n, E, c.rms_eps, xb);
             mlp(st, pool, l, xb, n, y);
             if (l.moe) {
-                norm_rows(pool, y, l.post_mlp_norm.f32(), n, E, y);
+                rms_norm_rows(pool, y, l.post_mlp_norm.f32(), n, E, c.rms_eps, y);
                 const Layer* nl = il + 1 < c.n_layer && experts.wants_prefetch() ? &layers_[size_t(il) + 1] : nullptr;
                 if (nl && !nl->moe) nl = nullptr;
                 PhaseTimer route_time(time, Phase::Routing, il, l.router.bytes() + (nl ? nl->router.bytes() : 0));
@@ -316,7 +316,7 @@ public:
                                        reinterpret_cast<int32_t*>(st.next_votes.data()),
                                        reinterpret_cast<int32_t*>(st.next_union.data()));
                 }
-                norm_rows(pool, x, l.pre_moe_norm.f32(), n, E, xb);
+                rms_norm_rows(pool, x, l.pre_moe_norm.f32(), n, E, c.rms_eps, xb);
                 route_time.stop();
 
                 PhaseTimer moe_time(nullptr, Phase::ExpertCompute, il);
@@ -326,10 +326,10 @@ public:
                 const double moe_s = moe_time.stop();
                 time->add(Phase::IoWait, cost.io_wait_s);
                 time->add(Phase::ExpertCompute, moe_s - cost.io_wait_s, cost.expert_bytes);
-                norm_rows(pool, y2, l.post_moe_norm.f32(), n, E, y2);
+                rms_norm_rows(pool, y2, l.post_moe_norm.f32(), n, E, c.rms_eps, y2);
                 add_to(y, y2, n * E);
             }
-            norm_rows(pool, y, l.post_ffw_norm.f32(), n, E, y);
+            rms_norm_rows(pool, y, l.post_ffw_norm.f32(), n, E, c.rms_eps, y);
             add_to(x, y, n * E);
 
             if (n_per_layer_ > 0) per_layer_embedding(st, pool, l, il, n);
@@ -343,7 +343,7 @@ public:
 
         const int64_t first = all_logits ? 0 : n - 1;
         const int64_t rows = n - first;
-        norm_rows(pool, x + first * E, output_norm_.f32(), rows, E, xb);
+        rms_norm_rows(pool, x + first * E, output_norm_.f32(), rows, E, c.rms_eps, xb);
         linear(pool, output(), xb, rows, logits, st.acts.data());
         if (softcap_ > 0) {
             const float inv = 1.0f / softcap_;
@@ -378,7 +378,7 @@ private:
         const KvLayer& kv = st.kv[size_t(il)];
 
         PhaseTimer attn_time(time, Phase::Attention, il, l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes());
-        norm_rows(pool, x, l.attn_norm.f32(), n, E, xb);
+        rms_norm_rows(pool, x, l.attn_norm.f32(), n, E, c.rms_eps, xb);
         // Without attn_v, V is the K projection (before k's norm and rope).
         const Tensor* w[3] = {&l.wq, &l.wk, &l.wv};
         float* const out[3] = {q, k, v};
@@ -405,7 +405,7 @@ private:
         attention(pool, shape(l, window_), kv, q, n, pos0, seen, st.attn_scratch.f32(), st.att.f32());
         float* y = st.y.f32();
         linear(pool, l.wo, st.att.f32(), n, y, st.acts.data());
-        norm_rows(pool, y, l.post_attn_norm.f32(), n, E, y);
+        rms_norm_rows(pool, y, l.post_attn_norm.f32(), n, E, c.rms_eps, y);
         add_to(x, y, n * E);
     }
 
@@ -484,14 +484,8 @@ private:
             }
         });
         linear(pool, l.ple_proj, h, n, y, st.acts.data());
-        norm_rows(pool, y, l.ple_norm.f32(), n, E, y);
+        rms_norm_rows(pool, y, l.ple_norm.f32(), n, E, c.rms_eps, y);
         add_to(st.x.f32(), y, n * E);
-    }
-
-    void norm_rows(ThreadPool& pool, const float* in, const float* w, int64_t n, int64_t width, float* out) const {
-        pool.parallel_for(n, [&](int64_t b, int64_t e) {
-            for (int64_t t = b; t < e; t++) rms_norm(in + t * width, w, width, config_.rms_eps, out + t * width);
-        });
     }
 
     // A per-layer metadata array of n_layer values, or one value for all.

@@ -16,4 +16,11 @@ void rms_norm(const float* x, const float* w, int64_t n, float eps, float* out) 
     }
 }
 
+void rms_norm_rows(ThreadPool& pool, const float* x, const float* w, int64_t rows, int64_t width, float eps,
+                   float* out) {
+    pool.parallel_for(rows, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; t++) rms_norm(x + t * width, w, width, eps, out + t * width);
+    });
+}
+
 }  // namespace ms

@@ -295,12 +295,17 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     const std::string id = (is_chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
     const int64_t created = int64_t(time(nullptr));
     const GenerationRequest& r = job->request;
-    auto chunk = [this, id, created, is_chat](const std::string& text, const std::string& reason, bool first) {
-        Json c = Json::object();
-        c["id"] = id;
-        c["object"] = is_chat ? "chat.completion.chunk" : "text_completion";
-        c["created"] = created;
-        c["model"] = options.model_id;
+    // The fields every response and stream chunk of this request starts with.
+    auto envelope = [this, id, created](const char* object) {
+        Json j = Json::object();
+        j["id"] = id;
+        j["object"] = object;
+        j["created"] = created;
+        j["model"] = options.model_id;
+        return j;
+    };
+    auto chunk = [envelope, is_chat](const std::string& text, const std::string& reason, bool first) {
+        Json c = envelope(is_chat ? "chat.completion.chunk" : "text_completion");
         Json choice = Json::object();
         choice["index"] = 0;
         if (is_chat) {
@@ -327,11 +332,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
             if (job->error != "cancelled") send_error(res, ApiError(500, job->error, "", "server_error"));
             return;
         }
-        Json j = Json::object();
-        j["id"] = id;
-        j["object"] = is_chat ? "chat.completion" : "text_completion";
-        j["created"] = created;
-        j["model"] = options.model_id;
+        Json j = envelope(is_chat ? "chat.completion" : "text_completion");
         Json choice = Json::object();
         choice["index"] = 0;
         if (is_chat) {

@@ -13,26 +13,34 @@
 namespace ms {
 
 int cmd_synth(int argc, char** argv) {
-    std::string preset = "tiny", out, type = "Q4_K_M", vocab;
+    std::string preset = "tiny", out, type, vocab;
     int layers = 0, experts = 0, experts_used = 0, n_embd = 0, ffn = 0, heads = 0, kv_heads = 0, head_dim = 0;
     int64_t context = 0, seed = 1;
     double skew = -1, locality = -1;
-    bool json = false;
+    bool json = false, dry_run = false;
     std::string presets;
     for (const std::string& n : synth_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
     Args args("moestream synth --preset NAME -o OUT.gguf [--type T] [overrides] [--router-skew S] [--router-locality L] [--seed N]",
-              "Writes a synthetic qwen3moe model: real tensor names, shapes and metadata, the tokenizer of a\n"
-              "vocabulary GGUF, and random but valid quantized weights (scaled so activations stay sane).\n"
-              "Presets: tiny (a few MB demo: 6 layers, 16 experts top-4, n_embd 256, ~500-token vocabulary),\n"
-              "qwen3-30b-a3b (48 layers, 128 experts top-8, n_embd 2048, expert FFN 768, 32/4 heads x 128,\n"
-              "Qwen3 vocabulary), qwen3-235b-a22b (94 layers, 128 experts top-8, n_embd 4096, FFN 1536, 64/4 heads).\n"
+              "Writes a synthetic model of a real architecture: real tensor names, shapes and metadata, the\n"
+              "tokenizer of a vocabulary GGUF, and random but valid quantized weights (scaled so activations\n"
+              "stay sane).\n"
+              "Presets (qwen3moe): tiny (a few MB demo: 6 layers, 16 experts top-4, n_embd 256, ~500-token\n"
+              "vocabulary), qwen3-30b-a3b (48 layers, 128 experts top-8, n_embd 2048, expert FFN 768, 32/4 heads\n"
+              "x 128, Qwen3 vocabulary), qwen3-235b-a22b (94 layers, 128 experts top-8, n_embd 4096, FFN 1536,\n"
+              "64/4 heads). Other families, at their published shapes: mixtral-8x7b (llama: 32 layers, 8 experts\n"
+              "top-2, n_embd 4096, FFN 14336), gpt-oss-120b (36 layers, 128 experts top-4, n_embd 2880, MXFP4\n"
+              "experts), deepseek-v3 (deepseek2: 61 layers, 3 dense, 256 experts top-8 + 1 shared, n_embd 7168,\n"
+              "MLA), glm-4.5-air (glm4moe: 46 layers, 1 dense, 128 experts top-8 + 1 shared, n_embd 4096).\n"
+              "Only the qwen3moe presets route like trained models; the others' random networks collapse onto\n"
+              "a few experts per layer (figures on them are best cases). Use --layers to fit a disk.\n"
               "Flags left at 0 keep the preset's value. Expert popularity per layer and the router skew are\n"
               "stored under moestream.synth.* and shown by `moestream inspect`.");
     args.option("--preset", &preset, "NAME", ("model shape: " + presets).c_str());
     args.option("-o,--output", &out, "OUT.gguf", "file to write (required)");
     args.option("--type", &type, "T",
                 "weights: Q4_K_M (Q4_K; Q6_K head, ffn_down and attn_v on use_more_bits layers), Q8_0, "
-                "MXFP4 (experts MXFP4, rest Q8_0) or F16; norms and routers are F32");
+                "MXFP4 (experts MXFP4, rest Q8_0) or F16; norms and routers are F32 (default: the preset's, "
+                "Q4_K_M except gpt-oss-120b's MXFP4)");
     args.option("--layers", &layers, "N", "number of layers");
     args.option("--experts", &experts, "N", "routed experts per layer");
     args.option("--experts-used", &experts_used, "N", "experts selected per token");
@@ -54,12 +62,15 @@ int cmd_synth(int argc, char** argv) {
                 "after the first layers (default: the preset's, chosen so the qwen3 presets route like the "
                 "trained models on English text: docs/routing.md)");
     args.option("--seed", &seed, "N", "random seed (same seed and flags give the same file)");
-    args.flag("--json", &json, "print the result (bytes, seconds, MB/s) as JSON on stdout");
+    args.flag("--dry-run", &dry_run,
+              "write nothing: print what the file would hold (bytes in all, resident bytes, routed expert bytes, "
+              "one expert's bytes), e.g. to size a full model before writing a --layers cut of it");
+    args.flag("--json", &json, "print the result (bytes, seconds, MB/s; with --dry-run the sizes) as JSON on stdout");
     if (!args.parse(argc, argv)) return 0;
-    if (out.empty()) throw std::runtime_error("missing -o OUT.gguf (see --help)");
+    if (out.empty() && !dry_run) throw std::runtime_error("missing -o OUT.gguf (see --help)");
 
     SynthSpec s = synth_preset(preset, MOESTREAM_GOLDEN_DIR);
-    s.recipe = type;
+    if (!type.empty()) s.recipe = type;
     if (layers) s.n_layer = layers;
     if (experts) s.n_expert = experts;
     if (experts_used) s.n_expert_used = experts_used;
@@ -74,6 +85,36 @@ int cmd_synth(int argc, char** argv) {
     if (locality >= 0) s.router_locality = locality;
     s.seed = uint64_t(seed);
     validate_spec(s);
+    if (dry_run) {
+        const SynthSizes z = synth_sizes(s);
+        if (json) {
+            Json j = Json::object();
+            j["preset"] = s.preset;
+            j["arch"] = s.arch;
+            j["type"] = s.recipe;
+            j["layers"] = s.n_layer;
+            j["moe_layers"] = z.moe_layers;
+            j["experts_per_layer"] = s.n_expert;
+            j["experts_used"] = s.n_expert_used;
+            j["n_vocab"] = z.n_vocab;
+            j["tensors"] = z.n_tensors;
+            j["bytes"] = z.total;
+            j["resident_bytes"] = z.resident;
+            j["expert_bytes"] = z.experts;
+            j["one_expert_bytes"] = z.one_expert;
+            j["routed_bytes_per_token"] = uint64_t(z.moe_layers) * uint64_t(s.n_expert_used) * z.one_expert;
+            printf("%s\n", j.dump(2).c_str());
+        } else {
+            printf("%s (%s, %s): %d layers (%d with %d experts, %d used), vocabulary %lld\n", s.preset.c_str(),
+                   s.arch.c_str(), s.recipe.c_str(), s.n_layer, z.moe_layers, s.n_expert, s.n_expert_used,
+                   (long long)z.n_vocab);
+            printf("  would write %s: resident %s, routed experts %s (one expert %s; %s routed a token)\n",
+                   format_bytes(double(z.total)).c_str(), format_bytes(double(z.resident)).c_str(),
+                   format_bytes(double(z.experts)).c_str(), format_bytes(double(z.one_expert)).c_str(),
+                   format_bytes(double(z.moe_layers) * s.n_expert_used * double(z.one_expert)).c_str());
+        }
+        return 0;
+    }
 
     std::unique_ptr<ProgressBar> bar;  // made at the first report, when the total is known
     SynthResult r = write_synth_model(s, out, [&](uint64_t done, uint64_t total) {

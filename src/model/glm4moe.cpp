@@ -1,5 +1,5 @@
 // GLM-4.5 / 4.6 (architecture `glm4moe`). q/k/v biases, q and k RMS-normed
-// per head, NeoX RoPE on the first rope.dimension_count dims of each head;
+// per head where the file has the norms (GLM-4.5-Air has none), NeoX RoPE on the first rope.dimension_count dims of each head;
 // post_attention_norm is the pre-FFN norm. The first
 // leading_dense_block_count layers have a dense FFN; the others route by
 // sigmoid scores plus exp_probs_b (bias for choosing only), weights the
@@ -20,7 +20,7 @@ std::unique_ptr<Model> open_glm4moe(const GgufFile& file, ModelConfig c) {
     }
     DecoderSpec s;
     s.qkv_bias = true;
-    s.qk_norm = QkNorm::PerHead;
+    s.qk_norm = file.tensor("blk.0.attn_q_norm.weight") ? QkNorm::PerHead : QkNorm::None;
     s.rope = config_rope(c, true);
     s.ffn_norm = "post_attention_norm";
     s.n_dense_lead = c.n_dense_lead;

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "gguf/gguf.h"
+#include "model/synth_families.h"
 #include "quant/blocks.h"
 #include "quant/dequant.h"
 #include "quant/half.h"
@@ -189,7 +190,7 @@ private:
 
 // --- the tensor plan -----------------------------------------------------
 
-enum class Fill { Random, Ones, Values, Router };
+enum class Fill { Random, Ones, Zeros, Values, Router };
 
 // --- realistic routing -----------------------------------------------------
 // Random networks collapse: attention that averages over every past position
@@ -284,71 +285,81 @@ Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal
         p.total_bytes += t.nbytes;
         p.tensors.push_back(std::move(t));
     };
-    const int64_t E = s.n_embd, F = s.expert_ffn, Q = int64_t(s.n_head) * s.head_dim,
-                  KV = int64_t(s.n_head_kv) * s.head_dim;
-    // Embedding rows go straight into the residual stream (unit scale); every
-    // other matrix has std 1/sqrt(fan_in) so activations keep their size
-    // through the layers. The head is 2x that, for peaked but not one-hot logits.
-    // Realistic routing (see Design): carrier channels and recency dims.
-    const int J = int(std::min<int64_t>(kCarrier, E / 8));
-    const bool real = s.router_locality > 0;
-    std::vector<uint8_t> recency(size_t(s.head_dim), 0);
-    for (int i = 0; i < s.head_dim / 2; i++) {
-        const double theta = std::pow(s.rope_base, -2.0 * i / s.head_dim);
-        if (theta <= 1.0 && theta >= 0.02) recency[size_t(i)] = recency[size_t(i + s.head_dim / 2)] = 1;
-    }
-    auto design = [&](Design d) {
-        if (!real) return;
-        PlannedTensor& t = p.tensors.back();
-        t.design = d;
-        t.carrier = J;
-        t.head_dim = s.head_dim;
-        t.recency = recency;
-    };
-    auto values = [&](std::vector<float> v) {
-        if (!real) return;
-        PlannedTensor& t = p.tensors.back();
-        t.fill = Fill::Values;
-        t.values = std::move(v);
-    };
-    std::vector<float> attn_norm(static_cast<size_t>(E)), ffn_norm(static_cast<size_t>(E), 1.0f),
-        qk_norm(static_cast<size_t>(s.head_dim));
-    // The shared query/key part is kCarrier carrier inputs times weights of
-    // std 1/sqrt(n_embd): the gain grows with sqrt(n_embd) so its weight
-    // against each token's own part is the same at every width.
-    const float gain = float(kCarrierGain * std::sqrt(double(E) / 256.0));
-    for (int j = 0; j < J; j++) attn_norm[size_t(j)] = gain, ffn_norm[size_t(j)] = 0;
-    for (int i = 0; i < s.head_dim; i++) qk_norm[size_t(i)] = recency[size_t(i)] ? float(kRecencySharpness) : 0.0f;
+    if (s.arch != "qwen3moe") {
+        for (const SynthTensor& t : family_tensors(s, n_vocab)) {
+            const Fill fill = t.fill == SynthFill::Ones     ? Fill::Ones
+                              : t.fill == SynthFill::Zeros  ? Fill::Zeros
+                              : t.fill == SynthFill::Router ? Fill::Router
+                                                            : Fill::Random;
+            add(t.name, t.ne, fill, t.sigma, t.layer);
+        }
+    } else {
+        const int64_t E = s.n_embd, F = s.expert_ffn, Q = int64_t(s.n_head) * s.head_dim,
+                      KV = int64_t(s.n_head_kv) * s.head_dim;
+        // Embedding rows go straight into the residual stream (unit scale); every
+        // other matrix has std 1/sqrt(fan_in) so activations keep their size
+        // through the layers. The head is 2x that, for peaked but not one-hot logits.
+        // Realistic routing (see Design): carrier channels and recency dims.
+        const int J = int(std::min<int64_t>(kCarrier, E / 8));
+        const bool real = s.router_locality > 0;
+        std::vector<uint8_t> recency(size_t(s.head_dim), 0);
+        for (int i = 0; i < s.head_dim / 2; i++) {
+            const double theta = std::pow(s.rope_base, -2.0 * i / s.head_dim);
+            if (theta <= 1.0 && theta >= 0.02) recency[size_t(i)] = recency[size_t(i + s.head_dim / 2)] = 1;
+        }
+        auto design = [&](Design d) {
+            if (!real) return;
+            PlannedTensor& t = p.tensors.back();
+            t.design = d;
+            t.carrier = J;
+            t.head_dim = s.head_dim;
+            t.recency = recency;
+        };
+        auto values = [&](std::vector<float> v) {
+            if (!real) return;
+            PlannedTensor& t = p.tensors.back();
+            t.fill = Fill::Values;
+            t.values = std::move(v);
+        };
+        std::vector<float> attn_norm(static_cast<size_t>(E)), ffn_norm(static_cast<size_t>(E), 1.0f),
+            qk_norm(static_cast<size_t>(s.head_dim));
+        // The shared query/key part is kCarrier carrier inputs times weights of
+        // std 1/sqrt(n_embd): the gain grows with sqrt(n_embd) so its weight
+        // against each token's own part is the same at every width.
+        const float gain = float(kCarrierGain * std::sqrt(double(E) / 256.0));
+        for (int j = 0; j < J; j++) attn_norm[size_t(j)] = gain, ffn_norm[size_t(j)] = 0;
+        for (int i = 0; i < s.head_dim; i++) qk_norm[size_t(i)] = recency[size_t(i)] ? float(kRecencySharpness) : 0.0f;
 
-    add("token_embd.weight", {E, n_vocab}, Fill::Random, 1.0, -1);
-    design(Design::CarrierMax);
-    for (int l = 0; l < s.n_layer; ++l) {
-        std::string b = "blk." + std::to_string(l) + ".";
-        add(b + "attn_norm.weight", {E}, Fill::Ones, 0, l);
-        for (int64_t i = J; i < E; i++)
-            attn_norm[size_t(i)] = float(s.router_locality / std::sqrt(1.0 + kLocalityDecay * l));
-        values(attn_norm);
-        add(b + "attn_q.weight", {E, Q}, Fill::Random, 1 / std::sqrt(double(E)), l);
-        design(Design::QkRecency);
-        add(b + "attn_k.weight", {E, KV}, Fill::Random, 1 / std::sqrt(double(E)), l);
-        design(Design::QkRecency);
-        add(b + "attn_v.weight", {E, KV}, Fill::Random, 1 / std::sqrt(double(E)), l);
-        design(Design::CarrierZero);
-        add(b + "attn_output.weight", {Q, E}, Fill::Random, 1 / std::sqrt(double(Q)), l);
-        design(Design::RowsZero);
-        add(b + "attn_q_norm.weight", {s.head_dim}, Fill::Ones, 0, l);
-        values(qk_norm);
-        add(b + "attn_k_norm.weight", {s.head_dim}, Fill::Ones, 0, l);
-        values(qk_norm);
-        add(b + "ffn_norm.weight", {E}, Fill::Ones, 0, l);
-        values(ffn_norm);
-        add(b + "ffn_gate_inp.weight", {E, s.n_expert}, Fill::Router, 0, l);
-        add(b + "ffn_gate_exps.weight", {E, F, s.n_expert}, Fill::Random, 1 / std::sqrt(double(E)), l);
-        add(b + "ffn_up_exps.weight", {E, F, s.n_expert}, Fill::Random, 1 / std::sqrt(double(E)), l);
-        add(b + "ffn_down_exps.weight", {F, E, s.n_expert}, Fill::Random, 1 / std::sqrt(double(F)), l);
+        add("token_embd.weight", {E, n_vocab}, Fill::Random, 1.0, -1);
+        design(Design::CarrierMax);
+        for (int l = 0; l < s.n_layer; ++l) {
+            std::string b = "blk." + std::to_string(l) + ".";
+            add(b + "attn_norm.weight", {E}, Fill::Ones, 0, l);
+            for (int64_t i = J; i < E; i++)
+                attn_norm[size_t(i)] = float(s.router_locality / std::sqrt(1.0 + kLocalityDecay * l));
+            values(attn_norm);
+            add(b + "attn_q.weight", {E, Q}, Fill::Random, 1 / std::sqrt(double(E)), l);
+            design(Design::QkRecency);
+            add(b + "attn_k.weight", {E, KV}, Fill::Random, 1 / std::sqrt(double(E)), l);
+            design(Design::QkRecency);
+            add(b + "attn_v.weight", {E, KV}, Fill::Random, 1 / std::sqrt(double(E)), l);
+            design(Design::CarrierZero);
+            add(b + "attn_output.weight", {Q, E}, Fill::Random, 1 / std::sqrt(double(Q)), l);
+            design(Design::RowsZero);
+            add(b + "attn_q_norm.weight", {s.head_dim}, Fill::Ones, 0, l);
+            values(qk_norm);
+            add(b + "attn_k_norm.weight", {s.head_dim}, Fill::Ones, 0, l);
+            values(qk_norm);
+            add(b + "ffn_norm.weight", {E}, Fill::Ones, 0, l);
+            values(ffn_norm);
+            add(b + "ffn_gate_inp.weight", {E, s.n_expert}, Fill::Router, 0, l);
+            add(b + "ffn_gate_exps.weight", {E, F, s.n_expert}, Fill::Random, 1 / std::sqrt(double(E)), l);
+            add(b + "ffn_up_exps.weight", {E, F, s.n_expert}, Fill::Random, 1 / std::sqrt(double(E)), l);
+            add(b + "ffn_down_exps.weight", {F, E, s.n_expert}, Fill::Random, 1 / std::sqrt(double(F)), l);
+        }
+        add("output_norm.weight", {E}, Fill::Ones, 0, -1);
+        add("output.weight", {E, n_vocab}, Fill::Random, 2 / std::sqrt(double(E)), -1);
     }
-    add("output_norm.weight", {E}, Fill::Ones, 0, -1);
-    add("output.weight", {E, n_vocab}, Fill::Random, 2 / std::sqrt(double(E)), -1);
 
     for (const PlannedTensor& t : p.tensors)
         p.codecs.push_back(t.design != Design::None && t.type != GgmlType::F16 && t.type != GgmlType::F32
@@ -454,6 +465,10 @@ void generate_chunk(const SynthSpec& s, const Plan& p, const Chunk& c, size_t ch
         memcpy(out, t.values.data() + c.first_block, c.n_blocks * 4);
         return;
     }
+    if (t.fill == Fill::Zeros) {
+        memset(out, 0, c.n_blocks * 4);
+        return;
+    }
     if (t.fill == Fill::Router) {
         // Row e: rank scale of expert e times a random unit-variance direction
         // normalized by sqrt(n_embd), so logits against a unit-RMS input have
@@ -555,52 +570,69 @@ uint32_t file_type_of(const std::string& recipe) {
 
 namespace {
 
-struct Preset {
-    const char* name;
-    int n_layer, n_expert, n_expert_used, n_embd, expert_ffn, n_head, n_head_kv, head_dim;
-    int64_t context;
-    const char* vocab;  // relative to the golden data folder
-    double router_skew, router_locality;
-};
-
 // tiny: small enough to make in a blink, still MoE with 16 experts per layer
 // so that a few MB of budget forces expert reads; its ~500-token vocabulary
 // (byte-level BPE with a ChatML template, from a golden model) keeps the head
-// tiny. The others are Qwen3 MoE checkpoints' real dimensions and vocabulary.
-const Preset kPresets[] = {
-    {"tiny", 6, 16, 4, 256, 256, 4, 2, 64, 512, "/models/qwen3moe-F32.gguf", 0, 1.0},
-    {"qwen3-30b-a3b", 48, 128, 8, 2048, 768, 32, 4, 128, 40960, "/tokenizer/qwen3-vocab.gguf", 0.5, 4.0},
-    {"qwen3-235b-a22b", 94, 128, 8, 4096, 1536, 64, 4, 128, 40960, "/tokenizer/qwen3-vocab.gguf", 0.5, 4.0},
-};
+// tiny. The qwen3 presets are Qwen3 MoE checkpoints' real dimensions and
+// vocabulary. The other families' presets take their dimensions from the
+// published configs; where we hold no copy of the real vocabulary (gpt-oss's
+// o200k, DeepSeek's 129k, GLM's 151k) the Qwen3 one stands in: the
+// embedding and head are then sized by its rows, not the real ones.
+// vocab_path is relative to the golden data folder here.
+const std::vector<SynthSpec>& presets() {
+    static const std::vector<SynthSpec> all = {
+        {.preset = "tiny", .n_layer = 6, .n_expert = 16, .n_expert_used = 4, .n_embd = 256, .expert_ffn = 256,
+         .n_head = 4, .n_head_kv = 2, .head_dim = 64, .context = 512, .vocab_path = "/models/qwen3moe-F32.gguf"},
+        {.preset = "qwen3-30b-a3b", .n_layer = 48, .n_expert = 128, .n_expert_used = 8, .n_embd = 2048,
+         .expert_ffn = 768, .n_head = 32, .n_head_kv = 4, .head_dim = 128, .context = 40960,
+         .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_skew = 0.5, .router_locality = 4.0},
+        {.preset = "qwen3-235b-a22b", .n_layer = 94, .n_expert = 128, .n_expert_used = 8, .n_embd = 4096,
+         .expert_ffn = 1536, .n_head = 64, .n_head_kv = 4, .head_dim = 128, .context = 40960,
+         .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_skew = 0.5, .router_locality = 4.0},
+        // Mixtral 8x7B: Llama 2's 32k SentencePiece vocabulary is the golden one.
+        {.preset = "mixtral-8x7b", .arch = "llama", .n_layer = 32, .n_expert = 8, .n_expert_used = 2,
+         .n_embd = 4096, .expert_ffn = 14336, .n_head = 32, .n_head_kv = 8, .head_dim = 128, .context = 32768,
+         .vocab_path = "/tokenizer/ggml-vocab-llama-spm.gguf", .router_locality = 0},
+        // gpt-oss-120b ships its experts in MXFP4, the rest in 8 bits.
+        {.preset = "gpt-oss-120b", .arch = "gpt-oss", .n_layer = 36, .n_expert = 128, .n_expert_used = 4,
+         .n_embd = 2880, .expert_ffn = 2880, .n_head = 64, .n_head_kv = 8, .head_dim = 64, .context = 131072,
+         .rope_base = 150000, .sliding_window = 128, .vocab_path = "/tokenizer/qwen3-vocab.gguf",
+         .recipe = "MXFP4", .router_locality = 0},
+        // DeepSeek V3 (671B): MLA (q rank 1536, KV rank 512, 128 + 64 rope
+        // dims per head for q/k, 128 for v), 3 dense layers, 256 experts top-8
+        // plus one shared.
+        {.preset = "deepseek-v3", .arch = "deepseek2", .n_layer = 61, .n_expert = 256, .n_expert_used = 8,
+         .n_embd = 7168, .expert_ffn = 2048, .n_head = 128, .n_head_kv = 1, .head_dim = 128, .context = 163840,
+         .rope_base = 10000, .rope_dim = 64, .n_dense_lead = 3, .dense_ffn = 18432, .n_shared = 1,
+         .q_lora = 1536, .kv_lora = 512, .v_head_dim = 128, .vocab_path = "/tokenizer/qwen3-vocab.gguf",
+         .router_locality = 0},
+        // GLM-4.5-Air (106B-A12B): 46 layers (its NextN block is left out),
+        // the first dense, 128 experts top-8 plus one shared, half-rotary heads,
+        // no q/k norm.
+        {.preset = "glm-4.5-air", .arch = "glm4moe", .n_layer = 46, .n_expert = 128, .n_expert_used = 8,
+         .n_embd = 4096, .expert_ffn = 1408, .n_head = 96, .n_head_kv = 8, .head_dim = 128, .context = 131072,
+         .rope_dim = 64, .n_dense_lead = 1, .dense_ffn = 10944, .n_shared = 1,
+         .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
+    };
+    return all;
+}
 
 }  // namespace
 
 const std::vector<std::string>& synth_preset_names() {
     static const std::vector<std::string> names = [] {
         std::vector<std::string> v;
-        for (const Preset& p : kPresets) v.push_back(p.name);
+        for (const SynthSpec& p : presets()) v.push_back(p.preset);
         return v;
     }();
     return names;
 }
 
 SynthSpec synth_preset(const std::string& name, const std::string& golden_dir) {
-    for (const Preset& p : kPresets) {
-        if (name != p.name) continue;
-        SynthSpec s;
-        s.preset = p.name;
-        s.n_layer = p.n_layer;
-        s.n_expert = p.n_expert;
-        s.n_expert_used = p.n_expert_used;
-        s.n_embd = p.n_embd;
-        s.expert_ffn = p.expert_ffn;
-        s.n_head = p.n_head;
-        s.n_head_kv = p.n_head_kv;
-        s.head_dim = p.head_dim;
-        s.context = p.context;
-        s.vocab_path = golden_dir + p.vocab;
-        s.router_skew = p.router_skew;
-        s.router_locality = p.router_locality;
+    for (const SynthSpec& p : presets()) {
+        if (name != p.preset) continue;
+        SynthSpec s = p;
+        s.vocab_path = golden_dir + p.vocab_path;
         return s;
     }
     std::string known;
@@ -629,6 +661,7 @@ void validate_spec(const SynthSpec& s) {
     need(std::isfinite(s.router_skew) && s.router_skew >= 0 && s.router_skew <= 8, "--router-skew must be 0..8");
     need(std::isfinite(s.router_locality) && s.router_locality >= 0 && s.router_locality <= 8,
          "--router-locality must be 0..8");
+    if (s.arch != "qwen3moe") validate_family(s);
 }
 
 GgmlType synth_tensor_type(const std::string& recipe, const std::string& tensor, int layer, int n_layer,
@@ -753,13 +786,47 @@ RouterCalibration calibrate_router(const std::vector<double>& target, int k, uin
     return cal;
 }
 
+namespace {
+
+int64_t vocab_rows(const GgufFile& vocab, const std::string& path) {
+    int64_t n = int64_t(vocab.get_strings("tokenizer.ggml.tokens").size());
+    if (n == 0) throw std::runtime_error(path + ": no tokenizer.ggml.tokens (not a vocabulary GGUF)");
+    return n;
+}
+
+}  // namespace
+
+SynthSizes synth_sizes(const SynthSpec& spec) {
+    validate_spec(spec);
+    SynthSizes z;
+    z.n_vocab = vocab_rows(GgufFile::open(spec.vocab_path), spec.vocab_path);
+    RouterCalibration uniform;  // sizes do not depend on the router's values
+    uniform.scale.assign(size_t(spec.n_expert), 1.0);
+    const Plan plan = make_plan(spec, z.n_vocab, uniform);
+    std::vector<uint64_t> layer_experts(size_t(spec.n_layer), 0);
+    for (const PlannedTensor& t : plan.tensors) {
+        z.total += t.nbytes;
+        // Per-expert biases are small and stay resident, as inspect counts them.
+        if (t.name.find("_exps.weight") != std::string::npos) {
+            z.experts += t.nbytes;
+            layer_experts[size_t(t.layer)] += t.nbytes / uint64_t(spec.n_expert);
+        }
+    }
+    z.resident = z.total - z.experts;
+    z.n_tensors = int(plan.tensors.size());
+    for (uint64_t b : layer_experts) {
+        z.moe_layers += b > 0;
+        z.one_expert = std::max(z.one_expert, b);
+    }
+    return z;
+}
+
 SynthResult write_synth_model(const SynthSpec& spec, const std::string& path,
                               const std::function<void(uint64_t, uint64_t)>& progress) {
     validate_spec(spec);
     auto t0 = std::chrono::steady_clock::now();
     GgufFile vocab = GgufFile::open(spec.vocab_path);
-    int64_t n_vocab = int64_t(vocab.get_strings("tokenizer.ggml.tokens").size());
-    if (n_vocab == 0) throw std::runtime_error(spec.vocab_path + ": no tokenizer.ggml.tokens (not a vocabulary GGUF)");
+    const int64_t n_vocab = vocab_rows(vocab, spec.vocab_path);
 
     std::vector<double> target =
         zipf_targets(spec.n_expert, spec.n_expert_used, spec.router_skew, kRouterCap);
@@ -769,27 +836,31 @@ SynthResult write_synth_model(const SynthSpec& spec, const std::string& path,
 
     std::string tmp = path + ".partial";
     GgufWriter w(tmp);
-    const std::string a = "qwen3moe.";
-    w.set_string("general.architecture", "qwen3moe");
+    w.set_string("general.architecture", spec.arch);
     w.set_string("general.name", "moestream synthetic " + spec.preset);
     w.set_u32("general.file_type", file_type_of(spec.recipe));
     w.set_u32("general.quantization_version", 2);
-    w.set_u32(a + "block_count", uint32_t(spec.n_layer));
-    w.set_u32(a + "context_length", uint32_t(spec.context));
-    w.set_u32(a + "embedding_length", uint32_t(spec.n_embd));
-    // Qwen3 MoE checkpoints state the dense-equivalent width (experts-used x
-    // expert width); loaders read the expert width from its own key.
-    w.set_u32(a + "feed_forward_length", uint32_t(spec.expert_ffn * spec.n_expert_used));
-    w.set_u32(a + "attention.head_count", uint32_t(spec.n_head));
-    w.set_u32(a + "attention.head_count_kv", uint32_t(spec.n_head_kv));
-    w.set_u32(a + "attention.key_length", uint32_t(spec.head_dim));
-    w.set_u32(a + "attention.value_length", uint32_t(spec.head_dim));
-    w.set_u32(a + "rope.dimension_count", uint32_t(spec.head_dim));
-    w.set_f32(a + "rope.freq_base", float(spec.rope_base));
-    w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
-    w.set_u32(a + "expert_count", uint32_t(spec.n_expert));
-    w.set_u32(a + "expert_used_count", uint32_t(spec.n_expert_used));
-    w.set_u32(a + "expert_feed_forward_length", uint32_t(spec.expert_ffn));
+    if (spec.arch != "qwen3moe") {
+        write_family_metadata(w, spec);
+    } else {
+        const std::string a = "qwen3moe.";
+        w.set_u32(a + "block_count", uint32_t(spec.n_layer));
+        w.set_u32(a + "context_length", uint32_t(spec.context));
+        w.set_u32(a + "embedding_length", uint32_t(spec.n_embd));
+        // Qwen3 MoE checkpoints state the dense-equivalent width (experts-used x
+        // expert width); loaders read the expert width from its own key.
+        w.set_u32(a + "feed_forward_length", uint32_t(spec.expert_ffn * spec.n_expert_used));
+        w.set_u32(a + "attention.head_count", uint32_t(spec.n_head));
+        w.set_u32(a + "attention.head_count_kv", uint32_t(spec.n_head_kv));
+        w.set_u32(a + "attention.key_length", uint32_t(spec.head_dim));
+        w.set_u32(a + "attention.value_length", uint32_t(spec.head_dim));
+        w.set_u32(a + "rope.dimension_count", uint32_t(spec.head_dim));
+        w.set_f32(a + "rope.freq_base", float(spec.rope_base));
+        w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+        w.set_u32(a + "expert_count", uint32_t(spec.n_expert));
+        w.set_u32(a + "expert_used_count", uint32_t(spec.n_expert_used));
+        w.set_u32(a + "expert_feed_forward_length", uint32_t(spec.expert_ffn));
+    }
     for (const auto& [key, value] : vocab.metadata())
         if (key.rfind("tokenizer.", 0) == 0) w.set_value(key, value);
     w.set_string("moestream.synth.preset", spec.preset);

@@ -1,11 +1,13 @@
-// Synthetic models of a real architecture (qwen3moe): real tensor names,
+// Synthetic models of real architectures (qwen3moe, and the families of
+// model/synth_families.h): real tensor names,
 // shapes and metadata, a real tokenizer copied from a vocabulary GGUF, and
 // random but valid quantized weights. Big tensors are never made as floats:
 // blocks are filled from a fast PRNG and only their scale fields are set, so
 // a 17 GB model is written at disk speed. Router rows are scaled so expert
 // popularity follows a Zipf-like law (--router-skew); a few designed
 // elements give attention a recency window so routing follows the token and
-// its recent context, as in trained models (--router-locality).
+// its recent context, as in trained models (--router-locality; qwen3moe
+// only: the other families' random networks keep their collapsed routing).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -18,6 +20,9 @@ namespace ms {
 
 struct SynthSpec {
     std::string preset = "custom";
+    // qwen3moe, or a family of model/synth_families.h (llama, gpt-oss,
+    // deepseek2, glm4moe), whose extra sizes follow below.
+    std::string arch = "qwen3moe";
     int n_layer = 4;
     int n_expert = 16;
     int n_expert_used = 4;
@@ -28,6 +33,14 @@ struct SynthSpec {
     int head_dim = 64;
     int64_t context = 4096;
     double rope_base = 1e6;
+    int rope_dim = 0;        // rotated dims per head (0: all); deepseek2: the rope part of q and k
+    int n_dense_lead = 0;    // first layers with a dense FFN (deepseek2, glm4moe)
+    int dense_ffn = 0;       // their width
+    int n_shared = 0;        // shared experts, expert_ffn wide each (deepseek2, glm4moe)
+    int q_lora = 0;          // deepseek2 MLA: q compression rank (0: q straight from the input)
+    int kv_lora = 0;         // deepseek2 MLA: compressed KV rank; head_dim is then the no-rope part
+    int v_head_dim = 0;      // deepseek2 MLA: value width per head
+    int sliding_window = 0;  // gpt-oss: the window of its even layers
     std::string vocab_path;       // GGUF whose tokenizer.* keys (and vocabulary size) are copied
     std::string recipe = "Q4_K_M";  // Q4_K_M, Q8_0, MXFP4, F16
     double router_skew = 0;       // Zipf exponent of expert popularity; 0 = uniform
@@ -38,8 +51,9 @@ struct SynthSpec {
     uint64_t seed = 1;
 };
 
-// Presets at real dimensions: "qwen3-30b-a3b", "qwen3-235b-a22b", and
-// "tiny" (a few MB, the README demo). Vocabularies are looked up in
+// Presets at real dimensions: "qwen3-30b-a3b", "qwen3-235b-a22b", the other
+// families' published shapes ("mixtral-8x7b", "gpt-oss-120b", "deepseek-v3",
+// "glm-4.5-air") and "tiny" (a few MB, the README demo). Vocabularies are looked up in
 // golden_dir (the project's shared golden data). Throws on an unknown name.
 SynthSpec synth_preset(const std::string& name, const std::string& golden_dir);
 const std::vector<std::string>& synth_preset_names();
@@ -82,6 +96,18 @@ struct SynthResult {
     double seconds = 0;
     int n_tensors = 0;
 };
+
+// What a spec would write, without writing it: tensor data bytes, split
+// into routed experts (the *_exps tensors) and everything else (resident
+// while streaming), and the size of one expert of one layer (gate + up +
+// down). Reads only the vocabulary file.
+struct SynthSizes {
+    uint64_t total = 0, experts = 0, resident = 0, one_expert = 0;
+    int64_t n_vocab = 0;
+    int n_tensors = 0;
+    int moe_layers = 0;
+};
+SynthSizes synth_sizes(const SynthSpec& spec);
 
 // Writes the model to `path` (through `path`.partial, renamed at the end).
 // progress(done, total) is called from the calling thread after each chunk.

@@ -1,0 +1,195 @@
+#include "model/synth_families.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "gguf/gguf.h"
+
+namespace ms {
+
+namespace {
+
+bool is_llama(const SynthSpec& s) { return s.arch == "llama"; }
+bool is_gpt_oss(const SynthSpec& s) { return s.arch == "gpt-oss"; }
+bool is_deepseek2(const SynthSpec& s) { return s.arch == "deepseek2"; }
+bool is_glm4moe(const SynthSpec& s) { return s.arch == "glm4moe"; }
+
+// The q/k/v/output block of the plain-attention families.
+void attention(const SynthSpec& s, const std::string& b, int l, std::vector<SynthTensor>& out) {
+    const int64_t E = s.n_embd, Q = int64_t(s.n_head) * s.head_dim, KV = int64_t(s.n_head_kv) * s.head_dim;
+    const bool qkv_bias = is_gpt_oss(s) || is_glm4moe(s);
+    const double in = 1 / std::sqrt(double(E));
+    out.push_back({b + "attn_q.weight", {E, Q}, SynthFill::Random, in, l});
+    if (qkv_bias) out.push_back({b + "attn_q.bias", {Q}, SynthFill::Zeros, 0, l});
+    out.push_back({b + "attn_k.weight", {E, KV}, SynthFill::Random, in, l});
+    if (qkv_bias) out.push_back({b + "attn_k.bias", {KV}, SynthFill::Zeros, 0, l});
+    out.push_back({b + "attn_v.weight", {E, KV}, SynthFill::Random, in, l});
+    if (qkv_bias) out.push_back({b + "attn_v.bias", {KV}, SynthFill::Zeros, 0, l});
+    out.push_back({b + "attn_output.weight", {Q, E}, SynthFill::Random, 1 / std::sqrt(double(Q)), l});
+    if (is_gpt_oss(s)) {
+        out.push_back({b + "attn_output.bias", {E}, SynthFill::Zeros, 0, l});
+        out.push_back({b + "attn_sinks.weight", {s.n_head}, SynthFill::Zeros, 0, l});
+    }
+}
+
+// Multi-head latent attention in the split form model/mla_attention.h reads.
+void mla(const SynthSpec& s, const std::string& b, int l, std::vector<SynthTensor>& out) {
+    const int64_t E = s.n_embd, H = s.n_head, nope = s.head_dim, rope = s.rope_dim, v = s.v_head_dim;
+    const double in = 1 / std::sqrt(double(E));
+    if (s.q_lora > 0) {
+        out.push_back({b + "attn_q_a.weight", {E, s.q_lora}, SynthFill::Random, in, l});
+        out.push_back({b + "attn_q_a_norm.weight", {s.q_lora}, SynthFill::Ones, 0, l});
+        out.push_back({b + "attn_q_b.weight", {s.q_lora, H * (nope + rope)}, SynthFill::Random,
+                       1 / std::sqrt(double(s.q_lora)), l});
+    } else {
+        out.push_back({b + "attn_q.weight", {E, H * (nope + rope)}, SynthFill::Random, in, l});
+    }
+    out.push_back({b + "attn_kv_a_mqa.weight", {E, s.kv_lora + rope}, SynthFill::Random, in, l});
+    out.push_back({b + "attn_kv_a_norm.weight", {s.kv_lora}, SynthFill::Ones, 0, l});
+    out.push_back({b + "attn_k_b.weight", {nope, s.kv_lora, H}, SynthFill::Random, 1 / std::sqrt(double(nope)), l});
+    out.push_back({b + "attn_v_b.weight", {s.kv_lora, v, H}, SynthFill::Random, 1 / std::sqrt(double(s.kv_lora)), l});
+    out.push_back({b + "attn_output.weight", {H * v, E}, SynthFill::Random, 1 / std::sqrt(double(H * v)), l});
+}
+
+void ffn(const SynthSpec& s, const std::string& b, const std::string& suffix, int64_t width, int l,
+         std::vector<SynthTensor>& out) {
+    const int64_t E = s.n_embd;
+    out.push_back({b + "ffn_gate" + suffix + ".weight", {E, width}, SynthFill::Random, 1 / std::sqrt(double(E)), l});
+    out.push_back({b + "ffn_up" + suffix + ".weight", {E, width}, SynthFill::Random, 1 / std::sqrt(double(E)), l});
+    out.push_back({b + "ffn_down" + suffix + ".weight", {width, E}, SynthFill::Random, 1 / std::sqrt(double(width)), l});
+}
+
+void experts(const SynthSpec& s, const std::string& b, int l, std::vector<SynthTensor>& out) {
+    const int64_t E = s.n_embd, F = s.expert_ffn, X = s.n_expert;
+    out.push_back({b + "ffn_gate_inp.weight", {E, X}, SynthFill::Router, 0, l});
+    if (is_gpt_oss(s)) out.push_back({b + "ffn_gate_inp.bias", {X}, SynthFill::Zeros, 0, l});
+    if (is_deepseek2(s) || is_glm4moe(s)) out.push_back({b + "exp_probs_b.bias", {X}, SynthFill::Zeros, 0, l});
+    const double in = 1 / std::sqrt(double(E)), mid = 1 / std::sqrt(double(F));
+    out.push_back({b + "ffn_gate_exps.weight", {E, F, X}, SynthFill::Random, in, l});
+    if (is_gpt_oss(s)) out.push_back({b + "ffn_gate_exps.bias", {F, X}, SynthFill::Zeros, 0, l});
+    out.push_back({b + "ffn_up_exps.weight", {E, F, X}, SynthFill::Random, in, l});
+    if (is_gpt_oss(s)) out.push_back({b + "ffn_up_exps.bias", {F, X}, SynthFill::Zeros, 0, l});
+    out.push_back({b + "ffn_down_exps.weight", {F, E, X}, SynthFill::Random, mid, l});
+    if (is_gpt_oss(s)) out.push_back({b + "ffn_down_exps.bias", {E, X}, SynthFill::Zeros, 0, l});
+    if (s.n_shared > 0) ffn(s, b, "_shexp", int64_t(s.n_shared) * F, l, out);
+}
+
+}  // namespace
+
+bool synth_family_known(const std::string& arch) {
+    return arch == "llama" || arch == "gpt-oss" || arch == "deepseek2" || arch == "glm4moe";
+}
+
+void validate_family(const SynthSpec& s) {
+    auto need = [&](bool ok, const std::string& what) {
+        if (!ok) throw std::runtime_error(s.arch + " synth: " + what);
+    };
+    need(synth_family_known(s.arch), "unknown architecture");
+    need(s.n_dense_lead >= 0 && s.n_dense_lead < s.n_layer, "leading dense layers must be 0..layers-1");
+    need(s.n_dense_lead == 0 || (s.dense_ffn > 0 && s.dense_ffn % 32 == 0),
+         "dense layers need a dense FFN width that is a multiple of 32");
+    need(s.n_shared >= 0 && s.n_shared <= 16, "shared experts must be 0..16");
+    need(s.rope_dim >= 0 && s.rope_dim % 2 == 0, "rope dims must be even");
+    if (is_deepseek2(s)) {
+        need(s.kv_lora > 0 && s.kv_lora % 32 == 0 && s.rope_dim > 0 && s.v_head_dim > 0 && s.head_dim % 32 == 0 &&
+                 s.v_head_dim % 32 == 0 && s.q_lora >= 0 && s.q_lora % 32 == 0,
+             "MLA needs kv_lora, head_dim (no-rope part) and v_head_dim multiples of 32, rope dims > 0");
+    } else {
+        need(s.rope_dim <= s.head_dim, "rope dims exceed the head");
+    }
+    if (is_gpt_oss(s)) need(s.sliding_window > 0, "gpt-oss needs a sliding window");
+}
+
+bool family_layer_has_experts(const SynthSpec& s, int il) { return il >= s.n_dense_lead; }
+
+std::vector<SynthTensor> family_tensors(const SynthSpec& s, int64_t n_vocab) {
+    const int64_t E = s.n_embd;
+    std::vector<SynthTensor> out;
+    // Embedding rows go straight into the residual stream (unit scale); the
+    // head is 2/sqrt(n_embd), for peaked but not one-hot logits.
+    out.push_back({"token_embd.weight", {E, n_vocab}, SynthFill::Random, 1.0, -1});
+    // gpt-oss and GLM name their pre-FFN norm post_attention_norm.
+    const std::string ffn_norm = is_gpt_oss(s) || is_glm4moe(s) ? "post_attention_norm" : "ffn_norm";
+    for (int l = 0; l < s.n_layer; ++l) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        out.push_back({b + "attn_norm.weight", {E}, SynthFill::Ones, 0, l});
+        if (is_deepseek2(s)) {
+            mla(s, b, l, out);
+        } else {
+            attention(s, b, l, out);
+        }
+        out.push_back({b + ffn_norm + ".weight", {E}, SynthFill::Ones, 0, l});
+        if (family_layer_has_experts(s, l)) {
+            experts(s, b, l, out);
+        } else {
+            ffn(s, b, "", s.dense_ffn, l, out);
+        }
+    }
+    out.push_back({"output_norm.weight", {E}, SynthFill::Ones, 0, -1});
+    out.push_back({"output.weight", {E, n_vocab}, SynthFill::Random, 2 / std::sqrt(double(E)), -1});
+    return out;
+}
+
+void write_family_metadata(GgufWriter& w, const SynthSpec& s) {
+    const std::string a = s.arch + ".";
+    w.set_u32(a + "block_count", uint32_t(s.n_layer));
+    w.set_u32(a + "context_length", uint32_t(s.context));
+    w.set_u32(a + "embedding_length", uint32_t(s.n_embd));
+    w.set_u32(a + "attention.head_count", uint32_t(s.n_head));
+    w.set_f32(a + "rope.freq_base", float(s.rope_base));
+    w.set_f32(a + "attention.layer_norm_rms_epsilon", is_deepseek2(s) ? 1e-6f : 1e-5f);
+    w.set_u32(a + "expert_count", uint32_t(s.n_expert));
+    w.set_u32(a + "expert_used_count", uint32_t(s.n_expert_used));
+    if (is_llama(s)) {
+        // Mixtral files state the expert width as the FFN width.
+        w.set_u32(a + "feed_forward_length", uint32_t(s.expert_ffn));
+    } else {
+        w.set_u32(a + "expert_feed_forward_length", uint32_t(s.expert_ffn));
+        w.set_u32(a + "feed_forward_length", uint32_t(s.n_dense_lead > 0 ? s.dense_ffn : s.expert_ffn));
+    }
+    if (is_deepseek2(s)) {
+        // The split MLA form's cache row: key = compressed + rope, value = compressed.
+        w.set_u32(a + "attention.head_count_kv", 1);
+        w.set_u32(a + "attention.key_length", uint32_t(s.kv_lora + s.rope_dim));
+        w.set_u32(a + "attention.value_length", uint32_t(s.kv_lora));
+        w.set_u32(a + "attention.key_length_mla", uint32_t(s.head_dim + s.rope_dim));
+        w.set_u32(a + "attention.value_length_mla", uint32_t(s.v_head_dim));
+        w.set_u32(a + "attention.q_lora_rank", uint32_t(s.q_lora));
+        w.set_u32(a + "attention.kv_lora_rank", uint32_t(s.kv_lora));
+        w.set_u32(a + "rope.dimension_count", uint32_t(s.rope_dim));
+    } else {
+        w.set_u32(a + "attention.head_count_kv", uint32_t(s.n_head_kv));
+        w.set_u32(a + "attention.key_length", uint32_t(s.head_dim));
+        w.set_u32(a + "attention.value_length", uint32_t(s.head_dim));
+        w.set_u32(a + "rope.dimension_count", uint32_t(s.rope_dim > 0 ? s.rope_dim : s.head_dim));
+    }
+    if (s.n_dense_lead > 0) w.set_u32(a + "leading_dense_block_count", uint32_t(s.n_dense_lead));
+    if (s.n_shared > 0) w.set_u32(a + "expert_shared_count", uint32_t(s.n_shared));
+    if (is_deepseek2(s) || is_glm4moe(s)) {
+        // Sigmoid scores, chosen weights renormalized (and scaled by 2.5 in
+        // DeepSeek V3; GLM-4.5-Air uses 1).
+        w.set_u32(a + "expert_gating_func", 2);
+        w.set_bool(a + "expert_weights_norm", true);
+        w.set_f32(a + "expert_weights_scale", is_deepseek2(s) ? 2.5f : 1.0f);
+    }
+    if (is_deepseek2(s)) {
+        // V3 picks its experts within the best 4 of 8 groups, and uses YaRN
+        // (factor 40 over 4096 positions, log multiplier 0.1).
+        if (s.n_expert % 8 == 0 && s.n_expert_used <= s.n_expert / 2) {
+            w.set_u32(a + "expert_group_count", 8);
+            w.set_u32(a + "expert_group_used_count", 4);
+        }
+        w.set_string(a + "rope.scaling.type", "yarn");
+        w.set_f32(a + "rope.scaling.factor", 40.0f);
+        w.set_u32(a + "rope.scaling.original_context_length", 4096);
+        w.set_f32(a + "rope.scaling.yarn_log_multiplier", 0.1f);
+    }
+    if (is_gpt_oss(s)) {
+        w.set_u32(a + "attention.sliding_window", uint32_t(s.sliding_window));
+        w.set_string(a + "rope.scaling.type", "yarn");
+        w.set_f32(a + "rope.scaling.factor", 32.0f);
+        w.set_u32(a + "rope.scaling.original_context_length", 4096);
+    }
+}
+
+}  // namespace ms

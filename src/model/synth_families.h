@@ -1,0 +1,45 @@
+// What a synthetic file of each architecture other than qwen3moe holds: its
+// metadata keys and its tensors (names, shapes, how each is filled), laid
+// out as the family's loader in model/ reads them. synth.cpp turns the list
+// into bytes; qwen3moe keeps its own plan there because its weights carry
+// the designed elements that make routing realistic.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/synth.h"
+
+namespace ms {
+
+class GgufWriter;
+
+enum class SynthFill { Random, Ones, Zeros, Router };
+
+struct SynthTensor {
+    std::string name;
+    std::vector<int64_t> ne;
+    SynthFill fill = SynthFill::Random;
+    double sigma = 0;  // Random: the standard deviation of the values
+    int layer = -1;    // -1: not in a block
+};
+
+// Architectures synth writes besides qwen3moe: llama (Mixtral), gpt-oss,
+// deepseek2 (DeepSeek V3), glm4moe.
+bool synth_family_known(const std::string& arch);
+
+// Throws std::runtime_error naming the first size the family cannot use.
+void validate_family(const SynthSpec& s);
+
+// Tensors in file order; routers (ffn_gate_inp) are SynthFill::Router with
+// shape {n_embd, n_expert}.
+std::vector<SynthTensor> family_tensors(const SynthSpec& s, int64_t n_vocab);
+
+// Every `<arch>.*` key the family's loader reads (general.* and tokenizer.*
+// are the caller's).
+void write_family_metadata(GgufWriter& w, const SynthSpec& s);
+
+// Whether layer `il` routes to experts (false: a leading dense layer).
+bool family_layer_has_experts(const SynthSpec& s, int il);
+
+}  // namespace ms

@@ -1,0 +1,117 @@
+// model/synth_families: every non-qwen3moe preset, shrunk to a few MB with
+// its family's structure kept (dense lead layers, shared experts, MLA,
+// biases, sinks, partial rope, its recipe), is a file the family's own loader
+// opens and runs: the tensors are the ones model/ checks, the metadata reads
+// back as the spec, and a forward pass gives finite, token-dependent logits.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "golden_model.h"
+#include "model/synth.h"
+#include "model/synth_families.h"
+#include "ops/thread_pool.h"
+
+using namespace ms;
+
+namespace {
+
+const std::string kGolden = MOESTREAM_GOLDEN_DIR;
+
+std::vector<std::string> family_presets() {
+    std::vector<std::string> out;
+    for (const std::string& n : synth_preset_names())
+        if (synth_preset(n, kGolden).arch != "qwen3moe") out.push_back(n);
+    return out;
+}
+
+// The preset's structure at toy widths: every flag that picks tensors (dense
+// lead, shared experts, q compression, partial rope, window) stays set.
+SynthSpec shrink(SynthSpec s) {
+    s.n_dense_lead = std::min(s.n_dense_lead, 1);
+    s.n_layer = s.n_dense_lead + 2;
+    s.n_embd = 256;
+    s.expert_ffn = 256;
+    s.dense_ffn = s.n_dense_lead > 0 ? 512 : 0;
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_head = 4;
+    s.n_head_kv = std::min(s.n_head_kv, 2);
+    s.head_dim = s.arch == "deepseek2" ? 32 : 64;
+    if (s.rope_dim > 0) s.rope_dim = s.arch == "deepseek2" ? 16 : 32;
+    if (s.q_lora > 0) s.q_lora = 64;
+    if (s.kv_lora > 0) s.kv_lora = 64;
+    if (s.v_head_dim > 0) s.v_head_dim = 32;
+    if (s.sliding_window > 0) s.sliding_window = 4;
+    s.context = 256;
+    s.vocab_path = kGolden + "/models/qwen3moe-F32.gguf";  // ~500 tokens
+    return s;
+}
+
+}  // namespace
+
+TEST(SynthFamilies, EveryFullPresetIsValid) {
+    ASSERT_FALSE(family_presets().empty());
+    for (const std::string& n : family_presets()) {
+        SCOPED_TRACE(n);
+        SynthSpec s = synth_preset(n, kGolden);
+        EXPECT_TRUE(synth_family_known(s.arch));
+        EXPECT_NO_THROW(validate_spec(s));
+        EXPECT_EQ(access(s.vocab_path.c_str(), R_OK), 0) << s.vocab_path;
+    }
+}
+
+TEST(SynthFamilies, ShrunkPresetsOpenAndRunInTheirFamily) {
+    for (const std::string& n : family_presets()) {
+        SCOPED_TRACE(n);
+        const SynthSpec s = shrink(synth_preset(n, kGolden));
+        const std::string path = "/tmp/moestream-synth-families-" + std::to_string(getpid()) + "-" + n + ".gguf";
+        write_synth_model(s, path, nullptr);
+        {
+            golden::LoadedModel m(path);
+            const ModelConfig& c = m.model->config();
+            EXPECT_EQ(c.arch, s.arch);
+            EXPECT_EQ(c.n_layer, s.n_layer);
+            EXPECT_EQ(c.n_embd, s.n_embd);
+            EXPECT_EQ(c.n_expert, s.n_expert);
+            EXPECT_EQ(c.n_expert_used, s.n_expert_used);
+            EXPECT_EQ(c.n_dense_lead, s.n_dense_lead);
+            EXPECT_EQ(c.n_expert_shared, s.n_shared);
+            EXPECT_EQ(c.sliding_window, s.sliding_window);
+            // Every MoE layer's experts are streamable; dense layers have none.
+            int moe_layers = 0;
+            for (const ExpertLayer& l : m.model->expert_layers()) moe_layers += l.n_expert > 0;
+            EXPECT_EQ(moe_layers, s.n_layer - s.n_dense_lead);
+
+            ThreadPool pool(2);
+            auto st = m.state(2);
+            const int32_t prompt[4] = {11, 42, 7, 300};
+            const int64_t V = c.n_vocab;
+            std::vector<float> logits(size_t(4 * V));
+            m.model->forward(*st, *m.experts, pool, prompt, 4, logits.data(), true);
+            for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+            // Different tokens, different rows.
+            EXPECT_GT(golden::rel_l2(logits.data(), logits.data() + V, size_t(V)), 1e-3);
+        }
+        unlink(path.c_str());
+    }
+}
+
+TEST(SynthFamilies, BadFamilySizesAreRefused) {
+    SynthSpec s = synth_preset("deepseek-v3", kGolden);
+    s.kv_lora = 0;
+    EXPECT_THROW(validate_spec(s), std::runtime_error);
+    s = synth_preset("deepseek-v3", kGolden);
+    s.n_layer = s.n_dense_lead;  // no MoE layer left
+    EXPECT_THROW(validate_spec(s), std::runtime_error);
+    s = synth_preset("gpt-oss-120b", kGolden);
+    s.sliding_window = 0;
+    EXPECT_THROW(validate_spec(s), std::runtime_error);
+    s = synth_preset("glm-4.5-air", kGolden);
+    s.arch = "falcon";
+    EXPECT_THROW(validate_spec(s), std::runtime_error);
+}

@@ -190,7 +190,7 @@ private:
 
 // --- the tensor plan -----------------------------------------------------
 
-enum class Fill { Random, Ones, Zeros, Values, Router };
+enum class Fill { Random, RandomF32, Ones, Zeros, Values, Router };
 
 // --- realistic routing -----------------------------------------------------
 // Random networks collapse: attention that averages over every past position
@@ -287,10 +287,11 @@ Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal
     };
     if (s.arch != "qwen3moe") {
         for (const SynthTensor& t : family_tensors(s, n_vocab)) {
-            const Fill fill = t.fill == SynthFill::Ones     ? Fill::Ones
-                              : t.fill == SynthFill::Zeros  ? Fill::Zeros
-                              : t.fill == SynthFill::Router ? Fill::Router
-                                                            : Fill::Random;
+            const Fill fill = t.fill == SynthFill::Ones        ? Fill::Ones
+                              : t.fill == SynthFill::Zeros     ? Fill::Zeros
+                              : t.fill == SynthFill::Router    ? Fill::Router
+                              : t.fill == SynthFill::RandomF32 ? Fill::RandomF32
+                                                               : Fill::Random;
             add(t.name, t.ne, fill, t.sigma, t.layer);
         }
     } else {
@@ -469,6 +470,13 @@ void generate_chunk(const SynthSpec& s, const Plan& p, const Chunk& c, size_t ch
         memset(out, 0, c.n_blocks * 4);
         return;
     }
+    if (t.fill == Fill::RandomF32) {
+        for (uint64_t i = 0; i < c.n_blocks; ++i) {
+            float v = float(t.sigma * rng.gaussian());
+            memcpy(out + 4 * i, &v, 4);
+        }
+        return;
+    }
     if (t.fill == Fill::Router) {
         // Row e: rank scale of expert e times a random unit-variance direction
         // normalized by sqrt(n_embd), so logits against a unit-RMS input have
@@ -613,6 +621,20 @@ const std::vector<SynthSpec>& presets() {
          .n_embd = 4096, .expert_ffn = 1408, .n_head = 96, .n_head_kv = 8, .head_dim = 128, .context = 131072,
          .rope_dim = 64, .n_dense_lead = 1, .dense_ffn = 10944, .n_shared = 1,
          .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
+        // Qwen3.5-397B-A17B (Flash-MoE's model): 15 x (3 Gated DeltaNet + 1
+        // gated full attention), 512 experts top-10 plus one shared, attention
+        // 32/2 heads x 256 rotating a quarter of each head, DeltaNet 16 q/k and
+        // 64 v heads x 128.
+        {.preset = "qwen3.5-397b-a17b", .arch = "qwen35moe", .n_layer = 60, .n_expert = 512, .n_expert_used = 10,
+         .n_embd = 4096, .expert_ffn = 1024, .n_head = 32, .n_head_kv = 2, .head_dim = 256, .context = 262144,
+         .rope_base = 1e7, .rope_dim = 64, .n_shared = 1, .full_attention_interval = 4, .ssm_k_heads = 16,
+         .ssm_v_heads = 64, .ssm_head_dim = 128, .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
+        // The 35B-A3B class (Qwen3.5-35B-A3B / Qwen3-Next widths): 40 layers,
+        // 256 experts top-8 plus one shared of 512, n_embd 2048.
+        {.preset = "qwen3.5-35b-a3b", .arch = "qwen35moe", .n_layer = 40, .n_expert = 256, .n_expert_used = 8,
+         .n_embd = 2048, .expert_ffn = 512, .n_head = 16, .n_head_kv = 2, .head_dim = 256, .context = 262144,
+         .rope_base = 1e7, .rope_dim = 64, .n_shared = 1, .full_attention_interval = 4, .ssm_k_heads = 16,
+         .ssm_v_heads = 32, .ssm_head_dim = 128, .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
     };
     return all;
 }

@@ -21,7 +21,7 @@ namespace ms {
 struct SynthSpec {
     std::string preset = "custom";
     // qwen3moe, or a family of model/synth_families.h (llama, gpt-oss,
-    // deepseek2, glm4moe), whose extra sizes follow below.
+    // deepseek2, glm4moe, qwen35moe), whose extra sizes follow below.
     std::string arch = "qwen3moe";
     int n_layer = 4;
     int n_expert = 16;
@@ -41,6 +41,13 @@ struct SynthSpec {
     int kv_lora = 0;         // deepseek2 MLA: compressed KV rank; head_dim is then the no-rope part
     int v_head_dim = 0;      // deepseek2 MLA: value width per head
     int sliding_window = 0;  // gpt-oss: the window of its even layers
+    // qwen35moe: a gated full-attention layer every full_attention_interval,
+    // Gated DeltaNet layers between, with these heads (q/k and v heads of
+    // ssm_head_dim each).
+    int full_attention_interval = 0;
+    int ssm_k_heads = 0;
+    int ssm_v_heads = 0;
+    int ssm_head_dim = 0;
     std::string vocab_path;       // GGUF whose tokenizer.* keys (and vocabulary size) are copied
     std::string recipe = "Q4_K_M";  // Q4_K_M, Q8_0, MXFP4, F16
     double router_skew = 0;       // Zipf exponent of expert popularity; 0 = uniform
@@ -53,7 +60,7 @@ struct SynthSpec {
 
 // Presets at real dimensions: "qwen3-30b-a3b", "qwen3-235b-a22b", the other
 // families' published shapes ("mixtral-8x7b", "gpt-oss-120b", "deepseek-v3",
-// "glm-4.5-air") and "tiny" (a few MB, the README demo). Vocabularies are looked up in
+// "glm-4.5-air", "qwen3.5-397b-a17b", "qwen3.5-35b-a3b") and "tiny" (a few MB, the README demo). Vocabularies are looked up in
 // golden_dir (the project's shared golden data). Throws on an unknown name.
 SynthSpec synth_preset(const std::string& name, const std::string& golden_dir);
 const std::vector<std::string>& synth_preset_names();

@@ -9,10 +9,48 @@ namespace ms {
 
 namespace {
 
+constexpr int kConvKernel = 4;  // Qwen3.5's and Qwen3-Next's short convolution
+
 bool is_llama(const SynthSpec& s) { return s.arch == "llama"; }
 bool is_gpt_oss(const SynthSpec& s) { return s.arch == "gpt-oss"; }
 bool is_deepseek2(const SynthSpec& s) { return s.arch == "deepseek2"; }
 bool is_glm4moe(const SynthSpec& s) { return s.arch == "glm4moe"; }
+bool is_qwen35moe(const SynthSpec& s) { return s.arch == "qwen35moe"; }
+
+bool is_deltanet_layer(const SynthSpec& s, int il) {
+    return is_qwen35moe(s) && (il + 1) % s.full_attention_interval != 0;
+}
+
+// Qwen3.5's gated full attention: attn_q emits [q | gate] per head, q/k
+// RMS-normed per head.
+void gated_attention(const SynthSpec& s, const std::string& b, int l, std::vector<SynthTensor>& out) {
+    const int64_t E = s.n_embd, Q = int64_t(s.n_head) * s.head_dim, KV = int64_t(s.n_head_kv) * s.head_dim;
+    const double in = 1 / std::sqrt(double(E));
+    out.push_back({b + "attn_q.weight", {E, 2 * Q}, SynthFill::Random, in, l});
+    out.push_back({b + "attn_k.weight", {E, KV}, SynthFill::Random, in, l});
+    out.push_back({b + "attn_v.weight", {E, KV}, SynthFill::Random, in, l});
+    out.push_back({b + "attn_output.weight", {Q, E}, SynthFill::Random, 1 / std::sqrt(double(Q)), l});
+    out.push_back({b + "attn_q_norm.weight", {s.head_dim}, SynthFill::Ones, 0, l});
+    out.push_back({b + "attn_k_norm.weight", {s.head_dim}, SynthFill::Ones, 0, l});
+}
+
+// A Gated DeltaNet layer as model/deltanet.h reads Qwen3.5's: ssm_a = 0 and
+// zero dt biases leave the state undecayed, which the delta rule keeps
+// bounded (keys are L2-normed).
+void deltanet(const SynthSpec& s, const std::string& b, int l, std::vector<SynthTensor>& out) {
+    const int64_t E = s.n_embd, NV = s.ssm_v_heads, qk = int64_t(s.ssm_k_heads) * s.ssm_head_dim,
+                  v = NV * s.ssm_head_dim, conv = 2 * qk + v;
+    const double in = 1 / std::sqrt(double(E));
+    out.push_back({b + "attn_qkv.weight", {E, conv}, SynthFill::Random, in, l});
+    out.push_back({b + "attn_gate.weight", {E, v}, SynthFill::Random, in, l});
+    out.push_back({b + "ssm_conv1d.weight", {kConvKernel, conv}, SynthFill::RandomF32, 1 / std::sqrt(double(kConvKernel)), l});
+    out.push_back({b + "ssm_dt.bias", {NV}, SynthFill::Zeros, 0, l});
+    out.push_back({b + "ssm_a", {NV}, SynthFill::Zeros, 0, l});
+    out.push_back({b + "ssm_beta.weight", {E, NV}, SynthFill::Random, in, l});
+    out.push_back({b + "ssm_alpha.weight", {E, NV}, SynthFill::Random, in, l});
+    out.push_back({b + "ssm_norm.weight", {s.ssm_head_dim}, SynthFill::Ones, 0, l});
+    out.push_back({b + "ssm_out.weight", {v, E}, SynthFill::Random, 1 / std::sqrt(double(v)), l});
+}
 
 // The q/k/v/output block of the plain-attention families.
 void attention(const SynthSpec& s, const std::string& b, int l, std::vector<SynthTensor>& out) {
@@ -71,13 +109,14 @@ void experts(const SynthSpec& s, const std::string& b, int l, std::vector<SynthT
     if (is_gpt_oss(s)) out.push_back({b + "ffn_up_exps.bias", {F, X}, SynthFill::Zeros, 0, l});
     out.push_back({b + "ffn_down_exps.weight", {F, E, X}, SynthFill::Random, mid, l});
     if (is_gpt_oss(s)) out.push_back({b + "ffn_down_exps.bias", {E, X}, SynthFill::Zeros, 0, l});
+    if (is_qwen35moe(s)) out.push_back({b + "ffn_gate_inp_shexp.weight", {E}, SynthFill::RandomF32, 1 / std::sqrt(double(E)), l});
     if (s.n_shared > 0) ffn(s, b, "_shexp", int64_t(s.n_shared) * F, l, out);
 }
 
 }  // namespace
 
 bool synth_family_known(const std::string& arch) {
-    return arch == "llama" || arch == "gpt-oss" || arch == "deepseek2" || arch == "glm4moe";
+    return arch == "llama" || arch == "gpt-oss" || arch == "deepseek2" || arch == "glm4moe" || arch == "qwen35moe";
 }
 
 void validate_family(const SynthSpec& s) {
@@ -98,6 +137,12 @@ void validate_family(const SynthSpec& s) {
         need(s.rope_dim <= s.head_dim, "rope dims exceed the head");
     }
     if (is_gpt_oss(s)) need(s.sliding_window > 0, "gpt-oss needs a sliding window");
+    if (is_qwen35moe(s)) {
+        need(s.full_attention_interval >= 1 && s.ssm_k_heads > 0 && s.ssm_v_heads % s.ssm_k_heads == 0 &&
+                 s.ssm_head_dim > 0 && s.ssm_head_dim % 32 == 0 && s.n_shared == 1,
+             "needs a full-attention interval, DeltaNet value heads a multiple of its key heads, a DeltaNet "
+             "head width that is a multiple of 32, and one shared expert");
+    }
 }
 
 bool family_layer_has_experts(const SynthSpec& s, int il) { return il >= s.n_dense_lead; }
@@ -109,12 +154,17 @@ std::vector<SynthTensor> family_tensors(const SynthSpec& s, int64_t n_vocab) {
     // head is 2/sqrt(n_embd), for peaked but not one-hot logits.
     out.push_back({"token_embd.weight", {E, n_vocab}, SynthFill::Random, 1.0, -1});
     // gpt-oss and GLM name their pre-FFN norm post_attention_norm.
-    const std::string ffn_norm = is_gpt_oss(s) || is_glm4moe(s) ? "post_attention_norm" : "ffn_norm";
+    const std::string ffn_norm =
+        is_gpt_oss(s) || is_glm4moe(s) || is_qwen35moe(s) ? "post_attention_norm" : "ffn_norm";
     for (int l = 0; l < s.n_layer; ++l) {
         const std::string b = "blk." + std::to_string(l) + ".";
         out.push_back({b + "attn_norm.weight", {E}, SynthFill::Ones, 0, l});
         if (is_deepseek2(s)) {
             mla(s, b, l, out);
+        } else if (is_deltanet_layer(s, l)) {
+            deltanet(s, b, l, out);
+        } else if (is_qwen35moe(s)) {
+            gated_attention(s, b, l, out);
         } else {
             attention(s, b, l, out);
         }
@@ -137,7 +187,7 @@ void write_family_metadata(GgufWriter& w, const SynthSpec& s) {
     w.set_u32(a + "embedding_length", uint32_t(s.n_embd));
     w.set_u32(a + "attention.head_count", uint32_t(s.n_head));
     w.set_f32(a + "rope.freq_base", float(s.rope_base));
-    w.set_f32(a + "attention.layer_norm_rms_epsilon", is_deepseek2(s) ? 1e-6f : 1e-5f);
+    w.set_f32(a + "attention.layer_norm_rms_epsilon", is_deepseek2(s) || is_qwen35moe(s) ? 1e-6f : 1e-5f);
     w.set_u32(a + "expert_count", uint32_t(s.n_expert));
     w.set_u32(a + "expert_used_count", uint32_t(s.n_expert_used));
     if (is_llama(s)) {
@@ -183,6 +233,19 @@ void write_family_metadata(GgufWriter& w, const SynthSpec& s) {
         w.set_f32(a + "rope.scaling.factor", 40.0f);
         w.set_u32(a + "rope.scaling.original_context_length", 4096);
         w.set_f32(a + "rope.scaling.yarn_log_multiplier", 0.1f);
+    }
+    if (is_qwen35moe(s)) {
+        // Qwen3.5's multi-section rope: for text every section carries the
+        // position; the sections split the rotated pairs 11:11:10 (scaled).
+        const int pairs = (s.rope_dim > 0 ? s.rope_dim : s.head_dim) / 2, t = pairs * 11 / 32, h = pairs * 11 / 32;
+        w.set_i32s(a + "rope.dimension_sections", {t, h, pairs - t - h, 0});
+        w.set_u32(a + "full_attention_interval", uint32_t(s.full_attention_interval));
+        w.set_u32(a + "ssm.conv_kernel", kConvKernel);
+        w.set_u32(a + "ssm.state_size", uint32_t(s.ssm_head_dim));
+        w.set_u32(a + "ssm.group_count", uint32_t(s.ssm_k_heads));
+        w.set_u32(a + "ssm.time_step_rank", uint32_t(s.ssm_v_heads));
+        w.set_u32(a + "ssm.inner_size", uint32_t(s.ssm_v_heads * s.ssm_head_dim));
+        w.set_u32(a + "expert_shared_feed_forward_length", uint32_t(s.expert_ffn));
     }
     if (is_gpt_oss(s)) {
         w.set_u32(a + "attention.sliding_window", uint32_t(s.sliding_window));

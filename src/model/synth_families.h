@@ -14,7 +14,9 @@ namespace ms {
 
 class GgufWriter;
 
-enum class SynthFill { Random, Ones, Zeros, Router };
+// Random: quantized by the recipe; RandomF32: Gaussian floats (small tensors
+// the loaders want in F32, like a convolution's taps).
+enum class SynthFill { Random, RandomF32, Ones, Zeros, Router };
 
 struct SynthTensor {
     std::string name;
@@ -25,7 +27,7 @@ struct SynthTensor {
 };
 
 // Architectures synth writes besides qwen3moe: llama (Mixtral), gpt-oss,
-// deepseek2 (DeepSeek V3), glm4moe.
+// deepseek2 (DeepSeek V3), glm4moe, qwen35moe.
 bool synth_family_known(const std::string& arch);
 
 // Throws std::runtime_error naming the first size the family cannot use.

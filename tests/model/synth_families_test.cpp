@@ -1,6 +1,6 @@
 // model/synth_families: every non-qwen3moe preset, shrunk to a few MB with
 // its family's structure kept (dense lead layers, shared experts, MLA,
-// biases, sinks, partial rope, its recipe), is a file the family's own loader
+// biases, sinks, partial rope, DeltaNet layers, its recipe), is a file the family's own loader
 // opens and runs: the tensors are the ones model/ checks, the metadata reads
 // back as the spec, and a forward pass gives finite, token-dependent logits.
 #include <gtest/gtest.h>
@@ -33,7 +33,7 @@ std::vector<std::string> family_presets() {
 // lead, shared experts, q compression, partial rope, window) stays set.
 SynthSpec shrink(SynthSpec s) {
     s.n_dense_lead = std::min(s.n_dense_lead, 1);
-    s.n_layer = s.n_dense_lead + 2;
+    s.n_layer = std::max(s.n_dense_lead + 2, s.full_attention_interval);  // every kind of layer once
     s.n_embd = 256;
     s.expert_ffn = 256;
     s.dense_ffn = s.n_dense_lead > 0 ? 512 : 0;
@@ -47,6 +47,7 @@ SynthSpec shrink(SynthSpec s) {
     if (s.kv_lora > 0) s.kv_lora = 64;
     if (s.v_head_dim > 0) s.v_head_dim = 32;
     if (s.sliding_window > 0) s.sliding_window = 4;
+    if (s.ssm_k_heads > 0) s.ssm_k_heads = 2, s.ssm_v_heads = 4, s.ssm_head_dim = 32;
     s.context = 256;
     s.vocab_path = kGolden + "/models/qwen3moe-F32.gguf";  // ~500 tokens
     return s;

@@ -28,6 +28,16 @@ void StoreFlags::declare(Args& a) {
              "where experts are read from: packed (the sidecar MODEL.gguf.experts written by `moestream "
              "pack`), gguf (the model file), or auto (the sidecar when it is valid, else gguf)");
     a.flag("--no-verify", &no_verify, "skip the xxh3 check of each expert read from a packed sidecar");
+    a.flag("--verify-experts", &verify_experts,
+           "reading experts from the GGUF (--layout gguf), check each against the xxh3 table of the sidecar "
+           "`moestream pack` wrote (MODEL.gguf.experts; only its header is read), so bytes damaged on the way "
+           "from the drive stop the run instead of changing its output");
+    a.option("--io-faults", &io_faults, "SPEC",
+             "inject read faults, for testing how a run meets a failing drive: comma-separated "
+             "KIND@LAYER:EXPERT[xN] rules, KIND eio (the read fails), short (half of it arrives; the store "
+             "reads the rest), slow=MS (it arrives MS late) or corrupt (a byte of each page flipped: caught by the "
+             "packed layout's checksums and --verify-experts), LAYER and EXPERT numbers or *, xN only the first N matching reads; "
+             "e.g. eio@3:17 or slow=20@*:*");
 }
 
 void StoreFlags::start(const std::string& model_path) const {
@@ -39,6 +49,7 @@ std::unique_ptr<ExpertSource> StoreFlags::make(const GgufFile& file, const Model
                                                uint64_t budget) const {
     std::string note;
     ExpertLayout lay = ExpertLayout::open(file, model.expert_layers(), layout, &note);
+    if (verify_experts) lay.adopt_checksums(file, sidecar_path(file.path()));
     if (!note.empty()) fprintf(stderr, "note: %s\n", note.c_str());
 
     MemoryNeeds need;
@@ -68,6 +79,7 @@ std::unique_ptr<ExpertSource> StoreFlags::make(const GgufFile& file, const Model
     opt.cache_policy = cache_policy;
     opt.verify_checksums = !no_verify;
     opt.prefetch = prefetch;
+    opt.faults = io_faults;
     counters_.add_read(ReadReason::Resident, need.resident, need.resident, 0);
     settings_ = Json::object();
     settings_["io"] = io;
@@ -78,6 +90,7 @@ std::unique_ptr<ExpertSource> StoreFlags::make(const GgufFile& file, const Model
     settings_["prefetch"] = prefetch;
     settings_["layout"] = lay.name();
     settings_["verify_checksums"] = opt.verify_checksums;
+    if (!io_faults.empty()) settings_["io_faults"] = io_faults;
     settings_["budget_bytes"] = need.budget;
     settings_["resident_bytes"] = need.resident;
     settings_["kv_and_scratch_bytes"] = need.kv;

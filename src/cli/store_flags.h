@@ -1,6 +1,6 @@
 // The store's flags, shared by every command that runs a model (declared
 // through SessionFlags): --io, --io-depth, --io-threads, --io-split,
-// --cache-policy, --layout, --no-verify; and what they make: a Store whose
+// --cache-policy, --layout, --no-verify, --verify-experts, --io-faults; and what they make: a Store whose
 // cache is what --mem leaves after the session's fixed memory, its counters,
 // and the store's part of the run report (hit rate, MB read per token,
 // physical bytes and read amplification).
@@ -25,8 +25,9 @@ struct StoreFlags {
     std::string layout = "auto";
     std::string cache_policy = "lru";
     std::string prefetch = "auto";
+    std::string io_faults;
     int io_depth = 64, io_threads = 4, io_split = 1;
-    bool no_verify = false;
+    bool no_verify = false, verify_experts = false;
 
     void declare(Args& a);
     // Opens the report's measurement window; call before loading the model.

@@ -6,8 +6,10 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ms {
 
@@ -62,6 +64,26 @@ protected:
 // when the engine cannot start (io_uring unavailable: the message says to
 // use --io pread).
 std::unique_ptr<IoEngine> make_io_engine(const std::string& name, const IoOptions& opt);
+
+// Injected faults, for tests and `--io-faults`: reads of chosen experts fail
+// with EIO, come back short (half, in whole pages), arrive ms late, or
+// arrive with the middle byte of each page flipped. layer / expert -1 match any; count
+// is how many matching reads a rule still hits (-1: all). The first rule
+// that matches a read applies.
+enum class FaultKind { Eio, Short, Slow, Corrupt };
+struct FaultRule {
+    FaultKind kind = FaultKind::Eio;
+    int layer = -1, expert = -1;
+    int ms = 0;
+    int count = -1;
+};
+// "KIND@LAYER:EXPERT[xN],...", KIND eio | short | corrupt | slow=MS, LAYER
+// and EXPERT numbers or *; throws naming the bad rule.
+std::vector<FaultRule> parse_faults(const std::string& spec);
+// Which (layer, expert) a request's tag belongs to (the store knows).
+using FaultLocator = std::function<void(uint64_t tag, int* layer, int* expert)>;
+std::unique_ptr<IoEngine> make_fault_engine(std::unique_ptr<IoEngine> inner, std::vector<FaultRule> rules,
+                                            FaultLocator locate);
 
 // pread until n bytes, end of file or an error: retries short reads, EINTR
 // and EAGAIN. Returns bytes read or -errno.

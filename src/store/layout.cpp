@@ -319,10 +319,29 @@ ExpertLayout ExpertLayout::open(const GgufFile& f, std::vector<ExpertLayer> laye
     }
 }
 
+void ExpertLayout::adopt_checksums(const GgufFile& f, const std::string& sidecar) {
+    if (kind_ != LayoutKind::Gguf) return;  // a packed layout has them already
+    Fd fd;
+    fd.fd = ::open(sidecar.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd.fd < 0)
+        throw std::runtime_error(sidecar + ": " + strerror(errno) +
+                                 " (--verify-experts checks against the table `moestream pack` writes there)");
+    std::vector<SidecarEntry> entries = load_sidecar_table(f, layers_, sidecar, fd.fd);
+    records_.assign(layers_.size(), {});
+    size_t i = 0;
+    for (size_t l = 0; l < layers_.size(); l++)
+        for (int e = 0; e < layers_[l].n_expert; e++, i++)
+            records_[l].push_back({entries[i].offset, entries[i].size, entries[i].checksum});
+}
+
 ExpertPlacement ExpertLayout::place(int layer, int expert) const {
     const ExpertLayer& L = layers_[size_t(layer)];
     ExpertPlacement p;
     p.bytes = L.expert_bytes();
+    if (kind_ == LayoutKind::Gguf && !records_.empty()) {
+        p.checksum = records_[size_t(layer)][size_t(expert)].checksum;
+        p.has_checksum = true;
+    }
     if (kind_ == LayoutKind::Packed) {
         const Record& r = records_[size_t(layer)][size_t(expert)];
         p.n_reads = 1;

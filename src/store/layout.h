@@ -45,7 +45,7 @@ struct ExpertPlacement {
     ExpertRead reads[3];
     uint64_t gate = 0, up = 0, down = 0;  // matrix offsets inside the slot
     uint64_t bytes = 0;                   // the expert's own bytes (without padding)
-    uint64_t checksum = 0;                // xxh3-64 of gate|up|down (packed only)
+    uint64_t checksum = 0;                // xxh3-64 of gate|up|down (packed, or gguf with a checksum table)
     bool has_checksum = false;
 };
 
@@ -72,6 +72,11 @@ public:
     // sidecar is skipped with *note saying why.
     static ExpertLayout open(const GgufFile& f, std::vector<ExpertLayer> layers, const std::string& mode,
                              std::string* note);
+    // gguf layout: checks every expert read against the xxh3 table of the
+    // sidecar `moestream pack` wrote (read from its header only), so damaged
+    // reads are caught without reading from the sidecar. Throws when the
+    // sidecar is missing, stale or damaged.
+    void adopt_checksums(const GgufFile& f, const std::string& sidecar);
 
     LayoutKind kind() const { return kind_; }
     const char* name() const { return kind_ == LayoutKind::Packed ? "packed" : "gguf"; }

@@ -56,16 +56,28 @@ Store::Store(ExpertLayout layout, int n_slots, const StoreOptions& options, Stor
         }
         fds_.push_back(fd);
     }
+    if (!options_.faults.empty()) {
+        engine_ = make_fault_engine(std::move(engine_), parse_faults(options_.faults),
+                                    [this](uint64_t tag, int* layer, int* expert) {
+                                        const int s = int(tag / kReadsPerSlot);
+                                        *layer = cache_.layer_of(s);
+                                        *expert = cache_.expert_of(s);
+                                    });
+        notes_.push_back("injecting read faults: " + options_.faults);
+    }
     engine_->register_memory(cache_.arena(), cache_.arena_bytes(), cache_.slot_bytes());
     if (!engine_->note().empty()) notes_.push_back(engine_->note());
     done_.resize(256);
     held_.reserve(8);
+    hash_ = XXH3_createState();
+    if (!hash_) throw std::runtime_error("store: out of memory");
 }
 
 Store::~Store() {
     // Reads still in flight write into the arena: wait for them first.
     while (engine_->outstanding() > 0) engine_->reap(done_.data(), done_.size(), true);
     for (int fd : fds_) close(fd);
+    XXH3_freeState(hash_);
 }
 
 void Store::begin_step(int n_tokens) {
@@ -201,7 +213,7 @@ int Store::next_ready(int layer, ExpertView* view) {
         if (h->n_handed == n) return -1;
         for (int i = 0; i < n; i++) {
             int s = h->slots[size_t(i)];
-            if (h->handed[size_t(i)] || cache_.state(s) != SlotCache::State::Ready) continue;
+            if (h->handed[size_t(i)] || s < 0 || cache_.state(s) != SlotCache::State::Ready) continue;
             h->handed[size_t(i)] = 1;
             h->n_handed++;
             ExpertPlacement p = layout_.place(layer, h->ids[size_t(i)]);
@@ -249,7 +261,15 @@ void Store::prefetch(int layer, const int32_t* ids, int n) {
 void Store::reap(bool wait) {
     size_t n = engine_->reap(done_.data(), done_.size(), wait);
     if (wait && n == 0) throw std::runtime_error("store: waiting for an expert with no read in flight");
+    // Every reaped completion is processed before a failure is thrown:
+    // one left unprocessed would leave its slot loading forever, and the
+    // next pass (serve's next request) would wait on it.
     for (size_t i = 0; i < n; i++) complete_read(done_[i]);
+    if (!failure_.empty()) {
+        std::string msg = std::move(failure_);
+        failure_.clear();
+        throw std::runtime_error(msg);
+    }
 }
 
 void Store::complete_read(const IoCompletion& c) {
@@ -257,9 +277,21 @@ void Store::complete_read(const IoCompletion& c) {
     int k = int(c.tag % kReadsPerSlot);
     SlotIo& io = slot_io_[size_t(s)];
     const ExpertRead& r = layout_.place(cache_.layer_of(s), cache_.expert_of(s)).reads[k];
-    if (io.error == 0 && (c.result < 0 || uint64_t(c.result) < r.need)) {
+    const uint64_t have = io.start[k] + uint64_t(std::max<int64_t>(c.result, 0));
+    if (io.error == 0 && c.result > 0 && have < r.need) {
+        // A short read (the kernel may return less than asked): read the rest,
+        // from the page it stopped in so an O_DIRECT request stays aligned.
+        const uint64_t from = have / kIoAlign * kIoAlign;
+        io.start[k] = from;
+        IoRequest again{fds_[size_t(r.file)], r.offset + from, r.len - from,
+                        cache_.data(s) + r.slot_offset + from, c.tag};
+        engine_->submit(&again, 1);
+        counters_->read_retries++;
+        return;
+    }
+    if (io.error == 0 && (c.result < 0 || have < r.need)) {
         io.error = c.result < 0 ? c.result : 1;
-        io.error_offset = r.offset;
+        io.error_offset = r.offset + io.start[k];
     }
     if (--io.reads_left > 0) return;
     if (io.lane >= 0) {
@@ -280,16 +312,27 @@ void Store::complete_read(const IoCompletion& c) {
         return;
     }
     const std::string& path = layout_.files()[size_t(r.file)];
-    if (io.error < 0)
+    if (io.error < 0) {
         fail(s, path, "read failed at offset " + std::to_string(io.error_offset) + ": " + strerror(int(-io.error)));
-    fail(s, path, "the file ends before the expert's bytes (truncated?)");
+    } else {
+        fail(s, path, "the file ends before the expert's bytes (truncated?)");
+    }
 }
 
 void Store::slot_loaded(int s) {
-    if (layout_.kind() == LayoutKind::Packed && options_.verify_checksums) {
-        ExpertPlacement p = layout_.place(cache_.layer_of(s), cache_.expert_of(s));
+    const int layer = cache_.layer_of(s), expert = cache_.expert_of(s);
+    ExpertPlacement p = layout_.place(layer, expert);
+    if (p.has_checksum && options_.verify_checksums) {
+        // xxh3 of gate|up|down as `pack` hashed them: one run in a packed
+        // slot, three in a gguf one.
+        const ExpertLayer& L = layout_.layers()[size_t(layer)];
+        const uint8_t* base = cache_.data(s);
         auto t0 = std::chrono::steady_clock::now();
-        uint64_t h = XXH3_64bits(cache_.data(s), p.bytes);
+        XXH3_64bits_reset(hash_);
+        XXH3_64bits_update(hash_, base + p.gate, L.gate.bytes);
+        XXH3_64bits_update(hash_, base + p.up, L.up.bytes);
+        XXH3_64bits_update(hash_, base + p.down, L.down.bytes);
+        const uint64_t h = XXH3_64bits_digest(hash_);
         counters_->checksum_s += seconds_since(t0);
         counters_->checksum_bytes += p.bytes;
         if (h != p.checksum) {
@@ -297,19 +340,29 @@ void Store::slot_loaded(int s) {
                 cache_.drop(s);
                 return;
             }
-            fail(s, layout_.files()[0],
-                 "checksum mismatch (the sidecar is damaged: check it with `moestream pack --verify`, write it "
-                 "again with `moestream pack`)");
+            const int file = p.reads[0].file;
+            fail(s, layout_.files()[size_t(file)],
+                 layout_.kind() == LayoutKind::Packed
+                     ? "checksum mismatch (the sidecar is damaged: check it with `moestream pack --verify`, "
+                       "write it again with `moestream pack`)"
+                     : "checksum mismatch against the table `moestream pack` wrote (the drive returned damaged "
+                       "bytes, or the model file changed)");
+            return;
         }
     }
     cache_.set_ready(s);
 }
 
 void Store::fail(int s, const std::string& path, const std::string& why) {
-    std::string msg = path + ": layer " + std::to_string(cache_.layer_of(s)) + " expert " +
-                      std::to_string(cache_.expert_of(s)) + ": " + why;
+    const int layer = cache_.layer_of(s);
+    if (failure_.empty())
+        failure_ = path + ": layer " + std::to_string(layer) + " expert " + std::to_string(cache_.expert_of(s)) +
+                   ": " + why;
+    // The dropped slot is free for others now: its holder must not unpin it.
+    if (Held* h = held(layer))
+        for (int& slot : h->slots)
+            if (slot == s) slot = -1;
     cache_.drop(s);
-    throw std::runtime_error(msg);
 }
 
 }  // namespace ms

@@ -4,6 +4,8 @@
 // experts out as their reads complete (verifying packed checksums);
 // release() unpins them. Every byte is counted in StoreCounters by reason.
 #pragma once
+#include <xxhash.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,8 +24,9 @@ struct StoreOptions {
     std::string io = "uring";           // uring | pread | buffered | mmap
     IoOptions io_options;
     std::string cache_policy = "lru";   // lru | lfu
-    bool verify_checksums = true;       // packed layout: xxh3 of every expert read
+    bool verify_checksums = true;       // xxh3 of every expert read where the layout has checksums
     std::string prefetch = "auto";      // off | auto (take next-layer hints in prefill chunks) | next (always)
+    std::string faults;                 // injected read faults (store/io.h parse_faults); empty: none
 };
 
 class Store : public ExpertSource {
@@ -68,7 +71,8 @@ private:
     // Per-slot read bookkeeping.
     struct SlotIo {
         int reads_left = 0;
-        int64_t error = 0;        // first failure: -errno, or 1 for a short read
+        uint64_t start[3] = {};   // per read: where its latest request began (a short read continues there)
+        int64_t error = 0;        // first failure: -errno, or 1 for the end of the file
         uint64_t error_offset = 0;
         bool prefetched = false;  // loaded by prefetch and not used yet
         uint64_t bytes = 0;       // bytes requested for the slot's expert
@@ -83,7 +87,8 @@ private:
     void reap(bool wait);
     void complete_read(const IoCompletion& c);
     void slot_loaded(int slot);
-    [[noreturn]] void fail(int slot, const std::string& path, const std::string& why);
+    // Drops the slot and keeps the first failure's message for reap() to throw.
+    void fail(int slot, const std::string& path, const std::string& why);
     void note_eviction(int slot);
     // Timeline lanes for reads in flight, so overlapping reads never share one.
     int take_lane(Trace* t);
@@ -107,6 +112,8 @@ private:
     uint64_t layer_clock_ = 0; // ... and at the start of the latest acquire
     std::vector<int> free_lanes_;
     int n_lanes_ = 0;
+    XXH3_state_t* hash_ = nullptr;
+    std::string failure_;  // reused for every checksum (no allocation per read)
 };
 
 }  // namespace ms

@@ -50,6 +50,7 @@ Json StoreCounters::to_json() const {
     j["misses"] = m;
     j["hit_rate"] = ratio(double(h), double(h + m));
     j["evictions"] = evictions;
+    j["read_retries"] = read_retries;
 
     Json bytes = Json::object();
     for (int r = 0; r < kReadReasons; r++) {

@@ -44,6 +44,7 @@ struct StoreCounters {
     uint64_t first_uses = 0;
 
     uint64_t evictions = 0;
+    uint64_t read_retries = 0;  // short reads continued with another request
     uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_unused_evicted = 0;
     uint64_t prefetch_wasted_bytes = 0;  // bytes of prefetched experts evicted before any use
 

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <string>
 
+#include "json/json.h"
+
 struct CliResult {
     int rc;
     std::string out;
@@ -27,4 +29,18 @@ inline CliResult run_cli(const std::string& args, bool with_stderr) {
 inline uint64_t file_size(const std::string& path) {
     struct stat st;
     return stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
+}
+
+// " --mem B -c 512 -t 2 ": a budget of the model's fixed part (measured by a
+// probe run: under sanitizers the process itself is tens of MiB larger)
+// plus `slots` expert slots and 1 MiB, so a run must stream experts.
+// Empty when the probe fails (the caller's own run then reports why).
+inline std::string streaming_budget(const std::string& model, int slots, const std::string& probe) {
+    CliResult pr = run_cli("run -m " + model + " -c 512 -t 2 -p hi -n 1 --report " + probe, true);
+    if (pr.rc != 0) return "";
+    const ms::Json st = ms::Json::parse_file(probe).at("store_settings");
+    std::remove(probe.c_str());
+    const int64_t fixed = st.at("resident_bytes").as_int() + st.at("kv_and_scratch_bytes").as_int() +
+                          st.at("process_bytes").as_int();
+    return " --mem " + std::to_string(fixed + slots * st.at("slot_bytes").as_int() + (1 << 20)) + " -c 512 -t 2 ";
 }

@@ -30,16 +30,9 @@ protected:
         inspect_ = Json::parse(ins.out);
         // A budget of the fixed part and 24 expert slots: the cache the store
         // then plans stays well short of the 96 experts, so decode reads too
-        // (realistic routing reuses experts from token to token). Measured,
-        // not fixed: under sanitizers the process itself is tens of MiB larger.
-        const std::string probe = prefix_ + ".probe.json";
-        CliResult pr = run_cli("run -m " + model_ + " -c 512 -t 2 -p hi -n 1 --report " + probe, true);
-        ASSERT_EQ(pr.rc, 0) << pr.out;
-        const Json st = Json::parse_file(probe).at("store_settings");
-        std::remove(probe.c_str());
-        const int64_t fixed = st.at("resident_bytes").as_int() + st.at("kv_and_scratch_bytes").as_int() +
-                              st.at("process_bytes").as_int();
-        budget_ = " --mem " + std::to_string(fixed + 24 * st.at("slot_bytes").as_int() + (1 << 20)) + " -c 512 -t 2 ";
+        // (realistic routing reuses experts from token to token).
+        budget_ = streaming_budget(model_, 24, prefix_ + ".probe.json");
+        ASSERT_FALSE(budget_.empty());
     }
     static void TearDownTestSuite() {
         for (const char* ext : {".gguf", ".trace.json", ".report.json", ".r2.json"})

@@ -168,4 +168,34 @@ TEST(IoEngine, PreadFullReadsToEndOfFile) {
 }
 
 }  // namespace
+
+// A file truncated after it was mapped: the mmap engine's copy meets SIGBUS,
+// catches it, and the read comes back empty (the store reports the file as
+// truncated) instead of the process dying.
+TEST(MmapEngine, SurvivesTheFileShrinkingUnderIt) {
+    test::TempDir dir;
+    const std::string path = dir.file("shrinks.bin");
+    std::vector<uint8_t> data(1 << 20, 7);
+    FILE* f = fopen(path.c_str(), "wb");
+    ASSERT_TRUE(f);
+    ASSERT_EQ(fwrite(data.data(), 1, data.size(), f), data.size());
+    fclose(f);
+    std::unique_ptr<IoEngine> eng = make_io_engine("mmap", IoOptions{});
+    int fd = open(path.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    std::vector<uint8_t> dst(256 << 10);
+    IoCompletion c;
+    IoRequest r{fd, 0, 64 << 10, dst.data(), 1};
+    eng->submit(&r, 1);
+    ASSERT_EQ(eng->reap(&c, 1, true), 1u);
+    EXPECT_EQ(c.result, 64 << 10);  // mapped at the full size
+    ASSERT_EQ(truncate(path.c_str(), 8192), 0);
+    r = {fd, 512 << 10, 256 << 10, dst.data(), 2};
+    eng->submit(&r, 1);
+    ASSERT_EQ(eng->reap(&c, 1, true), 1u);
+    EXPECT_EQ(c.tag, 2u);
+    EXPECT_EQ(c.result, 0);
+    close(fd);
+}
+
 }  // namespace ms

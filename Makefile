@@ -9,7 +9,7 @@ DEPS   := build-essential cmake pkg-config libgtest-dev libgmock-dev libbenchmar
           libpcre2-dev liburing-dev libxxhash-dev clang libclang-rt-14-dev gnuplot-nox ninja-build \
           libcpp-httplib-dev chromium
 
-.PHONY: deps build test unit asan fuzz serve-test run clean routing-check
+.PHONY: deps build test unit asan fuzz serve-test run clean routing-check soak
 
 deps:
 	@missing=$$(for p in $(DEPS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -59,6 +59,11 @@ routing-check: build
 run: build
 	$(BUILD)/moestream synth --preset tiny -o $(DEMO)
 	$(BUILD)/moestream run -m $(DEMO) -p "The quick brown fox" -n 32 --mem 24M -c 512 --seed 1
+
+# The memory contract over time: a 20,000-token generation and 1,000 server
+# requests on a model 2x larger than --mem, RSS sampled (scripts/soak.sh).
+soak: build
+	scripts/soak.sh $(BUILD) 20000 1000
 
 clean:
 	rm -rf $(BUILD) $(ASAN) $(FUZZB)

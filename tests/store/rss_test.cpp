@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "json/json.h"
 #include "test_util.h"
@@ -48,6 +49,15 @@ TEST(Rss, PeakStaysWithinBudgetOnAModelFourTimesLarger) {
             EXPECT_GT(r.at("store").at("evictions").as_int(), 100);
             EXPECT_GT(r.at("store").at("misses").as_int(), r.at("store_settings").at("slots").as_int());
         }
+}
+
+// The short version of `make soak`: 1,500 generated tokens and 40 server
+// requests with RSS sampled; scripts/soak.sh fails when the peak leaves
+// --mem + 5 % or RSS grows beyond what the KV cache's positions add.
+TEST(Rss, NoGrowthOverAShortSoak) {
+    if (getenv("MOESTREAM_SANITIZED")) GTEST_SKIP() << "RSS is not meaningful under sanitizers";
+    const std::string build = std::filesystem::path(MOESTREAM_BINARY).parent_path().string();
+    EXPECT_EQ(sh(std::string(MOESTREAM_SOURCE_DIR) + "/scripts/soak.sh " + build + " 1500 40"), 0);
 }
 
 }  // namespace

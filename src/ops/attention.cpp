@@ -205,4 +205,54 @@ void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, con
     });
 }
 
+size_t attention_selected_scratch_floats(const AttentionShape& s, const KvLayer& kv, int top_k) {
+    // The loops' scratch for top_k positions, then the gathered K (and V
+    // unless it is a view of K) rows: floats hold F16 rows too.
+    const int64_t width = kv.k_width + (kv.v == kv.k ? 0 : kv.v_width);
+    return attention_scratch_floats(s, top_k) + size_t(top_k) * size_t(width);
+}
+
+void attention_selected(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, const float* q, int64_t n_tok,
+                        const int32_t* sel, const int32_t* n_sel, int top_k, float* scratch, float* out) {
+    const int group = s.n_head / s.n_head_kv;
+    const size_t per_thread = attention_selected_scratch_floats(s, kv, top_k);
+    const size_t loop_floats = attention_scratch_floats(s, top_k);
+    const AttentionKernels* simd = simd_kernels(s);
+    const int64_t s_stride = scores_stride(top_k);
+    const size_t elt = kv.type == GgmlType::F16 ? 2 : 4;
+    const bool v_in_k = kv.v == kv.k;
+    const size_t k_row = size_t(kv.k_width) * elt, v_row = size_t(kv.v_width) * elt;
+    pool.parallel_for(n_tok * s.n_head_kv, [&](int64_t b, int64_t e, int thread) {
+        float* scores = scratch + size_t(thread) * per_thread;
+        float* qh = scores + size_t(group) * size_t(s_stride);
+        uint8_t* rows = reinterpret_cast<uint8_t*>(scores + loop_floats);
+        for (int64_t i = b; i < e; i++) {
+            const int64_t t = i / s.n_head_kv;
+            const int g = int(i % s.n_head_kv);
+            const int64_t h0 = t * s.n_head + int64_t(g) * group;
+            const int64_t n_pos = n_sel[t];
+            const int32_t* pos = sel + t * top_k;
+            KvLayer at = kv;
+            at.ring = at.tail = 0;
+            at.k = rows;
+            at.v = v_in_k ? rows : rows + size_t(n_pos) * k_row;
+            for (int64_t j = 0; j < n_pos; j++) {
+                std::memcpy(at.k + size_t(j) * k_row, kv.k + size_t(pos[j]) * k_row, k_row);
+                if (!v_in_k) std::memcpy(at.v + size_t(j) * v_row, kv.v + size_t(pos[j]) * v_row, v_row);
+            }
+            const float* qg = q + h0 * s.head_dim;
+            float* og = out + h0 * s.head_dim_v;
+            const float* sinks = s.sinks ? s.sinks + g * group : nullptr;
+            if (simd) {
+                attend_group(s, *simd, at, g, group, qg, n_pos, sinks, s_stride, scores, qh, og);
+                continue;
+            }
+            for (int h = 0; h < group; h++) {
+                attend_head(s, at, g, qg + h * s.head_dim, n_pos, sinks ? sinks[h] : -INFINITY, scores, qh,
+                            og + h * s.head_dim_v);
+            }
+        }
+    });
+}
+
 }  // namespace ms

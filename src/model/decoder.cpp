@@ -168,7 +168,7 @@ public:
         if (n_indexer_ > 0) {
             st->sel.resize(T * size_t(indexer_shape_.top_k) * 4);
             st->n_sel.resize(T * 4);
-            st->indexer.init(indexer_shape_, o.max_batch, o.n_ctx);
+            st->indexer.init(indexer_shape_, o.max_batch, o.n_ctx, o.n_threads);
         }
         st->x.resize(T * size_t(c.n_embd) * 4);
         for (AlignedBuffer* b : {&st->xb, &st->y}) b->resize(B * size_t(c.n_embd) * 4);

@@ -14,18 +14,9 @@ namespace {
 
 size_t elt_bytes(GgmlType t) { return t == GgmlType::F16 ? 2 : 4; }
 
-// sum_h w_h max(0, q_h . k) over one key row (k_at(d): its element d).
-template <class KeyAt>
-float score_row(const float* q, const float* w, int n_head, int head_dim, KeyAt k_at) {
-    float score = 0;
-    for (int h = 0; h < n_head; h++) {
-        const float* qh = q + h * head_dim;
-        float dot = 0;
-        for (int d = 0; d < head_dim; d++) dot += qh[d] * k_at(d);
-        score += w[h] * std::max(dot, 0.0f);
-    }
-    return score;
-}
+// Positions a thread scores at a time: every head's dot products with them
+// fit in its scratch.
+constexpr int64_t kChunk = 256;
 
 }  // namespace
 
@@ -41,18 +32,19 @@ KvLayer indexer_key_layer(const IndexerShape& s, GgmlType type, uint8_t* rows) {
 
 int64_t indexer_key_bytes(const IndexerShape& s, GgmlType type) { return int64_t(s.head_dim) * int64_t(elt_bytes(type)); }
 
-void IndexerScratch::init(const IndexerShape& s, int max_batch, int64_t n_ctx) {
+void IndexerScratch::init(const IndexerShape& s, int max_batch, int64_t n_ctx, int n_threads) {
     const size_t B = size_t(max_batch), H = size_t(s.n_head), D = size_t(s.head_dim);
     iq.resize(B * H * D * 4);
     ik.resize(B * D * 4);
     w.resize(B * H * 4);
     scores.resize(size_t(n_ctx) * 4);
     order.resize(size_t(n_ctx) * 4);
+    dots.resize(size_t(n_threads) * H * size_t(kChunk) * 4);
 }
 
 uint64_t IndexerScratch::bytes() const {
     uint64_t b = 0;
-    for (const AlignedBuffer* p : {&iq, &ik, &w, &scores, &order}) b += p->size();
+    for (const AlignedBuffer* p : {&iq, &ik, &w, &scores, &order, &dots}) b += p->size();
     return b;
 }
 
@@ -113,14 +105,17 @@ void indexer_select(ThreadPool& pool, const IndexerShape& s, const Rope& rope, c
         }
         const float* q = iq + int64_t(t) * H * D;
         const float* wt = w + int64_t(t) * H;
-        pool.parallel_for(n_pos, [&](int64_t b, int64_t e) {
-            for (int64_t p = b; p < e; p++) {
-                if (f16) {
-                    const uint16_t* k = reinterpret_cast<const uint16_t*>(keys.k) + p * D;
-                    scores[p] = score_row(q, wt, H, D, [&](int d) { return fp16_to_fp32(k[d]); });
-                } else {
-                    const float* k = reinterpret_cast<const float*>(keys.k) + p * D;
-                    scores[p] = score_row(q, wt, H, D, [&](int d) { return k[d]; });
+        // Each thread's chunk of positions: every head's dot products with
+        // them, then the heads' weighted sum (in head order) per position.
+        pool.parallel_for((n_pos + kChunk - 1) / kChunk, [&](int64_t b, int64_t e, int thread) {
+            float* dots = sc.dots.f32() + size_t(thread) * size_t(H) * size_t(kChunk);
+            for (int64_t c = b; c < e; c++) {
+                const int64_t p0 = c * kChunk, np = std::min(kChunk, n_pos - p0);
+                attention_scores(keys, q, H, D, p0, np, dots, kChunk);
+                for (int64_t j = 0; j < np; j++) {
+                    float score = 0;
+                    for (int h = 0; h < H; h++) score += wt[h] * std::max(dots[h * kChunk + j], 0.0f);
+                    scores[p0 + j] = score;
                 }
             }
         });

@@ -41,9 +41,10 @@ int64_t indexer_key_bytes(const IndexerShape& s, GgmlType type);  // per positio
 struct IndexerScratch {
     AlignedBuffer iq, ik, w;     // max_batch rows of queries, keys, head weights
     AlignedBuffer scores, order;  // one query's score and candidate per position
+    AlignedBuffer dots;           // per thread: every head's dot products with a chunk of positions
     uint8_t* acts = nullptr;      // converted activations: the caller's, acts_per_token bytes a token
 
-    void init(const IndexerShape& s, int max_batch, int64_t n_ctx);
+    void init(const IndexerShape& s, int max_batch, int64_t n_ctx, int n_threads);
     uint64_t bytes() const;  // without acts
     static size_t acts_per_token(const std::vector<IndexerLayer>& layers);
 };

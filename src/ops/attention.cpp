@@ -205,6 +205,34 @@ void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, con
     });
 }
 
+void attention_scores(const KvLayer& kv, const float* q, int n_q, int dim, int64_t first, int64_t n_pos,
+                      float* scores, int64_t s_stride) {
+    const AttentionShape shape{n_q, 1, dim, dim, 1.0f, 0, nullptr};
+    const AttentionKernels* simd = simd_kernels(shape);
+    if (kv.type == GgmlType::F32) {
+        const float* K = reinterpret_cast<const float*>(kv.k) + first * kv.k_width;
+        if (simd) {
+            simd->scores_f32(q, n_q, K, kv.k_width, dim, n_pos, scores, s_stride);
+            return;
+        }
+        for (int h = 0; h < n_q; h++) {
+            scores_for(q + h * dim, dim, n_pos, [&](int64_t j, int d) { return K[j * kv.k_width + d]; },
+                       scores + h * s_stride);
+        }
+        return;
+    }
+    const uint16_t* K = reinterpret_cast<const uint16_t*>(kv.k) + first * kv.k_width;
+    if (simd) {
+        simd->scores_f16(q, n_q, K, kv.k_width, dim, n_pos, scores, s_stride);
+        return;
+    }
+    const float* table = fp16_table();
+    for (int h = 0; h < n_q; h++) {
+        scores_for(q + h * dim, dim, n_pos, [&](int64_t j, int d) { return table[K[j * kv.k_width + d]]; },
+                   scores + h * s_stride);
+    }
+}
+
 size_t attention_selected_scratch_floats(const AttentionShape& s, const KvLayer& kv, int top_k) {
     // The loops' scratch for top_k positions, then the gathered K (and V
     // unless it is a view of K) rows: floats hold F16 rows too.

@@ -123,6 +123,23 @@ TEST(FamiliesGolden, DeepseekCacheHoldsCompressedRowsOnly) {
     }
 }
 
+// glm-dsa's state (README: compressed rows of 96 in each of 3 layers, and
+// the one indexer layer's keys of 64) grows by 3 x 96 + 64 F16 values, 704
+// bytes, per position of context; the indexer's score row over the context
+// adds a little, attention's scratch nothing (it reads top_k = 8 rows).
+TEST(FamiliesGolden, GlmDsaStateHoldsCompressedRowsAndIndexerKeys) {
+    for (const char* name : {"glm-dsa-F32", "glm-dsa-Q8_0"}) {
+        const golden::LoadedModel m(golden::models_dir() + "/" + name + ".gguf");
+        const double per_position = golden::state_bytes_per_position(m);
+        printf("%s state bytes per position of context: %.1f\n", name, per_position);
+        EXPECT_GE(per_position, 704.0) << name;
+        EXPECT_LT(per_position, 704.0 + 16.0) << name;
+        StateOptions o;
+        o.kv_type = GgmlType::F16;
+        EXPECT_EQ(m.model->new_state(o)->kv_bytes_per_token, 704) << name;
+    }
+}
+
 // Evaluating the prompt token by token, in chunks, or with another thread
 // count gives the same bits as one batch (gpt-oss: its ring wraps in chunks
 // of 1 and 5).

@@ -64,8 +64,10 @@ void bm_dense(benchmark::State& st, int threads) {
 }
 
 // The indexer for one token at position n_ctx - 1 (its keys cached before),
-// then attention over the rows it picked.
-void bm_sparse(benchmark::State& st, int threads) {
+// then attention over the rows it picked; or either part alone.
+enum class Part { Both, Indexer, Attention };
+
+void bm_sparse(benchmark::State& st, int threads, Part part) {
     const int64_t n_ctx = st.range(0);
     const IndexerShape& s = kIndexer;
     AlignedBuffer cache = random_cache(n_ctx, kRow, 1);
@@ -100,20 +102,33 @@ void bm_sparse(benchmark::State& st, int threads) {
     int32_t n_sel = 0;
     AlignedBuffer scratch(size_t(threads) * attention_selected_scratch_floats(kLatentShape, kv, s.top_k) * 4);
     std::vector<float> out(size_t(kHeads * kLatent));
+    indexer_select(pool, s, rope, l, x.data(), qr.data(), 1, n_ctx - 1, cos_sin.data(), key_rows, isc, sel.data(),
+                   &n_sel);
     for (auto _ : st) {
-        indexer_select(pool, s, rope, l, x.data(), qr.data(), 1, n_ctx - 1, cos_sin.data(), key_rows, isc,
-                       sel.data(), &n_sel);
-        attention_selected(pool, kLatentShape, kv, q.data(), 1, sel.data(), &n_sel, s.top_k, scratch.f32(),
-                           out.data());
+        if (part != Part::Attention) {
+            indexer_select(pool, s, rope, l, x.data(), qr.data(), 1, n_ctx - 1, cos_sin.data(), key_rows, isc,
+                           sel.data(), &n_sel);
+        }
+        if (part != Part::Indexer) {
+            attention_selected(pool, kLatentShape, kv, q.data(), 1, sel.data(), &n_sel, s.top_k, scratch.f32(),
+                               out.data());
+        }
         benchmark::DoNotOptimize(out.data());
     }
 }
+
+void bm_sparse_all(benchmark::State& st, int threads) { bm_sparse(st, threads, Part::Both); }
+void bm_sparse_indexer(benchmark::State& st, int threads) { bm_sparse(st, threads, Part::Indexer); }
+void bm_sparse_attention(benchmark::State& st, int threads) { bm_sparse(st, threads, Part::Attention); }
 
 void register_all() {
     for (int threads : {1, 2}) {
         const std::string t = "/threads:" + std::to_string(threads);
         const std::pair<const char*, void (*)(benchmark::State&, int)> cases[] = {
-            {"mla_dense", bm_dense}, {"mla_sparse_top2048", bm_sparse}};
+            {"mla_dense", bm_dense},
+            {"dsa_top2048", bm_sparse_all},
+            {"dsa_top2048_indexer_only", bm_sparse_indexer},
+            {"dsa_top2048_attention_only", bm_sparse_attention}};
         for (const auto& [name, fn] : cases) {
             benchmark::RegisterBenchmark((std::string(name) + t).c_str(),
                                          [fn = fn, threads](benchmark::State& st) { fn(st, threads); })

@@ -155,6 +155,22 @@ void attend_group(const AttentionShape& s, const AttentionKernels& simd, const K
     }
 }
 
+// The query heads of KV head g (their rows at qg, outputs at og) against
+// positions [0, n_pos) of `kv`, through the SIMD loops or the scalar ones.
+void attend_kv_head(const AttentionShape& s, const AttentionKernels* simd, const KvLayer& kv, int g, const float* qg,
+                    int64_t n_pos, int64_t s_stride, float* scores, float* qh, float* og) {
+    const int group = s.n_head / s.n_head_kv;
+    const float* sinks = s.sinks ? s.sinks + g * group : nullptr;
+    if (simd) {
+        attend_group(s, *simd, kv, g, group, qg, n_pos, sinks, s_stride, scores, qh, og);
+        return;
+    }
+    for (int h = 0; h < group; h++) {
+        attend_head(s, kv, g, qg + h * s.head_dim, n_pos, sinks ? sinks[h] : -INFINITY, scores, qh,
+                    og + h * s.head_dim_v);
+    }
+}
+
 // The cache seen from row `row` on: its positions in order, one run of rows.
 KvLayer from_row(const KvLayer& kv, int64_t row) {
     const size_t elt = kv.type == GgmlType::F16 ? 2 : 4;
@@ -192,15 +208,7 @@ void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, con
             const int64_t first = s.window > 0 ? std::max<int64_t>(0, p - s.window + 1) : 0;
             const int64_t n_pos = p - first + 1;
             const KvLayer at = from_row(kv, kv.ring > 0 ? first % kv.ring : first);
-            const float* sinks = s.sinks ? s.sinks + g * group : nullptr;
-            if (simd) {
-                attend_group(s, *simd, at, g, group, qg, n_pos, sinks, s_stride, scores, qh, og);
-                continue;
-            }
-            for (int h = 0; h < group; h++) {
-                attend_head(s, at, g, qg + h * s.head_dim, n_pos, sinks ? sinks[h] : -INFINITY, scores, qh,
-                            og + h * s.head_dim_v);
-            }
+            attend_kv_head(s, simd, at, g, qg, n_pos, s_stride, scores, qh, og);
         }
     });
 }
@@ -270,15 +278,7 @@ void attention_selected(ThreadPool& pool, const AttentionShape& s, const KvLayer
             }
             const float* qg = q + h0 * s.head_dim;
             float* og = out + h0 * s.head_dim_v;
-            const float* sinks = s.sinks ? s.sinks + g * group : nullptr;
-            if (simd) {
-                attend_group(s, *simd, at, g, group, qg, n_pos, sinks, s_stride, scores, qh, og);
-                continue;
-            }
-            for (int h = 0; h < group; h++) {
-                attend_head(s, at, g, qg + h * s.head_dim, n_pos, sinks ? sinks[h] : -INFINITY, scores, qh,
-                            og + h * s.head_dim_v);
-            }
+            attend_kv_head(s, simd, at, g, qg, n_pos, s_stride, scores, qh, og);
         }
     });
 }

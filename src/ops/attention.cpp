@@ -155,17 +155,18 @@ void attend_group(const AttentionShape& s, const AttentionKernels& simd, const K
     }
 }
 
-// The query heads of KV head g (their rows at qg, outputs at og) against
-// positions [0, n_pos) of `kv`, through the SIMD loops or the scalar ones.
-void attend_kv_head(const AttentionShape& s, const AttentionKernels* simd, const KvLayer& kv, int g, const float* qg,
-                    int64_t n_pos, int64_t s_stride, float* scores, float* qh, float* og) {
+// Query heads [h0, h0 + n_h) of KV head g's group (their rows at qg, outputs
+// at og) against positions [0, n_pos) of `kv`, through the SIMD loops or the
+// scalar ones. A head's result does not depend on the heads beside it.
+void attend_kv_head(const AttentionShape& s, const AttentionKernels* simd, const KvLayer& kv, int g, int h0, int n_h,
+                    const float* qg, int64_t n_pos, int64_t s_stride, float* scores, float* qh, float* og) {
     const int group = s.n_head / s.n_head_kv;
-    const float* sinks = s.sinks ? s.sinks + g * group : nullptr;
+    const float* sinks = s.sinks ? s.sinks + g * group + h0 : nullptr;
     if (simd) {
-        attend_group(s, *simd, kv, g, group, qg, n_pos, sinks, s_stride, scores, qh, og);
+        attend_group(s, *simd, kv, g, n_h, qg, n_pos, sinks, s_stride, scores, qh, og);
         return;
     }
-    for (int h = 0; h < group; h++) {
+    for (int h = 0; h < n_h; h++) {
         attend_head(s, kv, g, qg + h * s.head_dim, n_pos, sinks ? sinks[h] : -INFINITY, scores, qh,
                     og + h * s.head_dim_v);
     }
@@ -208,7 +209,7 @@ void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, con
             const int64_t first = s.window > 0 ? std::max<int64_t>(0, p - s.window + 1) : 0;
             const int64_t n_pos = p - first + 1;
             const KvLayer at = from_row(kv, kv.ring > 0 ? first % kv.ring : first);
-            attend_kv_head(s, simd, at, g, qg, n_pos, s_stride, scores, qh, og);
+            attend_kv_head(s, simd, at, g, 0, group, qg, n_pos, s_stride, scores, qh, og);
         }
     });
 }
@@ -258,14 +259,22 @@ void attention_selected(ThreadPool& pool, const AttentionShape& s, const KvLayer
     const size_t elt = kv.type == GgmlType::F16 ? 2 : 4;
     const bool v_in_k = kv.v == kv.k;
     const size_t k_row = size_t(kv.k_width) * elt, v_row = size_t(kv.v_width) * elt;
-    pool.parallel_for(n_tok * s.n_head_kv, [&](int64_t b, int64_t e, int thread) {
+    // MLA has one KV head: a decoded token would be one work item, so a
+    // group's query heads are split over the threads too (each part gathers
+    // the rows for itself).
+    const int64_t n_kv = n_tok * s.n_head_kv;
+    int split = 1;
+    while (group % (split * 2) == 0 && n_kv * split < pool.size()) split *= 2;
+    const int part_heads = group / split;
+    pool.parallel_for(n_kv * split, [&](int64_t b, int64_t e, int thread) {
         float* scores = scratch + size_t(thread) * per_thread;
         float* qh = scores + size_t(group) * size_t(s_stride);
         uint8_t* rows = reinterpret_cast<uint8_t*>(scores + loop_floats);
         for (int64_t i = b; i < e; i++) {
-            const int64_t t = i / s.n_head_kv;
-            const int g = int(i % s.n_head_kv);
-            const int64_t h0 = t * s.n_head + int64_t(g) * group;
+            const int64_t t = i / (s.n_head_kv * split);
+            const int g = int(i / split % s.n_head_kv);
+            const int h_part = int(i % split) * part_heads;
+            const int64_t h0 = t * s.n_head + int64_t(g) * group + h_part;
             const int64_t n_pos = n_sel[t];
             const int32_t* pos = sel + t * top_k;
             KvLayer at = kv;
@@ -276,9 +285,8 @@ void attention_selected(ThreadPool& pool, const AttentionShape& s, const KvLayer
                 std::memcpy(at.k + size_t(j) * k_row, kv.k + size_t(pos[j]) * k_row, k_row);
                 if (!v_in_k) std::memcpy(at.v + size_t(j) * v_row, kv.v + size_t(pos[j]) * v_row, v_row);
             }
-            const float* qg = q + h0 * s.head_dim;
-            float* og = out + h0 * s.head_dim_v;
-            attend_kv_head(s, simd, at, g, qg, n_pos, s_stride, scores, qh, og);
+            attend_kv_head(s, simd, at, g, h_part, part_heads, q + h0 * s.head_dim, n_pos, s_stride, scores, qh,
+                           out + h0 * s.head_dim_v);
         }
     });
 }

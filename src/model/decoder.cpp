@@ -33,6 +33,9 @@ public:
     AlignedBuffer index_keys, sel, n_sel;
     std::vector<KvLayer> keys;  // per indexer slot
     IndexerScratch indexer;
+    // The model's indexer shape with top_k at most n_ctx: no query has more
+    // positions to choose from, and the selections are sized by it.
+    IndexerShape indexer_shape;
     FfnScratch ffn;
     // DeltaNet layers' states, one slot per such layer: the convolution's
     // last inputs and the recurrent matrices. They hold the sequence as a
@@ -166,9 +169,11 @@ public:
         st->full_kv_bytes_per_token = mla ? mla_full_kv_bytes(mla_shape_, o.kv_type) * n_full : st->kv_bytes_per_token;
         const size_t T = size_t(std::max(o.max_tokens, o.max_batch));
         if (n_indexer_ > 0) {
-            st->sel.resize(T * size_t(indexer_shape_.top_k) * 4);
+            st->indexer_shape = indexer_shape_;
+            st->indexer_shape.top_k = int(std::min<int64_t>(indexer_shape_.top_k, o.n_ctx));
+            st->sel.resize(T * size_t(st->indexer_shape.top_k) * 4);
             st->n_sel.resize(T * 4);
-            st->indexer.init(indexer_shape_, o.max_batch, o.n_ctx, o.n_threads);
+            st->indexer.init(st->indexer_shape, o.max_batch, o.n_ctx, o.n_threads);
         }
         st->x.resize(T * size_t(c.n_embd) * 4);
         for (AlignedBuffer* b : {&st->xb, &st->y}) b->resize(B * size_t(c.n_embd) * 4);
@@ -184,7 +189,7 @@ public:
             st->deltanet.acts = st->acts.data();
         }
         if (mla) {
-            st->mla.init(mla_shape_, o.max_batch, o.n_ctx, o.n_threads, indexer_shape_.top_k);
+            st->mla.init(mla_shape_, o.max_batch, o.n_ctx, o.n_threads, st->indexer_shape.top_k);
         } else {
             st->attn.init(c, attn_, o.max_batch, o.n_ctx, o.n_threads);
         }
@@ -247,14 +252,14 @@ public:
                     // Sparse: the indexer (or an earlier layer's) picks the
                     // positions; the selections of the call's tokens stay
                     // for the later layers.
-                    const int top_k = indexer_shape_.top_k;
+                    const int top_k = st.indexer_shape.top_k;
                     int32_t* sel = reinterpret_cast<int32_t*>(st.sel.data()) + int64_t(c0) * top_k;
                     int32_t* n_sel = reinterpret_cast<int32_t*>(st.n_sel.data()) + c0;
                     rms_norm_rows(pool, xc, a.norm.f32(), nc, E, c.rms_eps, xb);
                     mla_project(pool, mla_shape_, c.rms_eps, rope_, mla_[size_t(il)], xb, nc, pos0 + c0, cs,
                                 st.kv[size_t(il)], st.mla);
                     if (islot >= 0) {
-                        indexer_select(pool, indexer_shape_, rope_, indexer_[size_t(il)], xb, st.mla.qa.f32(), nc,
+                        indexer_select(pool, st.indexer_shape, rope_, indexer_[size_t(il)], xb, st.mla.qa.f32(), nc,
                                        pos0 + c0, cs, st.keys[size_t(islot)], st.indexer, sel, n_sel);
                     }
                     const MlaSelection chosen{sel, n_sel, top_k};

@@ -248,10 +248,14 @@ public:
                                                (islot >= 0 ? indexer_[size_t(il)].weight_bytes() : 0)
                                          : d.empty() ? a.weight_bytes() : d.weight_bytes());
                 const float* cs = cos_sin + int64_t(c0) * rope_.n_rot;
-                if (!indexer_.empty()) {
-                    // Sparse: the indexer (or an earlier layer's) picks the
-                    // positions; the selections of the call's tokens stay
-                    // for the later layers.
+                if (mla && indexer_.empty()) {
+                    rms_norm_rows(pool, xc, a.norm.f32(), nc, E, c.rms_eps, xb);
+                    mla_attention_block(pool, mla_shape_, c.rms_eps, rope_, mla_[size_t(il)], xb, nc, pos0 + c0, cs,
+                                        st.kv[size_t(il)], n_ctx, st.mla, y);
+                } else if (mla) {
+                    // Sparse: this layer's indexer (or the nearest earlier
+                    // one's, kept for the call's tokens) picks the positions,
+                    // from the normed compressed q mla_project leaves.
                     const int top_k = st.indexer_shape.top_k;
                     int32_t* sel = reinterpret_cast<int32_t*>(st.sel.data()) + int64_t(c0) * top_k;
                     int32_t* n_sel = reinterpret_cast<int32_t*>(st.n_sel.data()) + c0;
@@ -265,10 +269,6 @@ public:
                     const MlaSelection chosen{sel, n_sel, top_k};
                     mla_attend(pool, mla_shape_, mla_[size_t(il)], nc, pos0 + c0, st.kv[size_t(il)], n_ctx, &chosen,
                                st.mla, y);
-                } else if (mla) {
-                    rms_norm_rows(pool, xc, a.norm.f32(), nc, E, c.rms_eps, xb);
-                    mla_attention_block(pool, mla_shape_, c.rms_eps, rope_, mla_[size_t(il)], xb, nc, pos0 + c0, cs,
-                                        st.kv[size_t(il)], n_ctx, st.mla, y);
                 } else if (d.empty()) {
                     rms_norm_rows(pool, xc, a.norm.f32(), nc, E, c.rms_eps, xb);
                     attention_block(pool, c, rope_, a, xb, nc, pos0 + c0, cs, st.kv[size_t(il)], n_ctx, st.attn, y);

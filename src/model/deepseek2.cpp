@@ -27,8 +27,9 @@ DecoderSpec deepseek2_spec(const GgufFile& file, const ModelConfig& c) {
     // The split form's cache row is what key_length / value_length describe.
     if (m.kv_lora <= 0 || m.nope <= 0 || m.v <= 0 || m.q_lora < 0 || c.n_head_kv != 1 ||
         c.head_dim != m.kv_lora + m.rope || c.head_dim_v != m.kv_lora) {
-        throw std::runtime_error(path + ": " + c.arch + " needs the split MLA form (attn_k_b / attn_v_b): head_count_kv 1, "
-                                 "key_length = kv_lora_rank + rope.dimension_count, value_length = kv_lora_rank");
+        throw std::runtime_error(path + ": " + c.arch + " needs the split MLA form (attn_k_b / attn_v_b): "
+                                 "head_count_kv 1, key_length = kv_lora_rank + rope.dimension_count, "
+                                 "value_length = kv_lora_rank");
     }
 
     DecoderSpec s;

@@ -30,7 +30,9 @@ KvLayer indexer_key_layer(const IndexerShape& s, GgmlType type, uint8_t* rows) {
     return KvLayer{type, s.head_dim, s.head_dim, rows, rows, 0, 0};
 }
 
-int64_t indexer_key_bytes(const IndexerShape& s, GgmlType type) { return int64_t(s.head_dim) * int64_t(elt_bytes(type)); }
+int64_t indexer_key_bytes(const IndexerShape& s, GgmlType type) {
+    return int64_t(s.head_dim) * int64_t(elt_bytes(type));
+}
 
 void IndexerScratch::init(const IndexerShape& s, int max_batch, int64_t n_ctx, int n_threads) {
     const size_t B = size_t(max_batch), H = size_t(s.n_head), D = size_t(s.head_dim);

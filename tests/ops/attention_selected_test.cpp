@@ -130,9 +130,10 @@ TEST(AttentionSelected, ScoresWithinRoundingBound) {
                         double dot = 0, mag = 0;
                         for (int d = 0; d < dim; d++) {
                             const int64_t at = int64_t(first + j) * dim + d;
+                            const uint8_t* kd = c.k.data();
                             const double k = type == GgmlType::F32
-                                                 ? double(reinterpret_cast<const float*>(c.k.data())[at])
-                                                 : double(fp16_to_fp32(reinterpret_cast<const uint16_t*>(c.k.data())[at]));
+                                                 ? double(reinterpret_cast<const float*>(kd)[at])
+                                                 : double(fp16_to_fp32(reinterpret_cast<const uint16_t*>(kd)[at]));
                             dot += double(q[size_t(h * dim + d)]) * k;
                             mag += std::fabs(double(q[size_t(h * dim + d)]) * k);
                         }

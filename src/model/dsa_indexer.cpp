@@ -34,13 +34,14 @@ int64_t indexer_key_bytes(const IndexerShape& s, GgmlType type) {
     return int64_t(s.head_dim) * int64_t(elt_bytes(type));
 }
 
-void IndexerScratch::init(const IndexerShape& s, int max_batch, int64_t n_ctx, int n_threads) {
+void IndexerScratch::init(const IndexerShape& s, int max_batch, int64_t positions, int n_threads) {
+    n_ctx = positions;
     const size_t B = size_t(max_batch), H = size_t(s.n_head), D = size_t(s.head_dim);
     iq.resize(B * H * D * 4);
     ik.resize(B * D * 4);
     w.resize(B * H * 4);
-    scores.resize(size_t(n_ctx) * 4);
-    order.resize(size_t(n_ctx) * 4);
+    scores.resize(size_t(n_threads) * size_t(n_ctx) * 4);
+    order.resize(size_t(n_threads) * size_t(n_ctx) * 4);
     dots.resize(size_t(n_threads) * H * size_t(kChunk) * 4);
 }
 
@@ -94,43 +95,74 @@ void indexer_select(ThreadPool& pool, const IndexerShape& s, const Rope& rope, c
         }
     });
 
-    float* scores = sc.scores.f32();
-    int32_t* order = reinterpret_cast<int32_t*>(sc.order.data());
+    // Token t's score of each position up to its own, chunk by chunk: every
+    // head's dot products with the chunk, then the heads' weighted sum (in
+    // head order) per position.
     const int K = s.top_k;
-    for (int t = 0; t < n; t++) {
+    auto score_chunks = [&](int t, int64_t c0, int64_t c1, float* dots, float* scores) {
         const int64_t n_pos = pos0 + t + 1;
-        int32_t* out_sel = sel + int64_t(t) * K;
-        if (n_pos <= K) {
-            std::iota(out_sel, out_sel + n_pos, 0);
-            n_sel[t] = int32_t(n_pos);
-            continue;
-        }
         const float* q = iq + int64_t(t) * H * D;
         const float* wt = w + int64_t(t) * H;
-        // Each thread's chunk of positions: every head's dot products with
-        // them, then the heads' weighted sum (in head order) per position.
-        pool.parallel_for((n_pos + kChunk - 1) / kChunk, [&](int64_t b, int64_t e, int thread) {
-            float* dots = sc.dots.f32() + size_t(thread) * size_t(H) * size_t(kChunk);
-            for (int64_t c = b; c < e; c++) {
-                const int64_t p0 = c * kChunk, np = std::min(kChunk, n_pos - p0);
-                attention_scores(keys, q, H, D, p0, np, dots, kChunk);
-                for (int64_t j = 0; j < np; j++) {
-                    float score = 0;
-                    for (int h = 0; h < H; h++) score += wt[h] * std::max(dots[h * kChunk + j], 0.0f);
-                    scores[p0 + j] = score;
-                }
+        for (int64_t c = c0; c < c1; c++) {
+            const int64_t p0 = c * kChunk, np = std::min(kChunk, n_pos - p0);
+            attention_scores(keys, q, H, D, p0, np, dots, kChunk);
+            for (int64_t j = 0; j < np; j++) {
+                float score = 0;
+                for (int h = 0; h < H; h++) score += wt[h] * std::max(dots[h * kChunk + j], 0.0f);
+                scores[p0 + j] = score;
             }
-        });
-        // The best K, ties to the earlier position so the choice is one
-        // whatever the partial order nth_element leaves; then in position
-        // order, the order the attention sums in.
+        }
+    };
+    // The best K, ties to the earlier position so the choice is one whatever
+    // the partial order nth_element leaves; then in position order, the
+    // order the attention sums in.
+    auto choose = [&](int t, const float* scores, int32_t* order) {
+        const int64_t n_pos = pos0 + t + 1;
         std::iota(order, order + n_pos, 0);
         std::nth_element(order, order + K - 1, order + n_pos, [&](int32_t a, int32_t b) {
             return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
         });
         std::sort(order, order + K);
-        std::copy_n(order, K, out_sel);
+        std::copy_n(order, K, sel + int64_t(t) * K);
         n_sel[t] = K;
+    };
+    struct Rows {
+        float* dots;
+        float* scores;
+        int32_t* order;
+    };
+    auto rows_of = [&](int thread) {
+        const size_t at = size_t(thread) * size_t(sc.n_ctx);
+        return Rows{sc.dots.f32() + size_t(thread) * size_t(H) * size_t(kChunk), sc.scores.f32() + at,
+                    reinterpret_cast<int32_t*>(sc.order.data()) + at};
+    };
+
+    // While a token has at most K positions it attends to all of them.
+    int first = 0;
+    for (; first < n && pos0 + first + 1 <= K; first++) {
+        std::iota(sel + int64_t(first) * K, sel + int64_t(first) * K + pos0 + first + 1, 0);
+        n_sel[first] = int32_t(pos0 + first + 1);
+    }
+    if (n - first >= pool.size()) {
+        // A prompt: a token per thread at a time, the longest first (the
+        // pool hands chunks out in order, so the short ones even it out).
+        pool.parallel_for(n - first, [&](int64_t b, int64_t e, int thread) {
+            const Rows r = rows_of(thread);
+            for (int64_t i = b; i < e; i++) {
+                const int t = n - 1 - int(i);
+                score_chunks(t, 0, (pos0 + t + kChunk) / kChunk, r.dots, r.scores);
+                choose(t, r.scores, r.order);
+            }
+        });
+        return;
+    }
+    // Decode: the threads share each token's positions.
+    const Rows mine = rows_of(0);
+    for (int t = first; t < n; t++) {
+        pool.parallel_for((pos0 + t + kChunk) / kChunk, [&](int64_t b, int64_t e, int thread) {
+            score_chunks(t, b, e, rows_of(thread).dots, mine.scores);
+        });
+        choose(t, mine.scores, mine.order);
     }
 }
 

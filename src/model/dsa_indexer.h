@@ -40,8 +40,10 @@ int64_t indexer_key_bytes(const IndexerShape& s, GgmlType type);  // per positio
 // Scratch for indexer_select, sized once for the largest batch and context.
 struct IndexerScratch {
     AlignedBuffer iq, ik, w;     // max_batch rows of queries, keys, head weights
-    AlignedBuffer scores, order;  // one query's score and candidate per position
-    AlignedBuffer dots;           // per thread: every head's dot products with a chunk of positions
+    // Per thread: a query's score and candidate per position, and every
+    // head's dot products with a chunk of positions.
+    AlignedBuffer scores, order, dots;
+    int64_t n_ctx = 0;
     uint8_t* acts = nullptr;      // converted activations: the caller's, acts_per_token bytes a token
 
     void init(const IndexerShape& s, int max_batch, int64_t n_ctx, int n_threads);

@@ -27,6 +27,15 @@ public:
     AlignedBuffer acts;              // converted activations for one linear(), shared by the blocks
     AttentionScratch attn;
     MlaScratch mla;
+    // Sparse attention: each indexer layer's keys, and the positions each
+    // token of a forward call attends to (top_k a token), which the layers
+    // without an indexer reuse.
+    AlignedBuffer index_keys, sel, n_sel;
+    std::vector<KvLayer> keys;  // per indexer slot
+    IndexerScratch indexer;
+    // The model's indexer shape with top_k at most n_ctx: no query has more
+    // positions to choose from, and the selections are sized by it.
+    IndexerShape indexer_shape;
     FfnScratch ffn;
     // DeltaNet layers' states, one slot per such layer: the convolution's
     // last inputs and the recurrent matrices. They hold the sequence as a
@@ -35,9 +44,10 @@ public:
     DeltaNetScratch deltanet;
 
     uint64_t bytes() const override {
-        uint64_t b = attn.bytes() + mla.bytes() + ffn.bytes() + deltanet.bytes() + kv.size() * sizeof(KvLayer);
+        uint64_t b = attn.bytes() + mla.bytes() + indexer.bytes() + ffn.bytes() + deltanet.bytes() +
+                     (kv.size() + keys.size()) * sizeof(KvLayer);
         for (const AlignedBuffer* p : {&k_cache, &v_cache, &x, &xb, &y, &cos_sin, &acts, &conv_state,
-                                       &recurrent_state}) {
+                                       &recurrent_state, &index_keys, &sel, &n_sel}) {
             b += p->size();
         }
         return b;
@@ -52,7 +62,7 @@ public:
 class Decoder : public Model {
 public:
     Decoder(const GgufFile& f, ModelConfig c, const DecoderSpec& spec)
-        : Model(std::move(c)), rope_(spec.rope), mla_shape_(spec.mla) {
+        : Model(std::move(c)), rope_(spec.rope), mla_shape_(spec.mla), indexer_shape_(spec.indexer) {
         ModelConfig& cfg = config_;
         const std::string& arch = cfg.arch;
         if (cfg.n_expert <= 0 || cfg.n_expert_used <= 0 || spec.n_ff_exp <= 0) {
@@ -75,6 +85,17 @@ public:
         deltanet_.resize(size_t(n_run_));
         deltanet_slot_.assign(size_t(n_run_), -1);
         if (mla_shape_.kv_lora > 0) mla_.resize(size_t(n_run_));
+        if (indexer_shape_.top_k > 0) {
+            const IndexerShape& is = indexer_shape_;
+            if (mla_.empty() || is.n_head <= 0 || is.head_dim < rope_.n_rot || is.head_dim % 2 != 0 ||
+                (!spec.indexer_layers.empty() && spec.indexer_layers.size() < size_t(n_run_))) {
+                throw std::runtime_error(f.path() + ": " + arch + ": sparse attention needs MLA, indexer head_count "
+                                         "> 0, an even indexer key_length of at least rope.dimension_count, and "
+                                         "an indexer type per layer");
+            }
+            indexer_.resize(size_t(n_run_));
+            indexer_slot_.assign(size_t(n_run_), -1);
+        }
         ffn_.resize(size_t(n_run_));
         expert_layers_.resize(size_t(n_run_));
         for (int il = 0; il < n_run_; il++) {
@@ -136,14 +157,31 @@ public:
                                                   st->v_cache.data() + v_off[il]));
         }
         st->kv_bytes_per_token = int64_t((k_width + v_width) * kv_elt) * n_full;
+        if (n_indexer_ > 0) {
+            const int64_t key_bytes = indexer_key_bytes(indexer_shape_, o.kv_type);
+            st->index_keys.resize(size_t(n_indexer_ * o.n_ctx * key_bytes));
+            for (int64_t i = 0; i < n_indexer_; i++) {
+                st->keys.push_back(indexer_key_layer(indexer_shape_, o.kv_type,
+                                                     st->index_keys.data() + size_t(i * o.n_ctx * key_bytes)));
+            }
+            st->kv_bytes_per_token += key_bytes * n_indexer_;
+        }
         st->full_kv_bytes_per_token = mla ? mla_full_kv_bytes(mla_shape_, o.kv_type) * n_full : st->kv_bytes_per_token;
         const size_t T = size_t(std::max(o.max_tokens, o.max_batch));
+        if (n_indexer_ > 0) {
+            st->indexer_shape = indexer_shape_;
+            st->indexer_shape.top_k = int(std::min<int64_t>(indexer_shape_.top_k, o.n_ctx));
+            st->sel.resize(T * size_t(st->indexer_shape.top_k) * 4);
+            st->n_sel.resize(T * 4);
+            st->indexer.init(st->indexer_shape, o.max_batch, o.n_ctx, o.n_threads);
+        }
         st->x.resize(T * size_t(c.n_embd) * 4);
         for (AlignedBuffer* b : {&st->xb, &st->y}) b->resize(B * size_t(c.n_embd) * 4);
         st->cos_sin.resize(T * size_t(rope_.n_rot) * 4);
         const size_t attn_acts = mla ? MlaScratch::acts_per_token(mla_) : AttentionScratch::acts_per_token(attn_);
         st->acts.resize(B * std::max({linear_scratch_bytes(output(), 1), attn_acts, FfnScratch::acts_per_token(ffn_),
-                                      DeltaNetScratch::acts_per_token(deltanet_)}));
+                                      DeltaNetScratch::acts_per_token(deltanet_),
+                                      IndexerScratch::acts_per_token(indexer_)}));
         if (n_deltanet_ > 0) {
             st->conv_state.resize(size_t(n_deltanet_ * deltanet_shape_.conv_state_floats()) * 4);
             st->recurrent_state.resize(size_t(n_deltanet_ * deltanet_shape_.recurrent_state_floats()) * 4);
@@ -151,13 +189,14 @@ public:
             st->deltanet.acts = st->acts.data();
         }
         if (mla) {
-            st->mla.init(mla_shape_, o.max_batch, o.n_ctx, o.n_threads);
+            st->mla.init(mla_shape_, o.max_batch, o.n_ctx, o.n_threads, st->indexer_shape.top_k);
         } else {
             st->attn.init(c, attn_, o.max_batch, o.n_ctx, o.n_threads);
         }
         st->ffn.init(ffn_, expert_layers_, o.max_batch, c.n_expert_used, c.n_embd);
         st->attn.acts = st->acts.data();
         st->mla.acts = st->acts.data();
+        st->indexer.acts = st->acts.data();
         st->ffn.acts = st->acts.data();
         return st;
     }
@@ -203,14 +242,33 @@ public:
                 float* xc = x + int64_t(c0) * E;
 
                 const bool mla = !mla_.empty();
+                const int64_t islot = indexer_.empty() ? -1 : indexer_slot_[size_t(il)];
                 PhaseTimer attn_time(time, Phase::Attention, il,
-                                     mla ? mla_[size_t(il)].weight_bytes()
+                                     mla ? mla_[size_t(il)].weight_bytes() +
+                                               (islot >= 0 ? indexer_[size_t(il)].weight_bytes() : 0)
                                          : d.empty() ? a.weight_bytes() : d.weight_bytes());
                 const float* cs = cos_sin + int64_t(c0) * rope_.n_rot;
-                if (mla) {
+                if (mla && indexer_.empty()) {
                     rms_norm_rows(pool, xc, a.norm.f32(), nc, E, c.rms_eps, xb);
                     mla_attention_block(pool, mla_shape_, c.rms_eps, rope_, mla_[size_t(il)], xb, nc, pos0 + c0, cs,
                                         st.kv[size_t(il)], n_ctx, st.mla, y);
+                } else if (mla) {
+                    // Sparse: this layer's indexer (or the nearest earlier
+                    // one's, kept for the call's tokens) picks the positions,
+                    // from the normed compressed q mla_project leaves.
+                    const int top_k = st.indexer_shape.top_k;
+                    int32_t* sel = reinterpret_cast<int32_t*>(st.sel.data()) + int64_t(c0) * top_k;
+                    int32_t* n_sel = reinterpret_cast<int32_t*>(st.n_sel.data()) + c0;
+                    rms_norm_rows(pool, xc, a.norm.f32(), nc, E, c.rms_eps, xb);
+                    mla_project(pool, mla_shape_, c.rms_eps, rope_, mla_[size_t(il)], xb, nc, pos0 + c0, cs,
+                                st.kv[size_t(il)], st.mla);
+                    if (islot >= 0) {
+                        indexer_select(pool, st.indexer_shape, rope_, indexer_[size_t(il)], xb, st.mla.qa.f32(), nc,
+                                       pos0 + c0, cs, st.keys[size_t(islot)], st.indexer, sel, n_sel);
+                    }
+                    const MlaSelection chosen{sel, n_sel, top_k};
+                    mla_attend(pool, mla_shape_, mla_[size_t(il)], nc, pos0 + c0, st.kv[size_t(il)], n_ctx, &chosen,
+                               st.mla, y);
                 } else if (d.empty()) {
                     rms_norm_rows(pool, xc, a.norm.f32(), nc, E, c.rms_eps, xb);
                     attention_block(pool, c, rope_, a, xb, nc, pos0 + c0, cs, st.kv[size_t(il)], n_ctx, st.attn, y);
@@ -272,6 +330,11 @@ private:
         need(f, p + "attn_norm.weight", {E}, &a.norm);
         if (!mla_.empty()) {
             declare_mla(f, p, &mla_[size_t(il)]);
+            if (indexer_shape_.top_k > 0 && (spec.indexer_layers.empty() || spec.indexer_layers[size_t(il)])) {
+                declare_indexer(f, p, il);
+            } else if (indexer_shape_.top_k > 0 && il == 0) {
+                throw std::runtime_error(f.path() + ": layer 0 has no indexer, so it has no selection to reuse");
+            }
             return;
         }
         need(f, p + "attn_q.weight", {E, spec.q_gate ? 2 * c.q_dim() : c.q_dim()}, &a.wq);
@@ -340,6 +403,19 @@ private:
         need(f, p + "attn_output.weight", {H * s.v, E}, &l->wo);
     }
 
+    void declare_indexer(const GgufFile& f, const std::string& p, int il) {
+        const IndexerShape& s = indexer_shape_;
+        const int64_t E = config_.n_embd, H = s.n_head, D = s.head_dim;
+        IndexerLayer& l = indexer_[size_t(il)];
+        if (mla_shape_.q_lora <= 0) throw std::runtime_error(f.path() + ": the indexer needs q compression");
+        need(f, p + "indexer.attn_q_b.weight", {mla_shape_.q_lora, H * D}, &l.wq_b);
+        need(f, p + "indexer.attn_k.weight", {E, D}, &l.wk);
+        need(f, p + "indexer.proj.weight", {E, H}, &l.proj);
+        need(f, p + "indexer.k_norm.weight", {D}, &l.k_norm);
+        need(f, p + "indexer.k_norm.bias", {D}, &l.k_norm_bias);
+        indexer_slot_[size_t(il)] = n_indexer_++;
+    }
+
     void declare_ffn(const GgufFile& f, const DecoderSpec& spec, int il) {
         const ModelConfig& c = config_;
         const int64_t E = c.n_embd, X = c.n_expert;
@@ -399,12 +475,16 @@ private:
 
     Rope rope_;
     MlaShape mla_shape_;
+    IndexerShape indexer_shape_;
     int n_run_ = 0;
     int window_ = 0;  // the sliding-window layers' window (0: none)
     Tensor token_embd_, output_norm_, output_;
     bool tied_output_ = false;
     std::vector<AttentionLayer> attn_;     // MLA layers: the norm only
     std::vector<MlaLayer> mla_;            // empty unless spec.mla.kv_lora > 0
+    std::vector<IndexerLayer> indexer_;    // empty unless spec.indexer.top_k > 0
+    std::vector<int64_t> indexer_slot_;    // per layer: its key cache's slot, -1 where it reuses a selection
+    int64_t n_indexer_ = 0;
     std::vector<DeltaNetLayer> deltanet_;  // per layer; empty where the layer attends
     std::vector<int64_t> deltanet_slot_;   // per layer: its states' slot, -1 where it attends
     DeltaNetShape deltanet_shape_;

@@ -11,6 +11,7 @@
 
 #include "model/attention_block.h"
 #include "model/deltanet.h"
+#include "model/dsa_indexer.h"
 #include "model/mla_attention.h"
 #include "model/model.h"
 #include "model/moe.h"
@@ -38,6 +39,12 @@ struct DecoderSpec {
     // attn_kv_a_norm, attn_k_b, attn_v_b, attn_output; the cache holds
     // compressed rows (model/mla_attention.h).
     MlaShape mla;
+    // DeepSeek sparse attention over the MLA layers when indexer.top_k > 0:
+    // layer il has a lightning indexer (indexer.* tensors, model/dsa_indexer.h)
+    // where indexer_layers[il] (every layer when empty); the others attend to
+    // the positions the nearest earlier one chose.
+    IndexerShape indexer;
+    std::vector<bool> indexer_layers;
 
     // Feed-forward.
     std::string ffn_norm = "ffn_norm";  // the pre-FFN norm (gpt-oss, GLM: post_attention_norm)
@@ -57,6 +64,10 @@ struct DecoderSpec {
 // YaRN or linear interpolation when rope.scaling.type says so; neox: which
 // dimensions pair up (see Rope).
 Rope config_rope(const ModelConfig& c, bool neox);
+
+// DeepSeek V2/V3's layers from the metadata (model/deepseek2.cpp): MLA,
+// routing, dense lead and shared experts; glm-dsa adds its indexer to them.
+DecoderSpec deepseek2_spec(const GgufFile& file, const ModelConfig& config);
 
 // Checks the tensors `spec` names (shapes and types, as Model::open does)
 // and returns the model. Runs config.n_layer - config.n_nextn layers: NextN

@@ -14,7 +14,7 @@
 
 namespace ms {
 
-std::unique_ptr<Model> open_deepseek2(const GgufFile& file, ModelConfig c) {
+DecoderSpec deepseek2_spec(const GgufFile& file, const ModelConfig& c) {
     const std::string p = c.arch + ".";
     const std::string& path = file.path();
     MlaShape m;
@@ -27,8 +27,9 @@ std::unique_ptr<Model> open_deepseek2(const GgufFile& file, ModelConfig c) {
     // The split form's cache row is what key_length / value_length describe.
     if (m.kv_lora <= 0 || m.nope <= 0 || m.v <= 0 || m.q_lora < 0 || c.n_head_kv != 1 ||
         c.head_dim != m.kv_lora + m.rope || c.head_dim_v != m.kv_lora) {
-        throw std::runtime_error(path + ": deepseek2 needs the split MLA form (attn_k_b / attn_v_b): head_count_kv 1, "
-                                 "key_length = kv_lora_rank + rope.dimension_count, value_length = kv_lora_rank");
+        throw std::runtime_error(path + ": " + c.arch + " needs the split MLA form (attn_k_b / attn_v_b): "
+                                 "head_count_kv 1, key_length = kv_lora_rank + rope.dimension_count, "
+                                 "value_length = kv_lora_rank");
     }
 
     DecoderSpec s;
@@ -54,7 +55,7 @@ std::unique_ptr<Model> open_deepseek2(const GgufFile& file, ModelConfig c) {
     s.n_ff_exp = c.n_ff_exp;
     const bool sigmoid = c.expert_gating == 2;
     if (c.expert_gating != 0 && c.expert_gating != 1 && !sigmoid) {
-        throw std::runtime_error(path + ": deepseek2.expert_gating_func " + std::to_string(c.expert_gating) +
+        throw std::runtime_error(path + ": " + p + "expert_gating_func " + std::to_string(c.expert_gating) +
                                  " is not supported (1: softmax, 2: sigmoid)");
     }
     s.routing = {sigmoid ? Gating::Sigmoid : Gating::Softmax, c.expert_weights_norm, c.expert_weights_scale};
@@ -64,13 +65,18 @@ std::unique_ptr<Model> open_deepseek2(const GgufFile& file, ModelConfig c) {
     if (r.n_group > 1 && (r.n_group > kMaxExpertGroups || c.n_expert % r.n_group != 0 || r.n_group_used < 1 ||
                           r.n_group_used > r.n_group ||
                           int64_t(r.n_group_used) * (c.n_expert / r.n_group) < c.n_expert_used)) {
-        throw std::runtime_error(path + ": deepseek2 expert groups (" + std::to_string(r.n_group) + ", " +
+        throw std::runtime_error(path + ": " + c.arch + " expert groups (" + std::to_string(r.n_group) + ", " +
                                  std::to_string(r.n_group_used) + " used) do not fit " +
                                  std::to_string(c.n_expert) + " experts, " + std::to_string(c.n_expert_used) +
                                  " used (at most " + std::to_string(kMaxExpertGroups) + " groups)");
     }
     s.selection_bias = sigmoid;
     s.n_ff_shared = c.n_ff_shexp > 0 ? c.n_ff_shexp : c.n_ff_exp * c.n_expert_shared;
+    return s;
+}
+
+std::unique_ptr<Model> open_deepseek2(const GgufFile& file, ModelConfig c) {
+    DecoderSpec s = deepseek2_spec(file, c);
     return open_decoder(file, std::move(c), s);
 }
 

@@ -41,7 +41,7 @@ int64_t mla_full_kv_bytes(const MlaShape& s, GgmlType type) {
     return int64_t(s.n_head) * (s.q_head() + s.v) * int64_t(elt_bytes(type));
 }
 
-void MlaScratch::init(const MlaShape& s, int max_batch, int64_t n_ctx, int n_threads) {
+void MlaScratch::init(const MlaShape& s, int max_batch, int64_t n_ctx, int n_threads, int top_k) {
     const size_t B = size_t(max_batch), H = size_t(s.n_head);
     qa.resize(B * size_t(s.q_lora) * 4);
     q.resize(B * H * size_t(s.q_head()) * 4);
@@ -51,7 +51,10 @@ void MlaScratch::init(const MlaShape& s, int max_batch, int64_t n_ctx, int n_thr
     head_out.resize(B * size_t(std::max(s.kv_lora, s.v)) * 4);
     lat.resize(B * H * size_t(s.kv_lora) * 4);
     o.resize(B * H * size_t(s.v) * 4);
-    scores.resize(size_t(n_threads) * attention_scratch_floats(latent_shape(s), n_ctx) * 4);
+    const KvLayer f32_rows = mla_kv_layer(s, GgmlType::F32, nullptr);  // the widest rows
+    const size_t per_thread = top_k > 0 ? attention_selected_scratch_floats(latent_shape(s), f32_rows, top_k)
+                                        : attention_scratch_floats(latent_shape(s), n_ctx);
+    scores.resize(size_t(n_threads) * per_thread * 4);
 }
 
 uint64_t MlaScratch::bytes() const {
@@ -71,17 +74,14 @@ size_t MlaScratch::acts_per_token(const std::vector<MlaLayer>& layers) {
     return act;
 }
 
-void mla_attention_block(ThreadPool& pool, const MlaShape& s, float rms_eps, const Rope& rope, const MlaLayer& l,
-                         const float* x, int n, int64_t pos0, const float* cos_sin, const KvLayer& kv, int64_t n_ctx,
-                         MlaScratch& sc, float* out) {
+void mla_project(ThreadPool& pool, const MlaShape& s, float rms_eps, const Rope& rope, const MlaLayer& l,
+                 const float* x, int n, int64_t pos0, const float* cos_sin, const KvLayer& kv, MlaScratch& sc) {
     const int H = s.n_head, QH = s.q_head(), R = s.row();
     float* q = sc.q.f32();
     float* ckv = sc.kv.f32();
     float* q_lat = sc.q_lat.f32();
     float* in = sc.head_in.f32();
     float* hout = sc.head_out.f32();
-    float* lat = sc.lat.f32();
-    float* o = sc.o.f32();
 
     // q (directly or through its compression) and the compressed row share x.
     const bool q_lora = l.wq.empty();
@@ -126,8 +126,22 @@ void mla_attention_block(ThreadPool& pool, const MlaShape& s, float rms_eps, con
             }
         });
     }
+}
 
-    attention(pool, latent_shape(s), kv, q_lat, n, pos0, n_ctx, sc.scores.f32(), lat);
+void mla_attend(ThreadPool& pool, const MlaShape& s, const MlaLayer& l, int n, int64_t pos0, const KvLayer& kv,
+                int64_t n_ctx, const MlaSelection* sel, MlaScratch& sc, float* out) {
+    const int H = s.n_head;
+    const float* q_lat = sc.q_lat.f32();
+    float* in = sc.head_in.f32();
+    float* hout = sc.head_out.f32();
+    float* lat = sc.lat.f32();
+    float* o = sc.o.f32();
+    if (sel) {
+        attention_selected(pool, latent_shape(s), kv, q_lat, n, sel->sel, sel->n_sel, sel->top_k, sc.scores.f32(),
+                           lat);
+    } else {
+        attention(pool, latent_shape(s), kv, q_lat, n, pos0, n_ctx, sc.scores.f32(), lat);
+    }
 
     // Each head's latent output through its attn_v_b, heads side by side.
     for (int h = 0; h < H; h++) {
@@ -142,6 +156,13 @@ void mla_attention_block(ThreadPool& pool, const MlaShape& s, float rms_eps, con
         });
     }
     linear(pool, l.wo, o, n, out, sc.acts);
+}
+
+void mla_attention_block(ThreadPool& pool, const MlaShape& s, float rms_eps, const Rope& rope, const MlaLayer& l,
+                         const float* x, int n, int64_t pos0, const float* cos_sin, const KvLayer& kv, int64_t n_ctx,
+                         MlaScratch& sc, float* out) {
+    mla_project(pool, s, rms_eps, rope, l, x, n, pos0, cos_sin, kv, sc);
+    mla_attend(pool, s, l, n, pos0, kv, n_ctx, nullptr, sc, out);
 }
 
 }  // namespace ms

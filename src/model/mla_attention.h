@@ -55,10 +55,29 @@ struct MlaScratch {
     AlignedBuffer scores;  // attention()'s per-thread scratch
     uint8_t* acts = nullptr;  // converted activations: the caller's, acts_per_token bytes a token
 
-    void init(const MlaShape& s, int max_batch, int64_t n_ctx, int n_threads);
+    // top_k > 0: attention reads the selected positions only (mla_attend).
+    void init(const MlaShape& s, int max_batch, int64_t n_ctx, int n_threads, int top_k = 0);
     uint64_t bytes() const;  // without acts
     static size_t acts_per_token(const std::vector<MlaLayer>& layers);
 };
+
+// The positions each query reads under sparse attention: query t reads the
+// n_sel[t] positions sel[t * top_k ..], ascending (model/dsa_indexer.h).
+struct MlaSelection {
+    const int32_t* sel = nullptr;
+    const int32_t* n_sel = nullptr;
+    int top_k = 0;
+};
+
+// The block's two halves, for callers that act between them (the sparse
+// indexer reads the normed compressed q, scratch.qa): mla_project appends
+// the tokens' compressed rows to kv and leaves their latent queries in
+// scratch; mla_attend attends (over every earlier position, or over `sel`'s
+// when given) and writes out.
+void mla_project(ThreadPool& pool, const MlaShape& s, float rms_eps, const Rope& rope, const MlaLayer& l,
+                 const float* x, int n, int64_t pos0, const float* cos_sin, const KvLayer& kv, MlaScratch& scratch);
+void mla_attend(ThreadPool& pool, const MlaShape& s, const MlaLayer& l, int n, int64_t pos0, const KvLayer& kv,
+                int64_t n_ctx, const MlaSelection* sel, MlaScratch& scratch, float* out);
 
 // out (n rows of n_embd) = the layer's attention over x (n normed rows) at
 // positions pos0.., appending the tokens' compressed rows to kv.

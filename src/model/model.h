@@ -141,5 +141,6 @@ std::unique_ptr<Model> open_gpt_oss(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_qwen35moe(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_qwen3next(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_deepseek2(const GgufFile& file, ModelConfig config);
+std::unique_ptr<Model> open_glm_dsa(const GgufFile& file, ModelConfig config);
 
 }  // namespace ms

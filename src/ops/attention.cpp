@@ -155,6 +155,23 @@ void attend_group(const AttentionShape& s, const AttentionKernels& simd, const K
     }
 }
 
+// Query heads [h0, h0 + n_h) of KV head g's group (their rows at qg, outputs
+// at og) against positions [0, n_pos) of `kv`, through the SIMD loops or the
+// scalar ones. A head's result does not depend on the heads beside it.
+void attend_kv_head(const AttentionShape& s, const AttentionKernels* simd, const KvLayer& kv, int g, int h0, int n_h,
+                    const float* qg, int64_t n_pos, int64_t s_stride, float* scores, float* qh, float* og) {
+    const int group = s.n_head / s.n_head_kv;
+    const float* sinks = s.sinks ? s.sinks + g * group + h0 : nullptr;
+    if (simd) {
+        attend_group(s, *simd, kv, g, n_h, qg, n_pos, sinks, s_stride, scores, qh, og);
+        return;
+    }
+    for (int h = 0; h < n_h; h++) {
+        attend_head(s, kv, g, qg + h * s.head_dim, n_pos, sinks ? sinks[h] : -INFINITY, scores, qh,
+                    og + h * s.head_dim_v);
+    }
+}
+
 // The cache seen from row `row` on: its positions in order, one run of rows.
 KvLayer from_row(const KvLayer& kv, int64_t row) {
     const size_t elt = kv.type == GgmlType::F16 ? 2 : 4;
@@ -192,15 +209,84 @@ void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, con
             const int64_t first = s.window > 0 ? std::max<int64_t>(0, p - s.window + 1) : 0;
             const int64_t n_pos = p - first + 1;
             const KvLayer at = from_row(kv, kv.ring > 0 ? first % kv.ring : first);
-            const float* sinks = s.sinks ? s.sinks + g * group : nullptr;
-            if (simd) {
-                attend_group(s, *simd, at, g, group, qg, n_pos, sinks, s_stride, scores, qh, og);
-                continue;
+            attend_kv_head(s, simd, at, g, 0, group, qg, n_pos, s_stride, scores, qh, og);
+        }
+    });
+}
+
+void attention_scores(const KvLayer& kv, const float* q, int n_q, int dim, int64_t first, int64_t n_pos,
+                      float* scores, int64_t s_stride) {
+    const AttentionShape shape{n_q, 1, dim, dim, 1.0f, 0, nullptr};
+    const AttentionKernels* simd = simd_kernels(shape);
+    if (kv.type == GgmlType::F32) {
+        const float* K = reinterpret_cast<const float*>(kv.k) + first * kv.k_width;
+        if (simd) {
+            simd->scores_f32(q, n_q, K, kv.k_width, dim, n_pos, scores, s_stride);
+            return;
+        }
+        for (int h = 0; h < n_q; h++) {
+            scores_for(q + h * dim, dim, n_pos, [&](int64_t j, int d) { return K[j * kv.k_width + d]; },
+                       scores + h * s_stride);
+        }
+        return;
+    }
+    const uint16_t* K = reinterpret_cast<const uint16_t*>(kv.k) + first * kv.k_width;
+    if (simd) {
+        simd->scores_f16(q, n_q, K, kv.k_width, dim, n_pos, scores, s_stride);
+        return;
+    }
+    const float* table = fp16_table();
+    for (int h = 0; h < n_q; h++) {
+        scores_for(q + h * dim, dim, n_pos, [&](int64_t j, int d) { return table[K[j * kv.k_width + d]]; },
+                   scores + h * s_stride);
+    }
+}
+
+size_t attention_selected_scratch_floats(const AttentionShape& s, const KvLayer& kv, int top_k) {
+    // The loops' scratch for top_k positions, then the gathered K (and V
+    // unless it is a view of K) rows: floats hold F16 rows too.
+    const int64_t width = kv.k_width + (kv.v == kv.k ? 0 : kv.v_width);
+    return attention_scratch_floats(s, top_k) + size_t(top_k) * size_t(width);
+}
+
+void attention_selected(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, const float* q, int64_t n_tok,
+                        const int32_t* sel, const int32_t* n_sel, int top_k, float* scratch, float* out) {
+    const int group = s.n_head / s.n_head_kv;
+    const size_t per_thread = attention_selected_scratch_floats(s, kv, top_k);
+    const size_t loop_floats = attention_scratch_floats(s, top_k);
+    const AttentionKernels* simd = simd_kernels(s);
+    const int64_t s_stride = scores_stride(top_k);
+    const size_t elt = kv.type == GgmlType::F16 ? 2 : 4;
+    const bool v_in_k = kv.v == kv.k;
+    const size_t k_row = size_t(kv.k_width) * elt, v_row = size_t(kv.v_width) * elt;
+    // MLA has one KV head: a decoded token would be one work item, so a
+    // group's query heads are split over the threads too (each part gathers
+    // the rows for itself).
+    const int64_t n_kv = n_tok * s.n_head_kv;
+    int split = 1;
+    while (group % (split * 2) == 0 && n_kv * split < pool.size()) split *= 2;
+    const int part_heads = group / split;
+    pool.parallel_for(n_kv * split, [&](int64_t b, int64_t e, int thread) {
+        float* scores = scratch + size_t(thread) * per_thread;
+        float* qh = scores + size_t(group) * size_t(s_stride);
+        uint8_t* rows = reinterpret_cast<uint8_t*>(scores + loop_floats);
+        for (int64_t i = b; i < e; i++) {
+            const int64_t t = i / (s.n_head_kv * split);
+            const int g = int(i / split % s.n_head_kv);
+            const int h_part = int(i % split) * part_heads;
+            const int64_t h0 = t * s.n_head + int64_t(g) * group + h_part;
+            const int64_t n_pos = n_sel[t];
+            const int32_t* pos = sel + t * top_k;
+            KvLayer at = kv;
+            at.ring = at.tail = 0;
+            at.k = rows;
+            at.v = v_in_k ? rows : rows + size_t(n_pos) * k_row;
+            for (int64_t j = 0; j < n_pos; j++) {
+                std::memcpy(at.k + size_t(j) * k_row, kv.k + size_t(pos[j]) * k_row, k_row);
+                if (!v_in_k) std::memcpy(at.v + size_t(j) * v_row, kv.v + size_t(pos[j]) * v_row, v_row);
             }
-            for (int h = 0; h < group; h++) {
-                attend_head(s, at, g, qg + h * s.head_dim, n_pos, sinks ? sinks[h] : -INFINITY, scores, qh,
-                            og + h * s.head_dim_v);
-            }
+            attend_kv_head(s, simd, at, g, h_part, part_heads, q + h0 * s.head_dim, n_pos, s_stride, scores, qh,
+                           out + h0 * s.head_dim_v);
         }
     });
 }

@@ -65,4 +65,23 @@ size_t attention_scratch_floats(const AttentionShape& s, int64_t n_ctx);
 void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, const float* q, int64_t n_tok,
                int64_t pos0, int64_t n_ctx, float* scratch, float* out);
 
+// The dot products of n_q query rows (dim floats each, side by side) with the
+// K rows of positions [first, first + n_pos) of a one-head cache:
+// scores[h * s_stride + j] = q_h . k_{first + j}, each summed in element order
+// (the same bits at every SIMD level). With an F16 cache, q holds F16 values
+// widened. kv must not be a ring.
+void attention_scores(const KvLayer& kv, const float* q, int n_q, int dim, int64_t first, int64_t n_pos,
+                      float* scores, int64_t s_stride);
+
+// Sparse attention (DeepSeek sparse attention's top-k selection): query t
+// attends only to the n_sel[t] cache positions sel[t * top_k ..] (ascending,
+// each at most its own position), otherwise as attention(): the selected rows
+// are gathered into scratch and run through the same loops, so the cost per
+// token is bounded by top_k, not by the context. kv must not be a ring.
+// scratch holds pool.size() times attention_selected_scratch_floats(s, kv,
+// top_k) floats.
+size_t attention_selected_scratch_floats(const AttentionShape& s, const KvLayer& kv, int top_k);
+void attention_selected(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, const float* q, int64_t n_tok,
+                        const int32_t* sel, const int32_t* n_sel, int top_k, float* scratch, float* out);
+
 }  // namespace ms

@@ -16,6 +16,24 @@ void rms_norm(const float* x, const float* w, int64_t n, float eps, float* out) 
     }
 }
 
+void layer_norm(const float* x, const float* w, const float* b, int64_t n, float eps, float* out) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += double(x[i]);
+    const float mean = float(sum / double(n));
+    double sum2 = 0;
+    for (int64_t i = 0; i < n; i++) {
+        out[i] = x[i] - mean;
+        sum2 += double(out[i] * out[i]);
+    }
+    const float scale = 1.0f / std::sqrt(float(sum2 / double(n)) + eps);
+    for (int64_t i = 0; i < n; i++) {
+        float v = out[i] * scale;
+        if (w) v *= w[i];
+        if (b) v += b[i];
+        out[i] = v;
+    }
+}
+
 void rms_norm_rows(ThreadPool& pool, const float* x, const float* w, int64_t rows, int64_t width, float eps,
                    float* out) {
     pool.parallel_for(rows, [&](int64_t b, int64_t e) {

@@ -1,5 +1,5 @@
-// RMS normalization, rounded like the reference engine: squares summed in
-// double, the scale applied first and the weight second.
+// RMS normalization and LayerNorm, rounded like the reference engine: sums
+// in double, the scale applied first and the weight (and bias) after.
 #pragma once
 #include <cstdint>
 
@@ -14,5 +14,9 @@ void rms_norm(const float* x, const float* w, int64_t n, float eps, float* out);
 // rms_norm of each of `rows` rows of `width` floats, rows spread over the pool.
 void rms_norm_rows(ThreadPool& pool, const float* x, const float* w, int64_t rows, int64_t width, float eps,
                    float* out);
+
+// out[i] = (x[i] - mean(x)) / sqrt(var(x) + eps) * w[i] + b[i]; w, b may be
+// null. out may alias x.
+void layer_norm(const float* x, const float* w, const float* b, int64_t n, float eps, float* out);
 
 }  // namespace ms

@@ -194,5 +194,37 @@ TEST(ModelErrors, DeltaNetDefectsAreNamed) {
         << err;
 }
 
+// glm-dsa's sparse attention metadata (golden glm-dsa-F32: indexer in layer
+// 0 only, attention.indexer.types [true, false, false]).
+TEST(ModelErrors, GlmDsaIndexerDefectsAreNamed) {
+    const std::string dsa = std::string(MOESTREAM_GOLDEN_DIR) + "/models/glm-dsa-F32.gguf";
+    // Without the types key every layer has its own indexer: layer 1 lacks it.
+    Edit no_types;
+    no_types.meta = [](std::string& k, GgufValue&) {
+        if (k == "glm-dsa.attention.indexer.types") k = "glm-dsa.attention.indexer.unknown";
+    };
+    std::string err = open_error(rewrite("dsa_types", no_types, dsa));
+    EXPECT_NE(err.find("missing tensor blk.1.indexer.attn_q_b.weight"), std::string::npos) << err;
+
+    Edit first_off;
+    first_off.meta = [](std::string& k, GgufValue& v) {
+        if (k == "glm-dsa.attention.indexer.types") v.ai[0] = 0;
+    };
+    err = open_error(rewrite("dsa_first", first_off, dsa));
+    EXPECT_NE(err.find("layer 0 has no indexer"), std::string::npos) << err;
+
+    Edit top_k;
+    top_k.meta = [](std::string& k, GgufValue& v) {
+        if (k == "glm-dsa.attention.indexer.top_k") v.i = 0;
+    };
+    err = open_error(rewrite("dsa_top_k", top_k, dsa));
+    EXPECT_NE(err.find("glm-dsa.attention.indexer.top_k 0 is out of range"), std::string::npos) << err;
+
+    Edit key;
+    key.tensor = [](std::string& n, GgmlType&, std::vector<int64_t>&) { return n != "blk.0.indexer.k_norm.bias"; };
+    err = open_error(rewrite("dsa_norm", key, dsa));
+    EXPECT_NE(err.find("missing tensor blk.0.indexer.k_norm.bias"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace ms

@@ -107,19 +107,28 @@ TEST(FamiliesGolden, Qwen35MoeRecurrentStatesAreInTheStateBytes) {
 // deepseek2's MLA cache (README: key_length 48 = kv_lora 32 + rope 16, the
 // compressed row; V is its first 32 values) holds 48 F16 values a layer per
 // position, 3 x 96 = 288 bytes, where full K and V (4 heads of 48 + 32) would
-// take 3 x 640 = 1920.
-TEST(FamiliesGolden, DeepseekCacheHoldsCompressedRowsOnly) {
-    for (const char* name : {"deepseek2-lite-F32", "deepseek3-Q8_0"}) {
-        const golden::LoadedModel m(golden::models_dir() + "/" + name + ".gguf");
+// take 3 x 640 = 1920. glm-dsa's state (README: rows of 64 + 32 in 3 layers,
+// and the one indexer layer's keys of 64) grows by 3 x 96 + 64 values, 704
+// bytes, against 3 x 4 x (64 + 32) x 2 = 2304 for full K and V; its
+// indexer's score row over the context adds a little, attention's scratch
+// nothing (it reads top_k = 8 rows).
+TEST(FamiliesGolden, MlaCacheHoldsCompressedRowsOnly) {
+    const struct {
+        const char* name;
+        int64_t per_position, full;
+    } cases[] = {{"deepseek2-lite-F32", 288, 1920}, {"deepseek3-Q8_0", 288, 1920},
+                 {"glm-dsa-F32", 704, 2304},        {"glm-dsa-Q8_0", 704, 2304}};
+    for (const auto& c : cases) {
+        const golden::LoadedModel m(golden::models_dir() + "/" + c.name + ".gguf");
         const double per_position = golden::state_bytes_per_position(m);
-        printf("%s state bytes per position of context: %.1f\n", name, per_position);
-        EXPECT_GE(per_position, 288.0) << name;
-        EXPECT_LT(per_position, 288.0 + 32.0) << name;
+        printf("%s state bytes per position of context: %.1f\n", c.name, per_position);
+        EXPECT_GE(per_position, double(c.per_position)) << c.name;
+        EXPECT_LT(per_position, double(c.per_position) + 32.0) << c.name;
         StateOptions o;
         o.kv_type = GgmlType::F16;
         const auto st = m.model->new_state(o);
-        EXPECT_EQ(st->kv_bytes_per_token, 288) << name;
-        EXPECT_EQ(st->full_kv_bytes_per_token, 1920) << name;
+        EXPECT_EQ(st->kv_bytes_per_token, c.per_position) << c.name;
+        EXPECT_EQ(st->full_kv_bytes_per_token, c.full) << c.name;
     }
 }
 
@@ -143,7 +152,7 @@ TEST(FamiliesGolden, AllTypesPresent) {
     const std::pair<const char*, size_t> counts[] = {
         {"qwen3moe", 12}, {"gemma4", 4},  {"mixtral", 2}, {"olmoe", 2},
         {"qwen2moe", 2},  {"glm4moe", 2}, {"gpt-oss", 3}, {"qwen35moe", 2}, {"qwen3next", 2},
-        {"deepseek2-lite", 2}, {"deepseek3", 2},
+        {"deepseek2-lite", 2}, {"deepseek3", 2}, {"glm-dsa", 2},
     };
     for (const auto& [name, n] : counts) EXPECT_EQ(golden::family(name).size(), n) << name;
     EXPECT_EQ(golden::runnable_families().size(), std::size(counts));

@@ -635,6 +635,15 @@ const std::vector<SynthSpec>& presets() {
          .n_embd = 2048, .expert_ffn = 512, .n_head = 16, .n_head_kv = 2, .head_dim = 256, .context = 262144,
          .rope_base = 1e7, .rope_dim = 64, .n_shared = 1, .full_attention_interval = 4, .ssm_k_heads = 16,
          .ssm_v_heads = 32, .ssm_head_dim = 128, .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
+        // GLM-5 (744B-A40B, colibri's target): DeepSeek V3's MLA (q rank 2048,
+        // KV rank 512, 128 + 64 rope dims for q/k, 256 for v, 64 heads) with a
+        // lightning indexer in every layer (32 heads x 128, top 2048), 3 dense
+        // layers then 75 of 256 experts top-8 plus one shared.
+        {.preset = "glm-5", .arch = "glm-dsa", .n_layer = 78, .n_expert = 256, .n_expert_used = 8,
+         .n_embd = 6144, .expert_ffn = 2048, .n_head = 64, .n_head_kv = 1, .head_dim = 128, .context = 202752,
+         .rope_dim = 64, .n_dense_lead = 3, .dense_ffn = 12288, .n_shared = 1, .q_lora = 2048, .kv_lora = 512,
+         .v_head_dim = 256, .indexer_heads = 32, .indexer_dim = 128, .indexer_top_k = 2048,
+         .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
     };
     return all;
 }

@@ -14,6 +14,8 @@ constexpr int kConvKernel = 4;  // Qwen3.5's and Qwen3-Next's short convolution
 bool is_llama(const SynthSpec& s) { return s.arch == "llama"; }
 bool is_gpt_oss(const SynthSpec& s) { return s.arch == "gpt-oss"; }
 bool is_deepseek2(const SynthSpec& s) { return s.arch == "deepseek2"; }
+bool is_glm_dsa(const SynthSpec& s) { return s.arch == "glm-dsa"; }
+bool is_mla(const SynthSpec& s) { return is_deepseek2(s) || is_glm_dsa(s); }
 bool is_glm4moe(const SynthSpec& s) { return s.arch == "glm4moe"; }
 bool is_qwen35moe(const SynthSpec& s) { return s.arch == "qwen35moe"; }
 
@@ -87,6 +89,17 @@ void mla(const SynthSpec& s, const std::string& b, int l, std::vector<SynthTenso
     out.push_back({b + "attn_k_b.weight", {nope, s.kv_lora, H}, SynthFill::Random, 1 / std::sqrt(double(nope)), l});
     out.push_back({b + "attn_v_b.weight", {s.kv_lora, v, H}, SynthFill::Random, 1 / std::sqrt(double(s.kv_lora)), l});
     out.push_back({b + "attn_output.weight", {H * v, E}, SynthFill::Random, 1 / std::sqrt(double(H * v)), l});
+    if (is_glm_dsa(s)) {
+        // The lightning indexer: its q from the compressed q, LayerNorm'd keys,
+        // per-head weights.
+        const int64_t ID = s.indexer_dim, IH = s.indexer_heads;
+        out.push_back({b + "indexer.k_norm.weight", {ID}, SynthFill::Ones, 0, l});
+        out.push_back({b + "indexer.k_norm.bias", {ID}, SynthFill::Zeros, 0, l});
+        out.push_back({b + "indexer.proj.weight", {E, IH}, SynthFill::Random, in, l});
+        out.push_back({b + "indexer.attn_k.weight", {E, ID}, SynthFill::Random, in, l});
+        out.push_back({b + "indexer.attn_q_b.weight", {s.q_lora, IH * ID}, SynthFill::Random,
+                       1 / std::sqrt(double(s.q_lora)), l});
+    }
 }
 
 void ffn(const SynthSpec& s, const std::string& b, const std::string& suffix, int64_t width, int l,
@@ -101,7 +114,7 @@ void experts(const SynthSpec& s, const std::string& b, int l, std::vector<SynthT
     const int64_t E = s.n_embd, F = s.expert_ffn, X = s.n_expert;
     out.push_back({b + "ffn_gate_inp.weight", {E, X}, SynthFill::Router, 0, l});
     if (is_gpt_oss(s)) out.push_back({b + "ffn_gate_inp.bias", {X}, SynthFill::Zeros, 0, l});
-    if (is_deepseek2(s) || is_glm4moe(s)) out.push_back({b + "exp_probs_b.bias", {X}, SynthFill::Zeros, 0, l});
+    if (is_mla(s) || is_glm4moe(s)) out.push_back({b + "exp_probs_b.bias", {X}, SynthFill::Zeros, 0, l});
     const double in = 1 / std::sqrt(double(E)), mid = 1 / std::sqrt(double(F));
     out.push_back({b + "ffn_gate_exps.weight", {E, F, X}, SynthFill::Random, in, l});
     if (is_gpt_oss(s)) out.push_back({b + "ffn_gate_exps.bias", {F, X}, SynthFill::Zeros, 0, l});
@@ -116,7 +129,8 @@ void experts(const SynthSpec& s, const std::string& b, int l, std::vector<SynthT
 }  // namespace
 
 bool synth_family_known(const std::string& arch) {
-    return arch == "llama" || arch == "gpt-oss" || arch == "deepseek2" || arch == "glm4moe" || arch == "qwen35moe";
+    return arch == "llama" || arch == "gpt-oss" || arch == "deepseek2" || arch == "glm4moe" || arch == "qwen35moe" ||
+           arch == "glm-dsa";
 }
 
 void validate_family(const SynthSpec& s) {
@@ -129,7 +143,12 @@ void validate_family(const SynthSpec& s) {
          "dense layers need a dense FFN width that is a multiple of 32");
     need(s.n_shared >= 0 && s.n_shared <= 16, "shared experts must be 0..16");
     need(s.rope_dim >= 0 && s.rope_dim % 2 == 0, "rope dims must be even");
-    if (is_deepseek2(s)) {
+    if (is_glm_dsa(s)) {
+        need(s.q_lora > 0 && s.indexer_heads > 0 && s.indexer_dim > 0 && s.indexer_dim % 32 == 0 &&
+                 s.indexer_top_k > 0,
+             "the indexer needs q compression, heads, a width that is a multiple of 32 and a top-k");
+    }
+    if (is_mla(s)) {
         need(s.kv_lora > 0 && s.kv_lora % 32 == 0 && s.rope_dim > 0 && s.v_head_dim > 0 && s.head_dim % 32 == 0 &&
                  s.v_head_dim % 32 == 0 && s.q_lora >= 0 && s.q_lora % 32 == 0,
              "MLA needs kv_lora, head_dim (no-rope part) and v_head_dim multiples of 32, rope dims > 0");
@@ -159,7 +178,7 @@ std::vector<SynthTensor> family_tensors(const SynthSpec& s, int64_t n_vocab) {
     for (int l = 0; l < s.n_layer; ++l) {
         const std::string b = "blk." + std::to_string(l) + ".";
         out.push_back({b + "attn_norm.weight", {E}, SynthFill::Ones, 0, l});
-        if (is_deepseek2(s)) {
+        if (is_mla(s)) {
             mla(s, b, l, out);
         } else if (is_deltanet_layer(s, l)) {
             deltanet(s, b, l, out);
@@ -197,7 +216,7 @@ void write_family_metadata(GgufWriter& w, const SynthSpec& s) {
         w.set_u32(a + "expert_feed_forward_length", uint32_t(s.expert_ffn));
         w.set_u32(a + "feed_forward_length", uint32_t(s.n_dense_lead > 0 ? s.dense_ffn : s.expert_ffn));
     }
-    if (is_deepseek2(s)) {
+    if (is_mla(s)) {
         // The split MLA form's cache row: key = compressed + rope, value = compressed.
         w.set_u32(a + "attention.head_count_kv", 1);
         w.set_u32(a + "attention.key_length", uint32_t(s.kv_lora + s.rope_dim));
@@ -215,12 +234,17 @@ void write_family_metadata(GgufWriter& w, const SynthSpec& s) {
     }
     if (s.n_dense_lead > 0) w.set_u32(a + "leading_dense_block_count", uint32_t(s.n_dense_lead));
     if (s.n_shared > 0) w.set_u32(a + "expert_shared_count", uint32_t(s.n_shared));
-    if (is_deepseek2(s) || is_glm4moe(s)) {
+    if (is_mla(s) || is_glm4moe(s)) {
         // Sigmoid scores, chosen weights renormalized (and scaled by 2.5 in
-        // DeepSeek V3; GLM-4.5-Air uses 1).
+        // DeepSeek V3 and GLM-5; GLM-4.5-Air uses 1).
         w.set_u32(a + "expert_gating_func", 2);
         w.set_bool(a + "expert_weights_norm", true);
-        w.set_f32(a + "expert_weights_scale", is_deepseek2(s) ? 2.5f : 1.0f);
+        w.set_f32(a + "expert_weights_scale", is_mla(s) ? 2.5f : 1.0f);
+    }
+    if (is_glm_dsa(s)) {
+        w.set_u32(a + "attention.indexer.head_count", uint32_t(s.indexer_heads));
+        w.set_u32(a + "attention.indexer.key_length", uint32_t(s.indexer_dim));
+        w.set_u32(a + "attention.indexer.top_k", uint32_t(s.indexer_top_k));
     }
     if (is_deepseek2(s)) {
         // V3 picks its experts within the best 4 of 8 groups, and uses YaRN

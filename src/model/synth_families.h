@@ -27,7 +27,7 @@ struct SynthTensor {
 };
 
 // Architectures synth writes besides qwen3moe: llama (Mixtral), gpt-oss,
-// deepseek2 (DeepSeek V3), glm4moe, qwen35moe.
+// deepseek2 (DeepSeek V3), glm4moe, qwen35moe, glm-dsa (GLM-5).
 bool synth_family_known(const std::string& arch);
 
 // Throws std::runtime_error naming the first size the family cannot use.

@@ -48,6 +48,7 @@ SynthSpec shrink(SynthSpec s) {
     if (s.v_head_dim > 0) s.v_head_dim = 32;
     if (s.sliding_window > 0) s.sliding_window = 4;
     if (s.ssm_k_heads > 0) s.ssm_k_heads = 2, s.ssm_v_heads = 4, s.ssm_head_dim = 32;
+    if (s.indexer_heads > 0) s.indexer_heads = 4, s.indexer_dim = 32, s.indexer_top_k = 3;  // top 3 of 4 tokens
     s.context = 256;
     s.vocab_path = kGolden + "/models/qwen3moe-F32.gguf";  // ~500 tokens
     return s;

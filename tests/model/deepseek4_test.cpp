@@ -36,6 +36,40 @@ TEST(Deepseek4State, GrowsByCompressedBlocksOnly) {
     EXPECT_EQ(m.model->new_state(StateOptions{})->kv_bytes_per_token, 97);
 }
 
+// A sequence rewound to what rewind_limit allows and continued gives the
+// same bits as one never rewound: the rings (window, unpooled tokens) still
+// hold what the continuation reads, or the limit says to start over.
+TEST(Deepseek4State, RewindLimitIsSafe) {
+    const golden::Case g = golden::load("deepseek4-F32");
+    golden::LoadedModel m(g.gguf);
+    ThreadPool pool(1);
+    const int n = int(g.prompt.size()), V = int(g.n_vocab);
+    auto fresh = m.state(1, GgmlType::F32, 4);
+    std::vector<float> want(size_t(n) * size_t(V)), row(size_t(4) * size_t(V));
+    for (int t = 0; t < n; t += 4) {
+        const int k = std::min(4, n - t);
+        m.model->forward(*fresh, *m.experts, pool, &g.prompt[size_t(t)], k, want.data() + size_t(t) * size_t(V), true);
+    }
+    int kept = 0;
+    for (int back = 0; back <= n; back++) {
+        const int64_t limit = fresh->rewind_limit(back);
+        ASSERT_LE(limit, back);
+        kept += limit > 0;
+        auto st = m.state(1, GgmlType::F32, 4);
+        for (int t = 0; t < n; t += 4) {
+            m.model->forward(*st, *m.experts, pool, &g.prompt[size_t(t)], std::min(4, n - t), row.data(), true);
+        }
+        st->n_past = limit;
+        for (int64_t t = limit; t < n; t += 4) {
+            const int k = int(std::min<int64_t>(4, n - t));
+            m.model->forward(*st, *m.experts, pool, &g.prompt[size_t(t)], k, row.data(), true);
+            ASSERT_EQ(0, std::memcmp(row.data(), want.data() + size_t(t) * size_t(V), size_t(k) * size_t(V) * 4))
+                << "rewound to " << limit << ", position " << t;
+        }
+    }
+    EXPECT_GT(kept, 1);  // the last positions can be kept
+}
+
 // ---- the README's formulas, directly -----------------------------------------
 
 using Vec = std::vector<double>;

@@ -47,6 +47,7 @@ public:
     AlignedBuffer x, xn, y;               // sub-block input, its norm, its output
     AlignedBuffer cos_sin_plain, cos_sin_comp;
     AlignedBuffer acts;
+    AlignedBuffer hint, hinted;  // a hash-routed layer's experts for the batch; which are in it
     Dsv4AttentionState attn;
     FfnScratch ffn;
     int64_t top = 0;  // one past the highest position written
@@ -54,7 +55,7 @@ public:
     uint64_t bytes() const override {
         uint64_t b = attn.bytes() + ffn.bytes();
         for (const AlignedBuffer* p : {&streams, &streams_next, &flat, &mix, &coef, &x, &xn, &y, &cos_sin_plain,
-                                       &cos_sin_comp, &acts}) {
+                                       &cos_sin_comp, &acts, &hint, &hinted}) {
             b += p->size();
         }
         return b;
@@ -206,6 +207,8 @@ public:
         }
         act = std::max({act, dsv4_attention_acts_per_token(attn), FfnScratch::acts_per_token(ffn)});
         st->acts.resize(act * B);
+        st->hint.resize(size_t(c.n_expert) * 4);
+        st->hinted.resize(size_t(c.n_expert));
         st->attn.init(shape_, attn, o.max_batch, o.n_ctx, o.n_threads);
         st->ffn.init(ffn, expert_layers_, o.max_batch, c.n_expert_used, c.n_embd);
         st->ffn.acts = st->acts.data();
@@ -245,6 +248,15 @@ public:
             }
         });
 
+        // Hash-routed layers' experts are known from the token ids: layer
+        // 0's are read during its attention, each later one's while the
+        // layer before computes its experts.
+        const bool certain = experts.wants_certain_prefetch();
+        if (certain && n_hash_ > 0) {
+            const ExpertHint h = token_hint(st, 0, tokens, n);
+            experts.prefetch(h.layer, h.ids, h.n);
+        }
+
         for (int il = 0; il < n_run_; il++) {
             const Layer& l = layers_[size_t(il)];
             {
@@ -268,12 +280,21 @@ public:
                 int32_t* ids = reinterpret_cast<int32_t*>(st.ffn.ids.data());
                 const int32_t* table = reinterpret_cast<const int32_t*>(l.token_experts.data);
                 for (int t = 0; t < n; t++) std::memcpy(ids + t * K, table + int64_t(tokens[t]) * K, size_t(K) * 4);
+                for (int i = 0; i < n * K; i++) {
+                    if (ids[i] < 0 || ids[i] >= c.n_expert) {
+                        throw std::runtime_error("blk." + std::to_string(il) + ".ffn_gate_tid2eid: token " +
+                                                 std::to_string(tokens[i / K]) + " names expert " +
+                                                 std::to_string(ids[i]) + " of " + std::to_string(c.n_expert));
+                    }
+                }
                 linear(pool, l.ffn.router, xn, n, st.ffn.logits.f32(), st.acts.data());
                 weigh_chosen_experts(l.ffn.routing, st.ffn.logits.f32(), n, c.n_expert, K, ids, st.ffn.weights.f32());
             }
             route_time.stop();
             PhaseTimer moe_time(nullptr, Phase::ExpertCompute, il);
-            const FfnCost cost = ffn_block(pool, experts, expert_layers_[size_t(il)], l.ffn, xn, n, K, st.ffn, y);
+            const ExpertHint next = certain && il + 1 < n_hash_ ? token_hint(st, il + 1, tokens, n) : ExpertHint{};
+            const FfnCost cost =
+                ffn_block(pool, experts, expert_layers_[size_t(il)], l.ffn, xn, n, K, st.ffn, y, next);
             const double moe_s = moe_time.stop();
             time->add(Phase::IoWait, cost.moe.io_wait_s);
             time->add(Phase::ExpertCompute, moe_s - cost.moe.io_wait_s, cost.moe.expert_bytes + cost.dense_bytes);
@@ -312,6 +333,24 @@ private:
         need(f, prefix + "fn.weight", {n_hc_ * E, n_mix}, &out->fn);
         need(f, prefix + "base.weight", {n_mix}, &out->base);
         need(f, prefix + "scale.weight", {3}, &out->scale);
+    }
+
+    // The experts hash-routed layer il uses for the n tokens (each once, in
+    // the order the tokens first name them).
+    ExpertHint token_hint(Deepseek4State& st, int il, const int32_t* tokens, int n) const {
+        const int K = config_.n_expert_used;
+        const int32_t* table = reinterpret_cast<const int32_t*>(layers_[size_t(il)].token_experts.data);
+        int32_t* ids = reinterpret_cast<int32_t*>(st.hint.data());
+        uint8_t* seen = st.hinted.data();
+        std::memset(seen, 0, st.hinted.size());
+        int m = 0;
+        for (int t = 0; t < n; t++) {
+            for (int r = 0; r < K; r++) {
+                const int32_t e = table[int64_t(tokens[t]) * K + r];
+                if (e >= 0 && e < config_.n_expert && !seen[e]) seen[e] = 1, ids[m++] = e;  // forward() rejects the rest
+            }
+        }
+        return ExpertHint{il, ids, m};
     }
 
     uint64_t attention_bytes(const Layer& l) const {

@@ -103,6 +103,12 @@ public:
     // every expert in memory.
     virtual bool wants_prefetch() const { return false; }
 
+    // Whether hints known to be right are wanted (a hash-routed layer's
+    // experts, read off the token ids): they cost nothing to compute and
+    // are never wrong, so a source that reads ahead takes them unless told
+    // not to.
+    virtual bool wants_certain_prefetch() const { return false; }
+
     // When set, moe_forward records every token's chosen experts here
     // (run --routing-trace, bench routing).
     RoutingTrace* routing_trace = nullptr;

@@ -81,6 +81,14 @@ public:
         const std::vector<int64_t> ratios = f.get_ints(p + "attention.compress_ratios");
         std::vector<double> clamp_exp = f.get_floats(p + "swiglu_clamp_exp");
         std::vector<double> clamp_shexp = f.get_floats(p + "swiglu_clamp_shexp");
+        for (const auto& [key, n] : {std::pair{"attention.compress_ratios", ratios.size()},
+                                    std::pair{"swiglu_clamp_exp", clamp_exp.size()},
+                                    std::pair{"swiglu_clamp_shexp", clamp_shexp.size()}}) {
+            if (n != size_t(cfg.n_layer)) {
+                throw std::runtime_error(f.path() + ": " + p + key + " has " + std::to_string(n) + " values for " +
+                                         std::to_string(cfg.n_layer) + " layers");
+            }
+        }
 
         Dsv4AttentionShape& a = shape_;
         a.n_head = cfg.n_head;
@@ -105,9 +113,7 @@ public:
         const bool shape_ok = n_hc_ >= 1 && n_hc_ <= 16 && sinkhorn_ >= 1 && a.q_lora > 0 && a.window > 0 &&
                               a.n_group > 0 && cfg.n_head % a.n_group == 0 && a.out_lora > 0 && cfg.n_head_kv == 1 &&
                               cfg.head_dim == cfg.head_dim_v && a.n_rot > 0 && a.n_rot % 2 == 0 &&
-                              a.n_rot <= cfg.head_dim && n_run_ >= 1 && ratios.size() == size_t(cfg.n_layer) &&
-                              clamp_exp.size() == size_t(cfg.n_layer) && clamp_shexp.size() == size_t(cfg.n_layer) &&
-                              n_hash_ >= 0 && n_hash_ <= n_run_ && cfg.n_expert > 0 && cfg.n_expert_used > 0 &&
+                              a.n_rot <= cfg.head_dim && n_run_ >= 1 && n_hash_ >= 0 && n_hash_ <= n_run_ && cfg.n_expert > 0 && cfg.n_expert_used > 0 &&
                               cfg.n_ff_exp > 0;
         if (!shape_ok) throw std::runtime_error(f.path() + ": deepseek4 metadata missing or out of range");
 

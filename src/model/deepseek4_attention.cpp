@@ -92,19 +92,17 @@ void Dsv4AttentionState::init(const Dsv4AttentionShape& sh, const std::vector<Ds
         s.n_blocks = n_ctx / l.ratio;
         max_blocks_ = std::max(max_blocks_, s.n_blocks);
         s.pool_rows = l.comp.overlap ? 2 * l.ratio : l.ratio;
-        s.pool = at;
-        at += s.pool_rows * 2 * l.comp.in_width();
-        s.blocks = at;
-        at += s.n_blocks * l.comp.width;
-        comp_in = std::max(comp_in, l.comp.in_width());
-        ape = std::max(ape, l.comp.in_width());
-        if (l.index.empty()) continue;
-        s.index_pool = at;
-        at += s.pool_rows * 2 * l.index.in_width();
-        s.index_keys = at;
-        at += s.n_blocks * l.index.width;
-        index_in = std::max(index_in, l.index.in_width());
-        ape = std::max(ape, l.index.in_width());
+        // A compressor's unpooled rows, then its blocks.
+        auto place = [&](const Dsv4Compressor& c, int64_t* pool, int64_t* blocks, int64_t* in_max) {
+            *pool = at;
+            at += s.pool_rows * 2 * c.in_width();
+            *blocks = at;
+            at += s.n_blocks * c.width;
+            *in_max = std::max(*in_max, c.in_width());
+            ape = std::max(ape, c.in_width());
+        };
+        place(l.comp, &s.pool, &s.blocks, &comp_in);
+        if (!l.index.empty()) place(l.index, &s.index_pool, &s.index_keys, &index_in);
     }
     data_.resize(size_t(at) * 4);
     const size_t b = size_t(B) * 4;

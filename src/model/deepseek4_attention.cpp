@@ -73,6 +73,17 @@ void compress_token(const Dsv4Compressor& c, int ratio, int64_t pos, const float
     rope_apply(rope, cs, out + W - rope.n_rot, 1, int(W));
 }
 
+// out[0..k) = the k blocks of the best scores (the lower block on a tie), in
+// ascending order; order: nb ints of scratch.
+void pick_blocks(const float* score, int64_t nb, int k, int32_t* order, int32_t* out) {
+    for (int64_t b = 0; b < nb; b++) order[b] = int32_t(b);
+    std::nth_element(order, order + k, order + nb, [&](int32_t a, int32_t b) {
+        return score[a] > score[b] || (score[a] == score[b] && a < b);
+    });
+    std::copy(order, order + k, out);
+    std::sort(out, out + k);
+}
+
 }  // namespace
 
 double dsv4_state_bytes_per_token(const Dsv4AttentionLayer& l) {
@@ -128,7 +139,9 @@ void Dsv4AttentionState::init(const Dsv4AttentionShape& sh, const std::vector<Ds
     group_in_.resize(b * size_t(group_width));
     group_out_.resize(b * size_t(sh.out_lora));
     low_.resize(b * size_t(sh.n_group) * size_t(sh.out_lora));
-    per_thread_floats_ = (sh.window + max_blocks_) + max_blocks_;
+    // Attention's scores over window + blocks; the indexer's scores and the
+    // block numbers it ranks.
+    per_thread_floats_ = (sh.window + max_blocks_) + 2 * max_blocks_;
     per_thread_.resize(size_t(n_threads) * size_t(per_thread_floats_) * 4);
     ape_.resize(size_t(ape + sh.n_rot) * 4);
 }
@@ -246,30 +259,32 @@ void dsv4_attention(ThreadPool& pool, const Dsv4AttentionShape& sh, const Dsv4At
     // are more than top_k.
     int32_t* chosen = reinterpret_cast<int32_t*>(st.chosen_.data());
     const int K = sh.top_k;
-    if (index) {
+    const float* index_keys = index ? data + L.index_keys : nullptr;
+    auto block_score = [&](int64_t t, int64_t blk) {
+        float s = 0;
+        for (int h = 0; h < IH; h++) {
+            s += iw[t * IH + h] * std::max(0.0f, dot(iq + (t * IH + h) * ID, index_keys + blk * ID, ID));
+        }
+        return s;
+    };
+    // Per thread: the scores, then the block numbers being ranked.
+    auto scratch = [&](int thread) { return st.per_thread_.f32() + thread * st.per_thread_floats_ + sh.window + st.max_blocks_; };
+    if (index && n == 1 && (pos0 + 1) / l.ratio > K) {
+        // Decode: the blocks spread over the pool.
+        const int64_t nb = (pos0 + 1) / l.ratio;
+        float* score = scratch(0);
+        pool.parallel_for(nb, [&](int64_t b, int64_t e) {
+            for (int64_t blk = b; blk < e; blk++) score[blk] = block_score(0, blk);
+        });
+        pick_blocks(score, nb, K, reinterpret_cast<int32_t*>(score + st.max_blocks_), chosen);
+    } else if (index) {
         pool.parallel_for(n, [&](int64_t b, int64_t e, int thread) {
-            float* score = st.per_thread_.f32() + thread * st.per_thread_floats_ + sh.window + st.max_blocks_;
+            float* score = scratch(thread);
             for (int64_t t = b; t < e; t++) {
                 const int64_t nb = (pos0 + t + 1) / l.ratio;
                 if (nb <= K) continue;
-                const float* keys = data + L.index_keys;
-                for (int64_t blk = 0; blk < nb; blk++) {
-                    float s = 0;
-                    for (int h = 0; h < IH; h++) {
-                        s += iw[t * IH + h] * std::max(0.0f, dot(iq + (t * IH + h) * ID, keys + blk * ID, ID));
-                    }
-                    score[blk] = s;
-                }
-                int32_t* c = chosen + t * K;
-                for (int r = 0; r < K; r++) {
-                    int64_t best = -1;
-                    for (int64_t blk = 0; blk < nb; blk++) {
-                        if (score[blk] != -INFINITY && (best < 0 || score[blk] > score[best])) best = blk;
-                    }
-                    c[r] = int32_t(best);
-                    score[best] = -INFINITY;
-                }
-                std::sort(c, c + K);
+                for (int64_t blk = 0; blk < nb; blk++) score[blk] = block_score(t, blk);
+                pick_blocks(score, nb, K, reinterpret_cast<int32_t*>(score + st.max_blocks_), chosen + t * K);
             }
         });
     }

@@ -20,14 +20,15 @@ namespace {
 // The README's golden deepseek4: layer 1 (ratio 4) keeps a 32-float block
 // and a 64-float indexer key per 4 positions, layer 2 (ratio 128) a
 // 32-float block per 128: 96 + 1 bytes a position in F32. The window and
-// the unpooled tokens do not grow with the context; the per-thread score
-// rows over the blocks (attention's and the indexer's) add 2.
+// the unpooled tokens do not grow with the context; the per-thread scratch
+// over the blocks (attention's scores, the indexer's scores and ranking)
+// adds 3.
 TEST(Deepseek4State, GrowsByCompressedBlocksOnly) {
     golden::LoadedModel m(golden::models_dir() + "/deepseek4-F32.gguf");
     const double per_position = golden::state_bytes_per_position(m);
     printf("state bytes per position of context: %.2f\n", per_position);
     EXPECT_GE(per_position, 97.0);
-    EXPECT_LE(per_position, 99.0);
+    EXPECT_LE(per_position, 100.0);
     EXPECT_EQ(m.model->new_state(StateOptions{})->kv_bytes_per_token, 97);
 }
 

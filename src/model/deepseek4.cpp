@@ -113,7 +113,8 @@ public:
         const bool shape_ok = n_hc_ >= 1 && n_hc_ <= 16 && sinkhorn_ >= 1 && a.q_lora > 0 && a.window > 0 &&
                               a.n_group > 0 && cfg.n_head % a.n_group == 0 && a.out_lora > 0 && cfg.n_head_kv == 1 &&
                               cfg.head_dim == cfg.head_dim_v && a.n_rot > 0 && a.n_rot % 2 == 0 &&
-                              a.n_rot <= cfg.head_dim && n_run_ >= 1 && n_hash_ >= 0 && n_hash_ <= n_run_ && cfg.n_expert > 0 && cfg.n_expert_used > 0 &&
+                              a.n_rot <= cfg.head_dim && n_run_ >= 1 && n_hash_ >= 0 && n_hash_ <= n_run_ &&
+                              cfg.n_expert > 0 && cfg.n_expert_used > 0 &&
                               cfg.n_ff_exp > 0;
         if (!shape_ok) throw std::runtime_error(f.path() + ": deepseek4 metadata missing or out of range");
 
@@ -353,7 +354,8 @@ private:
         for (int t = 0; t < n; t++) {
             for (int r = 0; r < K; r++) {
                 const int32_t e = table[int64_t(tokens[t]) * K + r];
-                if (e >= 0 && e < config_.n_expert && !seen[e]) seen[e] = 1, ids[m++] = e;  // forward() rejects the rest
+                // forward() rejects ids out of range.
+                if (e >= 0 && e < config_.n_expert && !seen[e]) seen[e] = 1, ids[m++] = e;
             }
         }
         return ExpertHint{il, ids, m};

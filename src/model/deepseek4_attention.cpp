@@ -268,7 +268,9 @@ void dsv4_attention(ThreadPool& pool, const Dsv4AttentionShape& sh, const Dsv4At
         return s;
     };
     // Per thread: the scores, then the block numbers being ranked.
-    auto scratch = [&](int thread) { return st.per_thread_.f32() + thread * st.per_thread_floats_ + sh.window + st.max_blocks_; };
+    auto scratch = [&](int thread) {
+        return st.per_thread_.f32() + thread * st.per_thread_floats_ + sh.window + st.max_blocks_;
+    };
     if (index && n == 1 && (pos0 + 1) / l.ratio > K) {
         // Decode: the blocks spread over the pool.
         const int64_t nb = (pos0 + 1) / l.ratio;

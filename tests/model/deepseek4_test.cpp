@@ -153,7 +153,8 @@ std::vector<Vec> blocks(const GgufFile& f, const std::string& prefix, int ratio,
     for (size_t t = 0; t < xs.size(); t++) {
         a.push_back(kv.apply(xs[t]));
         s.push_back(gate.apply(xs[t]));
-        for (int64_t i = 0; i < gate.rows; i++) s.back()[size_t(i)] += ape.data[size_t((int64_t(t) % ratio) * ape.cols + i)];
+        const float* ape_row = ape.data.data() + (int64_t(t) % ratio) * ape.cols;
+        for (int64_t i = 0; i < gate.rows; i++) s.back()[size_t(i)] += ape_row[i];
     }
     std::vector<Vec> out;
     for (int64_t b = 0; (b + 1) * ratio <= int64_t(xs.size()); b++) {
@@ -161,10 +162,14 @@ std::vector<Vec> blocks(const GgufFile& f, const std::string& prefix, int ratio,
         for (int j = 0; j < width; j++) {
             std::vector<std::pair<double, double>> e;  // (score, value)
             if (overlap && b > 0) {
-                for (int i = 0; i < ratio; i++) e.push_back({s[size_t((b - 1) * ratio + i)][size_t(j)], a[size_t((b - 1) * ratio + i)][size_t(j)]});
+                for (int64_t t = (b - 1) * ratio; t < b * ratio; t++) {
+                    e.push_back({s[size_t(t)][size_t(j)], a[size_t(t)][size_t(j)]});
+                }
             }
             const int off = overlap ? width : 0;
-            for (int i = 0; i < ratio; i++) e.push_back({s[size_t(b * ratio + i)][size_t(off + j)], a[size_t(b * ratio + i)][size_t(off + j)]});
+            for (int64_t t = b * ratio; t < (b + 1) * ratio; t++) {
+                e.push_back({s[size_t(t)][size_t(off + j)], a[size_t(t)][size_t(off + j)]});
+            }
             double max = -INFINITY, sum = 0, acc = 0;
             for (auto& [sc, v] : e) max = std::max(max, sc);
             for (auto& [sc, v] : e) {

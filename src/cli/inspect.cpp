@@ -248,9 +248,17 @@ void print_text(const GgufFile& f, const ModelSummary& s, bool with_tensors) {
     for (const TypeUse& u : s.types)
         printf("  %-8s %12s  %5.1f%%  %4d tensors\n", type_name(u.type), format_bytes(double(u.bytes)).c_str(),
                s.tensor_bytes ? 100.0 * double(u.bytes) / double(s.tensor_bytes) : 0.0, u.tensors);
-    printf("memory          context %lld: KV cache (F16) %s", (long long)s.mem.ctx,
-           format_bytes(double(s.mem.kv_bytes)).c_str());
-    if (s.mem.state_bytes) printf(" incl. recurrent state %s", format_bytes(double(s.mem.state_bytes)).c_str());
+    if (h.arch == "deepseek4") {
+        printf("memory          context %lld: attention state (F32) %s = %s fixed (windows, unpooled tokens) + %llu "
+               "bytes a token (compressed blocks, indexer keys) against %llu for full F16 K/V",
+               (long long)s.mem.ctx, format_bytes(double(s.mem.kv_bytes)).c_str(),
+               format_bytes(double(s.mem.state_bytes)).c_str(), (unsigned long long)s.mem.kv_token_bytes,
+               (unsigned long long)s.mem.full_kv_token_bytes);
+    } else {
+        printf("memory          context %lld: KV cache (F16) %s", (long long)s.mem.ctx,
+               format_bytes(double(s.mem.kv_bytes)).c_str());
+    }
+    if (s.mem.state_bytes && h.arch != "deepseek4") printf(" incl. recurrent state %s", format_bytes(double(s.mem.state_bytes)).c_str());
     if (h.kv_lora_rank > 0 && s.mem.full_kv_token_bytes > 0) {
         printf("\n  MLA cache         %llu bytes a token (compressed rows: kv_lora %lld + rope %lld per layer) against "
                "%llu for full K/V, %.1fx less",

@@ -154,7 +154,7 @@ void SessionFlags::finish(const char* command, const Session& s) const {
     }
     fputs(store.summary().c_str(), stderr);
     if (s.kv_bytes_per_token() > 0 && s.full_kv_bytes_per_token() != s.kv_bytes_per_token()) {
-        fprintf(stderr, "KV cache: %lld bytes a token of context (compressed MLA rows) against %lld for full K/V\n",
+        fprintf(stderr, "KV cache: %lld bytes a token of context (compressed) against %lld for full K/V\n",
                 (long long)s.kv_bytes_per_token(), (long long)s.full_kv_bytes_per_token());
     }
     fprintf(stderr, "peak RSS: %s\n", format_bytes(double(peak_rss_bytes())).c_str());

@@ -23,7 +23,8 @@ void StoreFlags::declare(Args& a) {
              "layer's router picks from the current hidden state (low priority; only when the cache cannot "
              "hold every expert). next: in prefill chunks and in decode; auto: in prefill chunks only (in "
              "decode the wrong guesses evicted experts and cost more reads than the right ones saved, "
-             "where measured: docs/performance.md); off: never");
+             "where measured: docs/performance.md); off: never. Experts known for certain (deepseek4's "
+             "hash-routed layers, from the token ids) are read ahead in every mode but off");
     a.option("--layout", &layout, "L",
              "where experts are read from: packed (the sidecar MODEL.gguf.experts written by `moestream "
              "pack`), gguf (the model file), or auto (the sidecar when it is valid, else gguf)");

@@ -32,8 +32,9 @@ struct ExpertMatrix {
 
 // How an expert joins its gate and up outputs: silu(gate) * up (SwiGLU),
 // gelu(gate) * up (GeGLU, Gemma), or gpt-oss's clamped form: with
-// g = min(gate, 7), u = clamp(up, -7, 7), g * sigmoid(1.702 g) * (u + 1).
-enum class GatedActivation { SwiGlu, GeGlu, SwiGluOai };
+// g = min(gate, 7), u = clamp(up, -7, 7), g * sigmoid(1.702 g) * (u + 1);
+// or DeepSeek V4's: silu(min(gate, c)) * clamp(up, -c, c), c = ExpertLayer::clamp.
+enum class GatedActivation { SwiGlu, GeGlu, SwiGluOai, SwiGluClamp };
 
 // The routed experts of one layer; n_expert == 0 for a layer without routed
 // experts (a dense FFN layer).
@@ -42,6 +43,7 @@ struct ExpertLayer {
     int n_expert = 0;
     ExpertMatrix gate, up, down;
     GatedActivation act = GatedActivation::SwiGlu;
+    float clamp = 0;  // SwiGluClamp's limit
 
     size_t expert_bytes() const { return gate.bytes + up.bytes + down.bytes; }
 };
@@ -100,6 +102,12 @@ public:
     // forward pass a router matvec per layer): false for sources that hold
     // every expert in memory.
     virtual bool wants_prefetch() const { return false; }
+
+    // Whether hints known to be right are wanted (a hash-routed layer's
+    // experts, read off the token ids): they cost nothing to compute and
+    // are never wrong, so a source that reads ahead takes them unless told
+    // not to.
+    virtual bool wants_certain_prefetch() const { return false; }
 
     // When set, moe_forward records every token's chosen experts here
     // (run --routing-trace, bench routing).

@@ -61,7 +61,13 @@ void dense_ffn(ThreadPool& pool, const DenseFfn& f, const float* x, int n, FfnSc
     float* const gu_y[2] = {g, u};
     linear_many(pool, gu_w, 2, x, n, gu_y, s.acts);
     const int64_t total = int64_t(n) * f.gate.rows;
-    pool.parallel_for(total, [&](int64_t b, int64_t e) { swiglu(g + b, u + b, e - b, g + b); });
+    pool.parallel_for(total, [&](int64_t b, int64_t e) {
+        if (f.clamp > 0) {
+            swiglu_clamp(g + b, u + b, e - b, f.clamp, g + b);
+        } else {
+            swiglu(g + b, u + b, e - b, g + b);
+        }
+    });
     linear(pool, f.down, g, n, out, s.acts);
 }
 

@@ -14,9 +14,11 @@
 
 namespace ms {
 
-// down(silu(gate x) * up x), resident weights.
+// down(silu(gate x) * up x), resident weights; with clamp > 0, DeepSeek V4's
+// silu(min(gate x, clamp)) * clamp(up x, -clamp, clamp).
 struct DenseFfn {
     Tensor gate, up, down;
+    float clamp = 0;
 
     bool empty() const { return gate.empty(); }
     uint64_t weight_bytes() const { return gate.bytes() + up.bytes() + down.bytes(); }

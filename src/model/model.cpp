@@ -15,8 +15,8 @@ std::string shape_string(const int64_t* ne, size_t n) {
     return s + "]";
 }
 
-// Finds `name` and checks its shape and type; nullptr when absent.
-const GgufTensor* find_checked(const GgufFile& f, const std::string& name, const std::vector<int64_t>& shape) {
+// Finds `name` and checks its shape; nullptr when absent.
+const GgufTensor* find_shaped(const GgufFile& f, const std::string& name, const std::vector<int64_t>& shape) {
     const GgufTensor* t = f.tensor(name);
     if (!t) return nullptr;
     bool same = t->n_dims == shape.size();
@@ -25,6 +25,13 @@ const GgufTensor* find_checked(const GgufFile& f, const std::string& name, const
         throw std::runtime_error(f.path() + ": tensor " + name + " has shape " + shape_string(t->ne, t->n_dims) +
                                  ", expected " + shape_string(shape.data(), shape.size()));
     }
+    return t;
+}
+
+// find_shaped, and a type the kernels run (F32 for 1-D tensors).
+const GgufTensor* find_checked(const GgufFile& f, const std::string& name, const std::vector<int64_t>& shape) {
+    const GgufTensor* t = find_shaped(f, name, shape);
+    if (!t) return nullptr;
     check_runnable(t->type, name);
     if (shape.size() == 1 && t->type != GgmlType::F32) {
         throw std::runtime_error(f.path() + ": tensor " + name + " has type " + type_name(t->type) +
@@ -59,6 +66,7 @@ const Architecture kArchitectures[] = {
     {"qwen35moe", open_qwen35moe}, {"qwen3next", open_qwen3next},
     {"deepseek2", open_deepseek2},
     {"glm-dsa", open_glm_dsa},
+    {"deepseek4", open_deepseek4},
 };
 
 }  // namespace
@@ -82,11 +90,25 @@ std::unique_ptr<Model> Model::open(const GgufFile& file) {
 bool Model::maybe(const GgufFile& f, const std::string& name, std::vector<int64_t> shape, Tensor* out) {
     const GgufTensor* t = find_checked(f, name, shape);
     if (!t) return false;
-    *out = Tensor{t->type, t->ne[0], shape.size() > 1 ? t->ne[1] : 1, nullptr};
-    uint64_t offset = (resident_bytes_ + 63) & ~uint64_t(63);
-    pending_.push_back({name, out, offset, t->nbytes});
-    resident_bytes_ = offset + t->nbytes;
+    declare(*t, name, shape, out);
     return true;
+}
+
+void Model::need_i32(const GgufFile& f, const std::string& name, std::vector<int64_t> shape, Tensor* out) {
+    const GgufTensor* t = find_shaped(f, name, shape);
+    if (!t) throw std::runtime_error(f.path() + ": missing tensor " + name);
+    if (t->type != GgmlType::I32) {
+        throw std::runtime_error(f.path() + ": tensor " + name + " has type " + type_name(t->type) +
+                                 ", expected I32");
+    }
+    declare(*t, name, shape, out);
+}
+
+void Model::declare(const GgufTensor& t, const std::string& name, const std::vector<int64_t>& shape, Tensor* out) {
+    *out = Tensor{t.type, t.ne[0], shape.size() > 1 ? t.ne[1] : 1, nullptr};
+    uint64_t offset = (resident_bytes_ + 63) & ~uint64_t(63);
+    pending_.push_back({name, out, offset, t.nbytes});
+    resident_bytes_ = offset + t.nbytes;
 }
 
 bool Model::present(const GgufFile& f, const std::string& name, std::vector<int64_t> shape) const {

@@ -103,6 +103,9 @@ protected:
     void need(const GgufFile& file, const std::string& name, std::vector<int64_t> shape, Tensor* out);
     // The same, for a tensor a family may omit; returns false if absent.
     bool maybe(const GgufFile& file, const std::string& name, std::vector<int64_t> shape, Tensor* out);
+    // Declares a resident I32 tensor (DeepSeek V4's token -> experts table)
+    // that must exist with exactly this shape; read like need().
+    void need_i32(const GgufFile& file, const std::string& name, std::vector<int64_t> shape, Tensor* out);
     // Checks a tensor the model carries but never reads (a NextN block's):
     // its shape and type when present; false when absent. Reads nothing.
     bool present(const GgufFile& file, const std::string& name, std::vector<int64_t> shape) const;
@@ -121,6 +124,8 @@ private:
         uint64_t offset;   // in arena_
         uint64_t bytes;
     };
+    // Queues t's data (checked) to be read into the arena as *out.
+    void declare(const GgufTensor& t, const std::string& name, const std::vector<int64_t>& shape, Tensor* out);
     std::vector<Pending> pending_;
     AlignedBuffer arena_;
     uint64_t resident_bytes_ = 0;
@@ -142,5 +147,6 @@ std::unique_ptr<Model> open_qwen35moe(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_qwen3next(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_deepseek2(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_glm_dsa(const GgufFile& file, ModelConfig config);
+std::unique_ptr<Model> open_deepseek4(const GgufFile& file, ModelConfig config);
 
 }  // namespace ms

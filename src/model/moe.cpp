@@ -38,6 +38,15 @@ void renormalize(float* w, int k) {
     for (int r = 0; r < k; r++) w[r] /= total;
 }
 
+// Sigmoid or SqrtSoftplus scores of n logits, in place.
+void gate_scores(Gating g, float* l, int n) {
+    if (g == Gating::Sigmoid) {
+        for (int e = 0; e < n; e++) l[e] = sigmoid(l[e]);
+    } else {  // softplus as log(1 + e^x), exact enough to return x itself above 20
+        for (int e = 0; e < n; e++) l[e] = std::sqrt(l[e] > 20.0f ? l[e] : std::log1p(std::exp(l[e])));
+    }
+}
+
 }  // namespace
 
 void route_softmax_topk(const float* logits, int n_tok, int n_expert, int k, bool renorm, int32_t* ids,
@@ -106,8 +115,8 @@ void route_experts(const Routing& r, float* logits, const float* selection_bias,
                 for (int q = 0; q < k; q++) w[q] = l[id[q]];
                 softmax(w, k);
             } else {
-                if (r.gating == Gating::Sigmoid) {
-                    for (int e = 0; e < n_expert; e++) l[e] = sigmoid(l[e]);
+                if (r.gating == Gating::Sigmoid || r.gating == Gating::SqrtSoftplus) {
+                    gate_scores(r.gating, l, n_expert);
                 } else {  // Softmax with groups: the probabilities as route_softmax_topk takes them
                     float max = l[0];
                     for (int e = 1; e < n_expert; e++) max = std::max(max, l[e]);
@@ -128,6 +137,18 @@ void route_experts(const Routing& r, float* logits, const float* selection_bias,
     }
     if (r.scale != 1.0f) {
         for (int64_t i = 0; i < int64_t(n_tok) * k; i++) weights[i] *= r.scale;
+    }
+}
+
+void weigh_chosen_experts(const Routing& r, float* logits, int n_tok, int n_expert, int k, const int32_t* ids,
+                          float* weights) {
+    for (int t = 0; t < n_tok; t++) {
+        float* l = logits + int64_t(t) * n_expert;
+        float* w = weights + int64_t(t) * k;
+        gate_scores(r.gating, l, n_expert);
+        for (int q = 0; q < k; q++) w[q] = l[ids[int64_t(t) * k + q]];
+        if (r.renorm) renormalize(w, k);
+        for (int q = 0; q < k; q++) w[q] *= r.scale;
     }
 }
 
@@ -283,6 +304,7 @@ MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& l
                     case GatedActivation::SwiGluOai:
                         swiglu_oai(G + b, U + b, end - b, kOaiAlpha, kOaiLimit, G + b);
                         break;
+                    case GatedActivation::SwiGluClamp: swiglu_clamp(G + b, U + b, end - b, layer.clamp, G + b); break;
                 }
             });
             linear(pool, wd, G, m, D, s.acts_down_.data());

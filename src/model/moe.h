@@ -23,6 +23,7 @@ enum class Gating {
     Softmax,        // softmax over all experts (Qwen, Mixtral, OLMoE)
     Sigmoid,        // sigmoid of each logit (GLM-4.5, DeepSeek V3)
     SoftmaxChosen,  // the top k by raw logit, then a softmax over those k only (gpt-oss)
+    SqrtSoftplus,   // sqrt(softplus(logit)) of each logit (DeepSeek V4)
 };
 
 // How a family turns router logits into experts and weights.
@@ -45,6 +46,12 @@ constexpr int kMaxExpertGroups = 64;
 // overwritten with the scores.
 void route_experts(const Routing& r, float* logits, const float* selection_bias, int n_tok, int n_expert, int k,
                    int32_t* ids, float* weights);
+
+// The weights `r` gives experts already chosen (ids: n_tok x k; DeepSeek
+// V4's hash-routed layers take them from the token id) from their scores
+// (Sigmoid or SqrtSoftplus gating of logits, which is overwritten).
+void weigh_chosen_experts(const Routing& r, float* logits, int n_tok, int n_expert, int k, const int32_t* ids,
+                          float* weights);
 
 // Experts predicted for a later layer, hinted to the source right after this
 // layer's experts are acquired (pinned), so the hint's reads queue behind

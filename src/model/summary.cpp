@@ -141,9 +141,43 @@ bool is_recurrent_layer(const Hparams& h, int64_t l) {
     return h.full_attention_interval > 0 && h.ssm_inner > 0 && (l + 1) % h.full_attention_interval != 0;
 }
 
+// DeepSeek V4 (model/deepseek4_attention.h) keeps, per layer and in F32, a
+// window of one head_dim vector per token and, on compressed layers (ratio
+// R), a head_dim block per R tokens plus an indexer key per R tokens where
+// there is an indexer, and the unpooled tokens' values and scores (R rows, 2R
+// with overlapping blocks, of 2 x the compressor's width).
+void deepseek4_memory(const GgufFile& f, const Hparams& h, MemoryNeed& m) {
+    const std::vector<int64_t> ratios = f.get_ints(h.arch + ".attention.compress_ratios");
+    const int64_t index_dim = get_count(f, h.arch + ".attention.indexer.key_length");
+    const uint64_t D = uint64_t(h.head_dim_k);
+    double per_token = 0;
+    for (int64_t l = 0; l < h.n_layer - h.n_nextn; ++l) {
+        m.state_bytes += 4 * uint64_t(std::min(m.ctx, h.sliding_window)) * D;
+        m.full_kv_token_bytes += 2 * uint64_t(h.n_head) * 2 * D;
+        const int64_t r = size_t(l) < ratios.size() ? ratios[size_t(l)] : 0;
+        if (r <= 0) continue;
+        const std::string b = "blk." + std::to_string(l) + ".";
+        for (const char* c : {"attn_compressor_kv.weight", "indexer_compressor_kv.weight"}) {
+            const GgufTensor* t = f.tensor(b + c);
+            if (!t) continue;
+            const uint64_t width = c[0] == 'a' ? D : uint64_t(index_dim), in = uint64_t(t->ne[1]);
+            m.state_bytes += 4 * uint64_t(in > width ? 2 * r : r) * 2 * in;
+            m.kv_bytes += 4 * uint64_t(m.ctx / r) * width;
+            per_token += 4.0 * double(width) / double(r);
+        }
+    }
+    m.kv_token_bytes = uint64_t(std::llround(per_token));
+    m.kv_bytes += m.state_bytes;
+}
+
 MemoryNeed memory_need(const GgufFile& f, const Hparams& h, int64_t ctx) {
     MemoryNeed m;
     m.ctx = ctx > 0 ? ctx : std::min<int64_t>(h.context > 0 ? h.context : 4096, 4096);
+    if (h.arch == "deepseek4") {
+        deepseek4_memory(f, h, m);
+        m.logits_bytes = 4 * uint64_t(h.n_vocab);
+        return m;
+    }
     std::vector<int64_t> swa = f.get_ints(h.arch + ".attention.sliding_window_pattern");
     int64_t k_swa = get_count(f, h.arch + ".attention.key_length_swa", h.head_dim_k);
     int64_t v_swa = get_count(f, h.arch + ".attention.value_length_swa", h.head_dim_v);

@@ -93,6 +93,9 @@ struct Hparams {
 // kv_token_bytes: what one more token adds to kv_bytes (full-attention
 // layers); full_kv_token_bytes: what full per-head K and V would take there
 // (differs only for MLA: n_head * (head_dim_k_mla + head_dim_v_mla)).
+// DeepSeek V4 keeps an F32 state instead (summary.cpp: deepseek4_memory):
+// kv_token_bytes its compressed blocks and indexer keys, state_bytes its
+// fixed part (windows and unpooled tokens).
 // Recurrent layers keep a fixed F32 state instead:
 //   4 bytes * ((conv_kernel - 1) * (ssm_inner + 2 * ssm_groups * ssm_state) + ssm_inner * ssm_state).
 // ram_streaming = resident + kv + n_expert_used * largest expert + logits

@@ -79,6 +79,14 @@ void swiglu_oai(const float* gate, const float* up, int64_t n, float alpha, floa
     }
 }
 
+void swiglu_clamp(const float* gate, const float* up, int64_t n, float limit, float* out) {
+    for (int64_t i = 0; i < n; i++) {
+        const float g = std::min(gate[i], limit);
+        const float u = std::max(std::min(up[i], limit), -limit);
+        out[i] = g / (1.0f + std::exp(-g)) * u;
+    }
+}
+
 void add_to(float* y, const float* x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }

@@ -31,6 +31,10 @@ void geglu(const float* gate, const float* up, int64_t n, float* out);
 // out may alias either input.
 void swiglu_oai(const float* gate, const float* up, int64_t n, float alpha, float limit, float* out);
 
+// DeepSeek V4's clamped SwiGLU: silu(min(gate[i], limit)) * clamp(up[i],
+// -limit, limit). out may alias either input.
+void swiglu_clamp(const float* gate, const float* up, int64_t n, float limit, float* out);
+
 // y[i] += x[i]
 void add_to(float* y, const float* x, int64_t n);
 

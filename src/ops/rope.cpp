@@ -43,12 +43,15 @@ void rope_angles(const Rope& rope, int64_t pos, float* cos_sin) {
     }
 }
 
-void rope_apply(const Rope& rope, const float* cos_sin, float* x, int n_heads, int head_dim) {
+namespace {
+
+// sign 1: rotate by the angles; -1: by minus them.
+void rotate(const Rope& rope, const float* cos_sin, float* x, int n_heads, int head_dim, float sign) {
     const int half = rope.n_rot / 2;
     for (int h = 0; h < n_heads; h++) {
         float* v = x + int64_t(h) * head_dim;
         for (int i = 0; i < half; i++) {
-            const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+            const float c = cos_sin[2 * i], s = sign * cos_sin[2 * i + 1];
             float* a = rope.neox ? &v[i] : &v[2 * i];
             float* b = rope.neox ? &v[i + half] : &v[2 * i + 1];
             const float x0 = *a, x1 = *b;
@@ -56,6 +59,16 @@ void rope_apply(const Rope& rope, const float* cos_sin, float* x, int n_heads, i
             *b = x0 * s + x1 * c;
         }
     }
+}
+
+}  // namespace
+
+void rope_apply(const Rope& rope, const float* cos_sin, float* x, int n_heads, int head_dim) {
+    rotate(rope, cos_sin, x, n_heads, head_dim, 1.0f);
+}
+
+void rope_apply_inverse(const Rope& rope, const float* cos_sin, float* x, int n_heads, int head_dim) {
+    rotate(rope, cos_sin, x, n_heads, head_dim, -1.0f);
 }
 
 }  // namespace ms

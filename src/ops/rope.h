@@ -36,4 +36,7 @@ void rope_angles(const Rope& rope, int64_t pos, float* cos_sin);
 // head_dim apart) by the angles from rope_angles.
 void rope_apply(const Rope& rope, const float* cos_sin, float* x, int n_heads, int head_dim);
 
+// rope_apply backwards: rotates by minus the angles (undoes rope_apply).
+void rope_apply_inverse(const Rope& rope, const float* cos_sin, float* x, int n_heads, int head_dim);
+
 }  // namespace ms

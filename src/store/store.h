@@ -52,6 +52,8 @@ public:
         return options_.prefetch == "next" || (options_.prefetch == "auto" && step_tokens_ > 1);
     }
 
+    bool wants_certain_prefetch() const override { return options_.prefetch != "off"; }
+
     const ExpertLayout& layout() const { return layout_; }
     const SlotCache& cache() const { return cache_; }
     const char* engine_name() const { return engine_->name(); }

@@ -133,6 +133,29 @@ TEST(ModelErrors, WrongExpertCountInShape) {
         << err;
 }
 
+// deepseek4's token -> experts table must be I32 (it is in every golden
+// file, F32 ones included), and its per-layer metadata must cover every layer.
+const std::string kDeepseek4 = std::string(MOESTREAM_GOLDEN_DIR) + "/models/deepseek4-F32.gguf";
+
+TEST(ModelErrors, Deepseek4TokenTableMustBeI32) {
+    Edit e;
+    e.tensor = [](std::string& n, GgmlType& t, std::vector<int64_t>&) {
+        if (n == "blk.1.ffn_gate_tid2eid.weight") t = GgmlType::F32;
+        return true;
+    };
+    const std::string err = open_error(rewrite("ds4_table", e, kDeepseek4));
+    EXPECT_NE(err.find("blk.1.ffn_gate_tid2eid.weight has type F32, expected I32"), std::string::npos) << err;
+}
+
+TEST(ModelErrors, Deepseek4PerLayerMetadataIsNamed) {
+    Edit e;
+    e.meta = [](std::string& k, GgufValue& v) {
+        if (k == "deepseek4.attention.compress_ratios") v.ai = {0, 4};
+    };
+    const std::string err = open_error(rewrite("ds4_ratios", e, kDeepseek4));
+    EXPECT_NE(err.find("deepseek4.attention.compress_ratios has 2 values for 4 layers"), std::string::npos) << err;
+}
+
 TEST(ModelErrors, UnsupportedTypeIsNamed) {
     Edit e;
     e.tensor = [](std::string& n, GgmlType& t, std::vector<int64_t>&) {

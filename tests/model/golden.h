@@ -24,7 +24,7 @@ inline std::string models_dir() { return std::string(MOESTREAM_GOLDEN_DIR) + "/m
 inline std::vector<std::string> runnable_families() {
     return {"qwen3moe", "gemma4",    "mixtral",   "olmoe",          "qwen2moe", "glm4moe",
             "gpt-oss",  "qwen35moe", "qwen3next", "deepseek2-lite", "deepseek3",
-            "glm-dsa"};
+            "glm-dsa",  "deepseek4"};
 }
 
 // Names like "qwen3moe-Q4_K_M" of every model of a family, sorted.

@@ -152,7 +152,7 @@ TEST(FamiliesGolden, AllTypesPresent) {
     const std::pair<const char*, size_t> counts[] = {
         {"qwen3moe", 12}, {"gemma4", 4},  {"mixtral", 2}, {"olmoe", 2},
         {"qwen2moe", 2},  {"glm4moe", 2}, {"gpt-oss", 3}, {"qwen35moe", 2}, {"qwen3next", 2},
-        {"deepseek2-lite", 2}, {"deepseek3", 2}, {"glm-dsa", 2},
+        {"deepseek2-lite", 2}, {"deepseek3", 2}, {"glm-dsa", 2}, {"deepseek4", 2},
     };
     for (const auto& [name, n] : counts) EXPECT_EQ(golden::family(name).size(), n) << name;
     EXPECT_EQ(golden::runnable_families().size(), std::size(counts));

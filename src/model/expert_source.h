@@ -42,6 +42,9 @@ struct ExpertLayer {
     int n_expert = 0;
     ExpertMatrix gate, up, down;
     GatedActivation act = GatedActivation::SwiGlu;
+    // The router's weight scales the expert's input instead of its output
+    // (Llama 4): expert(w x) rather than w expert(x).
+    bool weight_input = false;
 
     size_t expert_bytes() const { return gate.bytes + up.bytes + down.bytes; }
 };

@@ -58,6 +58,7 @@ const Architecture kArchitectures[] = {
     {"gpt-oss", open_gpt_oss},
     {"qwen35moe", open_qwen35moe}, {"qwen3next", open_qwen3next},
     {"deepseek2", open_deepseek2},
+    {"llama4", open_llama4},       {"minimax-m2", open_minimax_m2},
 };
 
 }  // namespace

@@ -141,5 +141,7 @@ std::unique_ptr<Model> open_gpt_oss(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_qwen35moe(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_qwen3next(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_deepseek2(const GgufFile& file, ModelConfig config);
+std::unique_ptr<Model> open_llama4(const GgufFile& file, ModelConfig config);
+std::unique_ptr<Model> open_minimax_m2(const GgufFile& file, ModelConfig config);
 
 }  // namespace ms

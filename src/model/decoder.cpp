@@ -438,6 +438,13 @@ Rope config_rope(const ModelConfig& c, bool neox) {
     return r;
 }
 
+void require_sigmoid_gating(const GgufFile& file, const ModelConfig& c) {
+    if (c.expert_gating != 0 && c.expert_gating != 2) {
+        throw std::runtime_error(file.path() + ": " + c.arch + ".expert_gating_func " +
+                                 std::to_string(c.expert_gating) + " is not supported (2: sigmoid)");
+    }
+}
+
 std::unique_ptr<Model> open_decoder(const GgufFile& file, ModelConfig config, const DecoderSpec& spec) {
     return std::make_unique<Decoder>(file, std::move(config), spec);
 }

@@ -67,6 +67,10 @@ struct DecoderSpec {
 // dimensions pair up (see Rope).
 Rope config_rope(const ModelConfig& c, bool neox);
 
+// Throws unless the file's expert_gating_func is absent (0) or 2, sigmoid:
+// the families that only route by sigmoid scores.
+void require_sigmoid_gating(const GgufFile& file, const ModelConfig& c);
+
 // Checks the tensors `spec` names (shapes and types, as Model::open does)
 // and returns the model. Runs config.n_layer - config.n_nextn layers: NextN
 // (multi-token prediction) blocks are left out, not read and not run.

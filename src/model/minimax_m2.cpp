@@ -5,18 +5,12 @@
 // scores renormalized, no scale; SwiGLU experts as wide as
 // feed_forward_length (the reference's choice; expert_feed_forward_length
 // holds the same in published files). No shared expert.
-#include <stdexcept>
-
-#include "gguf/gguf.h"
 #include "model/decoder.h"
 
 namespace ms {
 
 std::unique_ptr<Model> open_minimax_m2(const GgufFile& file, ModelConfig c) {
-    if (c.expert_gating != 0 && c.expert_gating != 2) {
-        throw std::runtime_error(file.path() + ": minimax-m2.expert_gating_func " + std::to_string(c.expert_gating) +
-                                 " is not supported (2: sigmoid)");
-    }
+    require_sigmoid_gating(file, c);
     DecoderSpec s;
     s.qk_norm = QkNorm::Whole;
     s.rope = config_rope(c, true);

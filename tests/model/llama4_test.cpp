@@ -32,16 +32,8 @@ TEST(Llama4Temperature, MatchesTheReadmeFormula) {
 // 256 bytes; all four layers would be 1024. Attention's per-thread score
 // row adds a little.
 TEST(Llama4State, ChunkedLayersCacheAtMostAChunk) {
-    const golden::LoadedModel m(golden::models_dir() + "/llama4-F32.gguf");
-    auto bytes = [&](int64_t n_ctx) {
-        StateOptions o;
-        o.n_ctx = n_ctx;
-        o.max_batch = 16;
-        o.kv_type = GgmlType::F16;
-        o.n_threads = 1;
-        return double(m.model->new_state(o)->bytes());
-    };
-    const double per_position = (bytes(65536) - bytes(32768)) / 32768.0;
+    const double per_position =
+        golden::state_bytes_per_position(golden::LoadedModel(golden::models_dir() + "/llama4-F32.gguf"), 32768);
     printf("llama4 state bytes per position of context past two chunks: %.1f\n", per_position);
     EXPECT_GE(per_position, 256.0);
     EXPECT_LT(per_position, 256.0 + 64.0);

@@ -6,6 +6,7 @@
 // unbiased scores renormalized and scaled, SwiGLU experts plus a shared
 // expert. The trailing NextN (multi-token prediction) block is checked but
 // not read and not run (model/decoder.h).
+#include "gguf/gguf.h"
 #include "model/decoder.h"
 
 namespace ms {

@@ -75,6 +75,8 @@ Json to_json(const GgufFile& f, const ModelSummary& s, bool with_tensors) {
     hp["n_nextn"] = h.n_nextn;
     hp["context"] = h.context;
     hp["sliding_window"] = h.sliding_window;
+    hp["attention_chunk"] = h.attention_chunk;
+    hp["moe_layer_step"] = h.moe_layer_step;
     hp["kv_lora_rank"] = h.kv_lora_rank;
     hp["rope_base"] = h.rope_base;
     hp["rope_dim"] = h.rope_dim;
@@ -186,6 +188,7 @@ void print_text(const GgufFile& f, const ModelSummary& s, bool with_tensors) {
            h.name.c_str());
     printf("layers          %lld", (long long)h.n_layer);
     if (h.n_dense_lead) printf(" (first %lld dense)", (long long)h.n_dense_lead);
+    if (h.moe_layer_step > 1) printf(" (MoE every %lld layers, the rest dense)", (long long)h.moe_layer_step);
     if (h.n_nextn) printf(" (last %lld NextN/MTP, unused)", (long long)h.n_nextn);
     printf("\nembedding       %lld\n", (long long)h.n_embd);
     printf("attention       %lld heads, %lld KV heads", (long long)h.n_head, (long long)h.n_head_kv);
@@ -198,6 +201,9 @@ void print_text(const GgufFile& f, const ModelSummary& s, bool with_tensors) {
     if (h.head_dim_v != h.head_dim_k) printf("/%lld", (long long)h.head_dim_v);
     if (h.kv_lora_rank) printf(", MLA kv_lora_rank %lld", (long long)h.kv_lora_rank);
     if (h.sliding_window) printf(", sliding window %lld", (long long)h.sliding_window);
+    if (h.attention_chunk)
+        printf(", chunks of %lld on 3 of every 4 layers (the 4th: no RoPE, whole context)",
+               (long long)h.attention_chunk);
     if (h.full_attention_interval) printf(", full attention every %lld layers (rest recurrent)", (long long)h.full_attention_interval);
     printf("\ncontext         %lld\n", (long long)h.context);
     printf("rope            base %g", h.rope_base);
@@ -310,8 +316,8 @@ int cmd_inspect(int argc, char** argv) {
               "tokenizer, parameter counts, bytes by class (resident / routed experts / embedding rows), bytes and\n"
               "file byte ranges per expert, the quant-type mix, and the RAM a run needs. Memory formulas:\n"
               "  KV = 2 bytes x tokens x KV heads x (K dim + V dim), summed over attention layers (sliding-window\n"
-              "       layers hold min(ctx, window) tokens; MLA caches kv_lora_rank + rope dims; recurrent layers\n"
-              "       keep a fixed F32 state)\n"
+              "       layers hold min(ctx, window) tokens, Llama 4's chunked ones min(ctx, chunk); MLA caches\n"
+              "       kv_lora_rank + rope dims; recurrent layers keep a fixed F32 state)\n"
               "  experts streamed = resident + KV + experts-used x largest expert + logits (n_vocab x 4)\n"
               "  all in RAM = every weight decoding reads + KV + logits");
     args.positional(&pos, "MODEL.gguf", 1, 1);

@@ -42,13 +42,25 @@ size_t AttentionScratch::acts_per_token(const std::vector<AttentionLayer>& layer
 
 AttentionShape attention_shape(const ModelConfig& c, const AttentionLayer& l) {
     return AttentionShape{c.n_head,    c.n_head_kv, c.head_dim, c.head_dim_v, 1.0f / std::sqrt(float(c.head_dim)),
-                          l.window, l.sinks.empty() ? nullptr : l.sinks.f32()};
+                          l.window, l.sinks.empty() ? nullptr : l.sinks.f32(), l.chunk};
+}
+
+float attention_temperature(const AttentionTemperature& t, int64_t pos) {
+    if (t.scale == 0.0f) return 1.0f;
+    return std::log(std::floor((float(pos) + 1.0f) / float(t.floor_len)) + 1.0f) * t.scale + 1.0f;
 }
 
 namespace {
 
 void add_bias(const Tensor& b, float* row) {
     if (!b.empty()) add_to(row, b.f32(), b.cols);
+}
+
+// Each head of one token's q and k RMS-normed on its own (weights wq / wk
+// head_dim wide, or none).
+void norm_heads(const ModelConfig& c, float* q, float* k, const float* wq, const float* wk) {
+    for (int h = 0; h < c.n_head; h++) rms_norm(q + h * c.head_dim, wq, c.head_dim, c.rms_eps, q + h * c.head_dim);
+    for (int h = 0; h < c.n_head_kv; h++) rms_norm(k + h * c.head_dim, wk, c.head_dim, c.rms_eps, k + h * c.head_dim);
 }
 
 }  // namespace
@@ -77,18 +89,19 @@ void attention_block(ThreadPool& pool, const ModelConfig& c, const Rope& rope, c
             add_bias(l.bk, kt);
             add_bias(l.bv, vt);
             if (l.qk_norm == QkNorm::PerHead) {
-                for (int h = 0; h < c.n_head; h++) {
-                    rms_norm(qt + h * c.head_dim, l.q_norm.f32(), c.head_dim, c.rms_eps, qt + h * c.head_dim);
-                }
-                for (int h = 0; h < c.n_head_kv; h++) {
-                    rms_norm(kt + h * c.head_dim, l.k_norm.f32(), c.head_dim, c.rms_eps, kt + h * c.head_dim);
-                }
+                norm_heads(c, qt, kt, l.q_norm.f32(), l.k_norm.f32());
             } else if (l.qk_norm == QkNorm::Whole) {
                 rms_norm(qt, l.q_norm.f32(), c.q_dim(), c.rms_eps, qt);
                 rms_norm(kt, l.k_norm.f32(), c.kv_dim(), c.rms_eps, kt);
             }
-            rope_apply(rope, cos_sin + t * rope.n_rot, qt, c.n_head, c.head_dim);
-            rope_apply(rope, cos_sin + t * rope.n_rot, kt, c.n_head_kv, c.head_dim);
+            if (l.rope) {
+                rope_apply(rope, cos_sin + t * rope.n_rot, qt, c.n_head, c.head_dim);
+                rope_apply(rope, cos_sin + t * rope.n_rot, kt, c.n_head_kv, c.head_dim);
+            } else if (l.temperature.scale != 0.0f) {
+                const float f = attention_temperature(l.temperature, pos0 + t);
+                for (int64_t i = 0; i < c.q_dim(); i++) qt[i] *= f;
+            }
+            if (l.qk_norm == QkNorm::PlainAfterRope) norm_heads(c, qt, kt, nullptr, nullptr);
             kv_store(kv, pos0 + t, kt, vt);
         }
     });

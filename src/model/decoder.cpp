@@ -69,7 +69,7 @@ public:
             throw std::runtime_error(f.path() + ": " + arch + " needs expert_count, expert_used_count and an expert "
                                      "feed_forward_length > 0 (dense models are not supported)");
         }
-        if (spec.n_dense_lead > 0 && spec.n_ff_dense <= 0) {
+        if ((spec.n_dense_lead > 0 || spec.moe_step > 1) && spec.n_ff_dense <= 0) {
             throw std::runtime_error(f.path() + ": " + arch + ": dense layers need feed_forward_length > 0");
         }
         const GgufTensor* embd = f.tensor("token_embd.weight");
@@ -79,6 +79,7 @@ public:
         need(f, "token_embd.weight", {E, V}, &token_embd_);
         need(f, "output_norm.weight", {E}, &output_norm_);
         tied_output_ = !maybe(f, "output.weight", {E, V}, &output_);
+        if (spec.rope_freqs) maybe(f, "rope_freqs.weight", {spec.rope.n_rot / 2}, &rope_freqs_);
 
         n_run_ = cfg.n_layer - cfg.n_nextn;
         attn_.resize(size_t(n_run_));
@@ -107,7 +108,9 @@ public:
                 declare_attention(f, spec, il);
             }
             declare_ffn(f, spec, il);
-            const int w = attn_[size_t(il)].window;
+            // A chunked layer needs at most its chunk's positions: the ring
+            // of a window as long as the chunk holds them.
+            const int64_t w = std::max<int64_t>(attn_[size_t(il)].window, attn_[size_t(il)].chunk);
             if (w > 0 && window_ > 0 && w != window_) {
                 throw std::runtime_error(f.path() + ": sliding windows of " + std::to_string(window_) + " and " +
                                          std::to_string(w) + " positions in one model are not supported");
@@ -141,7 +144,7 @@ public:
         const size_t v_width = mla ? 0 : size_t(c.v_dim());
         for (const AttentionLayer& a : attn_) {
             const bool attends = !a.wq.empty() || mla;
-            const size_t rows = attends ? size_t(st->ring.cache_rows(a.window > 0, o.n_ctx)) : 0;
+            const size_t rows = attends ? size_t(st->ring.cache_rows(looks_back(a), o.n_ctx)) : 0;
             n_full += attends && rows == size_t(o.n_ctx);
             k_off.push_back(k_bytes);
             v_off.push_back(v_bytes);
@@ -153,7 +156,7 @@ public:
         for (size_t il = 0; il < attn_.size(); il++) {
             uint8_t* k = st->k_cache.data() + k_off[il];
             st->kv.push_back(mla ? mla_kv_layer(mla_shape_, o.kv_type, k)
-                                 : st->ring.layer(attn_[il].window > 0, o.kv_type, c.kv_dim(), c.v_dim(), k,
+                                 : st->ring.layer(looks_back(attn_[il]), o.kv_type, c.kv_dim(), c.v_dim(), k,
                                                   st->v_cache.data() + v_off[il]));
         }
         st->kv_bytes_per_token = int64_t((k_width + v_width) * kv_elt) * n_full;
@@ -213,6 +216,8 @@ public:
         float* cos_sin = st.cos_sin.f32();
         experts.begin_step(n);
         st.ring.wrote(pos0, n);
+        Rope rope = rope_;
+        if (!rope_freqs_.empty()) rope.freq_factors = rope_freqs_.f32();
         if (pos0 == 0) {  // recurrent layers start from zero states (none without DeltaNet layers)
             for (AlignedBuffer* b : {&st.conv_state, &st.recurrent_state})
                 if (b->size() > 0) std::memset(b->data(), 0, b->size());
@@ -221,7 +226,7 @@ public:
         pool.parallel_for(n, [&](int64_t b, int64_t e) {
             for (int64_t t = b; t < e; t++) {
                 dequantize_row(token_embd_.type, token_embd_.row(tokens[t]), x + t * E, E);
-                rope_angles(rope_, pos0 + t, cos_sin + t * rope_.n_rot);
+                rope_angles(rope, pos0 + t, cos_sin + t * rope.n_rot);
             }
         });
 
@@ -250,7 +255,7 @@ public:
                 const float* cs = cos_sin + int64_t(c0) * rope_.n_rot;
                 if (mla && indexer_.empty()) {
                     rms_norm_rows(pool, xc, a.norm.f32(), nc, E, c.rms_eps, xb);
-                    mla_attention_block(pool, mla_shape_, c.rms_eps, rope_, mla_[size_t(il)], xb, nc, pos0 + c0, cs,
+                    mla_attention_block(pool, mla_shape_, c.rms_eps, rope, mla_[size_t(il)], xb, nc, pos0 + c0, cs,
                                         st.kv[size_t(il)], n_ctx, st.mla, y);
                 } else if (mla) {
                     // Sparse: this layer's indexer (or the nearest earlier
@@ -271,7 +276,7 @@ public:
                                st.mla, y);
                 } else if (d.empty()) {
                     rms_norm_rows(pool, xc, a.norm.f32(), nc, E, c.rms_eps, xb);
-                    attention_block(pool, c, rope_, a, xb, nc, pos0 + c0, cs, st.kv[size_t(il)], n_ctx, st.attn, y);
+                    attention_block(pool, c, rope, a, xb, nc, pos0 + c0, cs, st.kv[size_t(il)], n_ctx, st.attn, y);
                 } else {
                     // Pieces in order: the states carry from one to the next.
                     const int64_t slot = deltanet_slot_[size_t(il)];
@@ -348,18 +353,29 @@ private:
         }
         if (spec.out_bias) need(f, p + "attn_output.bias", {E}, &a.bo);
         a.qk_norm = spec.qk_norm;
-        if (spec.qk_norm != QkNorm::None) {
+        if (spec.qk_norm == QkNorm::PerHead || spec.qk_norm == QkNorm::Whole) {
             const bool whole = spec.qk_norm == QkNorm::Whole;
             need(f, p + "attn_q_norm.weight", {whole ? c.q_dim() : c.head_dim}, &a.q_norm);
             need(f, p + "attn_k_norm.weight", {whole ? c.kv_dim() : c.head_dim}, &a.k_norm);
         }
         if (spec.sinks) need(f, p + "attn_sinks.weight", {c.n_head}, &a.sinks);
         a.window = spec.window.empty() ? 0 : spec.window[size_t(il)];
+        a.chunk = spec.chunk.empty() ? 0 : spec.chunk[size_t(il)];
+        // A layer without RoPE has no after-RoPE norm either (Llama 4).
+        a.rope = spec.no_rope.empty() || !spec.no_rope[size_t(il)];
+        if (!a.rope) {
+            a.temperature = spec.temperature;
+            if (a.qk_norm == QkNorm::PlainAfterRope) a.qk_norm = QkNorm::None;
+        }
         a.q_gate = spec.q_gate;
         if (spec.q_gate && c.head_dim != c.head_dim_v) {
             throw std::runtime_error(f.path() + ": a gated attention needs key_length == value_length");
         }
     }
+
+    // Whether a layer sees only the last window_ positions at most (a ring
+    // holds its cache).
+    static bool looks_back(const AttentionLayer& a) { return a.window > 0 || a.chunk > 0; }
 
     void declare_deltanet(const GgufFile& f, const DecoderSpec& spec, int il) {
         const DeltaNetShape& sh = spec.deltanet;
@@ -422,7 +438,7 @@ private:
         const std::string p = "blk." + std::to_string(il) + ".";
         FfnLayer& m = ffn_[size_t(il)];
         need(f, p + spec.ffn_norm + ".weight", {E}, &m.norm);
-        if (il < spec.n_dense_lead) {
+        if (il < spec.n_dense_lead || (spec.moe_step > 0 && (il + 1) % spec.moe_step != 0)) {
             dense(f, p, "", spec.n_ff_dense, &m.dense);
             return;
         }
@@ -432,6 +448,7 @@ private:
         m.routing = spec.routing;
         need_experts(f, il, c.n_expert, E, spec.n_ff_exp);
         expert_layers_[size_t(il)].act = spec.activation;
+        expert_layers_[size_t(il)].weight_input = spec.weight_input;
         if (spec.expert_biases) {
             need_f32(f, p + "ffn_gate_exps.bias", {spec.n_ff_exp, X}, &m.gate_bias);
             need_f32(f, p + "ffn_up_exps.bias", {spec.n_ff_exp, X}, &m.up_bias);
@@ -477,8 +494,8 @@ private:
     MlaShape mla_shape_;
     IndexerShape indexer_shape_;
     int n_run_ = 0;
-    int window_ = 0;  // the sliding-window layers' window (0: none)
-    Tensor token_embd_, output_norm_, output_;
+    int64_t window_ = 0;  // the sliding-window (or chunked) layers' window (0: none)
+    Tensor token_embd_, output_norm_, output_, rope_freqs_;
     bool tied_output_ = false;
     std::vector<AttentionLayer> attn_;     // MLA layers: the norm only
     std::vector<MlaLayer> mla_;            // empty unless spec.mla.kv_lora > 0
@@ -499,6 +516,13 @@ Rope config_rope(const ModelConfig& c, bool neox) {
     if (c.rope_scaling == "yarn") return with_yarn(r, c.rope_factor, c.rope_n_ctx_orig);
     if (c.rope_scaling == "linear") r.freq_scale = 1.0f / c.rope_factor;
     return r;
+}
+
+void require_sigmoid_gating(const GgufFile& file, const ModelConfig& c) {
+    if (c.expert_gating != 0 && c.expert_gating != 2) {
+        throw std::runtime_error(file.path() + ": " + c.arch + ".expert_gating_func " +
+                                 std::to_string(c.expert_gating) + " is not supported (2: sigmoid)");
+    }
 }
 
 std::unique_ptr<Model> open_decoder(const GgufFile& file, ModelConfig config, const DecoderSpec& spec) {

@@ -26,7 +26,14 @@ struct DecoderSpec {
     QkNorm qk_norm = QkNorm::None;  // attn_q_norm, attn_k_norm
     bool sinks = false;           // attn_sinks
     Rope rope;
+    bool rope_freqs = false;      // the global rope_freqs.weight (when present) divides pair i's angle
     std::vector<int> window;      // sliding window per layer (0: full); empty: every layer full
+    // Llama 4: per layer, attention within chunks of this many positions
+    // (0: none; empty: no layer chunked); whether the layer has no position
+    // encoding (empty: every layer roped), its q tuned by `temperature`.
+    std::vector<int64_t> chunk;
+    std::vector<bool> no_rope;
+    AttentionTemperature temperature;
     bool q_gate = false;          // attn_q emits per head [q | gate], the output times sigmoid(gate)
 
     // Hybrid stacks (Qwen3-Next, Qwen3.5): layer il is a Gated DeltaNet layer
@@ -49,12 +56,14 @@ struct DecoderSpec {
     // Feed-forward.
     std::string ffn_norm = "ffn_norm";  // the pre-FFN norm (gpt-oss, GLM: post_attention_norm)
     int n_dense_lead = 0;         // first layers with a dense FFN (ffn_{gate,up,down}) of n_ff_dense
+    int moe_step = 0;             // > 0: only layers with (il + 1) % moe_step == 0 route, the others dense
     int64_t n_ff_dense = 0;
     int64_t n_ff_exp = 0;         // routed expert width (ffn_{gate,up,down}_exps)
     Routing routing;
     bool router_bias = false;     // ffn_gate_inp.bias
     bool selection_bias = false;  // exp_probs_b.bias
     GatedActivation activation = GatedActivation::SwiGlu;
+    bool weight_input = false;    // the router weight scales the expert's input (ExpertLayer)
     bool expert_biases = false;   // ffn_{gate,up,down}_exps.bias
     int64_t n_ff_shared = 0;      // shared expert width (ffn_{gate,up,down}_shexp); 0: none
     bool shared_gate = false;     // ffn_gate_inp_shexp: shared output times sigmoid(gate . x)
@@ -68,6 +77,10 @@ Rope config_rope(const ModelConfig& c, bool neox);
 // DeepSeek V2/V3's layers from the metadata (model/deepseek2.cpp): MLA,
 // routing, dense lead and shared experts; glm-dsa adds its indexer to them.
 DecoderSpec deepseek2_spec(const GgufFile& file, const ModelConfig& config);
+
+// Throws unless the file's expert_gating_func is absent (0) or 2, sigmoid:
+// the families that only route by sigmoid scores.
+void require_sigmoid_gating(const GgufFile& file, const ModelConfig& c);
 
 // Checks the tensors `spec` names (shapes and types, as Model::open does)
 // and returns the model. Runs config.n_layer - config.n_nextn layers: NextN

@@ -44,6 +44,9 @@ struct ExpertLayer {
     ExpertMatrix gate, up, down;
     GatedActivation act = GatedActivation::SwiGlu;
     float clamp = 0;  // SwiGluClamp's limit
+    // The router's weight scales the expert's input instead of its output
+    // (Llama 4): expert(w x) rather than w expert(x).
+    bool weight_input = false;
 
     size_t expert_bytes() const { return gate.bytes + up.bytes + down.bytes; }
 };

@@ -6,18 +6,13 @@
 // unbiased scores renormalized and scaled, SwiGLU experts plus a shared
 // expert. The trailing NextN (multi-token prediction) block is checked but
 // not read and not run (model/decoder.h).
-#include <stdexcept>
-
 #include "gguf/gguf.h"
 #include "model/decoder.h"
 
 namespace ms {
 
 std::unique_ptr<Model> open_glm4moe(const GgufFile& file, ModelConfig c) {
-    if (c.expert_gating != 0 && c.expert_gating != 2) {
-        throw std::runtime_error(file.path() + ": glm4moe.expert_gating_func " + std::to_string(c.expert_gating) +
-                                 " is not supported (2: sigmoid)");
-    }
+    require_sigmoid_gating(file, c);
     DecoderSpec s;
     s.qkv_bias = true;
     s.qk_norm = file.tensor("blk.0.attn_q_norm.weight") ? QkNorm::PerHead : QkNorm::None;

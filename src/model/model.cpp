@@ -67,6 +67,8 @@ const Architecture kArchitectures[] = {
     {"deepseek2", open_deepseek2},
     {"glm-dsa", open_glm_dsa},
     {"deepseek4", open_deepseek4},
+    {"llama4", open_llama4},
+    {"minimax-m2", open_minimax_m2},
 };
 
 }  // namespace

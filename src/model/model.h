@@ -148,5 +148,7 @@ std::unique_ptr<Model> open_qwen3next(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_deepseek2(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_glm_dsa(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_deepseek4(const GgufFile& file, ModelConfig config);
+std::unique_ptr<Model> open_llama4(const GgufFile& file, ModelConfig config);
+std::unique_ptr<Model> open_minimax_m2(const GgufFile& file, ModelConfig config);
 
 }  // namespace ms

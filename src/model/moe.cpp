@@ -169,8 +169,10 @@ void MoeScratch::init(const std::vector<ExpertLayer>& layers, int max_batch, int
     k_ = k;
     size_t gate_act = 0, up_act = 0, down_act = 0, ff = 0, embd = 0;
     int n_expert = 0;
+    bool weight_input = false;
     for (const ExpertLayer& l : layers) {
         if (l.n_expert == 0) continue;
+        weight_input = weight_input || l.weight_input;
         gate_act = std::max(gate_act, act_bytes(l.gate.type, l.gate.cols));
         up_act = std::max(up_act, act_bytes(l.up.type, l.up.cols));
         down_act = std::max(down_act, act_bytes(l.down.type, l.down.cols));
@@ -181,6 +183,7 @@ void MoeScratch::init(const std::vector<ExpertLayer>& layers, int max_batch, int
     const size_t b = size_t(max_batch);
     acts_gate_.resize(gate_act * b);
     acts_up_.resize(up_act * b);
+    scaled_.resize(weight_input ? embd * b * 4 : 0);
     rows_gate_.resize(gate_act * b);
     rows_up_.resize(up_act * b);
     gate_.resize(ff * b * 4);
@@ -195,7 +198,7 @@ void MoeScratch::init(const std::vector<ExpertLayer>& layers, int max_batch, int
 }
 
 uint64_t MoeScratch::bytes() const {
-    return acts_gate_.size() + acts_up_.size() + rows_gate_.size() + rows_up_.size() + gate_.size() + up_.size() +
+    return acts_gate_.size() + acts_up_.size() + scaled_.size() + rows_gate_.size() + rows_up_.size() + gate_.size() + up_.size() +
            acts_down_.size() + down_.size() + slots_.size() +
            4 * (count_.size() + first_.size() + entries_.size() + used_.size());
 }
@@ -229,8 +232,11 @@ MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& l
     const bool shared_acts = act_type(layer.gate.type) == act_type(layer.up.type);
     const Tensor gate_shape{layer.gate.type, n_embd, n_ff, nullptr};
     const Tensor up_shape{layer.up.type, n_embd, n_ff, nullptr};
-    convert_acts(pool, gate_shape, x, n_tok, s.acts_gate_.data());
-    if (!shared_acts) convert_acts(pool, up_shape, x, n_tok, s.acts_up_.data());
+    // Weighted inputs differ per (token, expert): converted per expert below.
+    if (!layer.weight_input) {
+        convert_acts(pool, gate_shape, x, n_tok, s.acts_gate_.data());
+        if (!shared_acts) convert_acts(pool, up_shape, x, n_tok, s.acts_up_.data());
+    }
     const uint8_t* acts_up = shared_acts ? s.acts_gate_.data() : s.acts_up_.data();
     const size_t gate_row = act_bytes(layer.gate.type, n_embd), up_row = act_bytes(layer.up.type, n_embd);
 
@@ -278,9 +284,25 @@ MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& l
             const int e = s.used_[size_t(g0 + i)];
             const int m = s.count_[size_t(e)];
             const int32_t* entries = s.entries_.data() + s.first_[size_t(e)];
-            const uint8_t* ag = gather_rows(s.acts_gate_.data(), gate_row, entries, m, k, n_tok, s.rows_gate_.data());
-            const uint8_t* au = shared_acts ? ag
-                                            : gather_rows(acts_up, up_row, entries, m, k, n_tok, s.rows_up_.data());
+            const uint8_t* ag;
+            const uint8_t* au;
+            if (layer.weight_input) {
+                // Each token's row times its weight, rounded for the kernels
+                // after the product, as the reference rounds w x.
+                float* rows = s.scaled_.f32();
+                for (int r = 0; r < m; r++) {
+                    const float w = weights[entries[r]];
+                    const float* xt = x + int64_t(entries[r] / k) * n_embd;
+                    for (int64_t i = 0; i < n_embd; i++) rows[r * n_embd + i] = w * xt[i];
+                }
+                convert_acts(pool, gate_shape, rows, m, s.rows_gate_.data());
+                if (!shared_acts) convert_acts(pool, up_shape, rows, m, s.rows_up_.data());
+                ag = s.rows_gate_.data();
+                au = shared_acts ? ag : s.rows_up_.data();
+            } else {
+                ag = gather_rows(s.acts_gate_.data(), gate_row, entries, m, k, n_tok, s.rows_gate_.data());
+                au = shared_acts ? ag : gather_rows(acts_up, up_row, entries, m, k, n_tok, s.rows_up_.data());
+            }
             const Tensor wg{layer.gate.type, n_embd, n_ff, v.gate};
             const Tensor wu{layer.up.type, n_embd, n_ff, v.up};
             const Tensor wd{layer.down.type, n_ff, n_embd, v.down};
@@ -324,12 +346,13 @@ MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& l
     }
 
     // Combine in rank order: w0*e0 + w1*e1 + ..., each product rounded first,
-    // as the reference's separate multiply and add steps do.
+    // as the reference's separate multiply and add steps do (weights already
+    // applied to the input: e0 + e1 + ...).
     pool.parallel_for(n_tok, [&](int64_t b, int64_t end) {
         for (int64_t t = b; t < end; t++) {
             float* o = out + t * n_embd;
             for (int r = 0; r < k; r++) {
-                const float w = weights[t * k + r];
+                const float w = layer.weight_input ? 1.0f : weights[t * k + r];
                 const float* e = slots + (t * k + r) * n_embd;
                 if (r == 0) {
                     for (int64_t i = 0; i < n_embd; i++) o[i] = w * e[i];

@@ -100,6 +100,7 @@ private:
                                const float*, int, MoeScratch&, float*, const ExpertHint&, const ExpertVectors&);
     int max_batch_ = 0, k_ = 0;
     AlignedBuffer acts_gate_, acts_up_;  // every token's input, converted for gate / up
+    AlignedBuffer scaled_;               // weight_input layers: one expert's weighted input rows
     AlignedBuffer rows_gate_, rows_up_;  // the converted rows of one expert's tokens
     AlignedBuffer gate_, up_;            // one expert's gate / up outputs, then its hidden state
     AlignedBuffer acts_down_;            // the hidden state converted for down
@@ -113,7 +114,8 @@ private:
 
 // out[t] = sum over r in rank order of weights[t*k+r] * expert ids[t*k+r]
 // applied to x[t] (down(act(gate x, up x)), layer.act), with the expert's
-// `vectors` applied. x and out: n_tok rows of n_embd floats. Each wait for a
+// `vectors` applied; for a layer.weight_input layer, the sum of expert
+// ids[t*k+r] applied to weights[t*k+r] * x[t]. x and out: n_tok rows of n_embd floats. Each wait for a
 // read longer than a few microseconds also goes to the active trace as an
 // "io_wait" span.
 MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& layer, const float* x, int n_tok,

@@ -100,6 +100,10 @@ Hparams read_hparams(const GgufFile& f) {
     h.shared_ffn = get_count(f, k("expert_shared_feed_forward_length"), 0);
     h.n_dense_lead = get_count(f, k("leading_dense_block_count"), 0);
     h.n_nextn = get_count(f, k("nextn_predict_layers"), 0);
+    h.moe_layer_step = get_count(f, k("interleave_moe_layer_step"), 0);
+    // The reference fixes Llama 4's chunk; sliding_window = 0 turns it off.
+    const bool unchunked = f.has(k("attention.sliding_window")) && f.get_int(k("attention.sliding_window"), 0) == 0;
+    if (h.arch == "llama4" && !unchunked) h.attention_chunk = 8192;
     h.context = get_count(f, k("context_length"), 0);
     h.sliding_window = get_count(f, k("attention.sliding_window"), 0);
     h.kv_lora_rank = get_count(f, k("attention.kv_lora_rank"), 0);
@@ -195,6 +199,7 @@ MemoryNeed memory_need(const GgufFile& f, const Hparams& h, int64_t ctx) {
         bool is_swa = size_t(l) < swa.size() ? swa[size_t(l)] != 0
                                               : (h.arch == "gpt-oss" && h.sliding_window > 0 && l % 2 == 0);
         int64_t tokens = is_swa && h.sliding_window > 0 ? std::min(m.ctx, h.sliding_window) : m.ctx;
+        if (h.attention_chunk > 0 && l % 4 < 3) tokens = std::min(m.ctx, h.attention_chunk);
         uint64_t per_token, full_per_token;
         if (h.kv_lora_rank > 0) {
             per_token = uint64_t(h.kv_lora_rank + h.rope_dim);

@@ -69,6 +69,10 @@ struct Hparams {
     int64_t n_expert = 0, n_expert_used = 0, expert_ffn = 0, ffn = 0;
     int64_t n_shared_expert = 0, shared_ffn = 0;  // shared_ffn: total width of the shared FFN
     int64_t n_dense_lead = 0, n_nextn = 0;        // leading dense layers; NextN/MTP blocks
+    int64_t moe_layer_step = 0;  // interleave_moe_layer_step: layers (l+1) % step == 0 route, the rest dense
+    // Llama 4's chunked attention: positions per chunk on the 3 of every 4
+    // layers that have RoPE (0: none).
+    int64_t attention_chunk = 0;
     int64_t context = 0, sliding_window = 0, kv_lora_rank = 0;
     double rope_base = 0;
     int64_t rope_dim = 0;
@@ -87,7 +91,8 @@ struct Hparams {
 // kv_bytes: F16 cache for `ctx` tokens. Per attention layer l (NextN blocks
 // and layers sharing another layer's cache excluded):
 //   2 bytes * tokens(l) * n_head_kv(l) * (head_dim_k(l) + head_dim_v(l)),
-//   tokens(l) = min(ctx, sliding_window) on sliding-window layers, else ctx;
+//   tokens(l) = min(ctx, sliding_window) on sliding-window layers,
+//   min(ctx, attention_chunk) on chunked layers, else ctx;
 //   MLA (kv_lora_rank > 0) caches the compressed row instead:
 //   2 bytes * ctx * (kv_lora_rank + rope_dim).
 // kv_token_bytes: what one more token adds to kv_bytes (full-attention

@@ -206,7 +206,8 @@ void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, con
             const float* qg = q + h0 * s.head_dim;
             float* og = out + h0 * s.head_dim_v;
             const int64_t p = pos0 + t;
-            const int64_t first = s.window > 0 ? std::max<int64_t>(0, p - s.window + 1) : 0;
+            int64_t first = s.window > 0 ? std::max<int64_t>(0, p - s.window + 1) : 0;
+            if (s.chunk > 0) first = std::max(first, p - p % s.chunk);
             const int64_t n_pos = p - first + 1;
             const KvLayer at = from_row(kv, kv.ring > 0 ? first % kv.ring : first);
             attend_kv_head(s, simd, at, g, 0, group, qg, n_pos, s_stride, scores, qh, og);

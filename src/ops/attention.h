@@ -49,6 +49,10 @@ struct AttentionShape {
     // n_head logits (or null): each joins its head's softmax as one more
     // score, unscaled, that takes probability mass but adds no value.
     const float* sinks = nullptr;
+    // > 0: chunked attention (Llama 4): a query at p sees only the positions
+    // of its own chunk, [p - p % chunk, p]. A ring sized for a window of
+    // `chunk` positions holds every chunk.
+    int64_t chunk = 0;
 };
 
 // Floats of per-thread scratch attention needs for contexts up to n_ctx.
@@ -56,9 +60,9 @@ size_t attention_scratch_floats(const AttentionShape& s, int64_t n_ctx);
 
 // For each of n_tok queries (q: n_tok rows of n_head*head_dim), query t at
 // position pos0 + t attends to cache positions [0, pos0 + t] (the last
-// s.window of them for a sliding window; a ring's tail must be at least
-// s.window - 1 rows); out gets n_tok
-// rows of n_head*head_dim_v. scratch holds pool.size() times
+// s.window of them for a sliding window, those of its chunk for a chunked
+// layer; a ring's tail must be at least s.window - 1 (s.chunk - 1) rows);
+// out gets n_tok rows of n_head*head_dim_v. scratch holds pool.size() times
 // attention_scratch_floats(s, n_ctx) floats. Parallel over (token, KV head),
 // with SIMD loops (AVX2, AVX-512) at the active quant/cpu.h level when
 // head_dim and head_dim_v are multiples of 16; allocates nothing.

@@ -22,9 +22,9 @@ inline std::string models_dir() { return std::string(MOESTREAM_GOLDEN_DIR) + "/m
 // architecture is `llama`; gemma4 includes gemma4-ple; deepseek2-lite and
 // deepseek3 are both `deepseek2`).
 inline std::vector<std::string> runnable_families() {
-    return {"qwen3moe", "gemma4",    "mixtral",   "olmoe",          "qwen2moe", "glm4moe",
-            "gpt-oss",  "qwen35moe", "qwen3next", "deepseek2-lite", "deepseek3",
-            "glm-dsa",  "deepseek4"};
+    return {"qwen3moe", "gemma4",    "mixtral",   "olmoe",          "qwen2moe",  "glm4moe",
+            "gpt-oss",  "qwen35moe", "qwen3next", "deepseek2-lite", "deepseek3", "glm-dsa",
+            "deepseek4", "llama4",   "minimax-m2"};
 }
 
 // Names like "qwen3moe-Q4_K_M" of every model of a family, sorted.

@@ -119,8 +119,8 @@ inline void expect_batch_and_threads_do_not_change_bits(const Case& g) {
 }
 
 // How many bytes the state grows by per position of context (F16 cache, one
-// thread, batches of 16), measured between contexts of 4096 and 8192.
-inline double state_bytes_per_position(const LoadedModel& m) {
+// thread, batches of 16), measured between contexts of `from` and 2 x `from`.
+inline double state_bytes_per_position(const LoadedModel& m, int64_t from = 4096) {
     auto bytes_at = [&](int64_t n_ctx) {
         StateOptions o;
         o.n_ctx = n_ctx;
@@ -129,7 +129,7 @@ inline double state_bytes_per_position(const LoadedModel& m) {
         o.n_threads = 1;
         return m.model->new_state(o)->bytes();
     };
-    return double(bytes_at(8192) - bytes_at(4096)) / 4096;
+    return double(bytes_at(2 * from) - bytes_at(from)) / double(from);
 }
 
 // ---- every SIMD level ------------------------------------------------------

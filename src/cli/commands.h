@@ -14,5 +14,7 @@ int cmd_logits(int argc, char** argv);
 int cmd_pack(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_perplexity(int argc, char** argv);
+int cmd_quantize(int argc, char** argv);
 
 }  // namespace ms

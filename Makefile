@@ -9,7 +9,7 @@ DEPS   := build-essential cmake pkg-config libgtest-dev libgmock-dev libbenchmar
           libpcre2-dev liburing-dev libxxhash-dev clang libclang-rt-14-dev gnuplot-nox ninja-build \
           libcpp-httplib-dev chromium
 
-.PHONY: deps build test unit asan fuzz serve-test run clean routing-check soak
+.PHONY: deps build test unit asan fuzz serve-test run run-synth clean routing-check soak
 
 deps:
 	@missing=$$(for p in $(DEPS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -56,7 +56,13 @@ ROUTING_DIR ?= /tmp
 routing-check: build
 	MOESTREAM_SLOW=1 MOESTREAM_SLOW_DIR=$(ROUTING_DIR) $(BUILD)/cli_routing_test
 
+# The demo model (models/README.md) streamed under a budget that caches about
+# half of its 64 experts, so decode reads experts from the drive.
 run: build
+	$(BUILD)/moestream run -m models/demo-Q8_0.gguf -p "It is my duty to" -n 64 --mem 28M -c 512 --seed 2
+
+# The random-weight tiny synth of qwen3-30b-a3b's shape (gibberish text).
+run-synth: build
 	$(BUILD)/moestream synth --preset tiny -o $(DEMO)
 	$(BUILD)/moestream run -m $(DEMO) -p "The quick brown fox" -n 32 --mem 24M -c 512 --seed 1
 

@@ -644,6 +644,23 @@ const std::vector<SynthSpec>& presets() {
          .rope_dim = 64, .n_dense_lead = 3, .dense_ffn = 12288, .n_shared = 1, .q_lora = 2048, .kv_lora = 512,
          .v_head_dim = 256, .indexer_heads = 32, .indexer_dim = 128, .indexer_top_k = 2048,
          .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
+        // Llama 4 Scout (109B) and Maverick (400B): 48 layers, n_embd 5120,
+        // 40/8 heads x 128; every layer routes in Scout (16 experts), every
+        // other one in Maverick (128), top-1 by sigmoid plus a shared expert,
+        // dense layers 16384 wide; Llama 4's 202k vocabulary is not here.
+        {.preset = "llama4-scout", .arch = "llama4", .n_layer = 48, .n_expert = 16, .n_expert_used = 1,
+         .n_embd = 5120, .expert_ffn = 8192, .n_head = 40, .n_head_kv = 8, .head_dim = 128, .context = 262144,
+         .rope_base = 500000, .moe_step = 1, .dense_ffn = 16384, .n_shared = 1,
+         .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
+        {.preset = "llama4-maverick", .arch = "llama4", .n_layer = 48, .n_expert = 128, .n_expert_used = 1,
+         .n_embd = 5120, .expert_ffn = 8192, .n_head = 40, .n_head_kv = 8, .head_dim = 128, .context = 262144,
+         .rope_base = 500000, .moe_step = 2, .dense_ffn = 16384, .n_shared = 1,
+         .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
+        // MiniMax-M2 (230B-A10B): 62 layers, n_embd 3072, 48/8 heads x 128
+        // rotating 64 dims, q/k normed whole, 256 experts of 1536 top-8.
+        {.preset = "minimax-m2", .arch = "minimax-m2", .n_layer = 62, .n_expert = 256, .n_expert_used = 8,
+         .n_embd = 3072, .expert_ffn = 1536, .n_head = 48, .n_head_kv = 8, .head_dim = 128, .context = 196608,
+         .rope_base = 5e6, .rope_dim = 64, .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
     };
     return all;
 }

@@ -21,7 +21,8 @@ namespace ms {
 struct SynthSpec {
     std::string preset = "custom";
     // qwen3moe, or a family of model/synth_families.h (llama, gpt-oss,
-    // deepseek2, glm4moe, qwen35moe, glm-dsa), whose extra sizes follow below.
+    // deepseek2, glm4moe, qwen35moe, glm-dsa, llama4, minimax-m2), whose
+    // extra sizes follow below.
     std::string arch = "qwen3moe";
     int n_layer = 4;
     int n_expert = 16;
@@ -35,7 +36,8 @@ struct SynthSpec {
     double rope_base = 1e6;
     int rope_dim = 0;        // rotated dims per head (0: all); deepseek2: the rope part of q and k
     int n_dense_lead = 0;    // first layers with a dense FFN (deepseek2, glm4moe)
-    int dense_ffn = 0;       // their width
+    int moe_step = 0;        // llama4: layer il routes when (il + 1) % moe_step == 0, the others are dense
+    int dense_ffn = 0;       // the dense layers' FFN width
     int n_shared = 0;        // shared experts, expert_ffn wide each (deepseek2, glm4moe)
     int q_lora = 0;          // deepseek2 MLA: q compression rank (0: q straight from the input)
     int kv_lora = 0;         // deepseek2 MLA: compressed KV rank; head_dim is then the no-rope part
@@ -65,7 +67,8 @@ struct SynthSpec {
 
 // Presets at real dimensions: "qwen3-30b-a3b", "qwen3-235b-a22b", the other
 // families' published shapes ("mixtral-8x7b", "gpt-oss-120b", "deepseek-v3",
-// "glm-4.5-air", "qwen3.5-397b-a17b", "qwen3.5-35b-a3b", "glm-5") and "tiny" (a few MB, the README demo). Vocabularies are looked up in
+// "glm-4.5-air", "qwen3.5-397b-a17b", "qwen3.5-35b-a3b", "glm-5",
+// "llama4-scout", "llama4-maverick", "minimax-m2") and "tiny" (a few MB, the README demo). Vocabularies are looked up in
 // golden_dir (the project's shared golden data). Throws on an unknown name.
 SynthSpec synth_preset(const std::string& name, const std::string& golden_dir);
 const std::vector<std::string>& synth_preset_names();

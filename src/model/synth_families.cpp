@@ -18,6 +18,8 @@ bool is_glm_dsa(const SynthSpec& s) { return s.arch == "glm-dsa"; }
 bool is_mla(const SynthSpec& s) { return is_deepseek2(s) || is_glm_dsa(s); }
 bool is_glm4moe(const SynthSpec& s) { return s.arch == "glm4moe"; }
 bool is_qwen35moe(const SynthSpec& s) { return s.arch == "qwen35moe"; }
+bool is_llama4(const SynthSpec& s) { return s.arch == "llama4"; }
+bool is_minimax_m2(const SynthSpec& s) { return s.arch == "minimax-m2"; }
 
 bool is_deltanet_layer(const SynthSpec& s, int il) {
     return is_qwen35moe(s) && (il + 1) % s.full_attention_interval != 0;
@@ -66,6 +68,10 @@ void attention(const SynthSpec& s, const std::string& b, int l, std::vector<Synt
     out.push_back({b + "attn_v.weight", {E, KV}, SynthFill::Random, in, l});
     if (qkv_bias) out.push_back({b + "attn_v.bias", {KV}, SynthFill::Zeros, 0, l});
     out.push_back({b + "attn_output.weight", {Q, E}, SynthFill::Random, 1 / std::sqrt(double(Q)), l});
+    if (is_minimax_m2(s)) {  // q and k normed over the whole projection
+        out.push_back({b + "attn_q_norm.weight", {Q}, SynthFill::Ones, 0, l});
+        out.push_back({b + "attn_k_norm.weight", {KV}, SynthFill::Ones, 0, l});
+    }
     if (is_gpt_oss(s)) {
         out.push_back({b + "attn_output.bias", {E}, SynthFill::Zeros, 0, l});
         out.push_back({b + "attn_sinks.weight", {s.n_head}, SynthFill::Zeros, 0, l});
@@ -114,7 +120,8 @@ void experts(const SynthSpec& s, const std::string& b, int l, std::vector<SynthT
     const int64_t E = s.n_embd, F = s.expert_ffn, X = s.n_expert;
     out.push_back({b + "ffn_gate_inp.weight", {E, X}, SynthFill::Router, 0, l});
     if (is_gpt_oss(s)) out.push_back({b + "ffn_gate_inp.bias", {X}, SynthFill::Zeros, 0, l});
-    if (is_mla(s) || is_glm4moe(s)) out.push_back({b + "exp_probs_b.bias", {X}, SynthFill::Zeros, 0, l});
+    if (is_mla(s) || is_glm4moe(s) || is_minimax_m2(s))
+        out.push_back({b + "exp_probs_b.bias", {X}, SynthFill::Zeros, 0, l});
     const double in = 1 / std::sqrt(double(E)), mid = 1 / std::sqrt(double(F));
     out.push_back({b + "ffn_gate_exps.weight", {E, F, X}, SynthFill::Random, in, l});
     if (is_gpt_oss(s)) out.push_back({b + "ffn_gate_exps.bias", {F, X}, SynthFill::Zeros, 0, l});
@@ -130,7 +137,7 @@ void experts(const SynthSpec& s, const std::string& b, int l, std::vector<SynthT
 
 bool synth_family_known(const std::string& arch) {
     return arch == "llama" || arch == "gpt-oss" || arch == "deepseek2" || arch == "glm4moe" || arch == "qwen35moe" ||
-           arch == "glm-dsa";
+           arch == "glm-dsa" || arch == "llama4" || arch == "minimax-m2";
 }
 
 void validate_family(const SynthSpec& s) {
@@ -156,6 +163,11 @@ void validate_family(const SynthSpec& s) {
         need(s.rope_dim <= s.head_dim, "rope dims exceed the head");
     }
     if (is_gpt_oss(s)) need(s.sliding_window > 0, "gpt-oss needs a sliding window");
+    if (is_llama4(s)) {
+        need(s.moe_step >= 1 && s.moe_step <= s.n_layer && s.n_shared == 1 && s.dense_ffn > 0 &&
+                 s.dense_ffn % 32 == 0,
+             "needs an interleave step of 1..layers, one shared expert and a dense FFN width (multiple of 32)");
+    }
     if (is_qwen35moe(s)) {
         need(s.full_attention_interval >= 1 && s.ssm_k_heads > 0 && s.ssm_v_heads % s.ssm_k_heads == 0 &&
                  s.ssm_head_dim > 0 && s.ssm_head_dim % 32 == 0 && s.n_shared == 1,
@@ -164,7 +176,10 @@ void validate_family(const SynthSpec& s) {
     }
 }
 
-bool family_layer_has_experts(const SynthSpec& s, int il) { return il >= s.n_dense_lead; }
+bool family_layer_has_experts(const SynthSpec& s, int il) {
+    if (is_llama4(s)) return (il + 1) % s.moe_step == 0;
+    return il >= s.n_dense_lead;
+}
 
 std::vector<SynthTensor> family_tensors(const SynthSpec& s, int64_t n_vocab) {
     const int64_t E = s.n_embd;
@@ -196,6 +211,8 @@ std::vector<SynthTensor> family_tensors(const SynthSpec& s, int64_t n_vocab) {
     }
     out.push_back({"output_norm.weight", {E}, SynthFill::Ones, 0, -1});
     out.push_back({"output.weight", {E, n_vocab}, SynthFill::Random, 2 / std::sqrt(double(E)), -1});
+    // Llama 4's global RoPE frequency factors (ones: the plain frequencies).
+    if (is_llama4(s)) out.push_back({"rope_freqs.weight", {s.head_dim / 2}, SynthFill::Ones, 0, -1});
     return out;
 }
 
@@ -206,7 +223,8 @@ void write_family_metadata(GgufWriter& w, const SynthSpec& s) {
     w.set_u32(a + "embedding_length", uint32_t(s.n_embd));
     w.set_u32(a + "attention.head_count", uint32_t(s.n_head));
     w.set_f32(a + "rope.freq_base", float(s.rope_base));
-    w.set_f32(a + "attention.layer_norm_rms_epsilon", is_deepseek2(s) || is_qwen35moe(s) ? 1e-6f : 1e-5f);
+    w.set_f32(a + "attention.layer_norm_rms_epsilon",
+              is_deepseek2(s) || is_qwen35moe(s) || is_minimax_m2(s) ? 1e-6f : 1e-5f);
     w.set_u32(a + "expert_count", uint32_t(s.n_expert));
     w.set_u32(a + "expert_used_count", uint32_t(s.n_expert_used));
     if (is_llama(s)) {
@@ -214,8 +232,10 @@ void write_family_metadata(GgufWriter& w, const SynthSpec& s) {
         w.set_u32(a + "feed_forward_length", uint32_t(s.expert_ffn));
     } else {
         w.set_u32(a + "expert_feed_forward_length", uint32_t(s.expert_ffn));
-        w.set_u32(a + "feed_forward_length", uint32_t(s.n_dense_lead > 0 ? s.dense_ffn : s.expert_ffn));
+        w.set_u32(a + "feed_forward_length", uint32_t(s.dense_ffn > 0 ? s.dense_ffn : s.expert_ffn));
     }
+    if (is_llama4(s)) w.set_u32(a + "interleave_moe_layer_step", uint32_t(s.moe_step));
+    if (is_minimax_m2(s)) w.set_u32(a + "expert_gating_func", 2);
     if (is_mla(s)) {
         // The split MLA form's cache row: key = compressed + rope, value = compressed.
         w.set_u32(a + "attention.head_count_kv", 1);

@@ -27,7 +27,8 @@ struct SynthTensor {
 };
 
 // Architectures synth writes besides qwen3moe: llama (Mixtral), gpt-oss,
-// deepseek2 (DeepSeek V3), glm4moe, qwen35moe, glm-dsa (GLM-5).
+// deepseek2 (DeepSeek V3), glm4moe, qwen35moe, glm-dsa (GLM-5), llama4,
+// minimax-m2.
 bool synth_family_known(const std::string& arch);
 
 // Throws std::runtime_error naming the first size the family cannot use.
@@ -41,7 +42,7 @@ std::vector<SynthTensor> family_tensors(const SynthSpec& s, int64_t n_vocab);
 // are the caller's).
 void write_family_metadata(GgufWriter& w, const SynthSpec& s);
 
-// Whether layer `il` routes to experts (false: a leading dense layer).
+// Whether layer `il` routes to experts (false: a dense layer).
 bool family_layer_has_experts(const SynthSpec& s, int il);
 
 }  // namespace ms

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -33,10 +34,10 @@ std::vector<std::string> family_presets() {
 // lead, shared experts, q compression, partial rope, window) stays set.
 SynthSpec shrink(SynthSpec s) {
     s.n_dense_lead = std::min(s.n_dense_lead, 1);
-    s.n_layer = std::max(s.n_dense_lead + 2, s.full_attention_interval);  // every kind of layer once
+    s.n_layer = std::max({s.n_dense_lead + 2, s.full_attention_interval, 2 * s.moe_step});  // every kind of layer
     s.n_embd = 256;
     s.expert_ffn = 256;
-    s.dense_ffn = s.n_dense_lead > 0 ? 512 : 0;
+    s.dense_ffn = s.dense_ffn > 0 ? 512 : 0;
     s.n_expert = 8;
     s.n_expert_used = 2;
     s.n_head = 4;
@@ -85,9 +86,11 @@ TEST(SynthFamilies, ShrunkPresetsOpenAndRunInTheirFamily) {
             EXPECT_EQ(c.n_expert_shared, s.n_shared);
             EXPECT_EQ(c.sliding_window, s.sliding_window);
             // Every MoE layer's experts are streamable; dense layers have none.
-            int moe_layers = 0;
+            int moe_layers = 0, routed = 0;
             for (const ExpertLayer& l : m.model->expert_layers()) moe_layers += l.n_expert > 0;
-            EXPECT_EQ(moe_layers, s.n_layer - s.n_dense_lead);
+            for (int il = 0; il < s.n_layer; il++) routed += family_layer_has_experts(s, il);
+            EXPECT_EQ(moe_layers, routed);
+            EXPECT_GT(routed, 0);
 
             ThreadPool pool(2);
             auto st = m.state(2);

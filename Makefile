@@ -53,7 +53,7 @@ TSAN_TESTS = store_store_test store_streaming_test store_io_test ops_thread_pool
 tsan: deps
 	@cmake -S . -B $(TSAN) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESTREAM_TSAN=ON >/dev/null
 	@cmake --build $(TSAN) -j $(JOBS) --target $(TSAN_TESTS)
-	cd $(TSAN) && for t in $(TSAN_TESTS); do MOESTREAM_SANITIZED=1 TSAN_OPTIONS=halt_on_error=1 ./$$t || exit 1; done
+	cd $(TSAN) && for t in $(TSAN_TESTS); do MOESTREAM_SANITIZED=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" ./$$t || exit 1; done
 
 fuzz: deps
 	@CC=clang CXX=clang++ cmake -S . -B $(FUZZB) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESTREAM_FUZZ=ON -DMOESTREAM_TESTS=OFF >/dev/null

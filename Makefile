@@ -4,12 +4,13 @@ BUILD  ?= build
 ASAN   ?= build-asan
 FUZZB  ?= build-fuzz
 FUZZ_SECONDS ?= 60
+FUZZ_LONG_SECONDS ?= 600
 DEMO   ?= $(BUILD)/demo-tiny.gguf
 DEPS   := build-essential cmake pkg-config libgtest-dev libgmock-dev libbenchmark-dev \
           libpcre2-dev liburing-dev libxxhash-dev clang libclang-rt-14-dev gnuplot-nox ninja-build \
           libcpp-httplib-dev chromium
 
-.PHONY: deps build test unit asan fuzz serve-test run run-synth clean routing-check soak
+.PHONY: deps build bin test unit asan tsan fuzz fuzz-long serve-test run run-synth clean routing-check soak
 
 deps:
 	@missing=$$(for p in $(DEPS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -22,6 +23,11 @@ deps:
 build: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
+
+# Only the moestream binary (what `run` needs: half the compile of `build`).
+bin: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target moestream
 
 # Unit + golden tests (Release), then the unit tests again under ASan+UBSan,
 # then a short fuzz run of every parser harness.
@@ -60,6 +66,11 @@ fuzz: deps
 	@cmake --build $(FUZZB) -j $(JOBS) --target fuzzers
 	scripts/fuzz.sh $(FUZZB) $(FUZZ_SECONDS)
 
+# Every harness for FUZZ_LONG_SECONDS (10 minutes) each, on the corpus the
+# short runs grew; the executions of each are in its final stats.
+fuzz-long:
+	$(MAKE) fuzz FUZZ_SECONDS=$(FUZZ_LONG_SECONDS)
+
 # Slow: the full qwen3-30b-a3b synth (18 GB in ROUTING_DIR) routes like the
 # published Qwen3-30B-A3B on English text (tests/cli/routing_test.cpp).
 ROUTING_DIR ?= /tmp
@@ -68,11 +79,11 @@ routing-check: build
 
 # The demo model (models/README.md) streamed under a budget that caches about
 # half of its 64 experts, so decode reads experts from the drive.
-run: build
+run: bin
 	$(BUILD)/moestream run -m models/demo-Q8_0.gguf -p "It is my duty to" -n 64 --mem 28M -c 512 --seed 2
 
 # The random-weight tiny synth of qwen3-30b-a3b's shape (gibberish text).
-run-synth: build
+run-synth: bin
 	$(BUILD)/moestream synth --preset tiny -o $(DEMO)
 	$(BUILD)/moestream run -m $(DEMO) -p "The quick brown fox" -n 32 --mem 24M -c 512 --seed 1
 

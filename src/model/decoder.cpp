@@ -214,7 +214,7 @@ public:
         float* xb = st.xb.f32();
         float* y = st.y.f32();
         float* cos_sin = st.cos_sin.f32();
-        experts.begin_step(n);
+        experts.start_step(n);
         st.ring.wrote(pos0, n);
         Rope rope = rope_;
         if (!rope_freqs_.empty()) rope.freq_factors = rope_freqs_.f32();

@@ -235,7 +235,7 @@ public:
         const int K = c.n_expert_used;
         if (pos0 == 0) st.top = 0;
         st.top = std::max(st.top, pos0 + n);
-        experts.begin_step(n);
+        experts.start_step(n);
         TimeSplit* time = n == 1 ? &st.decode_time : &st.prefill_time;
         time->calls++;
 

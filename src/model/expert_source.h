@@ -60,7 +60,7 @@ struct ExpertView {
 };
 
 // Protocol, driven from one thread (the forward pass), per layer:
-//   begin_step(n_tokens)                      once per forward call
+//   start_step(n_tokens)                      once per forward call
 //   acquire(layer, ids, n)                    n <= capacity(), ids distinct
 //   while ((i = next_ready(layer, &v)) >= 0)  compute expert ids[i] from v
 //   release(layer)
@@ -76,6 +76,10 @@ public:
     // Most experts that can be held (acquired and not released) at once;
     // callers split larger sets (e.g. a prefill chunk's union) into groups.
     virtual int capacity() const = 0;
+
+    // A forward call over n_tokens tokens starts: the routing trace (if
+    // any) opens the call's tokens, then the source's begin_step.
+    void start_step(int n_tokens);
 
     // A forward call over n_tokens tokens starts (1: decode step; more:
     // prefill chunk). For accounting only.

@@ -271,7 +271,7 @@ public:
         float* xb = st.xb.f32();
         float* y = st.y.f32();
         float* y2 = st.y2.f32();
-        experts.begin_step(n);
+        experts.start_step(n);
         st.ring.wrote(pos0, n);
 
         const float embd_scale = std::sqrt(float(E));

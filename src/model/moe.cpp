@@ -224,6 +224,11 @@ const uint8_t* gather_rows(const uint8_t* acts, size_t row, const int32_t* entri
 
 }  // namespace
 
+void ExpertSource::start_step(int n_tokens) {
+    if (routing_trace) routing_trace->begin_call(n_tokens);
+    begin_step(n_tokens);
+}
+
 MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& layer, const float* x, int n_tok,
                     const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out,
                     const ExpertHint& next, const ExpertVectors& vectors) {

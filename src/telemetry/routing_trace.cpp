@@ -24,8 +24,28 @@ RoutingTrace::RoutingTrace(int n_layer, int n_expert, int k)
 
 void RoutingTrace::reserve(int64_t tokens) { ids_.reserve(size_t(tokens) * size_t(n_layer_) * size_t(k_)); }
 
+void RoutingTrace::begin_call(int n_tokens) {
+    if (n_tokens < 1) return;
+    step_first_ = n_tokens_;
+    n_tokens_ += n_tokens;
+    ids_.resize(size_t(n_tokens_) * size_t(n_layer_) * size_t(k_), -1);
+    call_tokens_ = n_tokens;
+    cursor_.assign(size_t(n_layer_), 0);
+}
+
 void RoutingTrace::record(int layer, const int32_t* ids, int n_tok, int k) {
     if (layer < 0 || layer >= n_layer_ || k < 1 || k > k_ || n_tok < 1) return;
+    if (call_tokens_ > 0) {
+        int64_t& at = cursor_[size_t(layer)];
+        const int64_t n = std::min<int64_t>(n_tok, call_tokens_ - at);
+        routed_[size_t(layer)] = true;
+        for (int64_t t = 0; t < n; t++) {
+            int32_t* row = ids_.data() + (size_t(step_first_ + at + t) * size_t(n_layer_) + size_t(layer)) * size_t(k_);
+            std::copy(ids + size_t(t) * size_t(k), ids + size_t(t + 1) * size_t(k), row);
+        }
+        at += n;
+        return;
+    }
     if (layer <= last_layer_ || n_tokens_ == 0) {
         step_first_ = n_tokens_;
         n_tokens_ += n_tok;

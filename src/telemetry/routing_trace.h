@@ -19,10 +19,15 @@ public:
     int k() const { return k_; }
     int64_t n_tokens() const { return n_tokens_; }
 
-    // Called once per MoE layer of a forward call over n_tok tokens with
-    // their ids (n_tok rows of `k` ids). A layer not above the previous
-    // recorded one starts a new forward call (its tokens follow the last
-    // call's). Allocates as the trace grows: callers that care reserve().
+    // A forward call over n_tokens tokens starts (ExpertSource::start_step):
+    // its layers' records then fill those tokens in order, however many
+    // slices (-ub) a layer's tokens come in.
+    void begin_call(int n_tokens);
+    // Called for each MoE layer of a forward call, once per slice of its
+    // tokens, with their ids (n_tok rows of `k` ids). Without begin_call, a
+    // layer not above the previous recorded one starts a new call (its
+    // tokens follow the last call's). Allocates as the trace grows: callers
+    // that care reserve().
     void record(int layer, const int32_t* ids, int n_tok, int k);
     void reserve(int64_t tokens);
 
@@ -45,6 +50,8 @@ private:
     int64_t n_tokens_ = 0;
     int64_t step_first_ = 0;  // first token of the forward call being recorded
     int last_layer_ = -1;
+    int64_t call_tokens_ = 0;     // tokens of the call begun by begin_call (0: none)
+    std::vector<int64_t> cursor_; // per layer: tokens of the call recorded so far
     std::vector<int32_t> ids_;
     std::vector<bool> routed_;
 };

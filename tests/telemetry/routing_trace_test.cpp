@@ -80,3 +80,25 @@ TEST(RoutingTrace, BadFilesNameTheLine) {
               std::string::npos);
     EXPECT_EQ(error_of(head + "0 0 1 2\n0 1 3\n"), "");
 }
+
+// A forward call's layers may come in slices of its tokens (layer-major
+// prefill with -b larger than -ub): begin_call places each slice after the
+// layer's earlier ones, so the call holds its real token count.
+TEST(RoutingTrace, SlicedLayersOfOneCallFillItsTokensInOrder) {
+    ms::RoutingTrace tr(2, 8, 1);
+    const int32_t a[2] = {1, 2}, b[2] = {3, 4}, c[2] = {5, 6}, d[2] = {7, 0};
+    tr.begin_call(4);
+    tr.record(0, a, 2, 1);  // layer 0, tokens 0-1
+    tr.record(0, b, 2, 1);  // layer 0, tokens 2-3
+    tr.record(1, c, 2, 1);  // layer 1, tokens 0-1
+    tr.record(1, d, 2, 1);  // layer 1, tokens 2-3
+    tr.begin_call(1);       // a decode step
+    tr.record(0, a, 1, 1);
+    tr.record(1, b, 1, 1);
+    ASSERT_EQ(tr.n_tokens(), 5);
+    const int32_t want0[5] = {1, 2, 3, 4, 1}, want1[5] = {5, 6, 7, 0, 3};
+    for (int t = 0; t < 5; t++) {
+        EXPECT_EQ(tr.ids(t, 0)[0], want0[t]) << t;
+        EXPECT_EQ(tr.ids(t, 1)[0], want1[t]) << t;
+    }
+}

@@ -187,6 +187,10 @@ MemoryNeed memory_need(const GgufFile& f, const Hparams& h, int64_t ctx) {
     int64_t v_swa = get_count(f, h.arch + ".attention.value_length_swa", h.head_dim_v);
     int64_t shared_kv = get_count(f, h.arch + ".attention.shared_kv_layers");
     int64_t n_cached = h.n_layer - h.n_nextn - shared_kv;
+    // glm-dsa's lightning indexer keeps one key per position in each layer
+    // that has an indexer (attention.indexer.types; every layer without it).
+    const int64_t index_dim = get_count(f, h.arch + ".attention.indexer.key_length");
+    const std::vector<int64_t> index_types = f.get_ints(h.arch + ".attention.indexer.types");
     for (int64_t l = 0; l < n_cached; ++l) {
         if (is_recurrent_layer(h, l)) {
             uint64_t conv_channels = uint64_t(h.ssm_inner + 2 * h.ssm_groups * h.ssm_state);
@@ -204,6 +208,8 @@ MemoryNeed memory_need(const GgufFile& f, const Hparams& h, int64_t ctx) {
         if (h.kv_lora_rank > 0) {
             per_token = uint64_t(h.kv_lora_rank + h.rope_dim);
             full_per_token = uint64_t(h.n_head) * uint64_t(h.head_dim_k_mla + h.head_dim_v_mla);
+            const bool indexed = index_types.empty() || (size_t(l) < index_types.size() && index_types[size_t(l)] != 0);
+            if (index_dim > 0 && indexed) per_token += uint64_t(index_dim);
         } else {
             int64_t kv = size_t(l) < h.n_head_kv_layer.size() ? h.n_head_kv_layer[size_t(l)] : h.n_head_kv;
             per_token = uint64_t(kv) * uint64_t(is_swa ? k_swa + v_swa : h.head_dim_k + h.head_dim_v);

@@ -216,6 +216,11 @@ TEST(Summary, KvCacheFormula) {
     EXPECT_EQ(summarize_model(ds).mem.kv_token_bytes, 3ull * 48 * 2);
     EXPECT_EQ(summarize_model(ds).mem.full_kv_token_bytes, 3ull * 4 * (48 + 32) * 2);
 
+    // glm-dsa: 3 run layers of kv_lora_rank 64 + rope 32, plus the indexer
+    // key (key_length 64) of the one layer attention.indexer.types marks.
+    GgufFile dsa = GgufFile::open(kModels + "glm-dsa-Q8_0.gguf");
+    EXPECT_EQ(summarize_model(dsa).mem.kv_token_bytes, 3ull * (64 + 32) * 2 + 64 * 2);
+
     // qwen35moe: layer 3 attends (2 KV heads x 128, 1024 tokens); layers 0-2
     // keep conv state 3 x (128 + 2 x 2 x 32) and a 128 x 32 state, in F32.
     GgufFile q35 = GgufFile::open(kModels + "qwen35moe-Q8_0.gguf");

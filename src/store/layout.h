@@ -88,6 +88,8 @@ public:
     int total_experts() const { return total_experts_; }
 
     ExpertPlacement place(int layer, int expert) const;
+    // Whether place() gives checksums (packed, or gguf after adopt_checksums).
+    bool has_checksums() const { return kind_ == LayoutKind::Packed || !records_.empty(); }
     // Bytes of the largest slot any expert needs (a multiple of kIoAlign).
     uint64_t slot_bytes() const { return slot_bytes_; }
     // Sum of all experts' own bytes.

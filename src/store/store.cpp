@@ -320,9 +320,9 @@ void Store::complete_read(const IoCompletion& c) {
 }
 
 void Store::slot_loaded(int s) {
-    const int layer = cache_.layer_of(s), expert = cache_.expert_of(s);
-    ExpertPlacement p = layout_.place(layer, expert);
-    if (p.has_checksum && options_.verify_checksums) {
+    if (options_.verify_checksums && layout_.has_checksums()) {
+        const int layer = cache_.layer_of(s);
+        const ExpertPlacement p = layout_.place(layer, cache_.expert_of(s));
         // xxh3 of gate|up|down as `pack` hashed them: one run in a packed
         // slot, three in a gguf one.
         const ExpertLayer& L = layout_.layers()[size_t(layer)];

@@ -32,7 +32,12 @@ int cmd_synth(int argc, char** argv) {
               "experts), deepseek-v3 (deepseek2: 61 layers, 3 dense, 256 experts top-8 + 1 shared, n_embd 7168,\n"
               "MLA), glm-4.5-air (glm4moe: 46 layers, 1 dense, 128 experts top-8 + 1 shared, n_embd 4096),\n"
               "qwen3.5-397b-a17b (qwen35moe: 60 layers, 3 of 4 Gated DeltaNet, 512 experts top-10 + 1 shared,\n"
-              "n_embd 4096), qwen3.5-35b-a3b (40 layers, 256 experts top-8 + 1 shared, n_embd 2048).\n"
+              "n_embd 4096), qwen3.5-35b-a3b (40 layers, 256 experts top-8 + 1 shared, n_embd 2048), glm-5\n"
+              "(glm-dsa: 78 layers, 3 dense, 256 experts top-8 + 1 shared, MLA with a lightning indexer),\n"
+              "llama4-scout / llama4-maverick (48 layers, 16 / 128 experts top-1 + 1 shared, every / every other\n"
+              "layer routed), minimax-m2 (62 layers, 256 experts top-8, n_embd 3072), deepseek-v4-flash\n"
+              "(deepseek4: 43 layers, 256 experts top-6 + 1 shared, first 3 hash-routed, compressed attention,\n"
+              "4 residual streams, MXFP4 experts).\n"
               "Only the qwen3moe presets route like trained models; the others' random networks collapse onto\n"
               "a few experts per layer (figures on them are best cases). Use --layers to fit a disk.\n"
               "Flags left at 0 keep the preset's value. Expert popularity per layer and the router skew are\n"
@@ -42,7 +47,7 @@ int cmd_synth(int argc, char** argv) {
     args.option("--type", &type, "T",
                 "weights: Q4_K_M (Q4_K; Q6_K head, ffn_down and attn_v on use_more_bits layers), Q8_0, "
                 "MXFP4 (experts MXFP4, rest Q8_0) or F16; norms and routers are F32 (default: the preset's, "
-                "Q4_K_M except gpt-oss-120b's MXFP4)");
+                "Q4_K_M except gpt-oss-120b's and deepseek-v4-flash's MXFP4)");
     args.option("--layers", &layers, "N", "number of layers");
     args.option("--experts", &experts, "N", "routed experts per layer");
     args.option("--experts-used", &experts_used, "N", "experts selected per token");

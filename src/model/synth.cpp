@@ -190,8 +190,6 @@ private:
 
 // --- the tensor plan -----------------------------------------------------
 
-enum class Fill { Random, RandomF32, Ones, Zeros, Values, Router };
-
 // --- realistic routing -----------------------------------------------------
 // Random networks collapse: attention that averages over every past position
 // drives all tokens' residuals toward one direction, and every router then
@@ -216,7 +214,7 @@ struct PlannedTensor {
     std::string name;
     GgmlType type;
     std::vector<int64_t> ne;
-    Fill fill = Fill::Random;
+    SynthFill fill = SynthFill::Random;
     double sigma = 0;
     int layer = -1;
     uint64_t nbytes = 0;
@@ -227,7 +225,7 @@ struct PlannedTensor {
     int carrier = 0;                  // designed channels (columns, or rows for RowsZero)
     int head_dim = 0;                 // QkRecency: rows are heads of this size
     std::vector<uint8_t> recency;     // QkRecency: 1 for the dims of a head that carry position
-    std::vector<float> values;        // Fill::Values
+    std::vector<float> values;        // SynthFill::Values
 };
 
 // Random bytes for quantized blocks come from XOR-ing two windows of a 1 MiB
@@ -264,15 +262,16 @@ struct Plan {
 
 Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal) {
     Plan p;
-    auto add = [&](const std::string& name, std::vector<int64_t> ne, Fill fill, double sigma, int layer) {
+    auto add = [&](const std::string& name, std::vector<int64_t> ne, SynthFill fill, double sigma, int layer) {
         PlannedTensor t;
         t.name = name;
         t.ne = std::move(ne);
         t.fill = fill;
         t.sigma = sigma;
         t.layer = layer;
-        t.type = fill == Fill::Random ? synth_tensor_type(s.recipe, name, layer, s.n_layer, s.n_expert, t.ne[0])
-                                      : GgmlType::F32;
+        t.type = fill == SynthFill::Random         ? synth_tensor_type(s.recipe, name, layer, s.n_layer, s.n_expert, t.ne[0])
+                 : fill == SynthFill::TokenExperts ? GgmlType::I32
+                                                   : GgmlType::F32;
         uint64_t rows = 1;
         for (size_t d = 1; d < t.ne.size(); ++d) rows *= uint64_t(t.ne[d]);
         t.nbytes = row_bytes(t.type, t.ne[0]) * rows;
@@ -287,12 +286,7 @@ Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal
     };
     if (s.arch != "qwen3moe") {
         for (const SynthTensor& t : family_tensors(s, n_vocab)) {
-            const Fill fill = t.fill == SynthFill::Ones        ? Fill::Ones
-                              : t.fill == SynthFill::Zeros     ? Fill::Zeros
-                              : t.fill == SynthFill::Router    ? Fill::Router
-                              : t.fill == SynthFill::RandomF32 ? Fill::RandomF32
-                                                               : Fill::Random;
-            add(t.name, t.ne, fill, t.sigma, t.layer);
+            add(t.name, t.ne, t.fill, t.sigma, t.layer);
         }
     } else {
         const int64_t E = s.n_embd, F = s.expert_ffn, Q = int64_t(s.n_head) * s.head_dim,
@@ -319,7 +313,7 @@ Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal
         auto values = [&](std::vector<float> v) {
             if (!real) return;
             PlannedTensor& t = p.tensors.back();
-            t.fill = Fill::Values;
+            t.fill = SynthFill::Values;
             t.values = std::move(v);
         };
         std::vector<float> attn_norm(static_cast<size_t>(E)), ffn_norm(static_cast<size_t>(E), 1.0f),
@@ -331,35 +325,35 @@ Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal
         for (int j = 0; j < J; j++) attn_norm[size_t(j)] = gain, ffn_norm[size_t(j)] = 0;
         for (int i = 0; i < s.head_dim; i++) qk_norm[size_t(i)] = recency[size_t(i)] ? float(kRecencySharpness) : 0.0f;
 
-        add("token_embd.weight", {E, n_vocab}, Fill::Random, 1.0, -1);
+        add("token_embd.weight", {E, n_vocab}, SynthFill::Random, 1.0, -1);
         design(Design::CarrierMax);
         for (int l = 0; l < s.n_layer; ++l) {
             std::string b = "blk." + std::to_string(l) + ".";
-            add(b + "attn_norm.weight", {E}, Fill::Ones, 0, l);
+            add(b + "attn_norm.weight", {E}, SynthFill::Ones, 0, l);
             for (int64_t i = J; i < E; i++)
                 attn_norm[size_t(i)] = float(s.router_locality / std::sqrt(1.0 + kLocalityDecay * l));
             values(attn_norm);
-            add(b + "attn_q.weight", {E, Q}, Fill::Random, 1 / std::sqrt(double(E)), l);
+            add(b + "attn_q.weight", {E, Q}, SynthFill::Random, 1 / std::sqrt(double(E)), l);
             design(Design::QkRecency);
-            add(b + "attn_k.weight", {E, KV}, Fill::Random, 1 / std::sqrt(double(E)), l);
+            add(b + "attn_k.weight", {E, KV}, SynthFill::Random, 1 / std::sqrt(double(E)), l);
             design(Design::QkRecency);
-            add(b + "attn_v.weight", {E, KV}, Fill::Random, 1 / std::sqrt(double(E)), l);
+            add(b + "attn_v.weight", {E, KV}, SynthFill::Random, 1 / std::sqrt(double(E)), l);
             design(Design::CarrierZero);
-            add(b + "attn_output.weight", {Q, E}, Fill::Random, 1 / std::sqrt(double(Q)), l);
+            add(b + "attn_output.weight", {Q, E}, SynthFill::Random, 1 / std::sqrt(double(Q)), l);
             design(Design::RowsZero);
-            add(b + "attn_q_norm.weight", {s.head_dim}, Fill::Ones, 0, l);
+            add(b + "attn_q_norm.weight", {s.head_dim}, SynthFill::Ones, 0, l);
             values(qk_norm);
-            add(b + "attn_k_norm.weight", {s.head_dim}, Fill::Ones, 0, l);
+            add(b + "attn_k_norm.weight", {s.head_dim}, SynthFill::Ones, 0, l);
             values(qk_norm);
-            add(b + "ffn_norm.weight", {E}, Fill::Ones, 0, l);
+            add(b + "ffn_norm.weight", {E}, SynthFill::Ones, 0, l);
             values(ffn_norm);
-            add(b + "ffn_gate_inp.weight", {E, s.n_expert}, Fill::Router, 0, l);
-            add(b + "ffn_gate_exps.weight", {E, F, s.n_expert}, Fill::Random, 1 / std::sqrt(double(E)), l);
-            add(b + "ffn_up_exps.weight", {E, F, s.n_expert}, Fill::Random, 1 / std::sqrt(double(E)), l);
-            add(b + "ffn_down_exps.weight", {F, E, s.n_expert}, Fill::Random, 1 / std::sqrt(double(F)), l);
+            add(b + "ffn_gate_inp.weight", {E, s.n_expert}, SynthFill::Router, 0, l);
+            add(b + "ffn_gate_exps.weight", {E, F, s.n_expert}, SynthFill::Random, 1 / std::sqrt(double(E)), l);
+            add(b + "ffn_up_exps.weight", {E, F, s.n_expert}, SynthFill::Random, 1 / std::sqrt(double(E)), l);
+            add(b + "ffn_down_exps.weight", {F, E, s.n_expert}, SynthFill::Random, 1 / std::sqrt(double(F)), l);
         }
-        add("output_norm.weight", {E}, Fill::Ones, 0, -1);
-        add("output.weight", {E, n_vocab}, Fill::Random, 2 / std::sqrt(double(E)), -1);
+        add("output_norm.weight", {E}, SynthFill::Ones, 0, -1);
+        add("output.weight", {E, n_vocab}, SynthFill::Random, 2 / std::sqrt(double(E)), -1);
     }
 
     for (const PlannedTensor& t : p.tensors)
@@ -397,7 +391,7 @@ std::vector<Chunk> make_chunks(const Plan& p) {
     for (size_t i = 0; i < p.tensors.size(); ++i) {
         const PlannedTensor& t = p.tensors[i];
         uint64_t block_bytes = type_traits(t.type).type_size;
-        uint64_t per_chunk = t.fill == Fill::Random ? (kChunkBytes + block_bytes - 1) / block_bytes : t.n_blocks;
+        uint64_t per_chunk = t.fill == SynthFill::Random ? (kChunkBytes + block_bytes - 1) / block_bytes : t.n_blocks;
         for (uint64_t b = 0; b < t.n_blocks; b += per_chunk) {
             uint64_t n = std::min(per_chunk, t.n_blocks - b);
             out.push_back({i, b, n, n * block_bytes});
@@ -455,29 +449,47 @@ void apply_design(const PlannedTensor& t, const ElementCodec* codec, const Chunk
 void generate_chunk(const SynthSpec& s, const Plan& p, const Chunk& c, size_t chunk_index, uint8_t* out) {
     const PlannedTensor& t = p.tensors[c.tensor];
     Rng rng(mix_seed(s.seed, (uint64_t(c.tensor) << 32) ^ chunk_index));
-    if (t.fill == Fill::Ones) {
+    if (t.fill == SynthFill::Ones) {
         for (uint64_t i = 0; i < c.n_blocks; ++i) {
             float one = 1.0f;
             memcpy(out + 4 * i, &one, 4);
         }
         return;
     }
-    if (t.fill == Fill::Values) {
+    if (t.fill == SynthFill::Values) {
         memcpy(out, t.values.data() + c.first_block, c.n_blocks * 4);
         return;
     }
-    if (t.fill == Fill::Zeros) {
+    if (t.fill == SynthFill::Zeros) {
         memset(out, 0, c.n_blocks * 4);
         return;
     }
-    if (t.fill == Fill::RandomF32) {
+    if (t.fill == SynthFill::RandomF32) {
         for (uint64_t i = 0; i < c.n_blocks; ++i) {
             float v = float(t.sigma * rng.gaussian());
             memcpy(out + 4 * i, &v, 4);
         }
         return;
     }
-    if (t.fill == Fill::Router) {
+    if (t.fill == SynthFill::TokenExperts) {
+        // Row v: ne[0] distinct experts of n_expert for token v, drawn from
+        // the token id alone, as a hash router's table is.
+        const int64_t k = t.ne[0];
+        std::vector<int32_t> row(static_cast<size_t>(k));
+        for (int64_t v = 0; v < t.ne[1]; ++v) {
+            Rng r(mix_seed(s.seed, (uint64_t(t.layer) << 40) ^ uint64_t(v)));
+            for (int64_t i = 0; i < k; ++i) {
+                int32_t e = 0;
+                do {
+                    e = int32_t(r.next() % uint64_t(s.n_expert));
+                } while (std::find(row.begin(), row.begin() + i, e) != row.begin() + i);
+                row[size_t(i)] = e;
+            }
+            memcpy(out + 4 * v * k, row.data(), size_t(k) * 4);
+        }
+        return;
+    }
+    if (t.fill == SynthFill::Router) {
         // Row e: rank scale of expert e times a random unit-variance direction
         // normalized by sqrt(n_embd), so logits against a unit-RMS input have
         // std = the scale.
@@ -656,6 +668,18 @@ const std::vector<SynthSpec>& presets() {
          .n_embd = 5120, .expert_ffn = 8192, .n_head = 40, .n_head_kv = 8, .head_dim = 128, .context = 262144,
          .rope_base = 500000, .moe_step = 2, .dense_ffn = 16384, .n_shared = 1,
          .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
+        // DeepSeek V4 Flash (284B-A13B): 43 layers, all MoE, 256 experts top-6
+        // plus one shared, the first 3 hash-routed; 64 heads x 512 sharing one
+        // key/value vector, 64 rope dims, q rank 1024, output in 8 groups of
+        // rank 1024; window 128, then ratio-4 (indexer: 64 heads x 128, top
+        // 512) and ratio-128 compressed layers alternate; four residual
+        // streams. Its experts ship in FP4, the rest in FP8: MXFP4 / Q8_0
+        // here. Its 129k vocabulary is not here (Qwen3's 152k stands in).
+        {.preset = "deepseek-v4-flash", .arch = "deepseek4", .n_layer = 43, .n_expert = 256, .n_expert_used = 6,
+         .n_embd = 4096, .expert_ffn = 2048, .n_head = 64, .n_head_kv = 1, .head_dim = 512, .context = 1048576,
+         .rope_base = 10000, .rope_dim = 64, .n_shared = 1, .q_lora = 1024, .sliding_window = 128,
+         .indexer_heads = 64, .indexer_dim = 128, .indexer_top_k = 512, .hash_layers = 3, .out_groups = 8,
+         .out_lora = 1024, .vocab_path = "/tokenizer/qwen3-vocab.gguf", .recipe = "MXFP4", .router_locality = 0},
         // MiniMax-M2 (230B-A10B): 62 layers, n_embd 3072, 48/8 heads x 128
         // rotating 64 dims, q/k normed whole, 256 experts of 1536 top-8.
         {.preset = "minimax-m2", .arch = "minimax-m2", .n_layer = 62, .n_expert = 256, .n_expert_used = 8,

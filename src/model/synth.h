@@ -21,7 +21,7 @@ namespace ms {
 struct SynthSpec {
     std::string preset = "custom";
     // qwen3moe, or a family of model/synth_families.h (llama, gpt-oss,
-    // deepseek2, glm4moe, qwen35moe, glm-dsa, llama4, minimax-m2), whose
+    // deepseek2, glm4moe, qwen35moe, glm-dsa, llama4, minimax-m2, deepseek4), whose
     // extra sizes follow below.
     std::string arch = "qwen3moe";
     int n_layer = 4;
@@ -55,6 +55,12 @@ struct SynthSpec {
     int indexer_heads = 0;
     int indexer_dim = 0;
     int indexer_top_k = 0;
+    // deepseek4: the first hash_layers layers route by token id; attention
+    // output in out_groups groups through a rank-out_lora projection. Its
+    // indexer uses the indexer_* sizes above and its window sliding_window.
+    int hash_layers = 0;
+    int out_groups = 0;
+    int out_lora = 0;
     std::string vocab_path;       // GGUF whose tokenizer.* keys (and vocabulary size) are copied
     std::string recipe = "Q4_K_M";  // Q4_K_M, Q8_0, MXFP4, F16
     double router_skew = 0;       // Zipf exponent of expert popularity; 0 = uniform
@@ -68,7 +74,7 @@ struct SynthSpec {
 // Presets at real dimensions: "qwen3-30b-a3b", "qwen3-235b-a22b", the other
 // families' published shapes ("mixtral-8x7b", "gpt-oss-120b", "deepseek-v3",
 // "glm-4.5-air", "qwen3.5-397b-a17b", "qwen3.5-35b-a3b", "glm-5",
-// "llama4-scout", "llama4-maverick", "minimax-m2") and "tiny" (a few MB, the README demo). Vocabularies are looked up in
+// "llama4-scout", "llama4-maverick", "minimax-m2", "deepseek-v4-flash") and "tiny" (a few MB, the README demo). Vocabularies are looked up in
 // golden_dir (the project's shared golden data). Throws on an unknown name.
 SynthSpec synth_preset(const std::string& name, const std::string& golden_dir);
 const std::vector<std::string>& synth_preset_names();

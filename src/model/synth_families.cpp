@@ -10,6 +10,7 @@ namespace ms {
 namespace {
 
 constexpr int kConvKernel = 4;  // Qwen3.5's and Qwen3-Next's short convolution
+constexpr int kHyperStreams = 4;  // DeepSeek V4's residual streams (hc_mult)
 
 bool is_llama(const SynthSpec& s) { return s.arch == "llama"; }
 bool is_gpt_oss(const SynthSpec& s) { return s.arch == "gpt-oss"; }
@@ -20,6 +21,11 @@ bool is_glm4moe(const SynthSpec& s) { return s.arch == "glm4moe"; }
 bool is_qwen35moe(const SynthSpec& s) { return s.arch == "qwen35moe"; }
 bool is_llama4(const SynthSpec& s) { return s.arch == "llama4"; }
 bool is_minimax_m2(const SynthSpec& s) { return s.arch == "minimax-m2"; }
+bool is_deepseek4(const SynthSpec& s) { return s.arch == "deepseek4"; }
+
+// DeepSeek V4 Flash's attention per layer: the first two keep only their
+// window; then ratio-4 blocks with an indexer and ratio-128 blocks alternate.
+int deepseek4_ratio(int il) { return il < 2 ? 0 : il % 2 == 0 ? 4 : 128; }
 
 bool is_deltanet_layer(const SynthSpec& s, int il) {
     return is_qwen35moe(s) && (il + 1) % s.full_attention_interval != 0;
@@ -108,6 +114,53 @@ void mla(const SynthSpec& s, const std::string& b, int l, std::vector<SynthTenso
     }
 }
 
+// One hyper-connection mixer (model/deepseek4.cpp): zero bases and unit
+// scales leave pre 1/2, post 1 and a doubly stochastic mix, varied by fn.
+void hyper_connection(const SynthSpec& s, const std::string& prefix, int64_t n_mix, int l,
+                      std::vector<SynthTensor>& out) {
+    const int64_t wide = int64_t(kHyperStreams) * s.n_embd;
+    out.push_back({prefix + "fn.weight", {wide, n_mix}, SynthFill::Random, 1 / std::sqrt(double(wide)), l});
+    out.push_back({prefix + "base.weight", {n_mix}, SynthFill::Zeros, 0, l});
+    out.push_back({prefix + "scale.weight", {n_mix == kHyperStreams ? 1 : 3}, SynthFill::Ones, 0, l});
+}
+
+// A pooling compressor: per token a value and a score `in` wide (two halves
+// for the overlapping ratio-4 blocks), a position bias per slot of the block.
+void compressor(const SynthSpec& s, const std::string& prefix, int64_t width, int ratio, int l,
+                std::vector<SynthTensor>& out) {
+    const int64_t E = s.n_embd, in = ratio == 4 ? 2 * width : width;
+    out.push_back({prefix + "kv.weight", {E, in}, SynthFill::Random, 1 / std::sqrt(double(E)), l});
+    out.push_back({prefix + "gate.weight", {E, in}, SynthFill::Random, 1 / std::sqrt(double(E)), l});
+    out.push_back({prefix + "ape.weight", {in, ratio}, SynthFill::Random, 0.5, l});
+    out.push_back({prefix + "norm.weight", {width}, SynthFill::Ones, 0, l});
+}
+
+// DeepSeek V4's attention: q through a low-rank bottleneck, one shared
+// key/value vector per token, sinks, grouped low-rank output, and the
+// compressor (plus indexer on ratio-4 layers) of compressed layers.
+void deepseek4_attention(const SynthSpec& s, const std::string& b, int l, std::vector<SynthTensor>& out) {
+    const int64_t E = s.n_embd, H = s.n_head, D = s.head_dim, QL = s.q_lora, G = s.out_groups, OL = s.out_lora;
+    const double in = 1 / std::sqrt(double(E));
+    out.push_back({b + "attn_q_a.weight", {E, QL}, SynthFill::Random, in, l});
+    out.push_back({b + "attn_q_a_norm.weight", {QL}, SynthFill::Ones, 0, l});
+    out.push_back({b + "attn_q_b.weight", {QL, H * D}, SynthFill::Random, 1 / std::sqrt(double(QL)), l});
+    out.push_back({b + "attn_kv.weight", {E, D}, SynthFill::Random, in, l});
+    out.push_back({b + "attn_kv_a_norm.weight", {D}, SynthFill::Ones, 0, l});
+    out.push_back({b + "attn_sinks.weight", {H}, SynthFill::Zeros, 0, l});
+    out.push_back({b + "attn_output_a.weight", {H * D / G, G * OL}, SynthFill::Random,
+                   1 / std::sqrt(double(H * D / G)), l});
+    out.push_back({b + "attn_output_b.weight", {G * OL, E}, SynthFill::Random, 1 / std::sqrt(double(G * OL)), l});
+    const int ratio = deepseek4_ratio(l);
+    if (ratio > 0) compressor(s, b + "attn_compressor_", D, ratio, l, out);
+    if (ratio == 4) {
+        const int64_t ID = s.indexer_dim, IH = s.indexer_heads;
+        compressor(s, b + "indexer_compressor_", ID, ratio, l, out);
+        out.push_back({b + "indexer.attn_q_b.weight", {QL, IH * ID}, SynthFill::Random, 1 / std::sqrt(double(QL)), l});
+        out.push_back({b + "indexer.proj.weight", {E, IH}, SynthFill::Random, in, l});
+    }
+    hyper_connection(s, b + "hc_attn_", 2 * kHyperStreams + kHyperStreams * kHyperStreams, l, out);
+}
+
 void ffn(const SynthSpec& s, const std::string& b, const std::string& suffix, int64_t width, int l,
          std::vector<SynthTensor>& out) {
     const int64_t E = s.n_embd;
@@ -120,7 +173,8 @@ void experts(const SynthSpec& s, const std::string& b, int l, std::vector<SynthT
     const int64_t E = s.n_embd, F = s.expert_ffn, X = s.n_expert;
     out.push_back({b + "ffn_gate_inp.weight", {E, X}, SynthFill::Router, 0, l});
     if (is_gpt_oss(s)) out.push_back({b + "ffn_gate_inp.bias", {X}, SynthFill::Zeros, 0, l});
-    if (is_mla(s) || is_glm4moe(s) || is_minimax_m2(s))
+    // DeepSeek V4's hash-routed layers take no selection bias.
+    if (is_mla(s) || is_glm4moe(s) || is_minimax_m2(s) || (is_deepseek4(s) && l >= s.hash_layers))
         out.push_back({b + "exp_probs_b.bias", {X}, SynthFill::Zeros, 0, l});
     const double in = 1 / std::sqrt(double(E)), mid = 1 / std::sqrt(double(F));
     out.push_back({b + "ffn_gate_exps.weight", {E, F, X}, SynthFill::Random, in, l});
@@ -137,7 +191,7 @@ void experts(const SynthSpec& s, const std::string& b, int l, std::vector<SynthT
 
 bool synth_family_known(const std::string& arch) {
     return arch == "llama" || arch == "gpt-oss" || arch == "deepseek2" || arch == "glm4moe" || arch == "qwen35moe" ||
-           arch == "glm-dsa" || arch == "llama4" || arch == "minimax-m2";
+           arch == "glm-dsa" || arch == "llama4" || arch == "minimax-m2" || arch == "deepseek4";
 }
 
 void validate_family(const SynthSpec& s) {
@@ -163,6 +217,17 @@ void validate_family(const SynthSpec& s) {
         need(s.rope_dim <= s.head_dim, "rope dims exceed the head");
     }
     if (is_gpt_oss(s)) need(s.sliding_window > 0, "gpt-oss needs a sliding window");
+    if (is_deepseek4(s)) {
+        need(s.n_head_kv == 1 && s.q_lora > 0 && s.q_lora % 32 == 0 && s.head_dim % 32 == 0 && s.rope_dim > 0 &&
+                 s.sliding_window > 0 && s.out_groups > 0 && s.n_head % s.out_groups == 0 && s.out_lora > 0 &&
+                 s.out_lora % 32 == 0 && s.hash_layers >= 0 && s.hash_layers <= s.n_layer && s.n_shared == 1 &&
+                 s.n_dense_lead == 0,
+             "needs one key/value head, q compression, a window, output groups dividing the heads, an output "
+             "rank, hash layers within the stack and one shared expert (multiples of 32)");
+        need(s.n_layer < 3 || (s.indexer_heads > 0 && s.indexer_dim >= s.rope_dim && s.indexer_dim % 32 == 0 &&
+                               s.indexer_top_k > 0),
+             "the ratio-4 layers' indexer needs heads, a width of at least the rope dims and a top-k");
+    }
     if (is_llama4(s)) {
         need(s.moe_step >= 1 && s.moe_step <= s.n_layer && s.n_shared == 1 && s.dense_ffn > 0 &&
                  s.dense_ffn % 32 == 0,
@@ -195,6 +260,8 @@ std::vector<SynthTensor> family_tensors(const SynthSpec& s, int64_t n_vocab) {
         out.push_back({b + "attn_norm.weight", {E}, SynthFill::Ones, 0, l});
         if (is_mla(s)) {
             mla(s, b, l, out);
+        } else if (is_deepseek4(s)) {
+            deepseek4_attention(s, b, l, out);
         } else if (is_deltanet_layer(s, l)) {
             deltanet(s, b, l, out);
         } else if (is_qwen35moe(s)) {
@@ -205,6 +272,10 @@ std::vector<SynthTensor> family_tensors(const SynthSpec& s, int64_t n_vocab) {
         out.push_back({b + ffn_norm + ".weight", {E}, SynthFill::Ones, 0, l});
         if (family_layer_has_experts(s, l)) {
             experts(s, b, l, out);
+            if (is_deepseek4(s) && l < s.hash_layers) {
+                out.push_back({b + "ffn_gate_tid2eid.weight", {s.n_expert_used, n_vocab}, SynthFill::TokenExperts, 0, l});
+            }
+            if (is_deepseek4(s)) hyper_connection(s, b + "hc_ffn_", 2 * kHyperStreams + kHyperStreams * kHyperStreams, l, out);
         } else {
             ffn(s, b, "", s.dense_ffn, l, out);
         }
@@ -213,6 +284,8 @@ std::vector<SynthTensor> family_tensors(const SynthSpec& s, int64_t n_vocab) {
     out.push_back({"output.weight", {E, n_vocab}, SynthFill::Random, 2 / std::sqrt(double(E)), -1});
     // Llama 4's global RoPE frequency factors (ones: the plain frequencies).
     if (is_llama4(s)) out.push_back({"rope_freqs.weight", {s.head_dim / 2}, SynthFill::Ones, 0, -1});
+    // DeepSeek V4 mixes its streams once more before the head.
+    if (is_deepseek4(s)) hyper_connection(s, "output_hc_", kHyperStreams, -1, out);
     return out;
 }
 
@@ -224,7 +297,7 @@ void write_family_metadata(GgufWriter& w, const SynthSpec& s) {
     w.set_u32(a + "attention.head_count", uint32_t(s.n_head));
     w.set_f32(a + "rope.freq_base", float(s.rope_base));
     w.set_f32(a + "attention.layer_norm_rms_epsilon",
-              is_deepseek2(s) || is_qwen35moe(s) || is_minimax_m2(s) ? 1e-6f : 1e-5f);
+              is_deepseek2(s) || is_qwen35moe(s) || is_minimax_m2(s) || is_deepseek4(s) ? 1e-6f : 1e-5f);
     w.set_u32(a + "expert_count", uint32_t(s.n_expert));
     w.set_u32(a + "expert_used_count", uint32_t(s.n_expert_used));
     if (is_llama(s)) {
@@ -290,6 +363,34 @@ void write_family_metadata(GgufWriter& w, const SynthSpec& s) {
         w.set_u32(a + "ssm.time_step_rank", uint32_t(s.ssm_v_heads));
         w.set_u32(a + "ssm.inner_size", uint32_t(s.ssm_v_heads * s.ssm_head_dim));
         w.set_u32(a + "expert_shared_feed_forward_length", uint32_t(s.expert_ffn));
+    }
+    if (is_deepseek4(s)) {
+        // V4 Flash: sqrt-softplus scores, chosen weights renormalized and
+        // scaled by 1.5, SwiGLU clamped at 10; compressed layers rope at
+        // theta 160000 with YaRN (factor 16 over 65536 positions).
+        std::vector<int32_t> ratios;
+        for (int il = 0; il < s.n_layer; il++) ratios.push_back(deepseek4_ratio(il));
+        w.set_i32s(a + "attention.compress_ratios", ratios);
+        w.set_f32s(a + "swiglu_clamp_exp", std::vector<float>(size_t(s.n_layer), 10.0f));
+        w.set_f32s(a + "swiglu_clamp_shexp", std::vector<float>(size_t(s.n_layer), 10.0f));
+        w.set_u32(a + "hyper_connection.count", kHyperStreams);
+        w.set_u32(a + "hyper_connection.sinkhorn_iterations", 20);
+        w.set_f32(a + "hyper_connection.epsilon", 1e-6f);
+        w.set_u32(a + "hash_layer_count", uint32_t(s.hash_layers));
+        w.set_u32(a + "attention.q_lora_rank", uint32_t(s.q_lora));
+        w.set_u32(a + "attention.output_group_count", uint32_t(s.out_groups));
+        w.set_u32(a + "attention.output_lora_rank", uint32_t(s.out_lora));
+        w.set_u32(a + "attention.sliding_window", uint32_t(s.sliding_window));
+        w.set_u32(a + "attention.indexer.head_count", uint32_t(s.indexer_heads));
+        w.set_u32(a + "attention.indexer.key_length", uint32_t(s.indexer_dim));
+        w.set_u32(a + "attention.indexer.top_k", uint32_t(s.indexer_top_k));
+        w.set_f32(a + "attention.compress_rope_freq_base", 160000.0f);
+        w.set_string(a + "rope.scaling.type", "yarn");
+        w.set_f32(a + "rope.scaling.factor", 16.0f);
+        w.set_u32(a + "rope.scaling.original_context_length", 65536);
+        w.set_u32(a + "expert_gating_func", 4);
+        w.set_bool(a + "expert_weights_norm", true);
+        w.set_f32(a + "expert_weights_scale", 1.5f);
     }
     if (is_gpt_oss(s)) {
         w.set_u32(a + "attention.sliding_window", uint32_t(s.sliding_window));

@@ -15,8 +15,11 @@ namespace ms {
 class GgufWriter;
 
 // Random: quantized by the recipe; RandomF32: Gaussian floats (small tensors
-// the loaders want in F32, like a convolution's taps).
-enum class SynthFill { Random, RandomF32, Ones, Zeros, Router };
+// the loaders want in F32, like a convolution's taps); Values: given floats
+// (qwen3moe's designed norms); Router: calibrated router rows;
+// TokenExperts: an I32 table of n_expert_used distinct experts per token
+// (hash-routed layers).
+enum class SynthFill { Random, RandomF32, Ones, Zeros, Values, Router, TokenExperts };
 
 struct SynthTensor {
     std::string name;

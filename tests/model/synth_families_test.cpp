@@ -50,6 +50,10 @@ SynthSpec shrink(SynthSpec s) {
     if (s.sliding_window > 0) s.sliding_window = 4;
     if (s.ssm_k_heads > 0) s.ssm_k_heads = 2, s.ssm_v_heads = 4, s.ssm_head_dim = 32;
     if (s.indexer_heads > 0) s.indexer_heads = 4, s.indexer_dim = 32, s.indexer_top_k = 3;  // top 3 of 4 tokens
+    if (s.arch == "deepseek4") {
+        // Window-only, ratio-4 (indexer) and ratio-128 layers, one hash-routed.
+        s.n_layer = 4, s.hash_layers = 1, s.out_groups = 2, s.out_lora = 32;
+    }
     s.context = 256;
     s.vocab_path = kGolden + "/models/qwen3moe-F32.gguf";  // ~500 tokens
     return s;
@@ -104,6 +108,37 @@ TEST(SynthFamilies, ShrunkPresetsOpenAndRunInTheirFamily) {
         }
         unlink(path.c_str());
     }
+}
+
+// DeepSeek V4's hash-routed layers: each token's row names n_expert_used
+// distinct experts in range, and the rows differ between tokens.
+TEST(SynthFamilies, HashRoutingTableNamesDistinctExperts) {
+    SynthSpec s = shrink(synth_preset("deepseek-v4-flash", kGolden));
+    s.n_layer = 2, s.hash_layers = 2, s.n_expert = 16, s.n_expert_used = 6;
+    const std::string path = "/tmp/moestream-synth-families-" + std::to_string(getpid()) + "-tid2eid.gguf";
+    write_synth_model(s, path, nullptr);
+    {
+        const GgufFile f = GgufFile::open(path);
+        for (int il = 0; il < 2; il++) {
+            const GgufTensor* t = f.tensor("blk." + std::to_string(il) + ".ffn_gate_tid2eid.weight");
+            ASSERT_NE(t, nullptr);
+            ASSERT_EQ(t->type, GgmlType::I32);
+            ASSERT_EQ(t->ne[0], 6);
+            std::vector<int32_t> table(size_t(t->n_elements()));
+            f.read_tensor(*t, table.data());
+            const int32_t* ids = table.data();
+            int same_as_previous = 0;
+            for (int64_t v = 0; v < t->ne[1]; v++) {
+                std::vector<int32_t> row(ids + v * 6, ids + v * 6 + 6);
+                for (int32_t e : row) ASSERT_TRUE(e >= 0 && e < 16) << e;
+                std::sort(row.begin(), row.end());
+                ASSERT_EQ(std::adjacent_find(row.begin(), row.end()), row.end()) << "token " << v;
+                if (v > 0) same_as_previous += std::equal(ids + v * 6, ids + v * 6 + 6, ids + (v - 1) * 6);
+            }
+            EXPECT_LT(same_as_previous, t->ne[1] / 10);
+        }
+    }
+    unlink(path.c_str());
 }
 
 TEST(SynthFamilies, BadFamilySizesAreRefused) {

@@ -3,7 +3,7 @@ JOBS   ?= $(shell nproc)
 BUILD  ?= build
 ASAN   ?= build-asan
 FUZZB  ?= build-fuzz
-FUZZ_SECONDS ?= 60
+FUZZ_SECONDS ?= 30
 FUZZ_LONG_SECONDS ?= 600
 DEMO   ?= $(BUILD)/demo-tiny.gguf
 DEPS   := build-essential cmake pkg-config libgtest-dev libgmock-dev libbenchmark-dev \
@@ -30,11 +30,13 @@ bin: deps
 	@cmake --build $(BUILD) -j $(JOBS) --target moestream
 
 # Unit + golden tests (Release), then the unit tests again under ASan+UBSan,
-# then a short fuzz run of every parser harness.
+# the threaded parts' tests under TSan, then a short fuzz run of every parser
+# harness (`make fuzz-long` for long ones).
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	$(MAKE) serve-test
 	$(MAKE) asan
+	$(MAKE) tsan
 	$(MAKE) fuzz FUZZ_SECONDS=$(FUZZ_SECONDS)
 
 # `moestream serve` against the official openai npm client (pinned in
@@ -52,8 +54,7 @@ asan: deps
 	cd $(ASAN) && MOESTREAM_SANITIZED=1 ctest --output-on-failure -j $(JOBS)
 
 # ThreadSanitizer on the tests of the threaded parts: the I/O engines and the
-# store, the thread pool, the server. Not part of `test` (a third sanitized
-# build would take CI past its time budget): run it when touching those.
+# store, the thread pool, the server (only these targets are built).
 TSAN   ?= build-tsan
 TSAN_TESTS = store_store_test store_streaming_test store_io_test ops_thread_pool_test server_serve_test
 tsan: deps

@@ -110,14 +110,25 @@ Json RunReport::finish(const StoreCounters* store, uint64_t decode_tokens) {
         p["process_read_amplification"] = ratio(double(b.process_read - a.process_read), double(b.needed - a.needed));
         phases.push_back(std::move(p));
     }
+    // Per-token figures divide the decode phase's bytes when the command
+    // marked one (else every demand and prefetch read: the prompt's too).
+    const Phase* decode_from = nullptr;
+    for (size_t i = 0; i + 1 < phases_.size(); i++)
+        if (phases_[i].name == "decode") decode_from = &phases_[i];
+    uint64_t decode_read = 0, decode_needed = 0;
+    if (store && decode_from) {
+        decode_read = (decode_from + 1)->read - decode_from->read;
+        decode_needed = (decode_from + 1)->needed - decode_from->needed;
+    } else if (store) {
+        decode_read = store->read[int(ReadReason::Demand)] + store->read[int(ReadReason::Prefetch)];
+        decode_needed = store->needed[int(ReadReason::Demand)] + store->needed[int(ReadReason::Prefetch)];
+    }
     phases_.pop_back();
     r["phases"] = std::move(phases);
 
     if (store) {
         Json s = store->to_json();
         uint64_t tokens = decode_tokens ? decode_tokens : store->decode_steps;
-        uint64_t decode_read = store->read[int(ReadReason::Demand)] + store->read[int(ReadReason::Prefetch)];
-        uint64_t decode_needed = store->needed[int(ReadReason::Demand)] + store->needed[int(ReadReason::Prefetch)];
         s["decode_tokens"] = tokens;
         s["mb_read_per_token"] = ratio(double(decode_read) / 1e6, double(tokens));
         s["mb_needed_per_token"] = ratio(double(decode_needed) / 1e6, double(tokens));

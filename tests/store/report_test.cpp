@@ -43,6 +43,21 @@ TEST(Counters, CoverageAndReuseBuckets) {
     EXPECT_EQ(hist[2].at("max").as_int(), 3);
 }
 
+// The prompt's expert reads (demand reads before the decode mark) are not
+// divided among the generated tokens.
+TEST(Report, PerTokenFiguresCountOnlyTheDecodePhase) {
+    RunReport rep(test::golden_model("qwen3moe-Q8_0"));
+    StoreCounters c;
+    c.init(1, 4);
+    c.add_read(ReadReason::Demand, 8000000, 8000000, 20);  // prefill
+    rep.mark("decode", &c);
+    c.add_read(ReadReason::Demand, 2000000, 2000000, 5);
+    c.decode_steps = 4;
+    const Json s = rep.finish(&c).at("store");
+    EXPECT_DOUBLE_EQ(s.at("mb_read_per_token").as_number(), 2.0 / 4);
+    EXPECT_DOUBLE_EQ(s.at("mb_needed_per_token").as_number(), 2.0 / 4);
+}
+
 TEST(Report, PerTokenFiguresAndFile) {
     test::TempDir dir;
     std::string model = test::golden_model("qwen3moe-Q8_0");

@@ -248,7 +248,7 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
         std::vector<std::string> extra;
         for (const auto& [flag, value] : c.flags) {
             extra.push_back(flag);
-            extra.push_back(value);
+            if (!value.empty()) extra.push_back(value);  // a switch such as --ignore-eos takes none
             std::string key = flag_key(flag);
             if (key == "n_threads" || key == "n_batch") {
                 r[key] = atoi(value.c_str());

@@ -113,6 +113,7 @@ while [ $# -gt 0 ]; do
     -n) g="$2"; shift;;
     -t) threads="$2"; shift;;
     --fail) echo "fake failure: $2" >&2; exit 3;;
+    "") echo "unexpected argument ''" >&2; exit 4;;
   esac
   shift
 done
@@ -219,6 +220,19 @@ TEST_F(FakeRun, FailingRunIsReportedNotFatal) {
 
     o.binary = (dir / "missing").string();
     EXPECT_THROW(ms::run_model_bench(o), std::runtime_error);
+}
+
+// A switch from --run-args ("--ignore-eos") is passed alone, not followed by
+// an empty argument that `run` would refuse.
+TEST_F(FakeRun, SwitchWithoutValueAddsNoEmptyArgument) {
+    ms::ModelBenchOptions o;
+    o.binary = binary;
+    o.models = {model};
+    o.tests = {{0, 4}};
+    o.sweeps = {{"--ignore-eos", {""}}};
+    o.repetitions = 1;
+    ms::ModelBenchReport r = ms::run_model_bench(o);
+    EXPECT_TRUE(r.errors.empty()) << r.errors[0];
 }
 
 TEST_F(FakeRun, PromptOfNTokensThroughTheTokenizer) {

@@ -109,6 +109,9 @@ Json to_json(const GgufFile& f, const ModelSummary& s, bool with_tensors) {
     ex["bytes_per_expert_avg"] = s.expert_bytes_avg;
     ex["ranges_per_expert"] = s.expert_ranges_max;
     ex["side_bytes"] = s.expert_side_bytes;
+    Json as = Json::object();
+    for (const auto& [type, bytes] : s.expert_bytes_as) as[type_name(type)] = bytes;
+    ex["bytes_per_expert_as"] = as;
     Json layers = Json::array();
     for (const MoeLayer& l : s.moe_layers) {
         Json o = Json::object();
@@ -249,6 +252,13 @@ void print_text(const GgufFile& f, const ModelSummary& s, bool with_tensors) {
         if (s.expert_side_bytes)
             printf("                plus per-expert bias/scale tensors, %s in all (kept resident)\n",
                    format_bytes(double(s.expert_side_bytes)).c_str());
+        if (!s.expert_bytes_as.empty()) {
+            printf("                as other types (all matrices):");
+            for (size_t i = 0; i < s.expert_bytes_as.size(); i++)
+                printf("%s %s %s", i ? "," : "", type_name(s.expert_bytes_as[i].first),
+                       format_bytes(s.expert_bytes_as[i].second).c_str());
+            printf("\n");
+        }
     }
     printf("quant types\n");
     for (const TypeUse& u : s.types)

@@ -347,6 +347,19 @@ ModelSummary summarize_model(const GgufFile& f, int64_t ctx) {
             sum += double(l.expert_bytes);
         }
         s.expert_bytes_avg = sum / double(s.moe_layers.size());
+        const std::vector<GgufTensor>& ts = f.tensors();
+        for (GgmlType t : {GgmlType::Q2_K, GgmlType::IQ3_XXS, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::MXFP4,
+                           GgmlType::Q8_0}) {
+            double total = 0;
+            bool fits = true;
+            for (const MoeLayer& l : s.moe_layers)
+                for (size_t i : l.tensors) {
+                    const GgufTensor& x = ts[i];
+                    fits = fits && x.ne[0] % type_traits(t).block_size == 0;
+                    if (fits) total += double(row_bytes(t, x.ne[0])) * double(x.n_elements() / x.ne[0]) / l.n_expert;
+                }
+            if (fits) s.expert_bytes_as.push_back({t, total / double(s.moe_layers.size())});
+        }
     }
 
     // Per token: every resident weight, n_expert_used experts of each MoE

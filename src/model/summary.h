@@ -148,6 +148,10 @@ struct ModelSummary {
     double expert_bytes_avg = 0;
     int expert_ranges_max = 0;
     uint64_t expert_side_bytes = 0;  // all per-expert bias/scale tensors (counted as resident)
+    // The mean expert's bytes were all its matrices stored in another type
+    // (the usual low-bit choices; a type whose block does not divide a row
+    // is left out), to size the same model quantized otherwise.
+    std::vector<std::pair<GgmlType, double>> expert_bytes_as;
 
     std::vector<TypeUse> types;  // sorted by bytes, largest first
     MemoryNeed mem;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <set>
 #include <string>
 
 #include "json/json.h"
@@ -68,6 +69,7 @@ TEST(InspectCli, EveryGoldenModelAsJson) {
         int64_t first_nextn = hp.at("n_layer").as_int() - hp.at("n_nextn").as_int();
         uint64_t experts = 0, all = 0, params = 0;
         int64_t n = 0;
+        std::set<std::string> expert_types;
         for (const Json& t : j.at("tensors").as_array()) {
             const std::string& name = t.at("name").as_string();
             uint64_t b = uint64_t(t.at("bytes").as_int());
@@ -79,6 +81,7 @@ TEST(InspectCli, EveryGoldenModelAsJson) {
             bool nextn = name.rfind("blk." + std::to_string(first_nextn) + ".", 0) == 0;
             if (name.find("_exps.weight") != std::string::npos && !nextn) {
                 experts += b;
+                expert_types.insert(t.at("type").as_string());
                 EXPECT_EQ(t.at("class").as_string(), "routed experts") << name;
             }
         }
@@ -90,6 +93,12 @@ TEST(InspectCli, EveryGoldenModelAsJson) {
                   all);
         EXPECT_EQ(uint64_t(j.at("params").as_int()), params);
         EXPECT_EQ(j.at("n_tensors").as_int(), n);
+        // Sized as the type the experts already have, an expert is its own size.
+        const Json& as = j.at("experts").at("bytes_per_expert_as");
+        if (expert_types.size() == 1 && as.contains(*expert_types.begin())) {
+            EXPECT_DOUBLE_EQ(as.at(*expert_types.begin()).as_number(),
+                             j.at("experts").at("bytes_per_expert_avg").as_number());
+        }
         int64_t type_tensors = 0;
         for (const Json& t : j.at("types").as_array()) type_tensors += t.at("tensors").as_int();
         EXPECT_EQ(type_tensors, n);

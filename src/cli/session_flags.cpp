@@ -37,6 +37,17 @@ void SessionFlags::declare(Args& a, bool sampling) {
     a.option("--repeat-penalty", &repeat_penalty, "R", "divide the logits of recent tokens by R (1: off)");
     a.option("--repeat-last-n", &repeat_last_n, "N", "how many recent tokens the repeat penalty looks at");
     a.option("--seed", &seed, "S", "random seed; the same seed gives the same text (-1: a random seed)");
+    a.option("--draft", &draft, "MODE",
+             "speculative decoding: each forward pass checks up to --draft-max guessed tokens after the one it "
+             "samples, reading each expert they share once, and keeps those the model agrees with (greedy "
+             "output is unchanged token for token; sampled output keeps its distribution). ngram: guesses "
+             "from the latest earlier occurrence of the last 2-4 tokens in the prompt and output (pays on "
+             "edits, quotes, code); mtp: the model's multi-token-prediction layers; off; forced: always "
+             "--draft-max guesses (measures the cost of a pass); auto: mtp where the model has MTP layers that "
+             "run, else ngram when experts stream from the drive (a pass of K+1 tokens then reads far less "
+             "than K+1 steps, so it pays above a low acceptance rate), else off (all experts in RAM: each "
+             "drafted token costs its compute)");
+    a.option("--draft-max", &draft_max, "N", "most drafted tokens a forward pass checks");
 }
 
 SessionOptions SessionFlags::options() const {
@@ -87,7 +98,18 @@ std::unique_ptr<Session> SessionFlags::open(int sequences) const {
     };
     auto s = Session::open(o, experts, progress);
     if (bar) bar->finish();
+    s->set_draft(draft_options(*s));
     return s;
+}
+
+DraftOptions SessionFlags::draft_options(const Session& s) const {
+    (void)s;
+    DraftOptions d;
+    d.mode = parse_draft_mode(draft);
+    d.max = draft_max;
+    if (draft_max < 1) throw std::runtime_error("--draft-max must be at least 1");
+    if (d.mode == DraftMode::Auto) d.mode = store.streams() ? DraftMode::Ngram : DraftMode::Off;
+    return d;
 }
 
 Json SessionFlags::report_json(const char* command, const Session& s) const {
@@ -130,6 +152,25 @@ Json SessionFlags::report_json(const char* command, const Session& s) const {
     }
     j["peak_rss_bytes"] = peak_rss_bytes();
     store.add_to_report(&j);
+    const DraftStats& d = s.draft_stats;
+    Json spec = Json::object();
+    spec["mode"] = draft_mode_name(s.draft().mode);
+    spec["draft_max"] = s.draft().max;
+    spec["forward_passes"] = d.passes;
+    spec["drafted"] = d.drafted;
+    spec["accepted"] = d.accepted;
+    spec["acceptance_rate"] = d.acceptance();
+    spec["tokens_per_pass"] = d.passes > 0 ? d.tokens_per_pass() : 1.0;
+    // Expert bytes the decode phase read per generated token: compare runs
+    // with and without --draft (verify passes count as multi-token steps
+    // in the store's reasons, so the store's mb_read_per_token misses them).
+    if (const Json* phases = j.find("phases")) {
+        for (const Json& p : phases->as_array()) {
+            if (p.at("phase").as_string() != "decode" || t.decode_tokens <= 0) continue;
+            spec["expert_bytes_read_per_token"] = double(p.at("bytes_read").as_int()) / double(t.decode_tokens);
+        }
+    }
+    j["speculation"] = spec;
     return j;
 }
 
@@ -153,6 +194,12 @@ void SessionFlags::finish(const char* command, const Session& s) const {
         fputc('\n', stderr);
     }
     fputs(store.summary().c_str(), stderr);
+    if (s.draft().mode != DraftMode::Off) {
+        const DraftStats& d = s.draft_stats;
+        fprintf(stderr, "speculation (%s, up to %d): %lld drafted, %lld accepted (%.1f %%), %.2f tokens per forward pass\n",
+                draft_mode_name(s.draft().mode), s.draft().max, (long long)d.drafted, (long long)d.accepted,
+                100 * d.acceptance(), d.tokens_per_pass());
+    }
     if (s.kv_bytes_per_token() > 0 && s.full_kv_bytes_per_token() != s.kv_bytes_per_token()) {
         fprintf(stderr, "KV cache: %lld bytes a token of context (compressed) against %lld for full K/V\n",
                 (long long)s.kv_bytes_per_token(), (long long)s.full_kv_bytes_per_token());

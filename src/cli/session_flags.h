@@ -26,6 +26,9 @@ struct SessionFlags {
     double temp = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0;
     int top_k = 40, repeat_last_n = 64;
     int64_t seed = -1;
+    // Speculative decoding (declared with the sampling flags).
+    std::string draft = "auto";
+    int draft_max = 4;
     StoreFlags store;  // --io, --layout, --cache-policy...: experts stream from the drive
 
     // sampling: also declare the sampling flags.
@@ -34,7 +37,12 @@ struct SessionFlags {
     // Opens the session with a progress bar per loading phase, honouring --mem.
     // sequences > 1: the memory plan also reserves the KV caches of that many
     // - 1 forks (serve's slots), so the expert cache gets what is left.
+    // --draft auto resolves here (draft_options).
     std::unique_ptr<Session> open(int sequences = 1) const;
+    // --draft and --draft-max for an open session, auto resolved: mtp where
+    // the model has MTP layers that run, n-gram drafts where experts stream
+    // from the drive, else off.
+    DraftOptions draft_options(const Session& s) const;
     // The settings and measurements of a finished run, for --report.
     Json report_json(const char* command, const Session& s) const;
     // Writes report_json to --report when given; prints timings and peak RSS

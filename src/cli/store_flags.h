@@ -45,6 +45,9 @@ struct StoreFlags {
     void add_to_report(Json* report) const;
     // Hit rate, MB read per token, read amplification: lines for stderr.
     std::string summary() const;
+    // Whether decode reads experts from the drive (the cache holds fewer
+    // than all of them); known once make() has run.
+    bool streams() const { return !plan_.all_experts_fit; }
     // The store's live counters (serve's /metrics reads them between forward passes).
     const StoreCounters& counters() const { return counters_; }
 

@@ -42,20 +42,48 @@ public:
     // whole, so it continues only from its end or from position 0.
     AlignedBuffer conv_state, recurrent_state;
     DeltaNetScratch deltanet;
+    // Their copies at position saved_pos (checkpoint(); -1: none), and the
+    // position the live states have reached.
+    AlignedBuffer saved_conv, saved_recurrent;
+    int64_t saved_pos = -1, recurrent_pos = 0;
 
     uint64_t bytes() const override {
         uint64_t b = attn.bytes() + mla.bytes() + indexer.bytes() + ffn.bytes() + deltanet.bytes() +
                      (kv.size() + keys.size()) * sizeof(KvLayer);
         for (const AlignedBuffer* p : {&k_cache, &v_cache, &x, &xb, &y, &cos_sin, &acts, &conv_state,
-                                       &recurrent_state, &index_keys, &sel, &n_sel}) {
+                                       &recurrent_state, &saved_conv, &saved_recurrent, &index_keys, &sel, &n_sel}) {
             b += p->size();
         }
         return b;
     }
 
     int64_t rewind_limit(int64_t n) const override {
-        if (recurrent_state.size() > 0 && n < n_past) return 0;
+        if (recurrent_state.size() > 0 && n < n_past) n = saved_pos >= 0 && n >= saved_pos ? saved_pos : 0;
         return ring.rewind_limit(n);
+    }
+
+    void checkpoint() override {
+        if (recurrent_state.size() == 0) return;
+        // Sized on first use: only speculation pays for the copies.
+        saved_conv.resize(conv_state.size());
+        saved_recurrent.resize(recurrent_state.size());
+        std::memcpy(saved_conv.data(), conv_state.data(), conv_state.size());
+        std::memcpy(saved_recurrent.data(), recurrent_state.data(), recurrent_state.size());
+        saved_pos = n_past;
+    }
+
+    // Before a forward call at pos0: states from zero at 0, from the
+    // checkpoint when rewound to it; a call before the checkpoint rewrites
+    // the positions it saved.
+    void continue_at(int64_t pos0) {
+        if (recurrent_state.size() == 0) return;
+        if (pos0 == 0) {
+            for (AlignedBuffer* b : {&conv_state, &recurrent_state}) std::memset(b->data(), 0, b->size());
+        } else if (pos0 != recurrent_pos && pos0 == saved_pos) {
+            std::memcpy(conv_state.data(), saved_conv.data(), conv_state.size());
+            std::memcpy(recurrent_state.data(), saved_recurrent.data(), recurrent_state.size());
+        }
+        if (pos0 < saved_pos) saved_pos = -1;
     }
 };
 
@@ -218,10 +246,8 @@ public:
         st.ring.wrote(pos0, n);
         Rope rope = rope_;
         if (!rope_freqs_.empty()) rope.freq_factors = rope_freqs_.f32();
-        if (pos0 == 0) {  // recurrent layers start from zero states (none without DeltaNet layers)
-            for (AlignedBuffer* b : {&st.conv_state, &st.recurrent_state})
-                if (b->size() > 0) std::memset(b->data(), 0, b->size());
-        }
+        st.continue_at(pos0);
+        st.recurrent_pos = pos0 + n;
 
         pool.parallel_for(n, [&](int64_t b, int64_t e) {
             for (int64_t t = b; t < e; t++) {

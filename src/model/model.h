@@ -53,6 +53,11 @@ public:
     // positions the token after it needs (then less, often 0); the positions
     // in between must be evaluated again.
     virtual int64_t rewind_limit(int64_t n) const { return n; }
+    // Speculative decoding: saves, at n_past, what a forward call changes
+    // for good (recurrent layers' states), so that a later rewind_limit()
+    // can return this position and forward() continue from it. No-op where
+    // positions are all the state there is.
+    virtual void checkpoint() {}
     // Where forward() spent its time: calls over several tokens (prefill)
     // and over one (decode), kept apart.
     TimeSplit prefill_time, decode_time;

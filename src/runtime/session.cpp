@@ -50,7 +50,9 @@ Session::Session(const Session& base, const SamplerParams& sampling)
 }
 
 std::unique_ptr<Session> Session::fork(const SamplerParams& sampling) const {
-    return std::unique_ptr<Session>(new Session(*this, sampling));
+    std::unique_ptr<Session> s(new Session(*this, sampling));
+    s->set_draft(draft_);
+    return s;
 }
 
 std::unique_ptr<Session> Session::open(const SessionOptions& o, const ExpertSourceFactory& make_experts,
@@ -109,6 +111,7 @@ void Session::check(const int32_t* tokens, size_t n) const {
 
 void Session::prefill(const std::vector<int32_t>& tokens) {
     if (tokens.empty()) return;
+    exclude_ = -1;
     check(tokens.data(), tokens.size());
     const double t0 = now_seconds();
     const size_t T = size_t(state_->max_tokens());
@@ -126,6 +129,7 @@ void Session::prefill(const std::vector<int32_t>& tokens) {
 
 void Session::prefill_all(const std::vector<int32_t>& tokens, float* out) {
     if (tokens.empty()) return;
+    exclude_ = -1;
     check(tokens.data(), tokens.size());
     const double t0 = now_seconds();
     const int64_t V = config().n_vocab;
@@ -143,6 +147,7 @@ void Session::prefill_all(const std::vector<int32_t>& tokens, float* out) {
 }
 
 void Session::decode(int32_t token) {
+    exclude_ = -1;
     check(&token, 1);
     const double t0 = now_seconds();
     Trace::Span span(active_trace(), "token", "step", "pos", int64_t(tokens_.size()));
@@ -153,6 +158,7 @@ void Session::decode(int32_t token) {
 }
 
 void Session::rewind(size_t n) {
+    exclude_ = -1;
     if (n > tokens_.size()) throw std::runtime_error("rewind past the end of the context");
     // Sliding-window layers keep only their window: going back further than
     // they still hold means evaluating the tokens after where they can resume.
@@ -195,14 +201,8 @@ int Session::generate(int n_max, const std::function<bool(int32_t)>& on_token, c
                       bool ignore_eos) {
     if (tokens_.empty()) throw std::runtime_error("generate needs a prompt");
     int n = 0;
-    while (n < n_max && !(stop && stop->load())) {
-        const int32_t tok = sampler_.sample(logits_.data());
-        sampler_.accept(tok);
-        n++;
-        if (!on_token(tok) || (!ignore_eos && tokenizer_.is_eog(tok))) break;
-        if (tokens_.size() >= size_t(n_ctx())) break;
-        decode(tok);
-    }
+    bool done = false;
+    while (n < n_max && !done && !(stop && stop->load())) n += step(n_max - n, on_token, ignore_eos, &done);
     return n;
 }
 

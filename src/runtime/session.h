@@ -12,6 +12,7 @@
 
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "runtime/draft.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -105,6 +106,20 @@ public:
     // generated.
     int generate(int n_max, const std::function<bool(int32_t)>& on_token, const std::atomic<bool>* stop = nullptr,
                  bool ignore_eos = false);
+    // One forward pass of generate(): samples a token, calls on_token for
+    // it, and evaluates it; with drafts (set_draft) the same pass checks up
+    // to min(draft max, n_max - 1) drafted tokens after it, calls on_token
+    // for each one accepted, and rolls the cache back past the first one
+    // rejected. Returns the tokens given to on_token; *done says generation
+    // must stop (on_token returned false, an end-of-generation token, or the
+    // context is full). Greedy output is the same token for token as
+    // without drafts; sampled output has the same distribution.
+    int step(int n_max, const std::function<bool(int32_t)>& on_token, bool ignore_eos, bool* done);
+    // Turns speculative decoding on (mode Ngram, Mtp, Forced) or off. Auto
+    // must be resolved by the caller. Throws when the mode cannot run here.
+    void set_draft(const DraftOptions& options);
+    const DraftOptions& draft() const { return draft_; }
+    DraftStats draft_stats;
 
     // n prompt tokens drawn at random from the vocabulary (no control
     // tokens), after BOS when the model adds one: llama-bench's synthetic
@@ -131,6 +146,13 @@ private:
     Sampler sampler_;
     std::vector<int32_t> tokens_;
     std::vector<float> logits_;
+    // Speculation: a pass's tokens (the sampled one, then the drafts), the
+    // logits of each, and the draft rejected at the last position, whose
+    // probability the next sample leaves out (-1: none).
+    DraftOptions draft_;
+    std::vector<int32_t> pass_;
+    std::vector<float> rows_;
+    int32_t exclude_ = -1;
 };
 
 // "f16" / "f32" -> the KV cache type; throws on anything else.

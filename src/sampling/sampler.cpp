@@ -60,7 +60,47 @@ void Sampler::accept(int32_t token) {
     history_len_ = std::min(history_len_ + 1, history_.size());
 }
 
-int32_t Sampler::sample(const float* logits) {
+int32_t Sampler::sample(const float* logits) { return sample(logits, -1); }
+
+int32_t Sampler::sample(const float* logits, int32_t exclude) {
+    size_t n = 0;
+    const int32_t greedy = distribution(logits, &n);
+    if (greedy >= 0 && greedy != exclude) return greedy;
+    if (greedy >= 0) {  // the best but one: ties by lower id, as the order says
+        int32_t best = -1;
+        for (int32_t i = 0; i < int32_t(n_vocab_); i++) {
+            if (i == exclude) continue;
+            if (best < 0 || better(cand_[size_t(i)].logit, i, cand_[size_t(best)].logit, best)) best = i;
+        }
+        return best < 0 ? greedy : best;
+    }
+    double total = 1.0;
+    for (size_t i = 0; i < n; i++)
+        if (cand_[i].id == exclude) total -= probs_[i];
+    if (total <= 0) return cand_[0].id;  // the excluded token had all the mass
+    const double u = uniform() * total;
+    double cum = 0;
+    size_t last = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (cand_[i].id == exclude) continue;
+        cum += probs_[i];
+        last = i;
+        if (u < cum) return cand_[i].id;
+    }
+    return cand_[last].id;  // u within rounding of the total
+}
+
+bool Sampler::accept_draft(const float* logits, int32_t draft) {
+    size_t n = 0;
+    const int32_t greedy = distribution(logits, &n);
+    if (greedy >= 0) return greedy == draft;
+    const double u = uniform();
+    for (size_t i = 0; i < n; i++)
+        if (cand_[i].id == draft) return u < probs_[i];
+    return false;
+}
+
+int32_t Sampler::distribution(const float* logits, size_t* n_out) {
     size_t n = size_t(n_vocab_);
     for (size_t i = 0; i < n; i++) cand_[i] = {logits[i], int32_t(i)};
     if (params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
@@ -78,6 +118,7 @@ int32_t Sampler::sample(const float* logits) {
     }
     auto order = [](const Candidate& a, const Candidate& b) { return better(a.logit, a.id, b.logit, b.id); };
 
+    *n_out = n;
     if (params_.temp <= 0) {
         return std::min_element(cand_.begin(), cand_.begin() + ptrdiff_t(n), order)->id;
     }
@@ -120,13 +161,8 @@ int32_t Sampler::sample(const float* logits) {
     }
 
     softmax(params_.temp);
-    const double u = uniform();
-    double cum = 0;
-    for (size_t i = 0; i < n; i++) {
-        cum += probs_[i];
-        if (u < cum) return cand_[i].id;
-    }
-    return cand_[n - 1].id;  // u within rounding of 1
+    *n_out = n;
+    return -1;
 }
 
 }  // namespace ms

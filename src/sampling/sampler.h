@@ -31,6 +31,14 @@ public:
     // Picks a token from logits[0..n_vocab). Does not record it: call
     // accept() with the token actually used (prompt tokens too).
     int32_t sample(const float* logits);
+    // The same draw with `exclude`'s probability set to zero and the rest
+    // renormalized (-1: none): speculative decoding's residual after a
+    // rejected draft, max(0, p - q) for a draft q that is one token.
+    int32_t sample(const float* logits, int32_t exclude);
+    // Speculative decoding's test of a drafted token: true with probability
+    // p(draft) under the distribution sample() draws from (greedy: whether
+    // it is the argmax). Records nothing.
+    bool accept_draft(const float* logits, int32_t draft);
     void accept(int32_t token);
     // Forgets the history and restarts the generator from the seed.
     void reset();
@@ -43,6 +51,10 @@ private:
         int32_t id;
     };
     double uniform();  // [0, 1)
+    // Penalties, then the greedy pick (returned) or, when sampling, the
+    // surviving candidates cand_[0..*n) with their probabilities probs_
+    // (returns -1).
+    int32_t distribution(const float* logits, size_t* n);
 
     SamplerParams params_;
     int64_t n_vocab_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 
 #include "server/reply_text.h"
@@ -202,6 +203,8 @@ void Engine::step(Slot& s) {
     }
     const double t0 = steady_seconds();
     std::string reason;
+    int generated = 0;
+    int64_t drafted = 0, accepted = 0;
     try {
         std::lock_guard<std::mutex> lk(forward_mu_);
         if (s.next < job.prompt.size()) {
@@ -228,7 +231,13 @@ void Engine::step(Slot& s) {
             else if (limit > 0 && s.generated >= limit) reason = "length";
             return reason.empty();
         };
-        ss.generate(1, on_token, nullptr, job.request.ignore_eos);
+        // One forward pass: with drafts, it may give several tokens.
+        bool done = false;
+        const DraftStats before = ss.draft_stats;
+        generated = ss.step(limit > 0 ? int(std::min<int64_t>(limit - s.generated, INT32_MAX)) : INT32_MAX, on_token,
+                            job.request.ignore_eos, &done);
+        drafted = ss.draft_stats.drafted - before.drafted;
+        accepted = ss.draft_stats.accepted - before.accepted;
         if (reason.empty() && ss.tokens().size() >= size_t(ss.n_ctx())) reason = "length";
     } catch (const std::exception& e) {
         end(s, "", e.what());
@@ -236,7 +245,10 @@ void Engine::step(Slot& s) {
     }
     {
         std::lock_guard<std::mutex> st(mu_);
-        stats_.generated_tokens++;
+        stats_.generated_tokens += uint64_t(generated);
+        stats_.decode_passes++;
+        stats_.drafted_tokens += uint64_t(drafted);
+        stats_.accepted_tokens += uint64_t(accepted);
         stats_.decode_seconds += steady_seconds() - t0;
     }
     if (!reason.empty()) end(s, reason);

@@ -73,6 +73,8 @@ struct EngineStats {
     uint64_t requests_done = 0, requests_cancelled = 0, requests_failed = 0;
     uint64_t prompt_tokens = 0, cached_prompt_tokens = 0, prefilled_tokens = 0, generated_tokens = 0;
     double prefill_seconds = 0, decode_seconds = 0;
+    // Speculative decoding: decode forward passes, tokens drafted and accepted.
+    uint64_t decode_passes = 0, drafted_tokens = 0, accepted_tokens = 0;
     int queued = 0, busy_slots = 0, slots = 0;
     // The store's counters at the same moment (zero without a store).
     uint64_t hits = 0, misses = 0;

@@ -443,6 +443,14 @@ std::string HttpServer::Impl::metrics() {
     value("moestream_decode_seconds_total", s.decode_seconds);
     metric("moestream_decode_tokens_per_second", "gauge", "generated tokens per second of decoding, all slots together");
     value("moestream_decode_tokens_per_second", s.decode_seconds > 0 ? double(s.generated_tokens) / s.decode_seconds : 0);
+    metric("moestream_decode_passes_total", "counter", "decode forward passes (with --draft, each may give several tokens)");
+    value("moestream_decode_passes_total", double(s.decode_passes));
+    metric("moestream_draft_tokens_total", "counter", "tokens drafted for speculative decoding");
+    value("moestream_draft_tokens_total", double(s.drafted_tokens));
+    metric("moestream_draft_accepted_tokens_total", "counter", "drafted tokens the model accepted");
+    value("moestream_draft_accepted_tokens_total", double(s.accepted_tokens));
+    metric("moestream_tokens_per_decode_pass", "gauge", "generated tokens per decode forward pass");
+    value("moestream_tokens_per_decode_pass", s.decode_passes > 0 ? double(s.generated_tokens) / double(s.decode_passes) : 0);
     metric("moestream_prefill_tokens_per_second", "gauge", "prompt tokens evaluated per second of prefill");
     value("moestream_prefill_tokens_per_second", s.prefill_seconds > 0 ? double(s.prefilled_tokens) / s.prefill_seconds : 0);
     metric("moestream_expert_cache_hits_total", "counter", "expert uses found in the cache");

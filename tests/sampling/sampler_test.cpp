@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "sampling/sampler.h"
@@ -168,6 +169,35 @@ TEST(Sampler, RejectsBadParameters) {
     p.top_p = 0;
     EXPECT_THROW(Sampler(p, 4), std::runtime_error);
     EXPECT_THROW(Sampler(SamplerParams{}, 0), std::runtime_error);
+}
+
+// Speculative decoding's rule with a one-token draft d: accept d with
+// probability p(d), else draw from p without d renormalized. The tokens it
+// gives are distributed as p, whatever the draft (checked against softmax
+// computed here, with top-k cutting the vocabulary to 4 of 5).
+TEST(Sampler, DraftAcceptanceKeepsTheDistribution) {
+    const std::vector<float> logits = {1.0f, 2.0f, 0.5f, -1.0f, 1.5f};
+    SamplerParams p = plain(7);
+    p.top_k = 4;
+    const std::vector<double> want = expected(logits, 1.0, {0, 1, 2, 4});
+    for (int32_t draft : {1, 2, 3}) {  // likely, unlikely, outside the top-k
+        SCOPED_TRACE("draft " + std::to_string(draft));
+        Sampler s(p, 5);
+        std::vector<double> got(logits.size(), 0.0);
+        const int draws = 40000;
+        for (int i = 0; i < draws; i++) {
+            const int32_t t = s.accept_draft(logits.data(), draft) ? draft : s.sample(logits.data(), draft);
+            got[size_t(t)] += 1.0 / draws;
+        }
+        expect_close(got, want);
+    }
+    // Greedy: the draft is accepted exactly when it is the argmax; the
+    // residual's pick is then the best other token.
+    p.temp = 0;
+    Sampler g(p, 5);
+    EXPECT_TRUE(g.accept_draft(logits.data(), 1));
+    EXPECT_FALSE(g.accept_draft(logits.data(), 4));
+    EXPECT_EQ(g.sample(logits.data(), 1), 4);
 }
 
 }  // namespace

@@ -30,6 +30,7 @@ void SessionFlags::declare(Args& a, bool sampling) {
     a.option("--report", &report, "FILE", "write settings, timings and peak RSS as JSON to FILE");
     store.declare(a);
     if (!sampling) return;
+    generates = true;
     a.option("--temp", &temp, "T", "sampling temperature (0: greedy)");
     a.option("--top-k", &top_k, "K", "keep the K most likely tokens (0: all)");
     a.option("--top-p", &top_p, "P", "keep the smallest set of tokens whose probability reaches P (1: off)");
@@ -98,7 +99,7 @@ std::unique_ptr<Session> SessionFlags::open(int sequences) const {
     };
     auto s = Session::open(o, experts, progress);
     if (bar) bar->finish();
-    s->set_draft(draft_options(*s));
+    if (generates) s->set_draft(draft_options(*s));
     return s;
 }
 
@@ -152,6 +153,7 @@ Json SessionFlags::report_json(const char* command, const Session& s) const {
     }
     j["peak_rss_bytes"] = peak_rss_bytes();
     store.add_to_report(&j);
+    if (!generates) return j;
     const DraftStats& d = s.draft_stats;
     Json spec = Json::object();
     spec["mode"] = draft_mode_name(s.draft().mode);

@@ -29,6 +29,7 @@ struct SessionFlags {
     // Speculative decoding (declared with the sampling flags).
     std::string draft = "auto";
     int draft_max = 4;
+    bool generates = false;  // the command samples (declare(a, true)): drafts apply
     StoreFlags store;  // --io, --layout, --cache-policy...: experts stream from the drive
 
     // sampling: also declare the sampling flags.

@@ -44,7 +44,7 @@ int propose_ngram(const int32_t* history, size_t len, int k, const DraftOptions&
 // and accepted, and tokens that passes added to the context (each pass adds
 // its first token plus the accepted drafts).
 struct DraftStats {
-    int64_t passes = 0;    // decode forward passes, with or without drafts
+    int64_t passes = 0;    // decode forward passes (step()), with or without drafts
     int64_t drafted = 0;
     int64_t accepted = 0;
     int64_t tokens = 0;    // tokens those passes added to the context

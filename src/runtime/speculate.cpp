@@ -31,6 +31,7 @@ void Session::set_draft(const DraftOptions& o) {
     // a layer (the scratch rows), which is also what a sliding-window ring
     // can roll back.
     draft_.max = std::min(o.max, state_->options.max_batch - 1);
+    if (draft_.max < 1) draft_.mode = DraftMode::Off;  // -ub 1: no room for a draft
     if (draft_.mode == DraftMode::Off) return;
     pass_.reserve(size_t(draft_.max) + 1);
     rows_.resize((size_t(draft_.max) + 1) * size_t(config().n_vocab));
@@ -58,10 +59,10 @@ int Session::step(int n_max, const std::function<bool(int32_t)>& on_token, bool 
             pass_.resize(size_t(k) + 1);
             tokens_.pop_back();
         }
-        draft_stats.passes++;
-        if (k == 0) draft_stats.tokens++;
     }
+    draft_stats.passes++;
     if (k == 0) {
+        draft_stats.tokens++;
         decode(tok);
         return 1;
     }

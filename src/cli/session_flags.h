@@ -40,9 +40,10 @@ struct SessionFlags {
     // - 1 forks (serve's slots), so the expert cache gets what is left.
     // --draft auto resolves here (draft_options).
     std::unique_ptr<Session> open(int sequences = 1) const;
-    // --draft and --draft-max for an open session, auto resolved: mtp where
-    // the model has MTP layers that run, n-gram drafts where experts stream
-    // from the drive, else off.
+    // --draft and --draft-max for an open session, auto resolved: n-gram
+    // drafts when every expert fits in the cache and decoding is greedy
+    // (sampled text then stays the seed's), off when experts stream
+    // (a pass then reads nearly K+1 steps' bytes: docs/speculation.md).
     DraftOptions draft_options(const Session& s) const;
     // The settings and measurements of a finished run, for --report.
     Json report_json(const char* command, const Session& s) const;

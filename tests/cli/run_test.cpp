@@ -225,4 +225,34 @@ TEST_F(RunCli, BadPromptFlagsAreOneLineErrors) {
     EXPECT_NE(dir.out.find("/nonexistent/dir/t.json"), std::string::npos) << dir.out;
 }
 
+// Speculative decoding streamed from the drive: greedy text with n-gram and
+// forced drafts is the plain run's, and the report's speculation object
+// counts what happened (forced: every pass drafts 3 tokens, fewer near -n).
+TEST_F(RunCli, DraftsKeepGreedyTextAndAreCounted) {
+    const std::string report = prefix_ + ".report.json";
+    const std::string args = "run -m " + model_ + budget_ + "--temp 0 --seed 3 --random-prompt 20 -n 24 --ignore-eos";
+    CliResult plain = run_cli(args + " --draft off", false);
+    ASSERT_EQ(plain.rc, 0);
+    for (const char* draft : {"ngram", "forced"}) {
+        SCOPED_TRACE(draft);
+        CliResult r = run_cli(args + " --draft " + draft + " --draft-max 3 --report " + report, false);
+        ASSERT_EQ(r.rc, 0);
+        EXPECT_EQ(r.out, plain.out);
+        const Json spec = Json::parse_file(report).at("speculation");
+        EXPECT_EQ(spec.at("mode").as_string(), draft);
+        const int64_t passes = spec.at("forward_passes").as_int(), accepted = spec.at("accepted").as_int();
+        EXPECT_EQ(passes + accepted, 24);  // each pass adds its sampled token and the accepted drafts
+        if (std::string(draft) == "forced") {
+            EXPECT_GE(spec.at("drafted").as_int(), 3 * (passes - 3));  // the last passes have fewer tokens left
+        }
+        EXPECT_GT(spec.at("expert_bytes_read_per_token").as_number(), 0);
+    }
+    CliResult bad = run_cli(args + " --draft sometimes", true);
+    EXPECT_NE(bad.rc, 0);
+    EXPECT_NE(bad.out.find("--draft"), std::string::npos) << bad.out;
+    CliResult mtp = run_cli(args + " --draft mtp", true);
+    EXPECT_NE(mtp.rc, 0);
+    EXPECT_NE(mtp.out.find("multi-token-prediction"), std::string::npos) << mtp.out;
+}
+
 }  // namespace

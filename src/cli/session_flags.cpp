@@ -46,8 +46,8 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "prediction layers (not run yet: refused); off; forced: always --draft-max guesses (measures what a "
              "pass costs); auto: ngram when every expert fits in the cache and decoding is greedy (--temp 0), else "
              "off. Why: a pass reads the union of its tokens' experts once, which saves RAM reads when experts are in memory; when they "
-             "stream, the cache already shares consecutive tokens' experts, so a pass of K+1 tokens reads 0.93-"
-             "0.98 x the drive bytes of K+1 steps (docs/speculation.md) and pays only when nearly every guess is "
+             "stream, the cache already shares consecutive tokens' experts, so a pass of K+1 tokens reads 0.92-"
+             "1.27 x the drive bytes of K+1 steps (docs/speculation.md) and pays only when nearly every guess is "
              "right");
     a.option("--draft-max", &draft_max, "N", "most drafted tokens a forward pass checks");
 }

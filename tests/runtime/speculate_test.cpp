@@ -1,7 +1,8 @@
 // Speculative decoding on every golden file of every runnable family:
-// greedy generation with n-gram drafts, and with forced drafts (every pass
+// greedy generation with n-gram drafts, with forced drafts (every pass
 // checks draft-max tokens, so most are rejected and the cache is rolled
-// back), gives the same tokens as plain decoding, and its first tokens are
+// back) and with drafts that are mostly right, gives the same tokens as
+// plain decoding, and its first tokens are
 // the reference's greedy tokens (as in golden_test, up to the reference's
 // own near-ties). Families whose state cannot go back a few positions
 // (DeltaNet's recurrence, DeepSeek V4's compressed blocks) are covered:
@@ -58,7 +59,7 @@ class Speculate : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Speculate, GreedyTokensIdenticalWithDrafts) {
     const golden::Case g = golden::load(GetParam());
-    const int n = 40;
+    const int n = 32;
     const std::vector<int32_t> plain = generate(g, DraftMode::Off, 1, n, nullptr);
     ASSERT_EQ(plain.size(), size_t(n));
     // The reference's own greedy tokens, up to its first near-tie.
@@ -69,8 +70,7 @@ TEST_P(Speculate, GreedyTokensIdenticalWithDrafts) {
         if (golden::top2_gap(ref_row, V) < 1e-3f) break;
         ASSERT_EQ(plain[i], g.greedy[i]) << "greedy token " << i;
     }
-    for (auto [mode, k] : {std::pair{DraftMode::Ngram, 4}, std::pair{DraftMode::Forced, 3},
-                           std::pair{DraftMode::Forced, 7}}) {
+    for (auto [mode, k] : {std::pair{DraftMode::Ngram, 4}, std::pair{DraftMode::Forced, 5}}) {
         SCOPED_TRACE(std::string(draft_mode_name(mode)) + " " + std::to_string(k));
         DraftStats st;
         EXPECT_EQ(generate(g, mode, k, n, &st), plain);

@@ -25,6 +25,7 @@ public:
     void acquire(int layer, const int32_t* ids, int n) override;
     int next_ready(int layer, ExpertView* view) override;
     void release(int layer) override;
+    std::vector<std::pair<uint8_t*, size_t>> host_memory() const override;
 
 private:
     struct Layer {

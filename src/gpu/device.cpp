@@ -132,6 +132,25 @@ void fill(void* dst, int byte, size_t bytes, Stream s) {
 }
 void check_last(const char* what) { check(cudaGetLastError(), what); }
 
+void capture_begin(Stream s) {
+    check(cudaStreamBeginCapture(native(s), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+}
+Graph capture_end(Stream s) {
+    cudaGraph_t g = nullptr;
+    check(cudaStreamEndCapture(native(s), &g), "cudaStreamEndCapture");
+    cudaGraphExec_t e = nullptr;
+    const cudaError_t err = cudaGraphInstantiate(&e, g, 0);
+    cudaGraphDestroy(g);
+    check(err, "cudaGraphInstantiate");
+    return reinterpret_cast<Graph>(e);
+}
+void launch(Graph g, Stream s) {
+    check(cudaGraphLaunch(reinterpret_cast<cudaGraphExec_t>(g), native(s)), "cudaGraphLaunch");
+}
+void delete_graph(Graph g) {
+    if (g) cudaGraphExecDestroy(reinterpret_cast<cudaGraphExec_t>(g));
+}
+
 namespace {
 
 // Median milliseconds of reps runs of f on the default stream, after one.

@@ -79,13 +79,28 @@ void rms_norm(const float* x, const float* w, int64_t rows, int64_t width, float
 // as rope_angles writes them, on the device).
 void rope_neox(float* x, int n_heads, int head_dim, int n_rot, const float* cos_sin, Stream s);
 
-// Decode attention of one token: for each of n_head query heads (head_dim
-// apart in q), softmax(q . k_p * scale) over positions p < n_pos of the
-// cache rows of its KV head (n_head / n_kv_head query heads share one), then
-// the weighted sum of the v rows. k_cache, v_cache: n_pos rows of
-// n_kv_head * head_dim floats. out: n_head * head_dim floats.
-void attention(const float* q, const float* k_cache, const float* v_cache, int n_pos, int n_head, int n_kv_head,
-               int head_dim, float scale, float* out, Stream s);
+// Decode attention of the token at position *pos (an int on the device, so
+// a captured graph serves every position): for each of n_head query heads
+// (head_dim apart in q), softmax(q . k_p * scale) over positions p <= *pos of
+// the cache rows of its KV head (n_head / n_kv_head query heads share one),
+// then the weighted sum of the v rows. k_cache, v_cache: rows of
+// n_kv_head * head_dim floats. out: n_head * head_dim floats. *pos <
+// max_pos, for which prepare_attention was called.
+void prepare_attention(int max_pos, int head_dim);
+void attention(const float* q, const float* k_cache, const float* v_cache, const int32_t* pos, int n_head,
+               int n_kv_head, int head_dim, float scale, float* out, Stream s);
+
+// Row *pos of each cache = k, v (width floats each).
+void store_kv(float* k_cache, float* v_cache, const float* k, const float* v, int64_t width, const int32_t* pos,
+              Stream s);
+
+// A CUDA graph: the launches issued on a stream between capture_begin and
+// capture_end, replayed by launch() with one call.
+using Graph = struct GraphOpaque*;
+void capture_begin(Stream s);
+Graph capture_end(Stream s);
+void launch(Graph g, Stream s);
+void delete_graph(Graph g);
 
 // h[i] = silu(gate[i]) * up[i] over n values.
 void swiglu(const float* gate, const float* up, int64_t n, float* h, Stream s);

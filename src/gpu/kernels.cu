@@ -97,16 +97,21 @@ __device__ float row_dot<GgmlType::Q4_K>(const uint8_t* row, int64_t cols, const
         scale_min_k4(2 * g, b->scales, &sc0, &m0);
         scale_min_k4(2 * g + 1, b->scales, &sc1, &m1);
         const uint4 qv = *reinterpret_cast<const uint4*>(b->qs + 32 * g + l0);
-        const uint8_t* q = reinterpret_cast<const uint8_t*>(&qv);
-        const float* xl = x + ib * 256 + g * 64 + l0;
-        const float* xh = xl + 32;
+        const float4* xl = reinterpret_cast<const float4*>(x + ib * 256 + g * 64 + l0);
+        const float4* xh = xl + 8;  // 32 floats on
         float lo = 0, hi = 0, xs_lo = 0, xs_hi = 0;
+        // Words, not a byte pointer into qv: that would put qv in local memory.
+        const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w};
 #pragma unroll
-        for (int i = 0; i < 16; i++) {
-            lo += float(q[i] & 0xF) * xl[i];
-            hi += float(q[i] >> 4) * xh[i];
-            xs_lo += xl[i];
-            xs_hi += xh[i];
+        for (int j = 0; j < 4; j++) {
+            const float4 a = xl[j], c = xh[j];
+            const uint32_t w = qw[j];
+            lo += float(w & 0xF) * a.x + float((w >> 8) & 0xF) * a.y + float((w >> 16) & 0xF) * a.z +
+                  float((w >> 24) & 0xF) * a.w;
+            hi += float((w >> 4) & 0xF) * c.x + float((w >> 12) & 0xF) * c.y + float((w >> 20) & 0xF) * c.z +
+                  float(w >> 28) * c.w;
+            xs_lo += (a.x + a.y) + (a.z + a.w);
+            xs_hi += (c.x + c.y) + (c.z + c.w);
         }
         s += d * (sc0 * lo + sc1 * hi) - dmin * (m0 * xs_lo + m1 * xs_hi);
     }
@@ -129,18 +134,23 @@ __device__ float row_dot<GgmlType::Q5_K>(const uint8_t* row, int64_t cols, const
         scale_min_k4(2 * g + 1, b->scales, &sc1, &m1);
         const uint4 qv = *reinterpret_cast<const uint4*>(b->qs + 32 * g + l0);
         const uint4 hv = *reinterpret_cast<const uint4*>(b->qh + l0);
-        const uint8_t* q = reinterpret_cast<const uint8_t*>(&qv);
-        const uint8_t* h = reinterpret_cast<const uint8_t*>(&hv);
-        const uint8_t u0 = uint8_t(1u << (2 * g)), u1 = uint8_t(2u << (2 * g));
-        const float* xl = x + ib * 256 + g * 64 + l0;
-        const float* xh = xl + 32;
+        const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w}, hw[4] = {hv.x, hv.y, hv.z, hv.w};
+        const float4* xl = reinterpret_cast<const float4*>(x + ib * 256 + g * 64 + l0);
+        const float4* xh = xl + 8;
         float lo = 0, hi = 0, xs_lo = 0, xs_hi = 0;
 #pragma unroll
-        for (int i = 0; i < 16; i++) {
-            lo += float((q[i] & 0xF) + (h[i] & u0 ? 16 : 0)) * xl[i];
-            hi += float((q[i] >> 4) + (h[i] & u1 ? 16 : 0)) * xh[i];
-            xs_lo += xl[i];
-            xs_hi += xh[i];
+        for (int j = 0; j < 4; j++) {
+            const float4 a = xl[j], c = xh[j];
+            const float* af = &a.x;
+            const float* cf = &c.x;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const uint32_t q = (qw[j] >> (8 * k)) & 0xFF, h = (hw[j] >> (8 * k)) & 0xFF;
+                lo += float((q & 0xF) + ((h >> (2 * g)) & 1) * 16) * af[k];
+                hi += float((q >> 4) + ((h >> (2 * g + 1)) & 1) * 16) * cf[k];
+            }
+            xs_lo += (a.x + a.y) + (a.z + a.w);
+            xs_hi += (c.x + c.y) + (c.z + c.w);
         }
         s += d * (sc0 * lo + sc1 * hi) - dmin * (m0 * xs_lo + m1 * xs_hi);
     }
@@ -162,17 +172,22 @@ __device__ float row_dot<GgmlType::Q6_K>(const uint8_t* row, int64_t cols, const
         const int8_t* sc = b->scales + 8 * n + l0 / 16;
         const float* xv = x + ib * 256 + 128 * n;
         float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        // Blocks are 210 bytes, so 2-byte loads are the widest aligned ones.
+        const uint16_t* lo16 = reinterpret_cast<const uint16_t*>(ql + l0);
+        const uint16_t* hi16 = reinterpret_cast<const uint16_t*>(ql + l0 + 32);
+        const uint16_t* h16 = reinterpret_cast<const uint16_t*>(qh + l0);
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const int l = l0 + i;
-            const int q1 = int((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-            const int q2 = int((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-            const int q3 = int((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-            const int q4 = int((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-            a0 += float(q1) * xv[l];
-            a1 += float(q2) * xv[l + 32];
-            a2 += float(q3) * xv[l + 64];
-            a3 += float(q4) * xv[l + 96];
+        for (int i2 = 0; i2 < 4; i2++) {
+            const uint32_t la = lo16[i2], lb = hi16[i2], hh = h16[i2];
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const int l = l0 + 2 * i2 + k;
+                const uint32_t qa = (la >> (8 * k)) & 0xFF, qb = (lb >> (8 * k)) & 0xFF, h = (hh >> (8 * k)) & 0xFF;
+                a0 += float(int((qa & 0xF) | ((h & 3) << 4)) - 32) * xv[l];
+                a1 += float(int((qb & 0xF) | (((h >> 2) & 3) << 4)) - 32) * xv[l + 32];
+                a2 += float(int((qa >> 4) | (((h >> 4) & 3) << 4)) - 32) * xv[l + 64];
+                a3 += float(int((qb >> 4) | (((h >> 6) & 3) << 4)) - 32) * xv[l + 96];
+            }
         }
         s += d * (float(sc[0]) * a0 + float(sc[2]) * a1 + float(sc[4]) * a2 + float(sc[6]) * a3);
     }
@@ -253,8 +268,9 @@ __global__ void rope_neox_kernel(float* x, int head_dim, int n_rot, const float*
 }
 
 // One block a query head; the scores live in shared memory (n_pos floats).
-__global__ void attention_kernel(const float* q, const float* k_cache, const float* v_cache, int n_pos, int n_head,
-                                 int n_kv_head, int head_dim, float scale, float* out) {
+__global__ void attention_kernel(const float* q, const float* k_cache, const float* v_cache, const int32_t* pos,
+                                 int n_head, int n_kv_head, int head_dim, float scale, float* out) {
+    const int n_pos = *pos + 1;
     extern __shared__ float smem[];
     float* qs = smem;               // head_dim
     float* scores = smem + head_dim;  // n_pos
@@ -343,6 +359,14 @@ __global__ void add_kernel(float* x, const float* y, int64_t n) {
     if (i < n) x[i] += y[i];
 }
 
+__global__ void store_kv_kernel(float* k_cache, float* v_cache, const float* k, const float* v, int64_t width,
+                                const int32_t* pos) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= width) return;
+    k_cache[int64_t(*pos) * width + i] = k[i];
+    v_cache[int64_t(*pos) * width + i] = v[i];
+}
+
 unsigned blocks(int64_t n, int per) { return unsigned((n + per - 1) / per); }
 
 }  // namespace
@@ -378,21 +402,31 @@ void rope_neox(float* x, int n_heads, int head_dim, int n_rot, const float* cos_
     launched("rope_neox");
 }
 
-void attention(const float* q, const float* k_cache, const float* v_cache, int n_pos, int n_head, int n_kv_head,
-               int head_dim, float scale, float* out, Stream s) {
-    const size_t smem = size_t(head_dim + n_pos) * sizeof(float);
-    static size_t raised = 48 << 10;
-    if (smem > raised) {
-        if (cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) !=
-            cudaSuccess) {
-            throw std::runtime_error("CUDA attention: " + std::to_string(n_pos) +
-                                     " positions need more shared memory than the device has");
-        }
-        raised = smem;
+static size_t attention_smem = 0;  // dynamic shared memory of every attention launch (prepare_attention)
+
+void prepare_attention(int max_pos, int head_dim) {
+    const size_t smem = size_t(head_dim + max_pos) * sizeof(float);
+    if (smem <= attention_smem) return;
+    if (smem > (48 << 10) &&
+        cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess) {
+        cudaGetLastError();
+        throw std::runtime_error("CUDA attention: a context of " + std::to_string(max_pos) +
+                                 " positions needs more shared memory than the device has");
     }
-    attention_kernel<<<unsigned(n_head), 128, smem, native(s)>>>(q, k_cache, v_cache, n_pos, n_head, n_kv_head,
-                                                                 head_dim, scale, out);
+    attention_smem = smem;
+}
+
+void attention(const float* q, const float* k_cache, const float* v_cache, const int32_t* pos, int n_head,
+               int n_kv_head, int head_dim, float scale, float* out, Stream s) {
+    attention_kernel<<<unsigned(n_head), 128, attention_smem, native(s)>>>(q, k_cache, v_cache, pos, n_head,
+                                                                           n_kv_head, head_dim, scale, out);
     launched("attention");
+}
+
+void store_kv(float* k_cache, float* v_cache, const float* k, const float* v, int64_t width, const int32_t* pos,
+              Stream s) {
+    store_kv_kernel<<<blocks(width, 256), 256, 0, native(s)>>>(k_cache, v_cache, k, v, width, pos);
+    launched("store_kv");
 }
 
 void swiglu(const float* gate, const float* up, int64_t n, float* h, Stream s) {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -121,6 +122,10 @@ public:
     // can page-lock it once and copy experts from it by DMA; none: views
     // may point anywhere (copies then go through the driver's staging).
     virtual std::vector<std::pair<uint8_t*, size_t>> host_memory() const { return {}; }
+    // Set by whoever page-locked host_memory(); the source calls it with
+    // each region's address before freeing it (a stale registration would
+    // otherwise outlive the memory).
+    std::function<void(uint8_t*)> unpin;
 
     // When set, moe_forward records every token's chosen experts here
     // (run --routing-trace, bench routing).

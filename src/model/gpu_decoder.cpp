@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
@@ -39,11 +40,14 @@ private:
 class GpuState : public ModelState {
 public:
     DeviceMemory k_cache, v_cache;  // per layer n_ctx rows of kv_dim floats
-    DeviceMemory x, xb, q, att, proj, router, ids, weights, gate, up, hidden, expert_out, logits, input;
+    DeviceMemory x, xb, q, k, v, att, proj, router, ids, weights, gate, up, hidden, expert_out, logits;
+    DeviceMemory input;           // the token's embedded row, rope angles and position (an int)
+    gpu::Graph graph = nullptr;   // one token's launches, when every expert is in VRAM
     float* host_input = nullptr;  // pinned: the embedded row and the rope angles of one token
     int32_t* host_ids = nullptr;  // pinned: a layer's chosen experts
     uint64_t host_bytes = 0;
     ~GpuState() override {
+        gpu::delete_graph(graph);
         gpu::release_pinned(host_input);
         gpu::release_pinned(host_ids);
     }
@@ -168,7 +172,7 @@ public:
         const int64_t E = cfg.n_embd, V = cfg.n_vocab, X = cfg.n_expert;
         need(f, "token_embd.weight", {E, V}, &token_embd_);
         need(f, "output_norm.weight", {E}, &output_norm_);
-        if (!maybe(f, "output.weight", {E, V}, &output_)) output_ = token_embd_;
+        tied_ = !maybe(f, "output.weight", {E, V}, &output_);
         if (cfg.n_nextn != 0 || cfg.n_expert <= 0 || cfg.n_expert_used <= 0 || cfg.n_ff_exp <= 0 ||
             rope_.n_rot != cfg.head_dim || rope_.ext_factor != 0 || rope_.freq_scale != 1.0f) {
             throw std::runtime_error("the GPU forward covers qwen3moe's plain shape only");
@@ -191,7 +195,7 @@ public:
             const ExpertLayer& e = expert_layers_[size_t(il)];
             for (const ExpertMatrix* m : {&e.gate, &e.up, &e.down}) require(m->type);
         }
-        require(output_.type);
+        require(output().type);
         if (cfg.head_dim != cfg.head_dim_v || cfg.n_head % cfg.n_head_kv != 0) {
             throw std::runtime_error("the GPU forward needs key_length == value_length");
         }
@@ -210,6 +214,8 @@ public:
         st->x = DeviceMemory(E * 4);
         st->xb = DeviceMemory(E * 4);
         st->q = DeviceMemory(size_t(c.q_dim()) * 4);
+        st->k = DeviceMemory(size_t(c.kv_dim()) * 4);
+        st->v = DeviceMemory(size_t(c.kv_dim()) * 4);
         st->att = DeviceMemory(size_t(c.q_dim()) * 4);
         st->proj = DeviceMemory(E * 4);
         st->router = DeviceMemory(size_t(c.n_expert) * 4);
@@ -220,10 +226,11 @@ public:
         st->hidden = DeviceMemory(K * F * 4);
         st->expert_out = DeviceMemory(K * E * 4);
         st->logits = DeviceMemory(size_t(c.n_vocab) * 4);
-        st->input = DeviceMemory((E + size_t(rope_.n_rot)) * 4);
-        st->host_input = static_cast<float*>(gpu::alloc_pinned((E + size_t(rope_.n_rot)) * 4));
+        st->input = DeviceMemory((E + size_t(rope_.n_rot) + 1) * 4);
+        st->host_input = static_cast<float*>(gpu::alloc_pinned((E + size_t(rope_.n_rot) + 1) * 4));
+        gpu::prepare_attention(int(o.n_ctx), c.head_dim);
         st->host_ids = static_cast<int32_t*>(gpu::alloc_pinned(K * 4));
-        st->host_bytes = (E + size_t(rope_.n_rot) + K) * 4;
+        st->host_bytes = (E + size_t(rope_.n_rot) + 1 + K) * 4;
         return st;
     }
 
@@ -231,71 +238,33 @@ public:
                  bool all_logits) const override {
         GpuState& st = static_cast<GpuState&>(state);
         const ModelConfig& c = config_;
-        const int64_t E = c.n_embd, KV = c.kv_dim(), V = c.n_vocab, X = c.n_expert, F = c.n_ff_exp;
-        const int K = c.n_expert_used;
+        const int64_t E = c.n_embd, V = c.n_vocab;
         std::call_once(uploaded_, [&] { upload(experts); });
         experts.start_step(n);
         TimeSplit* time = n == 1 ? &st.decode_time : &st.prefill_time;
         time->calls++;
         const gpu::Stream s = compute_;
-        const float scale = 1.0f / std::sqrt(float(c.head_dim));
-        float* x = st.x.f32();
-        float* xb = st.xb.f32();
         // One token at a time: prefill is a sequence of decode steps here.
         for (int t = 0; t < n; t++) {
-            const int64_t pos = st.n_past;
+            // The token's embedding, rope angles and position in one copy.
             dequantize_row(token_embd_.type, token_embd_.row(tokens[t]), st.host_input, E);
-            rope_angles(rope_, pos, st.host_input + E);
-            gpu::copy_to_device(st.input.data(), st.host_input, size_t(E + rope_.n_rot) * 4, s);
-            gpu::copy_on_device(x, st.input.data(), size_t(E) * 4, s);
-            const float* cos_sin = st.input.f32() + E;
-            for (int il = 0; il < c.n_layer; il++) {
-                const Layer& l = layers_[size_t(il)];
-                const DeviceLayer& d = device_[size_t(il)];
-                PhaseTimer attn_time(time, Phase::Attention, il,
-                                     l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes());
-                float* kc = st.k_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
-                float* vc = st.v_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
-                gpu::rms_norm(x, d.attn_norm, 1, E, c.rms_eps, xb, s);
-                gpu::matvec(l.wq.type, d.wq, c.q_dim(), E, xb, st.q.f32(), s);
-                gpu::matvec(l.wk.type, d.wk, KV, E, xb, kc + pos * KV, s);
-                gpu::matvec(l.wv.type, d.wv, KV, E, xb, vc + pos * KV, s);
-                gpu::rms_norm(st.q.f32(), d.q_norm, c.n_head, c.head_dim, c.rms_eps, st.q.f32(), s);
-                gpu::rms_norm(kc + pos * KV, d.k_norm, c.n_head_kv, c.head_dim, c.rms_eps, kc + pos * KV, s);
-                gpu::rope_neox(st.q.f32(), c.n_head, c.head_dim, rope_.n_rot, cos_sin, s);
-                gpu::rope_neox(kc + pos * KV, c.n_head_kv, c.head_dim, rope_.n_rot, cos_sin, s);
-                gpu::attention(st.q.f32(), kc, vc, int(pos + 1), c.n_head, c.n_head_kv, c.head_dim, scale,
-                               st.att.f32(), s);
-                gpu::matvec(l.wo.type, d.wo, E, c.q_dim(), st.att.f32(), st.proj.f32(), s);
-                gpu::add(x, st.proj.f32(), E, s);
-                attn_time.stop();
-
-                PhaseTimer route_time(time, Phase::Routing, il, l.router.bytes());
-                gpu::rms_norm(x, d.ffn_norm, 1, E, c.rms_eps, xb, s);
-                gpu::matvec(l.router.type, d.router, X, E, xb, st.router.f32(), s);
-                int32_t* ids = reinterpret_cast<int32_t*>(st.ids.data());
-                gpu::route_softmax_topk(st.router.f32(), int(X), K, true, ids, st.weights.f32(), s);
-                route_time.stop();
-
-                const ExpertLayer& el = expert_layers_[size_t(il)];
-                double io_wait = 0;
-                if (!vram_.holds_all()) io_wait = fetch_experts(st, experts, il, K);
-                PhaseTimer ffn_time(nullptr, Phase::ExpertCompute, il);
-                const uint8_t* const* table = vram_.table(il);
-                gpu::matvec_experts(el.gate.type, table, ids, K, 0, F, E, xb, 0, st.gate.f32(), s);
-                gpu::matvec_experts(el.up.type, table, ids, K, VramExperts::up_offset(el), F, E, xb, 0,
-                                    st.up.f32(), s);
-                gpu::swiglu(st.gate.f32(), st.up.f32(), int64_t(K) * F, st.hidden.f32(), s);
-                gpu::matvec_experts(el.down.type, table, ids, K, VramExperts::down_offset(el), E, F,
-                                    st.hidden.f32(), F, st.expert_out.f32(), s);
-                gpu::add_weighted(x, st.expert_out.f32(), st.weights.f32(), K, E, s);
-                time->add(Phase::IoWait, io_wait);
-                time->add(Phase::ExpertCompute, ffn_time.stop(), uint64_t(K) * el.expert_bytes());
+            rope_angles(rope_, st.n_past, st.host_input + E);
+            const int32_t pos = int32_t(st.n_past);
+            memcpy(st.host_input + E + rope_.n_rot, &pos, 4);
+            gpu::copy_to_device(st.input.data(), st.host_input, size_t(E + rope_.n_rot + 1) * 4, s);
+            if (vram_.holds_all() && graphs_) {
+                // Nothing in a token waits for the host: one graph replays it.
+                if (!st.graph) {
+                    gpu::capture_begin(s);
+                    token(st, experts, nullptr);
+                    st.graph = gpu::capture_end(s);
+                }
+                gpu::launch(st.graph, s);
+            } else {
+                token(st, experts, time);
             }
             st.n_past++;
             if (all_logits || t == n - 1) {
-                gpu::rms_norm(x, output_norm_dev_, 1, E, c.rms_eps, xb, s);
-                gpu::matvec(output_.type, output_dev_, V, E, xb, st.logits.f32(), s);
                 gpu::copy_to_host(logits + (all_logits ? int64_t(t) * V : 0), st.logits.data(), size_t(V) * 4, s);
             }
             gpu::sync(s);  // host_input is written again for the next token
@@ -308,6 +277,72 @@ private:
         const uint8_t *wq, *wk, *wv, *wo, *router;
         const float *attn_norm, *q_norm, *k_norm, *ffn_norm;
     };
+
+    // Every launch of one token on the compute stream, from the input copied
+    // to st.input to its logits in st.logits. The host waits only where the
+    // VRAM cache lacks a layer's experts (fetch_experts), and times phases
+    // when `time` is given (their launches, not their execution).
+    void token(GpuState& st, ExpertSource& experts, TimeSplit* time) const {
+        const ModelConfig& c = config_;
+        const int64_t E = c.n_embd, KV = c.kv_dim(), V = c.n_vocab, X = c.n_expert, F = c.n_ff_exp;
+        const int K = c.n_expert_used;
+        const gpu::Stream s = compute_;
+        const float scale = 1.0f / std::sqrt(float(c.head_dim));
+        float* x = st.x.f32();
+        float* xb = st.xb.f32();
+        const float* cos_sin = st.input.f32() + E;
+        const int32_t* pos = reinterpret_cast<const int32_t*>(cos_sin + rope_.n_rot);
+        gpu::copy_on_device(x, st.input.data(), size_t(E) * 4, s);
+        for (int il = 0; il < c.n_layer; il++) {
+            const Layer& l = layers_[size_t(il)];
+            const DeviceLayer& d = device_[size_t(il)];
+            PhaseTimer attn_time(time, Phase::Attention, il,
+                                 time ? l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes() : 0);
+            float* kc = st.k_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
+            float* vc = st.v_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
+            gpu::rms_norm(x, d.attn_norm, 1, E, c.rms_eps, xb, s);
+            gpu::matvec(l.wq.type, d.wq, c.q_dim(), E, xb, st.q.f32(), s);
+            gpu::matvec(l.wk.type, d.wk, KV, E, xb, st.k.f32(), s);
+            gpu::matvec(l.wv.type, d.wv, KV, E, xb, st.v.f32(), s);
+            gpu::rms_norm(st.q.f32(), d.q_norm, c.n_head, c.head_dim, c.rms_eps, st.q.f32(), s);
+            gpu::rms_norm(st.k.f32(), d.k_norm, c.n_head_kv, c.head_dim, c.rms_eps, st.k.f32(), s);
+            gpu::rope_neox(st.q.f32(), c.n_head, c.head_dim, rope_.n_rot, cos_sin, s);
+            gpu::rope_neox(st.k.f32(), c.n_head_kv, c.head_dim, rope_.n_rot, cos_sin, s);
+            gpu::store_kv(kc, vc, st.k.f32(), st.v.f32(), KV, pos, s);
+            gpu::attention(st.q.f32(), kc, vc, pos, c.n_head, c.n_head_kv, c.head_dim, scale, st.att.f32(), s);
+            gpu::matvec(l.wo.type, d.wo, E, c.q_dim(), st.att.f32(), st.proj.f32(), s);
+            gpu::add(x, st.proj.f32(), E, s);
+            attn_time.stop();
+
+            PhaseTimer route_time(time, Phase::Routing, il, time ? l.router.bytes() : 0);
+            gpu::rms_norm(x, d.ffn_norm, 1, E, c.rms_eps, xb, s);
+            gpu::matvec(l.router.type, d.router, X, E, xb, st.router.f32(), s);
+            int32_t* ids = reinterpret_cast<int32_t*>(st.ids.data());
+            gpu::route_softmax_topk(st.router.f32(), int(X), K, true, ids, st.weights.f32(), s);
+            route_time.stop();
+
+            const ExpertLayer& el = expert_layers_[size_t(il)];
+            const double io_wait = vram_.holds_all() ? 0 : fetch_experts(st, experts, il, K);
+            PhaseTimer ffn_time(nullptr, Phase::ExpertCompute, il);
+            const uint8_t* const* table = vram_.table(il);
+            gpu::matvec_experts(el.gate.type, table, ids, K, 0, F, E, xb, 0, st.gate.f32(), s);
+            gpu::matvec_experts(el.up.type, table, ids, K, VramExperts::up_offset(el), F, E, xb, 0, st.up.f32(), s);
+            gpu::swiglu(st.gate.f32(), st.up.f32(), int64_t(K) * F, st.hidden.f32(), s);
+            gpu::matvec_experts(el.down.type, table, ids, K, VramExperts::down_offset(el), E, F, st.hidden.f32(), F,
+                                st.expert_out.f32(), s);
+            gpu::add_weighted(x, st.expert_out.f32(), st.weights.f32(), K, E, s);
+            const double ffn_s = ffn_time.stop();
+            if (time) {
+                time->add(Phase::IoWait, io_wait);
+                time->add(Phase::ExpertCompute, ffn_s, uint64_t(K) * el.expert_bytes());
+            }
+        }
+        gpu::rms_norm(x, output_norm_dev_, 1, E, c.rms_eps, xb, s);
+        gpu::matvec(output().type, output_dev_, V, E, xb, st.logits.f32(), s);
+    }
+
+    // token_embd when the file has no output head (tied); read only after load_resident.
+    const Tensor& output() const { return tied_ ? token_embd_ : output_; }
 
     static void require(GgmlType t) {
         if (!gpu::supports(t)) throw std::runtime_error(std::string("no CUDA kernel for ") + type_name(t) + " weights");
@@ -356,14 +391,14 @@ private:
     // Resident weights to VRAM; the RAM tier's memory page-locked; the
     // expert cache sized, and filled when it holds every expert.
     void upload(ExpertSource& experts) const {
-        size_t total = align256(output_.bytes()) + align256(output_norm_.bytes());
+        size_t total = align256(output().bytes()) + align256(output_norm_.bytes());
         for (const Layer& l : layers_) {
             for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.q_norm, &l.k_norm, &l.ffn_norm,
                                     &l.router})
                 total += align256(t->bytes());
         }
         weights_ = DeviceMemory(total);
-        output_dev_ = to_device(output_);
+        output_dev_ = to_device(output());
         output_norm_dev_ = reinterpret_cast<const float*>(to_device(output_norm_));
         for (const Layer& l : layers_) {
             DeviceLayer d{};
@@ -379,8 +414,9 @@ private:
             device_.push_back(d);
         }
         for (auto [p, bytes] : experts.host_memory()) {
-            if (bytes > 0 && gpu::pin_host(p, bytes)) pinned_.push_back(p);
+            if (bytes > 0 && gpu::pin_host(p, bytes)) pinned_bytes_ += bytes;
         }
+        if (pinned_bytes_ > 0) experts.unpin = [](uint8_t* p) { gpu::unpin_host(p); };
         compute_ = gpu::new_stream();
         copy_ = gpu::new_stream();
         copied_ = gpu::new_event();
@@ -413,8 +449,12 @@ private:
     }
 
     GpuOptions options_;
+    // MOESTREAM_GPU_GRAPHS=0 launches each kernel of a token itself (to
+    // compare); otherwise a fully resident model replays a captured graph.
+    const bool graphs_ = !getenv("MOESTREAM_GPU_GRAPHS") || strcmp(getenv("MOESTREAM_GPU_GRAPHS"), "0") != 0;
     Rope rope_;
     Tensor token_embd_, output_norm_, output_;
+    bool tied_ = false;
     std::vector<Layer> layers_;
     // Made at the first forward call, once load_resident has read the weights.
     mutable std::once_flag uploaded_;
@@ -424,7 +464,7 @@ private:
     mutable const uint8_t* output_dev_ = nullptr;
     mutable const float* output_norm_dev_ = nullptr;
     mutable VramExperts vram_;
-    mutable std::vector<void*> pinned_;
+    mutable uint64_t pinned_bytes_ = 0;  // of the RAM tier, page-locked
     mutable gpu::Stream compute_ = nullptr, copy_ = nullptr;
     mutable gpu::Event copied_ = nullptr;
     mutable uint64_t copied_bytes_ = 0;
@@ -433,18 +473,19 @@ private:
 }  // namespace
 
 std::unique_ptr<Model> open_gpu_model(const GgufFile& file, const GpuOptions& options, std::string* why) {
-    if (!gpu::available(why)) return nullptr;
     const std::string arch = file.require_string("general.architecture");
     if (arch != "qwen3moe") {
         *why = "the GPU forward pass covers qwen3moe only, not " + arch;
         return nullptr;
     }
+    std::unique_ptr<Model> m;
     try {
-        return std::make_unique<GpuQwen3>(file, read_config(file), options);
+        m = std::make_unique<GpuQwen3>(file, read_config(file), options);
     } catch (const std::runtime_error& e) {
         *why = e.what();
         return nullptr;
     }
+    return gpu::available(why) ? std::move(m) : nullptr;
 }
 
 }  // namespace ms

@@ -19,6 +19,8 @@ public:
     RamExperts(const GgufFile& file, const std::vector<ExpertLayer>& layers,
                const std::function<void(uint64_t, uint64_t)>& progress = {});
 
+    ~RamExperts() override;
+
     uint64_t bytes() const { return bytes_; }
 
     int capacity() const override;

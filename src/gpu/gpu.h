@@ -61,7 +61,9 @@ void check_last(const char* what);
 // y[r] = dot(row r of w, x) for r < rows; w is rows rows of `cols` elements
 // of type t, laid out as in the GGUF (row_bytes(t, cols) apart); x and y
 // float32 on the device.
-void matvec(GgmlType t, const void* w, int64_t rows, int64_t cols, const float* x, float* y, Stream s);
+// add: y[r] += the product instead.
+void matvec(GgmlType t, const void* w, int64_t rows, int64_t cols, const float* x, float* y, Stream s,
+            bool add = false);
 
 // The same matrix of n experts at once: expert i's weights are at
 // table[ids[i]] + offset (table: device array of device pointers, one per
@@ -69,6 +71,12 @@ void matvec(GgmlType t, const void* w, int64_t rows, int64_t cols, const float* 
 // output y + i * rows. x_stride 0: every expert reads the same x.
 void matvec_experts(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset, int64_t rows,
                     int64_t cols, const float* x, int64_t x_stride, float* y, Stream s);
+
+// matvec_experts of two matrices of each of n experts in one launch, both
+// reading x: the one at offset into y, the one at offset2 into y + n * rows
+// (an expert's gate and up).
+void matvec_expert_pair(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
+                        size_t offset2, int64_t rows, int64_t cols, const float* x, float* y, Stream s);
 
 // out[r*width + i] = x[r*width + i] / sqrt(mean(x_r^2) + eps) * w[i] over
 // `rows` rows (w may be null); out may alias x.
@@ -89,6 +97,14 @@ void rope_neox(float* x, int n_heads, int head_dim, int n_rot, const float* cos_
 void prepare_attention(int max_pos, int head_dim);
 void attention(const float* q, const float* k_cache, const float* v_cache, const int32_t* pos, int n_head,
                int n_kv_head, int head_dim, float scale, float* out, Stream s);
+
+// Per head: q's n_head heads RMS-normed with q_norm and NeoX-rotated in
+// place; k's n_kv_head heads normed with k_norm and rotated into row *pos of
+// k_cache, v's heads copied into row *pos of v_cache (rows of n_kv_head *
+// head_dim): rms_norm, rope_neox and store_kv in one launch.
+void qk_norm_rope_store(float* q, const float* k, const float* v, const float* q_norm, const float* k_norm,
+                        int n_head, int n_kv_head, int head_dim, int n_rot, float eps, const float* cos_sin,
+                        float* k_cache, float* v_cache, const int32_t* pos, Stream s);
 
 // Row *pos of each cache = k, v (width floats each).
 void store_kv(float* k_cache, float* v_cache, const float* k, const float* v, int64_t width, const int32_t* pos,

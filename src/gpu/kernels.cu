@@ -197,39 +197,51 @@ __device__ float row_dot<GgmlType::Q6_K>(const uint8_t* row, int64_t cols, const
 constexpr int kRowsPerBlock = 4;  // one warp a row
 
 // blockIdx.y: which expert (table != null) or 0.
+// What a matvec launch computes: blockIdx.y picks a matrix (an expert's,
+// through table, when table is set; the second `pair` of them at offset2
+// writing after the first n outputs); y is written, or added to (add).
+struct MatvecArgs {
+    const uint8_t* w0;
+    const uint8_t* const* table;
+    const int32_t* ids;
+    int n;                  // matrices per pair
+    size_t offset, offset2;
+    int64_t rows, cols;
+    size_t row_bytes;
+    const float* x;
+    int64_t x_stride;
+    float* y;
+    bool add;
+};
+
 template <GgmlType T>
-__global__ void matvec_kernel(const uint8_t* w0, const uint8_t* const* table, const int32_t* ids, size_t offset,
-                              int64_t rows, int64_t cols, size_t row_bytes, const float* x, int64_t x_stride,
-                              float* y) {
-    const int e = blockIdx.y;
-    const uint8_t* w = table ? table[ids[e]] + offset : w0;
-    x += e * x_stride;
-    y += e * rows;
+__global__ void matvec_kernel(const MatvecArgs a) {
+    const int e = blockIdx.y % a.n, second = blockIdx.y / a.n;
+    const uint8_t* w = a.table ? a.table[a.ids[e]] + (second ? a.offset2 : a.offset) : a.w0;
+    const float* x = a.x + e * a.x_stride;
+    float* y = a.y + int64_t(blockIdx.y) * a.rows;
     const int lane = threadIdx.x % 32;
     const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
-    if (r >= rows) return;
-    const float s = warp_sum(row_dot<T>(w + r * row_bytes, cols, x, lane));
-    if (lane == 0) y[r] = s;
+    if (r >= a.rows) return;
+    const float s = warp_sum(row_dot<T>(w + r * a.row_bytes, a.cols, x, lane));
+    if (lane == 0) y[r] = a.add ? y[r] + s : s;
 }
 
 template <GgmlType T>
-void launch_matvec(const uint8_t* w0, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
-                   int64_t rows, int64_t cols, const float* x, int64_t x_stride, float* y, cudaStream_t s) {
-    const dim3 grid(unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(n));
-    matvec_kernel<T><<<grid, 32 * kRowsPerBlock, 0, s>>>(w0, table, ids, offset, rows, cols, row_bytes(T, cols), x,
-                                                         x_stride, y);
+void launch_matvec(MatvecArgs a, int n_launch, cudaStream_t s) {
+    a.row_bytes = row_bytes(T, a.cols);
+    const dim3 grid(unsigned((a.rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(n_launch));
+    matvec_kernel<T><<<grid, 32 * kRowsPerBlock, 0, s>>>(a);
 }
 
-void dispatch_matvec(GgmlType t, const uint8_t* w0, const uint8_t* const* table, const int32_t* ids, int n,
-                     size_t offset, int64_t rows, int64_t cols, const float* x, int64_t x_stride, float* y,
-                     cudaStream_t s) {
+void dispatch_matvec(GgmlType t, const MatvecArgs& a, int n_launch, cudaStream_t s) {
     switch (t) {
-        case GgmlType::F32: launch_matvec<GgmlType::F32>(w0, table, ids, n, offset, rows, cols, x, x_stride, y, s); break;
-        case GgmlType::F16: launch_matvec<GgmlType::F16>(w0, table, ids, n, offset, rows, cols, x, x_stride, y, s); break;
-        case GgmlType::Q8_0: launch_matvec<GgmlType::Q8_0>(w0, table, ids, n, offset, rows, cols, x, x_stride, y, s); break;
-        case GgmlType::Q4_K: launch_matvec<GgmlType::Q4_K>(w0, table, ids, n, offset, rows, cols, x, x_stride, y, s); break;
-        case GgmlType::Q5_K: launch_matvec<GgmlType::Q5_K>(w0, table, ids, n, offset, rows, cols, x, x_stride, y, s); break;
-        case GgmlType::Q6_K: launch_matvec<GgmlType::Q6_K>(w0, table, ids, n, offset, rows, cols, x, x_stride, y, s); break;
+        case GgmlType::F32: launch_matvec<GgmlType::F32>(a, n_launch, s); break;
+        case GgmlType::F16: launch_matvec<GgmlType::F16>(a, n_launch, s); break;
+        case GgmlType::Q8_0: launch_matvec<GgmlType::Q8_0>(a, n_launch, s); break;
+        case GgmlType::Q4_K: launch_matvec<GgmlType::Q4_K>(a, n_launch, s); break;
+        case GgmlType::Q5_K: launch_matvec<GgmlType::Q5_K>(a, n_launch, s); break;
+        case GgmlType::Q6_K: launch_matvec<GgmlType::Q6_K>(a, n_launch, s); break;
         default: throw std::runtime_error(std::string("CUDA matvec: no kernel for ") + type_name(t));
     }
     launched("matvec");
@@ -314,27 +326,85 @@ __global__ void attention_kernel(const float* q, const float* k_cache, const flo
     }
 }
 
+// One block a head: blocks [0, n_head) are q heads (normed and rotated in
+// place), the next n_kv_head k heads (normed, rotated, written with their v
+// head to cache row *pos). Per-head sums of squares in double, as
+// rms_norm_kernel.
+__global__ void qk_norm_rope_store_kernel(float* q, const float* k, const float* v, const float* q_norm,
+                                          const float* k_norm, int n_head, int head_dim, int n_rot, float eps,
+                                          const float* cos_sin, float* k_cache, float* v_cache, int64_t kv_width,
+                                          const int32_t* pos) {
+    __shared__ float h[512];
+    __shared__ double part[32];
+    const bool is_q = int(blockIdx.x) < n_head;
+    const int head = is_q ? blockIdx.x : blockIdx.x - n_head;
+    const float* src = is_q ? q + int64_t(head) * head_dim : k + int64_t(head) * head_dim;
+    const float* w = is_q ? q_norm : k_norm;
+    double sum = 0;
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+        h[i] = src[i];
+        sum += double(h[i] * h[i]);
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = sum;
+    __syncthreads();
+    double total = 0;
+    for (int i = 0; i < int(blockDim.x / 32); i++) total += part[i];
+    const float scale = 1.0f / sqrtf(float(total / double(head_dim)) + eps);
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) h[i] = (h[i] * scale) * w[i];
+    __syncthreads();
+    const int half = n_rot / 2;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const float c = cos_sin[2 * i], sn = cos_sin[2 * i + 1];
+        const float a = h[i], b = h[i + half];
+        h[i] = a * c - b * sn;
+        h[i + half] = a * sn + b * c;
+    }
+    __syncthreads();
+    float* dst = is_q ? q + int64_t(head) * head_dim : k_cache + int64_t(*pos) * kv_width + int64_t(head) * head_dim;
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) dst[i] = h[i];
+    if (!is_q) {
+        float* vd = v_cache + int64_t(*pos) * kv_width + int64_t(head) * head_dim;
+        for (int i = threadIdx.x; i < head_dim; i += blockDim.x) vd[i] = v[int64_t(head) * head_dim + i];
+    }
+}
+
 __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float* h) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i < n) h[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
-// One thread: selection on the logits (the lower id first on a tie), the
-// chosen probabilities from a softmax over all, as model/moe.cpp does.
+// One warp: k rounds of a warp-wide argmax over the logits (the lower id
+// on a tie), then the chosen probabilities from a softmax over all, as
+// model/moe.cpp does (its sum in double, in id order by lane strides here).
 __global__ void route_kernel(const float* l, int n_expert, int k, bool renorm, int32_t* ids, float* weights) {
-    uint32_t taken[32] = {};
+    __shared__ uint32_t taken[32];
+    const int lane = threadIdx.x;
+    taken[lane] = 0;
+    __syncwarp();
     for (int r = 0; r < k; r++) {
-        int best = -1;
-        for (int e = 0; e < n_expert; e++) {
+        float best = -INFINITY;
+        int arg = n_expert;
+        for (int e = lane; e < n_expert; e += 32) {
             if (taken[e / 32] & (1u << (e % 32))) continue;
-            if (best < 0 || l[e] > l[best]) best = e;
+            if (arg == n_expert || l[e] > best) best = l[e], arg = e;
         }
-        taken[best / 32] |= 1u << (best % 32);
-        ids[r] = best;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            const int oa = __shfl_xor_sync(0xffffffffu, arg, o);
+            if (oa < n_expert && (arg == n_expert || ob > best || (ob == best && oa < arg))) best = ob, arg = oa;
+        }
+        if (lane == 0) {
+            taken[arg / 32] |= 1u << (arg % 32);
+            ids[r] = arg;
+        }
+        __syncwarp();
     }
     const float mx = l[ids[0]];
     double sum = 0;
-    for (int e = 0; e < n_expert; e++) sum += double(expf(l[e] - mx));
+    for (int e = lane; e < n_expert; e += 32) sum += double(expf(l[e] - mx));
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane != 0) return;
     const float inv = float(1.0 / sum);
     float wsum = 0;
     for (int r = 0; r < k; r++) {
@@ -383,13 +453,19 @@ bool supports(GgmlType t) {
     }
 }
 
-void matvec(GgmlType t, const void* w, int64_t rows, int64_t cols, const float* x, float* y, Stream s) {
-    dispatch_matvec(t, static_cast<const uint8_t*>(w), nullptr, nullptr, 1, 0, rows, cols, x, 0, y, native(s));
+void matvec(GgmlType t, const void* w, int64_t rows, int64_t cols, const float* x, float* y, Stream s, bool add) {
+    dispatch_matvec(t, {static_cast<const uint8_t*>(w), nullptr, nullptr, 1, 0, 0, rows, cols, 0, x, 0, y, add}, 1,
+                    native(s));
 }
 
 void matvec_experts(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset, int64_t rows,
                     int64_t cols, const float* x, int64_t x_stride, float* y, Stream s) {
-    dispatch_matvec(t, nullptr, table, ids, n, offset, rows, cols, x, x_stride, y, native(s));
+    dispatch_matvec(t, {nullptr, table, ids, n, offset, 0, rows, cols, 0, x, x_stride, y, false}, n, native(s));
+}
+
+void matvec_expert_pair(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
+                        size_t offset2, int64_t rows, int64_t cols, const float* x, float* y, Stream s) {
+    dispatch_matvec(t, {nullptr, table, ids, n, offset, offset2, rows, cols, 0, x, 0, y, false}, 2 * n, native(s));
 }
 
 void rms_norm(const float* x, const float* w, int64_t rows, int64_t width, float eps, float* out, Stream s) {
@@ -429,6 +505,16 @@ void store_kv(float* k_cache, float* v_cache, const float* k, const float* v, in
     launched("store_kv");
 }
 
+void qk_norm_rope_store(float* q, const float* k, const float* v, const float* q_norm, const float* k_norm,
+                        int n_head, int n_kv_head, int head_dim, int n_rot, float eps, const float* cos_sin,
+                        float* k_cache, float* v_cache, const int32_t* pos, Stream s) {
+    if (head_dim > 512) throw std::runtime_error("CUDA qk_norm_rope_store: head_dim > 512");
+    qk_norm_rope_store_kernel<<<unsigned(n_head + n_kv_head), 128, 0, native(s)>>>(
+        q, k, v, q_norm, k_norm, n_head, head_dim, n_rot, eps, cos_sin, k_cache, v_cache,
+        int64_t(n_kv_head) * head_dim, pos);
+    launched("qk_norm_rope_store");
+}
+
 void swiglu(const float* gate, const float* up, int64_t n, float* h, Stream s) {
     swiglu_kernel<<<blocks(n, 256), 256, 0, native(s)>>>(gate, up, n, h);
     launched("swiglu");
@@ -437,7 +523,7 @@ void swiglu(const float* gate, const float* up, int64_t n, float* h, Stream s) {
 void route_softmax_topk(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights,
                         Stream s) {
     if (k > 32 || n_expert > 1024 || k > n_expert) throw std::runtime_error("CUDA routing: k <= 32, n_expert <= 1024");
-    route_kernel<<<1, 1, 0, native(s)>>>(logits, n_expert, k, renorm, ids, weights);
+    route_kernel<<<1, 32, 0, native(s)>>>(logits, n_expert, k, renorm, ids, weights);
     launched("route_softmax_topk");
 }
 

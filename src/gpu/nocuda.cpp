@@ -40,7 +40,15 @@ void copy_to_host(void*, const void*, size_t, Stream) { absent(); }
 void copy_on_device(void*, const void*, size_t, Stream) { absent(); }
 void fill(void*, int, size_t, Stream) { absent(); }
 void check_last(const char*) { absent(); }
-void matvec(GgmlType, const void*, int64_t, int64_t, const float*, float*, Stream) { absent(); }
+void matvec(GgmlType, const void*, int64_t, int64_t, const float*, float*, Stream, bool) { absent(); }
+void matvec_expert_pair(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, size_t, int64_t, int64_t,
+                        const float*, float*, Stream) {
+    absent();
+}
+void qk_norm_rope_store(float*, const float*, const float*, const float*, const float*, int, int, int, int, float,
+                        const float*, float*, float*, const int32_t*, Stream) {
+    absent();
+}
 void matvec_experts(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, int64_t, int64_t, const float*,
                     int64_t, float*, Stream) {
     absent();

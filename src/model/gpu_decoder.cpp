@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -40,7 +41,7 @@ private:
 class GpuState : public ModelState {
 public:
     DeviceMemory k_cache, v_cache;  // per layer n_ctx rows of kv_dim floats
-    DeviceMemory x, xb, q, k, v, att, proj, router, ids, weights, gate, up, hidden, expert_out, logits;
+    DeviceMemory x, xb, q, k, v, att, router, ids, weights, gate, hidden, expert_out, logits;  // gate: gate | up
     DeviceMemory input;           // the token's embedded row, rope angles and position (an int)
     gpu::Graph graph = nullptr;   // one token's launches, when every expert is in VRAM
     float* host_input = nullptr;  // pinned: the embedded row and the rope angles of one token
@@ -201,6 +202,23 @@ public:
         }
     }
 
+    // The VRAM tier's account, on stderr: what the run report does not hold yet.
+    ~GpuQwen3() override {
+        if (tokens_ == 0) return;
+        const double gib = double(vram_.slot_bytes()) * vram_.n_slots() / double(1 << 30);
+        if (vram_.holds_all()) {
+            fprintf(stderr, "gpu: every expert in VRAM (%d slots, %.2f GiB)%s; RAM tier page-locked: %.2f GiB\n",
+                    vram_.n_slots(), gib, graphs_ ? ", a CUDA graph a token" : "", pinned_bytes_ / double(1 << 30));
+            return;
+        }
+        fprintf(stderr,
+                "gpu: VRAM expert cache %d slots (%.2f GiB): %llu hits, %llu misses (hit rate %.1f%%), %.2f GB "
+                "copied host to device, %.1f MB a token over %llu tokens; RAM tier page-locked: %.2f GiB\n",
+                vram_.n_slots(), gib, (unsigned long long)hits_, (unsigned long long)misses_,
+                100.0 * double(hits_) / double(std::max<uint64_t>(1, hits_ + misses_)), copied_bytes_ / 1e9,
+                copied_bytes_ / 1e6 / double(tokens_), (unsigned long long)tokens_, pinned_bytes_ / double(1 << 30));
+    }
+
     std::unique_ptr<ModelState> new_state(const StateOptions& o) const override {
         const ModelConfig& c = config_;
         check_state_options(o);
@@ -217,12 +235,10 @@ public:
         st->k = DeviceMemory(size_t(c.kv_dim()) * 4);
         st->v = DeviceMemory(size_t(c.kv_dim()) * 4);
         st->att = DeviceMemory(size_t(c.q_dim()) * 4);
-        st->proj = DeviceMemory(E * 4);
         st->router = DeviceMemory(size_t(c.n_expert) * 4);
         st->ids = DeviceMemory(K * 4);
         st->weights = DeviceMemory(K * 4);
-        st->gate = DeviceMemory(K * F * 4);
-        st->up = DeviceMemory(K * F * 4);
+        st->gate = DeviceMemory(2 * K * F * 4);
         st->hidden = DeviceMemory(K * F * 4);
         st->expert_out = DeviceMemory(K * E * 4);
         st->logits = DeviceMemory(size_t(c.n_vocab) * 4);
@@ -264,6 +280,7 @@ public:
                 token(st, experts, time);
             }
             st.n_past++;
+            tokens_++;
             if (all_logits || t == n - 1) {
                 gpu::copy_to_host(logits + (all_logits ? int64_t(t) * V : 0), st.logits.data(), size_t(V) * 4, s);
             }
@@ -304,14 +321,10 @@ private:
             gpu::matvec(l.wq.type, d.wq, c.q_dim(), E, xb, st.q.f32(), s);
             gpu::matvec(l.wk.type, d.wk, KV, E, xb, st.k.f32(), s);
             gpu::matvec(l.wv.type, d.wv, KV, E, xb, st.v.f32(), s);
-            gpu::rms_norm(st.q.f32(), d.q_norm, c.n_head, c.head_dim, c.rms_eps, st.q.f32(), s);
-            gpu::rms_norm(st.k.f32(), d.k_norm, c.n_head_kv, c.head_dim, c.rms_eps, st.k.f32(), s);
-            gpu::rope_neox(st.q.f32(), c.n_head, c.head_dim, rope_.n_rot, cos_sin, s);
-            gpu::rope_neox(st.k.f32(), c.n_head_kv, c.head_dim, rope_.n_rot, cos_sin, s);
-            gpu::store_kv(kc, vc, st.k.f32(), st.v.f32(), KV, pos, s);
+            gpu::qk_norm_rope_store(st.q.f32(), st.k.f32(), st.v.f32(), d.q_norm, d.k_norm, c.n_head, c.n_head_kv,
+                                    c.head_dim, rope_.n_rot, c.rms_eps, cos_sin, kc, vc, pos, s);
             gpu::attention(st.q.f32(), kc, vc, pos, c.n_head, c.n_head_kv, c.head_dim, scale, st.att.f32(), s);
-            gpu::matvec(l.wo.type, d.wo, E, c.q_dim(), st.att.f32(), st.proj.f32(), s);
-            gpu::add(x, st.proj.f32(), E, s);
+            gpu::matvec(l.wo.type, d.wo, E, c.q_dim(), st.att.f32(), x, s, true);  // the residual add too
             attn_time.stop();
 
             PhaseTimer route_time(time, Phase::Routing, il, time ? l.router.bytes() : 0);
@@ -325,9 +338,15 @@ private:
             const double io_wait = vram_.holds_all() ? 0 : fetch_experts(st, experts, il, K);
             PhaseTimer ffn_time(nullptr, Phase::ExpertCompute, il);
             const uint8_t* const* table = vram_.table(il);
-            gpu::matvec_experts(el.gate.type, table, ids, K, 0, F, E, xb, 0, st.gate.f32(), s);
-            gpu::matvec_experts(el.up.type, table, ids, K, VramExperts::up_offset(el), F, E, xb, 0, st.up.f32(), s);
-            gpu::swiglu(st.gate.f32(), st.up.f32(), int64_t(K) * F, st.hidden.f32(), s);
+            float* gate = st.gate.f32();
+            float* up = gate + int64_t(K) * F;
+            if (el.gate.type == el.up.type) {
+                gpu::matvec_expert_pair(el.gate.type, table, ids, K, 0, VramExperts::up_offset(el), F, E, xb, gate, s);
+            } else {
+                gpu::matvec_experts(el.gate.type, table, ids, K, 0, F, E, xb, 0, gate, s);
+                gpu::matvec_experts(el.up.type, table, ids, K, VramExperts::up_offset(el), F, E, xb, 0, up, s);
+            }
+            gpu::swiglu(gate, up, int64_t(K) * F, st.hidden.f32(), s);
             gpu::matvec_experts(el.down.type, table, ids, K, VramExperts::down_offset(el), E, F, st.hidden.f32(), F,
                                 st.expert_out.f32(), s);
             gpu::add_weighted(x, st.expert_out.f32(), st.weights.f32(), K, E, s);
@@ -361,6 +380,8 @@ private:
         for (int r = 0; r < K; r++) {
             if (vram_.find(il, st.host_ids[r]) < 0) miss[n_miss++] = st.host_ids[r];
         }
+        hits_ += uint64_t(K - n_miss);
+        misses_ += uint64_t(n_miss);
         if (n_miss == 0) return 0;
         const ExpertLayer& el = expert_layers_[size_t(il)];
         experts.acquire(il, miss, n_miss);
@@ -467,7 +488,7 @@ private:
     mutable uint64_t pinned_bytes_ = 0;  // of the RAM tier, page-locked
     mutable gpu::Stream compute_ = nullptr, copy_ = nullptr;
     mutable gpu::Event copied_ = nullptr;
-    mutable uint64_t copied_bytes_ = 0;
+    mutable uint64_t copied_bytes_ = 0, hits_ = 0, misses_ = 0, tokens_ = 0;
 };
 
 }  // namespace

@@ -152,7 +152,17 @@ TEST_P(Matvec, ExpertsThroughSlotTable) {
     DeviceBuffer dtable(table), dids(ids), dx(x), dy(ids.size() * size_t(rows) * 4);
     gpu::matvec_experts(t, static_cast<const uint8_t* const*>(dtable.p), static_cast<const int32_t*>(dids.p),
                         int(ids.size()), offset, rows, cols, dx.f(), cols, dy.f(), nullptr);
-    const std::vector<float> y = dy.get<float>();
+    std::vector<float> y = dy.get<float>();
+    // The pair form: the same matrices at offset and, again, at offset (as
+    // gate and up), each written after the other.
+    DeviceBuffer dx1(randoms(size_t(cols), 10)), dy2(2 * ids.size() * size_t(rows) * 4);
+    gpu::matvec_experts(t, static_cast<const uint8_t* const*>(dtable.p), static_cast<const int32_t*>(dids.p),
+                        int(ids.size()), offset, rows, cols, dx1.f(), 0, dy.f(), nullptr);
+    gpu::matvec_expert_pair(t, static_cast<const uint8_t* const*>(dtable.p), static_cast<const int32_t*>(dids.p),
+                            int(ids.size()), offset, offset, rows, cols, dx1.f(), dy2.f(), nullptr);
+    const std::vector<float> one = dy.get<float>(), two = dy2.get<float>();
+    EXPECT_EQ(std::vector<float>(two.begin(), two.begin() + long(one.size())), one);
+    EXPECT_EQ(std::vector<float>(two.begin() + long(one.size()), two.end()), one);
     for (size_t i = 0; i < ids.size(); i++) {
         const int slot = n_slot - 1 - ids[i];
         const std::vector<double> ref = reference_matvec(t, mats[size_t(slot)], rows, cols, x.data() + i * cols);
@@ -195,6 +205,30 @@ TEST(Kernels, RopeNeoxMatchesOps) {
         rope_apply(rope, cs.data(), x.data(), heads, head_dim);
         EXPECT_LT(rel_err(got, std::vector<double>(x.begin(), x.end())), 1e-6) << "pos " << pos;
     }
+}
+
+TEST(Kernels, QkNormRopeStoreMatchesOps) {
+    SKIP_WITHOUT_GPU();
+    const int n_head = 8, n_kv = 2, hd = 128, pos = 5;
+    const Rope rope{hd, 1e6f, true};
+    std::vector<float> q = randoms(size_t(n_head * hd), 1, 2.0f), k = randoms(size_t(n_kv * hd), 2, 2.0f),
+                       v = randoms(size_t(n_kv * hd), 3), qn = randoms(size_t(hd), 4), kn = randoms(size_t(hd), 5),
+                       cs(hd);
+    rope_angles(rope, pos, cs.data());
+    DeviceBuffer dq(q), dk(k), dv(v), dqn(qn), dkn(kn), dcs(cs), dpos(std::vector<int32_t>{pos}),
+        kc(size_t((pos + 1) * n_kv * hd) * 4), vc(size_t((pos + 1) * n_kv * hd) * 4);
+    gpu::qk_norm_rope_store(dq.f(), dk.f(), dv.f(), dqn.f(), dkn.f(), n_head, n_kv, hd, hd, 1e-6f, dcs.f(), kc.f(),
+                            vc.f(), static_cast<const int32_t*>(dpos.p), nullptr);
+    for (int h = 0; h < n_head; h++) rms_norm(q.data() + h * hd, qn.data(), hd, 1e-6f, q.data() + h * hd);
+    for (int h = 0; h < n_kv; h++) rms_norm(k.data() + h * hd, kn.data(), hd, 1e-6f, k.data() + h * hd);
+    rope_apply(rope, cs.data(), q.data(), n_head, hd);
+    rope_apply(rope, cs.data(), k.data(), n_kv, hd);
+    EXPECT_LT(rel_err(dq.get<float>(), std::vector<double>(q.begin(), q.end())), 1e-6);
+    const std::vector<float> krow = kc.get<float>(), vrow = vc.get<float>();
+    const size_t at = size_t(pos * n_kv * hd);
+    EXPECT_LT(rel_err(std::vector<float>(krow.begin() + long(at), krow.end()), std::vector<double>(k.begin(), k.end())),
+              1e-6);
+    EXPECT_EQ(std::vector<float>(vrow.begin() + long(at), vrow.end()), v);
 }
 
 TEST(Kernels, AttentionMatchesDoubleReference) {

@@ -82,11 +82,6 @@ void matvec_expert_pair(GgmlType t, const uint8_t* const* table, const int32_t* 
 // `rows` rows (w may be null); out may alias x.
 void rms_norm(const float* x, const float* w, int64_t rows, int64_t width, float eps, float* out, Stream s);
 
-// NeoX RoPE (pairs i, i + n_rot/2) of the first n_rot dimensions of each of
-// n_heads heads (head_dim apart) of x, by cos_sin (n_rot/2 pairs of cos, sin
-// as rope_angles writes them, on the device).
-void rope_neox(float* x, int n_heads, int head_dim, int n_rot, const float* cos_sin, Stream s);
-
 // Decode attention of the token at position *pos (an int on the device, so
 // a captured graph serves every position): for each of n_head query heads
 // (head_dim apart in q), softmax(q . k_p * scale) over positions p <= *pos of
@@ -101,14 +96,10 @@ void attention(const float* q, const float* k_cache, const float* v_cache, const
 // Per head: q's n_head heads RMS-normed with q_norm and NeoX-rotated in
 // place; k's n_kv_head heads normed with k_norm and rotated into row *pos of
 // k_cache, v's heads copied into row *pos of v_cache (rows of n_kv_head *
-// head_dim): rms_norm, rope_neox and store_kv in one launch.
+// head_dim): the norms, NeoX RoPE and the cache write in one launch.
 void qk_norm_rope_store(float* q, const float* k, const float* v, const float* q_norm, const float* k_norm,
                         int n_head, int n_kv_head, int head_dim, int n_rot, float eps, const float* cos_sin,
                         float* k_cache, float* v_cache, const int32_t* pos, Stream s);
-
-// Row *pos of each cache = k, v (width floats each).
-void store_kv(float* k_cache, float* v_cache, const float* k, const float* v, int64_t width, const int32_t* pos,
-              Stream s);
 
 // A CUDA graph: the launches issued on a stream between capture_begin and
 // capture_end, replayed by launch() with one call.
@@ -129,9 +120,6 @@ void route_softmax_topk(const float* logits, int n_expert, int k, bool renorm, i
 
 // x[i] += sum over r < k, in order, of weights[r] * y[r * n + i].
 void add_weighted(float* x, const float* y, const float* weights, int k, int64_t n, Stream s);
-
-// x[i] += y[i].
-void add(float* x, const float* y, int64_t n, Stream s);
 
 // Copy and kernel rates (GB/s, medians of `reps` timed repetitions after a
 // warm-up) over buffers of `bytes`: device to device (bytes read plus bytes

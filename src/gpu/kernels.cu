@@ -268,18 +268,6 @@ __global__ void rms_norm_kernel(const float* x, const float* w, int64_t width, f
     for (int64_t i = threadIdx.x; i < width; i += blockDim.x) out[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
 }
 
-__global__ void rope_neox_kernel(float* x, int head_dim, int n_rot, const float* cos_sin) {
-    const int h = blockIdx.x, half = n_rot / 2;
-    float* xh = x + int64_t(h) * head_dim;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
-        const float a = xh[i], b = xh[i + half];
-        xh[i] = a * c - b * s;
-        xh[i + half] = a * s + b * c;
-    }
-}
-
-// One block a query head; the scores live in shared memory (n_pos floats).
 __global__ void attention_kernel(const float* q, const float* k_cache, const float* v_cache, const int32_t* pos,
                                  int n_head, int n_kv_head, int head_dim, float scale, float* out) {
     const int n_pos = *pos + 1;
@@ -424,19 +412,6 @@ __global__ void add_weighted_kernel(float* x, const float* y, const float* weigh
     x[i] += acc;
 }
 
-__global__ void add_kernel(float* x, const float* y, int64_t n) {
-    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i < n) x[i] += y[i];
-}
-
-__global__ void store_kv_kernel(float* k_cache, float* v_cache, const float* k, const float* v, int64_t width,
-                                const int32_t* pos) {
-    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= width) return;
-    k_cache[int64_t(*pos) * width + i] = k[i];
-    v_cache[int64_t(*pos) * width + i] = v[i];
-}
-
 unsigned blocks(int64_t n, int per) { return unsigned((n + per - 1) / per); }
 
 }  // namespace
@@ -473,11 +448,6 @@ void rms_norm(const float* x, const float* w, int64_t rows, int64_t width, float
     launched("rms_norm");
 }
 
-void rope_neox(float* x, int n_heads, int head_dim, int n_rot, const float* cos_sin, Stream s) {
-    rope_neox_kernel<<<unsigned(n_heads), 64, 0, native(s)>>>(x, head_dim, n_rot, cos_sin);
-    launched("rope_neox");
-}
-
 static size_t attention_smem = 0;  // dynamic shared memory of every attention launch (prepare_attention)
 
 void prepare_attention(int max_pos, int head_dim) {
@@ -497,12 +467,6 @@ void attention(const float* q, const float* k_cache, const float* v_cache, const
     attention_kernel<<<unsigned(n_head), 128, attention_smem, native(s)>>>(q, k_cache, v_cache, pos, n_head,
                                                                            n_kv_head, head_dim, scale, out);
     launched("attention");
-}
-
-void store_kv(float* k_cache, float* v_cache, const float* k, const float* v, int64_t width, const int32_t* pos,
-              Stream s) {
-    store_kv_kernel<<<blocks(width, 256), 256, 0, native(s)>>>(k_cache, v_cache, k, v, width, pos);
-    launched("store_kv");
 }
 
 void qk_norm_rope_store(float* q, const float* k, const float* v, const float* q_norm, const float* k_norm,
@@ -530,11 +494,6 @@ void route_softmax_topk(const float* logits, int n_expert, int k, bool renorm, i
 void add_weighted(float* x, const float* y, const float* weights, int k, int64_t n, Stream s) {
     add_weighted_kernel<<<blocks(n, 256), 256, 0, native(s)>>>(x, y, weights, k, n);
     launched("add_weighted");
-}
-
-void add(float* x, const float* y, int64_t n, Stream s) {
-    add_kernel<<<blocks(n, 256), 256, 0, native(s)>>>(x, y, n);
-    launched("add");
 }
 
 }  // namespace ms::gpu

@@ -54,12 +54,10 @@ void matvec_experts(GgmlType, const uint8_t* const*, const int32_t*, int, size_t
     absent();
 }
 void rms_norm(const float*, const float*, int64_t, int64_t, float, float*, Stream) { absent(); }
-void rope_neox(float*, int, int, int, const float*, Stream) { absent(); }
 void prepare_attention(int, int) { absent(); }
 void attention(const float*, const float*, const float*, const int32_t*, int, int, int, float, float*, Stream) {
     absent();
 }
-void store_kv(float*, float*, const float*, const float*, int64_t, const int32_t*, Stream) { absent(); }
 void capture_begin(Stream) { absent(); }
 Graph capture_end(Stream) { absent(); }
 void launch(Graph, Stream) { absent(); }
@@ -67,7 +65,6 @@ void delete_graph(Graph) {}
 void swiglu(const float*, const float*, int64_t, float*, Stream) { absent(); }
 void route_softmax_topk(const float*, int, int, bool, int32_t*, float*, Stream) { absent(); }
 void add_weighted(float*, const float*, const float*, int, int64_t, Stream) { absent(); }
-void add(float*, const float*, int64_t, Stream) { absent(); }
 Rates measure_rates(size_t, int) { absent(); }
 
 }  // namespace ms::gpu

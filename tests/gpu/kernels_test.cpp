@@ -192,21 +192,6 @@ TEST(Kernels, RmsNormMatchesOps) {
     EXPECT_LT(rel_err(got, ref), 1e-6);
 }
 
-TEST(Kernels, RopeNeoxMatchesOps) {
-    SKIP_WITHOUT_GPU();
-    const int heads = 6, head_dim = 128;
-    const Rope rope{head_dim, 1e6f, true};
-    for (int64_t pos : {0, 7, 3000}) {
-        std::vector<float> x = randoms(size_t(heads * head_dim), uint32_t(pos + 3)), cs(head_dim);
-        rope_angles(rope, pos, cs.data());
-        DeviceBuffer dx(x), dcs(cs);
-        gpu::rope_neox(dx.f(), heads, head_dim, head_dim, dcs.f(), nullptr);
-        const std::vector<float> got = dx.get<float>();
-        rope_apply(rope, cs.data(), x.data(), heads, head_dim);
-        EXPECT_LT(rel_err(got, std::vector<double>(x.begin(), x.end())), 1e-6) << "pos " << pos;
-    }
-}
-
 TEST(Kernels, QkNormRopeStoreMatchesOps) {
     SKIP_WITHOUT_GPU();
     const int n_head = 8, n_kv = 2, hd = 128, pos = 5;

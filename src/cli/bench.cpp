@@ -27,6 +27,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/session_flags.h"
+#include "gpu/gpu.h"
 #include "json/json.h"
 #include "telemetry/routing_trace.h"
 #include "telemetry/system.h"
@@ -86,13 +87,14 @@ struct StepProgress {
 };
 
 const char* kBenchUsage =
-    "usage: moestream bench <ssd|cache|gemm|model|protocol|routing> [options]   (moestream bench <name> --help)\n\n"
+    "usage: moestream bench <ssd|cache|gemm|gpu|model|protocol|routing> [options]   (moestream bench <name> --help)\n\n"
     "  ssd       uncached drive study: read patterns of expert streaming, threads and io_uring depths,\n"
     "            every byte verified through /proc/diskstats\n"
     "  cache     warm page-cache pread study: threads x split fan-out over experts\n"
     "  gemm      compute ceiling of our kernels, and a sustained run for thermal sag\n"
     "  model     llama-bench compatible prompt/generation benchmark of `moestream run`\n"
     "  protocol  community benchmark protocol: warm-up, short/medium/long cases, device autopsy\n"
+    "  gpu       the CUDA device's bounds: memory and host-device copy rates, matvec kernel rates\n"
     "  routing   a model's routing on a text (spread, popularity, reuse) and the hit rate a cache of each\n"
     "            size would reach under LRU, LFU and Belady's optimum\n";
 
@@ -244,6 +246,50 @@ int bench_cache(int argc, char** argv) {
     return 0;
 }
 
+
+// The CUDA device's bounds: device-memory and host-device copy rates, and
+// the weight bytes per second our matvec kernels read.
+int bench_gpu(int argc, char** argv) {
+    uint64_t size = uint64_t(1) << 30;
+    int reps = 20;
+    std::string json;
+    Args a("moestream bench gpu [options]",
+           "Measures the CUDA device's bounds: device-to-device copy (bytes read + written), host-to-device "
+           "copy from pinned and pageable memory, device-to-host into pinned memory, and the weight GB/s of "
+           "moestream's matrix-vector kernels per weight type; each the median of --reps timed runs.");
+    a.size_option("--size", &size, "SIZE", "bytes per buffer");
+    a.option("--reps", &reps, "N", "timed repetitions");
+    a.option("--json", &json, "FILE", "also write the figures as JSON to FILE");
+    if (!a.parse(argc, argv, 3)) return 0;
+    std::string why;
+    if (!gpu::available(&why)) {
+        fprintf(stderr, "bench gpu: %s\n", why.c_str());
+        return 1;
+    }
+    const gpu::Rates r = gpu::measure_rates(size_t(size), reps);
+    Json j = Json::object();
+    j["device"] = gpu::describe();
+    j["bytes"] = size;
+    j["reps"] = reps;
+    j["device_copy_gbs"] = r.device_copy;
+    j["h2d_pinned_gbs"] = r.h2d_pinned;
+    j["h2d_pageable_gbs"] = r.h2d_pageable;
+    j["d2h_pinned_gbs"] = r.d2h_pinned;
+    Json mv = Json::object();
+    printf("device %s\n", gpu::describe().c_str());
+    printf("device copy   %8.1f GB/s (read + write)\nh2d pinned    %8.1f GB/s\nh2d pageable  %8.1f GB/s\n"
+           "d2h pinned    %8.1f GB/s\n",
+           r.device_copy, r.h2d_pinned, r.h2d_pageable, r.d2h_pinned);
+    for (auto [t, g] : r.matvec) {
+        printf("matvec %-6s %8.1f GB/s of weights\n", type_name(t), g);
+        mv[type_name(t)] = g;
+    }
+    j["matvec_weight_gbs"] = mv;
+    if (!json.empty()) {
+        std::ofstream(json) << j.dump(2) << "\n";
+    }
+    return 0;
+}
 
 int bench_gemm(int argc, char** argv) {
     GemmOptions o;
@@ -602,6 +648,7 @@ int cmd_bench(int argc, char** argv) {
     if (which == "model") return bench_model(argc, argv);
     if (which == "protocol") return bench_protocol(argc, argv);
     if (which == "routing") return bench_routing(argc, argv);
+    if (which == "gpu") return bench_gpu(argc, argv);
     fprintf(stderr, "moestream bench: unknown benchmark '%s'\n%s", which.c_str(), kBenchUsage);
     return 2;
 }

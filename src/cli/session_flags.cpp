@@ -27,6 +27,12 @@ void SessionFlags::declare(Args& a, bool sampling) {
                   "memory budget (e.g. 6G) for resident weights + expert cache + KV cache + scratch + the "
                   "process itself; refuses to start when the fixed part does not fit (0: every expert cached "
                   "if that fits in 80% of available memory)");
+    a.option("--gpu", &gpu, "auto|off",
+             "auto: run the forward pass on the CUDA device when there is one and it covers the model "
+             "(qwen3moe today); off: the CPU. The run says which, and why not the GPU");
+    a.size_option("--gpu-mem", &gpu_mem, "SIZE",
+                  "VRAM for the GPU's expert cache (e.g. 8G); experts beyond it are copied from the RAM tier "
+                  "(--mem) as each layer needs them (0: all free VRAM but 1 GiB)");
     a.option("--report", &report, "FILE", "write settings, timings and peak RSS as JSON to FILE");
     store.declare(a);
     if (!sampling) return;
@@ -64,6 +70,8 @@ SessionOptions SessionFlags::options() const {
     o.n_batch = batch;
     o.n_ubatch = ubatch;
     o.kv_type = parse_kv_type(kv_type);
+    o.gpu = gpu;
+    o.gpu_mem = gpu_mem;
     SamplerParams& p = o.sampling;
     p.temp = float(temp);
     p.top_k = top_k;
@@ -101,6 +109,7 @@ std::unique_ptr<Session> SessionFlags::open(int sequences) const {
     auto s = Session::open(o, experts, progress);
     if (bar) bar->finish();
     if (generates) s->set_draft(draft_options(*s));
+    if (gpu != "off") fprintf(stderr, "backend: %s\n", s->backend().c_str());
     return s;
 }
 
@@ -128,7 +137,9 @@ Json SessionFlags::report_json(const char* command, const Session& s) const {
     settings["ubatch"] = ubatch;
     settings["kv_type"] = kv_type;
     settings["mem"] = mem;
+    settings["gpu_mem"] = gpu_mem;
     j["settings"] = settings;
+    j["backend"] = s.backend();
     const Timings& t = s.timings;
     Json prefill = Json::object();
     prefill["tokens"] = t.prefill_tokens;

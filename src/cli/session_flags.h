@@ -21,6 +21,8 @@ struct SessionFlags {
     int batch = 4096, ubatch = 512;
     std::string kv_type = "f16";
     uint64_t mem = 0;
+    std::string gpu = "auto";
+    uint64_t gpu_mem = 0;
     std::string report;
     // Sampling (declared only by commands that sample).
     double temp = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0;

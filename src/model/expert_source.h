@@ -4,7 +4,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "quant/types.h"
@@ -115,6 +117,15 @@ public:
     // are never wrong, so a source that reads ahead takes them unless told
     // not to.
     virtual bool wants_certain_prefetch() const { return false; }
+
+    // The host memory views point into (address, bytes), so a GPU backend
+    // can page-lock it once and copy experts from it by DMA; none: views
+    // may point anywhere (copies then go through the driver's staging).
+    virtual std::vector<std::pair<uint8_t*, size_t>> host_memory() const { return {}; }
+    // Set by whoever page-locked host_memory(); the source calls it with
+    // each region's address before freeing it (a stale registration would
+    // otherwise outlive the memory).
+    std::function<void(uint8_t*)> unpin;
 
     // When set, moe_forward records every token's chosen experts here
     // (run --routing-trace, bench routing).

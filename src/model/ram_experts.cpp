@@ -79,4 +79,16 @@ void RamExperts::release(int layer) {
     l.next = 0;
 }
 
+RamExperts::~RamExperts() {
+    if (unpin) {
+        for (AlignedBuffer& b : buffers_) unpin(b.data());
+    }
+}
+
+std::vector<std::pair<uint8_t*, size_t>> RamExperts::host_memory() const {
+    std::vector<std::pair<uint8_t*, size_t>> out;
+    for (const AlignedBuffer& b : buffers_) out.emplace_back(const_cast<uint8_t*>(b.data()), b.size());
+    return out;
+}
+
 }  // namespace ms

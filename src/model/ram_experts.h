@@ -19,12 +19,15 @@ public:
     RamExperts(const GgufFile& file, const std::vector<ExpertLayer>& layers,
                const std::function<void(uint64_t, uint64_t)>& progress = {});
 
+    ~RamExperts() override;
+
     uint64_t bytes() const { return bytes_; }
 
     int capacity() const override;
     void acquire(int layer, const int32_t* ids, int n) override;
     int next_ready(int layer, ExpertView* view) override;
     void release(int layer) override;
+    std::vector<std::pair<uint8_t*, size_t>> host_memory() const override;
 
 private:
     struct Layer {

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "gpu/gpu.h"
+#include "model/gpu_decoder.h"
 #include "model/ram_experts.h"
 #include "telemetry/trace.h"
 
@@ -22,6 +24,20 @@ int thread_count(int requested) {
     return n > 0 ? n : 1;
 }
 
+// The GPU forward pass when asked for and it covers the model, else the CPU's.
+std::unique_ptr<Model> open_model(const GgufFile& file, const SessionOptions& o, std::string* backend) {
+    if (o.gpu == "off") return Model::open(file);
+    if (o.gpu != "auto") throw std::runtime_error("--gpu must be auto or off, not '" + o.gpu + "'");
+    std::string why;
+    std::unique_ptr<Model> m = open_gpu_model(file, GpuOptions{o.gpu_mem}, &why);
+    if (m) {
+        *backend = "GPU: " + gpu::describe();
+        return m;
+    }
+    *backend = "CPU (GPU not used: " + why + ")";
+    return Model::open(file);
+}
+
 }  // namespace
 
 GgmlType parse_kv_type(const std::string& s) {
@@ -32,7 +48,7 @@ GgmlType parse_kv_type(const std::string& s) {
 
 Session::Session(GgufFile file, const SessionOptions& o)
     : file_(std::make_shared<const GgufFile>(std::move(file))),
-      model_(Model::open(*file_)),
+      model_(open_model(*file_, o, &backend_)),
       tokenizer_(Tokenizer::from_gguf(*file_)),
       pool_(std::make_shared<ThreadPool>(thread_count(o.n_threads))),
       sampler_(o.sampling, model_->config().n_vocab) {}
@@ -45,6 +61,7 @@ Session::Session(const Session& base, const SamplerParams& sampling)
       state_(base.model_->new_state(base.state_->options)),
       pool_(base.pool_),
       sampler_(sampling, base.config().n_vocab) {
+    backend_ = base.backend_;
     tokens_.reserve(size_t(state_->options.n_ctx));
     logits_.resize(size_t(config().n_vocab));
 }

@@ -25,6 +25,8 @@ struct SessionOptions {
     int n_ubatch = 512;                // most tokens per piece of a layer (scratch rows)
     GgmlType kv_type = GgmlType::F16;  // F16 or F32
     int n_threads = 0;                 // 0: one per CPU
+    std::string gpu = "off";           // "auto": the CUDA forward pass where it covers the model (model/gpu_decoder.h)
+    uint64_t gpu_mem = 0;              // VRAM for the GPU's expert cache (0: all free but 1 GiB)
     SamplerParams sampling;
 };
 
@@ -62,6 +64,9 @@ public:
     const Tokenizer& tokenizer() const { return tokenizer_; }
     const GgufFile& file() const { return *file_; }
     ExpertSource& experts() { return *experts_; }
+    // Where the forward pass runs: "GPU: <device>" or "CPU" with the reason
+    // a requested GPU was not used.
+    const std::string& backend() const { return backend_; }
     Sampler& sampler() { return sampler_; }
     int64_t n_ctx() const { return state_->options.n_ctx; }
     int n_threads() const { return pool_->size(); }
@@ -137,6 +142,7 @@ private:
     Session(const Session& base, const SamplerParams& sampling);
     void check(const int32_t* tokens, size_t n) const;
 
+    std::string backend_ = "CPU";  // before model_: open_model sets it
     std::shared_ptr<const GgufFile> file_;
     std::shared_ptr<Model> model_;
     Tokenizer tokenizer_;  // copies share one immutable table

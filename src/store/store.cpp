@@ -76,6 +76,7 @@ Store::Store(ExpertLayout layout, int n_slots, const StoreOptions& options, Stor
 Store::~Store() {
     // Reads still in flight write into the arena: wait for them first.
     while (engine_->outstanding() > 0) engine_->reap(done_.data(), done_.size(), true);
+    if (unpin) unpin(cache_.arena());
     for (int fd : fds_) close(fd);
     XXH3_freeState(hash_);
 }

@@ -42,6 +42,9 @@ public:
     void acquire(int layer, const int32_t* ids, int n) override;
     int next_ready(int layer, ExpertView* view) override;
     void release(int layer) override;
+    std::vector<std::pair<uint8_t*, size_t>> host_memory() const override {
+        return {{cache_.arena(), size_t(cache_.arena_bytes())}};
+    }
     void prefetch(int layer, const int32_t* ids, int n) override;
     // Hints pay only when some experts must be read again. In decode they
     // did not pay where measured (docs/performance.md: wrong guesses evict

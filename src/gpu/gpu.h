@@ -1,0 +1,135 @@
+// The CUDA backend's interface, in plain C++ (no CUDA header): whether a
+// device is usable, device and pinned memory, streams and events, and the
+// kernels the GPU forward pass runs (quantized matrix-vector products, norms,
+// RoPE, attention over a KV cache, SwiGLU, softmax top-k routing). Built from
+// kernels.cu + device.cpp where nvcc is present (MOESTREAM_CUDA), else from
+// nocuda.cpp, whose available() says why there is no GPU. The CUDA runtime is
+// linked statically and opens the driver at run time, so a binary built with
+// CUDA still runs, on the CPU, where no driver or device is present.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "quant/types.h"
+
+namespace ms::gpu {
+
+// True when a CUDA device can be used; otherwise false and *why says, in one
+// line, why not (built without CUDA, no driver, no device).
+bool available(std::string* why);
+// "NVIDIA H200, 139 GiB, sm_90" (empty when !available).
+std::string describe();
+// Device memory free and total, in bytes.
+void memory_info(size_t* free_bytes, size_t* total_bytes);
+
+// Weight types the matrix-vector kernels take.
+bool supports(GgmlType t);
+
+// Allocations throw std::runtime_error naming the size on failure.
+void* alloc(size_t bytes);
+void release(void* p);
+void* alloc_pinned(size_t bytes);  // page-locked host memory, so copies are DMA
+void release_pinned(void* p);
+// Page-locks existing host memory (cudaHostRegister) so copies from it are
+// DMA; false when the driver refuses (then copies are staged).
+bool pin_host(void* p, size_t bytes);
+void unpin_host(void* p);
+
+// An opaque CUDA stream and event; nullptr is the default stream.
+using Stream = struct StreamOpaque*;
+using Event = struct EventOpaque*;
+Stream new_stream();
+void delete_stream(Stream s);
+Event new_event();
+void delete_event(Event e);
+void record(Event e, Stream s);
+void wait(Stream s, Event e);   // s waits for e without blocking the host
+void sync(Stream s);
+void sync_event(Event e);
+float elapsed_ms(Event start, Event end);
+
+void copy_to_device(void* dst, const void* src, size_t bytes, Stream s);  // async when src is pinned
+void copy_to_host(void* dst, const void* src, size_t bytes, Stream s);
+void copy_on_device(void* dst, const void* src, size_t bytes, Stream s);
+void fill(void* dst, int byte, size_t bytes, Stream s);
+// Throws if a kernel launched earlier failed.
+void check_last(const char* what);
+
+// y[r] = dot(row r of w, x) for r < rows; w is rows rows of `cols` elements
+// of type t, laid out as in the GGUF (row_bytes(t, cols) apart); x and y
+// float32 on the device.
+// add: y[r] += the product instead.
+void matvec(GgmlType t, const void* w, int64_t rows, int64_t cols, const float* x, float* y, Stream s,
+            bool add = false);
+
+// The same matrix of n experts at once: expert i's weights are at
+// table[ids[i]] + offset (table: device array of device pointers, one per
+// expert of the layer; ids: n device ints), its input x + i * x_stride, its
+// output y + i * rows. x_stride 0: every expert reads the same x.
+void matvec_experts(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset, int64_t rows,
+                    int64_t cols, const float* x, int64_t x_stride, float* y, Stream s);
+
+// matvec_experts of two matrices of each of n experts in one launch, both
+// reading x: the one at offset into y, the one at offset2 into y + n * rows
+// (an expert's gate and up).
+void matvec_expert_pair(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
+                        size_t offset2, int64_t rows, int64_t cols, const float* x, float* y, Stream s);
+
+// out[r*width + i] = x[r*width + i] / sqrt(mean(x_r^2) + eps) * w[i] over
+// `rows` rows (w may be null); out may alias x.
+void rms_norm(const float* x, const float* w, int64_t rows, int64_t width, float eps, float* out, Stream s);
+
+// Decode attention of the token at position *pos (an int on the device, so
+// a captured graph serves every position): for each of n_head query heads
+// (head_dim apart in q), softmax(q . k_p * scale) over positions p <= *pos of
+// the cache rows of its KV head (n_head / n_kv_head query heads share one),
+// then the weighted sum of the v rows. k_cache, v_cache: rows of
+// n_kv_head * head_dim floats. out: n_head * head_dim floats. *pos <
+// max_pos, for which prepare_attention was called.
+void prepare_attention(int max_pos, int head_dim);
+void attention(const float* q, const float* k_cache, const float* v_cache, const int32_t* pos, int n_head,
+               int n_kv_head, int head_dim, float scale, float* out, Stream s);
+
+// Per head: q's n_head heads RMS-normed with q_norm and NeoX-rotated in
+// place; k's n_kv_head heads normed with k_norm and rotated into row *pos of
+// k_cache, v's heads copied into row *pos of v_cache (rows of n_kv_head *
+// head_dim): the norms, NeoX RoPE and the cache write in one launch.
+void qk_norm_rope_store(float* q, const float* k, const float* v, const float* q_norm, const float* k_norm,
+                        int n_head, int n_kv_head, int head_dim, int n_rot, float eps, const float* cos_sin,
+                        float* k_cache, float* v_cache, const int32_t* pos, Stream s);
+
+// A CUDA graph: the launches issued on a stream between capture_begin and
+// capture_end, replayed by launch() with one call.
+using Graph = struct GraphOpaque*;
+void capture_begin(Stream s);
+Graph capture_end(Stream s);
+void launch(Graph g, Stream s);
+void delete_graph(Graph g);
+
+// h[i] = silu(gate[i]) * up[i] over n values.
+void swiglu(const float* gate, const float* up, int64_t n, float* h, Stream s);
+
+// The top k of softmax(logits) over n_expert (k <= 32, n_expert <= 1024),
+// best first, as route_softmax_topk chooses and weighs them; renorm: the k
+// weights divided by their sum. One token.
+void route_softmax_topk(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights,
+                        Stream s);
+
+// x[i] += sum over r < k, in order, of weights[r] * y[r * n + i].
+void add_weighted(float* x, const float* y, const float* weights, int k, int64_t n, Stream s);
+
+// Copy and kernel rates (GB/s, medians of `reps` timed repetitions after a
+// warm-up) over buffers of `bytes`: device to device (bytes read plus bytes
+// written), host to device from pinned and from pageable memory, device to
+// host into pinned memory; and the weight bytes per second the matvec
+// kernel reads for each type it runs, on a rows x cols matrix of `bytes`.
+struct Rates {
+    double device_copy = 0, h2d_pinned = 0, h2d_pageable = 0, d2h_pinned = 0;
+    std::vector<std::pair<GgmlType, double>> matvec;  // weight GB/s per type
+};
+Rates measure_rates(size_t bytes, int reps);
+
+}  // namespace ms::gpu

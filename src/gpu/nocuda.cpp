@@ -1,0 +1,70 @@
+// The CUDA backend when moestream is built without CUDA (no nvcc at
+// configure time, or MOESTREAM_CUDA=OFF): no device is ever available, and
+// nothing past available() is reached.
+#include <stdexcept>
+
+#include "gpu/gpu.h"
+
+namespace ms::gpu {
+
+namespace {
+
+[[noreturn]] void absent() { throw std::runtime_error("moestream was built without CUDA"); }
+
+}  // namespace
+
+bool available(std::string* why) {
+    *why = "built without CUDA (no nvcc when moestream was configured)";
+    return false;
+}
+std::string describe() { return ""; }
+void memory_info(size_t* free_bytes, size_t* total_bytes) { *free_bytes = *total_bytes = 0; }
+bool supports(GgmlType) { return false; }
+void* alloc(size_t) { absent(); }
+void release(void*) {}
+void* alloc_pinned(size_t) { absent(); }
+void release_pinned(void*) {}
+bool pin_host(void*, size_t) { return false; }
+void unpin_host(void*) {}
+Stream new_stream() { absent(); }
+void delete_stream(Stream) {}
+Event new_event() { absent(); }
+void delete_event(Event) {}
+void record(Event, Stream) { absent(); }
+void wait(Stream, Event) { absent(); }
+void sync(Stream) { absent(); }
+void sync_event(Event) { absent(); }
+float elapsed_ms(Event, Event) { absent(); }
+void copy_to_device(void*, const void*, size_t, Stream) { absent(); }
+void copy_to_host(void*, const void*, size_t, Stream) { absent(); }
+void copy_on_device(void*, const void*, size_t, Stream) { absent(); }
+void fill(void*, int, size_t, Stream) { absent(); }
+void check_last(const char*) { absent(); }
+void matvec(GgmlType, const void*, int64_t, int64_t, const float*, float*, Stream, bool) { absent(); }
+void matvec_expert_pair(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, size_t, int64_t, int64_t,
+                        const float*, float*, Stream) {
+    absent();
+}
+void qk_norm_rope_store(float*, const float*, const float*, const float*, const float*, int, int, int, int, float,
+                        const float*, float*, float*, const int32_t*, Stream) {
+    absent();
+}
+void matvec_experts(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, int64_t, int64_t, const float*,
+                    int64_t, float*, Stream) {
+    absent();
+}
+void rms_norm(const float*, const float*, int64_t, int64_t, float, float*, Stream) { absent(); }
+void prepare_attention(int, int) { absent(); }
+void attention(const float*, const float*, const float*, const int32_t*, int, int, int, float, float*, Stream) {
+    absent();
+}
+void capture_begin(Stream) { absent(); }
+Graph capture_end(Stream) { absent(); }
+void launch(Graph, Stream) { absent(); }
+void delete_graph(Graph) {}
+void swiglu(const float*, const float*, int64_t, float*, Stream) { absent(); }
+void route_softmax_topk(const float*, int, int, bool, int32_t*, float*, Stream) { absent(); }
+void add_weighted(float*, const float*, const float*, int, int64_t, Stream) { absent(); }
+Rates measure_rates(size_t, int) { absent(); }
+
+}  // namespace ms::gpu

@@ -1,0 +1,512 @@
+#include "model/gpu_decoder.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "gpu/gpu.h"
+#include "model/decoder.h"
+#include "quant/dequant.h"
+
+namespace ms {
+
+namespace {
+
+size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
+
+// Device memory freed with its owner.
+class DeviceMemory {
+public:
+    DeviceMemory() = default;
+    explicit DeviceMemory(size_t bytes) : p_(static_cast<uint8_t*>(gpu::alloc(bytes))) {}
+    DeviceMemory(DeviceMemory&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+    DeviceMemory& operator=(DeviceMemory&& o) noexcept {
+        std::swap(p_, o.p_);
+        return *this;
+    }
+    ~DeviceMemory() { gpu::release(p_); }
+    uint8_t* data() const { return p_; }
+    float* f32() const { return reinterpret_cast<float*>(p_); }
+
+private:
+    uint8_t* p_ = nullptr;
+};
+
+class GpuState : public ModelState {
+public:
+    DeviceMemory k_cache, v_cache;  // per layer n_ctx rows of kv_dim floats
+    DeviceMemory x, xb, q, k, v, att, router, ids, weights, gate, hidden, expert_out, logits;  // gate: gate | up
+    DeviceMemory input;           // the token's embedded row, rope angles and position (an int)
+    gpu::Graph graph = nullptr;   // one token's launches, when every expert is in VRAM
+    float* host_input = nullptr;  // pinned: the embedded row and the rope angles of one token
+    int32_t* host_ids = nullptr;  // pinned: a layer's chosen experts
+    uint64_t host_bytes = 0;
+    ~GpuState() override {
+        gpu::delete_graph(graph);
+        gpu::release_pinned(host_input);
+        gpu::release_pinned(host_ids);
+    }
+    uint64_t bytes() const override { return host_bytes; }
+};
+
+struct Layer {
+    Tensor attn_norm, wq, wk, wv, wo, q_norm, k_norm, ffn_norm, router;
+};
+
+// The VRAM tier of the expert cache: equal slots, an LRU list, and a device
+// table of each (layer, expert)'s slot address that the expert kernels read.
+class VramExperts {
+public:
+    void init(const std::vector<ExpertLayer>& layers, int n_expert, uint64_t budget, int min_slots) {
+        n_expert_ = n_expert;
+        for (const ExpertLayer& l : layers) {
+            slot_bytes_ = std::max(slot_bytes_, align256(l.gate.bytes) + align256(l.up.bytes) + align256(l.down.bytes));
+        }
+        const int64_t total = int64_t(layers.size()) * n_expert;
+        n_slots_ = int(std::min<int64_t>(total, int64_t(budget / slot_bytes_)));
+        if (n_slots_ < min_slots) {
+            throw std::runtime_error("--gpu-mem: " + std::to_string(budget >> 20) + " MiB holds " +
+                                     std::to_string(n_slots_) + " experts of " + std::to_string(slot_bytes_ >> 10) +
+                                     " KiB; a layer needs " + std::to_string(min_slots));
+        }
+        all_ = n_slots_ == total;
+        arena_ = DeviceMemory(size_t(n_slots_) * slot_bytes_);
+        table_ = DeviceMemory(size_t(total) * sizeof(uint8_t*));
+        host_table_.assign(size_t(total), nullptr);
+        gpu::copy_to_device(table_.data(), host_table_.data(), host_table_.size() * sizeof(uint8_t*), nullptr);
+        slot_of_.assign(size_t(total), -1);
+        owner_.assign(size_t(n_slots_), -1);
+        prev_.resize(size_t(n_slots_));
+        next_.resize(size_t(n_slots_));
+        for (int s = 0; s < n_slots_; s++) prev_[size_t(s)] = s - 1, next_[size_t(s)] = s + 1 < n_slots_ ? s + 1 : -1;
+        head_ = 0;
+        tail_ = n_slots_ - 1;
+    }
+
+    bool holds_all() const { return all_; }
+    int n_slots() const { return n_slots_; }
+    uint64_t slot_bytes() const { return slot_bytes_; }
+    const uint8_t* const* table(int layer) const {
+        return reinterpret_cast<const uint8_t* const*>(table_.data()) + int64_t(layer) * n_expert_;
+    }
+    // Offsets of up and down inside a slot for a layer.
+    static size_t up_offset(const ExpertLayer& l) { return align256(l.gate.bytes); }
+    static size_t down_offset(const ExpertLayer& l) { return align256(l.gate.bytes) + align256(l.up.bytes); }
+
+    // The slot of (layer, id), moved to the front; -1 when absent.
+    int find(int layer, int id) {
+        const int s = slot_of_[size_t(int64_t(layer) * n_expert_ + id)];
+        if (s >= 0) touch(s);
+        return s;
+    }
+
+    // The least recently used slot, given to (layer, id) at the front of the
+    // list (the table entry changes when copy() is called). Slots touched
+    // since the layer began sit at the front, so they are never taken while
+    // the list holds more than a layer's experts.
+    int take(int layer, int id) {
+        const int s = tail_;
+        if (owner_[size_t(s)] >= 0) {
+            slot_of_[size_t(owner_[size_t(s)])] = -1;
+            host_table_[size_t(owner_[size_t(s)])] = nullptr;
+        }
+        const int64_t key = int64_t(layer) * n_expert_ + id;
+        owner_[size_t(s)] = key;
+        slot_of_[size_t(key)] = s;
+        touch(s);
+        return s;
+    }
+
+    // Copies an expert's three matrices into slot s on `stream` and points
+    // the table at it.
+    void copy(int s, int layer, int id, const ExpertLayer& l, const ExpertView& v, gpu::Stream stream) {
+        uint8_t* dst = arena_.data() + size_t(s) * slot_bytes_;
+        gpu::copy_to_device(dst, v.gate, l.gate.bytes, stream);
+        gpu::copy_to_device(dst + up_offset(l), v.up, l.up.bytes, stream);
+        gpu::copy_to_device(dst + down_offset(l), v.down, l.down.bytes, stream);
+        const int64_t key = int64_t(layer) * n_expert_ + id;
+        host_table_[size_t(key)] = dst;
+        // The source is pageable: the call returns once the pointer is staged.
+        gpu::copy_to_device(table_.data() + key * int64_t(sizeof(uint8_t*)), &host_table_[size_t(key)],
+                            sizeof(uint8_t*), stream);
+    }
+
+private:
+    void touch(int s) {
+        if (s == head_) return;
+        // unlink
+        const int p = prev_[size_t(s)], n = next_[size_t(s)];
+        if (p >= 0) next_[size_t(p)] = n;
+        if (n >= 0) prev_[size_t(n)] = p;
+        if (s == tail_) tail_ = p;
+        // push front
+        prev_[size_t(s)] = -1;
+        next_[size_t(s)] = head_;
+        prev_[size_t(head_)] = s;
+        head_ = s;
+    }
+
+    int n_expert_ = 0, n_slots_ = 0, head_ = -1, tail_ = -1;
+    bool all_ = false;
+    uint64_t slot_bytes_ = 0;
+    DeviceMemory arena_, table_;
+    std::vector<uint8_t*> host_table_;
+    std::vector<int> slot_of_;      // per (layer, expert)
+    std::vector<int64_t> owner_;    // per slot: (layer, expert) key or -1
+    std::vector<int> prev_, next_;  // the LRU list, most recent first
+};
+
+class GpuQwen3 : public Model {
+public:
+    GpuQwen3(const GgufFile& f, ModelConfig c, const GpuOptions& o) : Model(std::move(c)), options_(o) {
+        ModelConfig& cfg = config_;
+        rope_ = config_rope(cfg, true);
+        const GgufTensor* embd = f.tensor("token_embd.weight");
+        if (!embd) throw std::runtime_error(f.path() + ": missing tensor token_embd.weight");
+        cfg.n_vocab = embd->ne[1];
+        const int64_t E = cfg.n_embd, V = cfg.n_vocab, X = cfg.n_expert;
+        need(f, "token_embd.weight", {E, V}, &token_embd_);
+        need(f, "output_norm.weight", {E}, &output_norm_);
+        tied_ = !maybe(f, "output.weight", {E, V}, &output_);
+        if (cfg.n_nextn != 0 || cfg.n_expert <= 0 || cfg.n_expert_used <= 0 || cfg.n_ff_exp <= 0 ||
+            rope_.n_rot != cfg.head_dim || rope_.ext_factor != 0 || rope_.freq_scale != 1.0f) {
+            throw std::runtime_error("the GPU forward covers qwen3moe's plain shape only");
+        }
+        layers_.resize(size_t(cfg.n_layer));
+        for (int il = 0; il < cfg.n_layer; il++) {
+            const std::string p = "blk." + std::to_string(il) + ".";
+            Layer& l = layers_[size_t(il)];
+            need(f, p + "attn_norm.weight", {E}, &l.attn_norm);
+            need(f, p + "attn_q.weight", {E, cfg.q_dim()}, &l.wq);
+            need(f, p + "attn_k.weight", {E, cfg.kv_dim()}, &l.wk);
+            need(f, p + "attn_v.weight", {E, cfg.v_dim()}, &l.wv);
+            need(f, p + "attn_output.weight", {int64_t(cfg.n_head) * cfg.head_dim_v, E}, &l.wo);
+            need(f, p + "attn_q_norm.weight", {cfg.head_dim}, &l.q_norm);
+            need(f, p + "attn_k_norm.weight", {cfg.head_dim}, &l.k_norm);
+            need(f, p + "ffn_norm.weight", {E}, &l.ffn_norm);
+            need(f, p + "ffn_gate_inp.weight", {E, X}, &l.router);
+            need_experts(f, il, cfg.n_expert, E, cfg.n_ff_exp);
+            for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.router}) require(t->type);
+            const ExpertLayer& e = expert_layers_[size_t(il)];
+            for (const ExpertMatrix* m : {&e.gate, &e.up, &e.down}) require(m->type);
+        }
+        require(output().type);
+        if (cfg.head_dim != cfg.head_dim_v || cfg.n_head % cfg.n_head_kv != 0) {
+            throw std::runtime_error("the GPU forward needs key_length == value_length");
+        }
+    }
+
+    // The VRAM tier's account, on stderr: what the run report does not hold yet.
+    ~GpuQwen3() override {
+        if (tokens_ == 0) return;
+        const double gib = double(vram_.slot_bytes()) * vram_.n_slots() / double(1 << 30);
+        if (vram_.holds_all()) {
+            fprintf(stderr, "gpu: every expert in VRAM (%d slots, %.2f GiB)%s; RAM tier page-locked: %.2f GiB\n",
+                    vram_.n_slots(), gib, graphs_ ? ", a CUDA graph a token" : "", pinned_bytes_ / double(1 << 30));
+            return;
+        }
+        fprintf(stderr,
+                "gpu: VRAM expert cache %d slots (%.2f GiB): %llu hits, %llu misses (hit rate %.1f%%), %.2f GB "
+                "copied host to device, %.1f MB a token over %llu tokens; RAM tier page-locked: %.2f GiB\n",
+                vram_.n_slots(), gib, (unsigned long long)hits_, (unsigned long long)misses_,
+                100.0 * double(hits_) / double(std::max<uint64_t>(1, hits_ + misses_)), copied_bytes_ / 1e9,
+                copied_bytes_ / 1e6 / double(tokens_), (unsigned long long)tokens_, pinned_bytes_ / double(1 << 30));
+    }
+
+    std::unique_ptr<ModelState> new_state(const StateOptions& o) const override {
+        const ModelConfig& c = config_;
+        check_state_options(o);
+        auto st = std::make_unique<GpuState>();
+        st->options = o;
+        const size_t kv = size_t(c.n_layer) * size_t(o.n_ctx) * size_t(c.kv_dim()) * 4;
+        st->k_cache = DeviceMemory(kv);
+        st->v_cache = DeviceMemory(kv);
+        st->kv_bytes_per_token = st->full_kv_bytes_per_token = int64_t(2 * c.n_layer * c.kv_dim() * 4);
+        const size_t E = size_t(c.n_embd), K = size_t(c.n_expert_used), F = size_t(c.n_ff_exp);
+        st->x = DeviceMemory(E * 4);
+        st->xb = DeviceMemory(E * 4);
+        st->q = DeviceMemory(size_t(c.q_dim()) * 4);
+        st->k = DeviceMemory(size_t(c.kv_dim()) * 4);
+        st->v = DeviceMemory(size_t(c.kv_dim()) * 4);
+        st->att = DeviceMemory(size_t(c.q_dim()) * 4);
+        st->router = DeviceMemory(size_t(c.n_expert) * 4);
+        st->ids = DeviceMemory(K * 4);
+        st->weights = DeviceMemory(K * 4);
+        st->gate = DeviceMemory(2 * K * F * 4);
+        st->hidden = DeviceMemory(K * F * 4);
+        st->expert_out = DeviceMemory(K * E * 4);
+        st->logits = DeviceMemory(size_t(c.n_vocab) * 4);
+        st->input = DeviceMemory((E + size_t(rope_.n_rot) + 1) * 4);
+        st->host_input = static_cast<float*>(gpu::alloc_pinned((E + size_t(rope_.n_rot) + 1) * 4));
+        gpu::prepare_attention(int(o.n_ctx), c.head_dim);
+        st->host_ids = static_cast<int32_t*>(gpu::alloc_pinned(K * 4));
+        st->host_bytes = (E + size_t(rope_.n_rot) + 1 + K) * 4;
+        return st;
+    }
+
+    void forward(ModelState& state, ExpertSource& experts, ThreadPool&, const int32_t* tokens, int n, float* logits,
+                 bool all_logits) const override {
+        GpuState& st = static_cast<GpuState&>(state);
+        const ModelConfig& c = config_;
+        const int64_t E = c.n_embd, V = c.n_vocab;
+        std::call_once(uploaded_, [&] { upload(experts); });
+        experts.start_step(n);
+        TimeSplit* time = n == 1 ? &st.decode_time : &st.prefill_time;
+        time->calls++;
+        const gpu::Stream s = compute_;
+        // One token at a time: prefill is a sequence of decode steps here.
+        for (int t = 0; t < n; t++) {
+            // The token's embedding, rope angles and position in one copy.
+            dequantize_row(token_embd_.type, token_embd_.row(tokens[t]), st.host_input, E);
+            rope_angles(rope_, st.n_past, st.host_input + E);
+            const int32_t pos = int32_t(st.n_past);
+            memcpy(st.host_input + E + rope_.n_rot, &pos, 4);
+            gpu::copy_to_device(st.input.data(), st.host_input, size_t(E + rope_.n_rot + 1) * 4, s);
+            if (vram_.holds_all() && graphs_) {
+                // Nothing in a token waits for the host: one graph replays it.
+                if (!st.graph) {
+                    gpu::capture_begin(s);
+                    token(st, experts, nullptr);
+                    st.graph = gpu::capture_end(s);
+                }
+                gpu::launch(st.graph, s);
+            } else {
+                token(st, experts, time);
+            }
+            st.n_past++;
+            tokens_++;
+            if (all_logits || t == n - 1) {
+                gpu::copy_to_host(logits + (all_logits ? int64_t(t) * V : 0), st.logits.data(), size_t(V) * 4, s);
+            }
+            gpu::sync(s);  // host_input is written again for the next token
+            gpu::check_last("forward");
+        }
+    }
+
+private:
+    struct DeviceLayer {
+        const uint8_t *wq, *wk, *wv, *wo, *router;
+        const float *attn_norm, *q_norm, *k_norm, *ffn_norm;
+    };
+
+    // Every launch of one token on the compute stream, from the input copied
+    // to st.input to its logits in st.logits. The host waits only where the
+    // VRAM cache lacks a layer's experts (fetch_experts), and times phases
+    // when `time` is given (their launches, not their execution).
+    void token(GpuState& st, ExpertSource& experts, TimeSplit* time) const {
+        const ModelConfig& c = config_;
+        const int64_t E = c.n_embd, KV = c.kv_dim(), V = c.n_vocab, X = c.n_expert, F = c.n_ff_exp;
+        const int K = c.n_expert_used;
+        const gpu::Stream s = compute_;
+        const float scale = 1.0f / std::sqrt(float(c.head_dim));
+        float* x = st.x.f32();
+        float* xb = st.xb.f32();
+        const float* cos_sin = st.input.f32() + E;
+        const int32_t* pos = reinterpret_cast<const int32_t*>(cos_sin + rope_.n_rot);
+        gpu::copy_on_device(x, st.input.data(), size_t(E) * 4, s);
+        for (int il = 0; il < c.n_layer; il++) {
+            const Layer& l = layers_[size_t(il)];
+            const DeviceLayer& d = device_[size_t(il)];
+            PhaseTimer attn_time(time, Phase::Attention, il,
+                                 time ? l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes() : 0);
+            float* kc = st.k_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
+            float* vc = st.v_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
+            gpu::rms_norm(x, d.attn_norm, 1, E, c.rms_eps, xb, s);
+            gpu::matvec(l.wq.type, d.wq, c.q_dim(), E, xb, st.q.f32(), s);
+            gpu::matvec(l.wk.type, d.wk, KV, E, xb, st.k.f32(), s);
+            gpu::matvec(l.wv.type, d.wv, KV, E, xb, st.v.f32(), s);
+            gpu::qk_norm_rope_store(st.q.f32(), st.k.f32(), st.v.f32(), d.q_norm, d.k_norm, c.n_head, c.n_head_kv,
+                                    c.head_dim, rope_.n_rot, c.rms_eps, cos_sin, kc, vc, pos, s);
+            gpu::attention(st.q.f32(), kc, vc, pos, c.n_head, c.n_head_kv, c.head_dim, scale, st.att.f32(), s);
+            gpu::matvec(l.wo.type, d.wo, E, c.q_dim(), st.att.f32(), x, s, true);  // the residual add too
+            attn_time.stop();
+
+            PhaseTimer route_time(time, Phase::Routing, il, time ? l.router.bytes() : 0);
+            gpu::rms_norm(x, d.ffn_norm, 1, E, c.rms_eps, xb, s);
+            gpu::matvec(l.router.type, d.router, X, E, xb, st.router.f32(), s);
+            int32_t* ids = reinterpret_cast<int32_t*>(st.ids.data());
+            gpu::route_softmax_topk(st.router.f32(), int(X), K, true, ids, st.weights.f32(), s);
+            route_time.stop();
+
+            const ExpertLayer& el = expert_layers_[size_t(il)];
+            const double io_wait = vram_.holds_all() ? 0 : fetch_experts(st, experts, il, K);
+            PhaseTimer ffn_time(nullptr, Phase::ExpertCompute, il);
+            const uint8_t* const* table = vram_.table(il);
+            float* gate = st.gate.f32();
+            float* up = gate + int64_t(K) * F;
+            if (el.gate.type == el.up.type) {
+                gpu::matvec_expert_pair(el.gate.type, table, ids, K, 0, VramExperts::up_offset(el), F, E, xb, gate, s);
+            } else {
+                gpu::matvec_experts(el.gate.type, table, ids, K, 0, F, E, xb, 0, gate, s);
+                gpu::matvec_experts(el.up.type, table, ids, K, VramExperts::up_offset(el), F, E, xb, 0, up, s);
+            }
+            gpu::swiglu(gate, up, int64_t(K) * F, st.hidden.f32(), s);
+            gpu::matvec_experts(el.down.type, table, ids, K, VramExperts::down_offset(el), E, F, st.hidden.f32(), F,
+                                st.expert_out.f32(), s);
+            gpu::add_weighted(x, st.expert_out.f32(), st.weights.f32(), K, E, s);
+            const double ffn_s = ffn_time.stop();
+            if (time) {
+                time->add(Phase::IoWait, io_wait);
+                time->add(Phase::ExpertCompute, ffn_s, uint64_t(K) * el.expert_bytes());
+            }
+        }
+        gpu::rms_norm(x, output_norm_dev_, 1, E, c.rms_eps, xb, s);
+        gpu::matvec(output().type, output_dev_, V, E, xb, st.logits.f32(), s);
+    }
+
+    // token_embd when the file has no output head (tied); read only after load_resident.
+    const Tensor& output() const { return tied_ ? token_embd_ : output_; }
+
+    static void require(GgmlType t) {
+        if (!gpu::supports(t)) throw std::runtime_error(std::string("no CUDA kernel for ") + type_name(t) + " weights");
+    }
+
+    // The chosen experts of layer il that the VRAM cache lacks, acquired
+    // from the RAM tier and copied as one batch on the copy stream; the
+    // compute stream waits for the batch. Returns the seconds the host
+    // waited for the RAM tier and the copies.
+    double fetch_experts(GpuState& st, ExpertSource& experts, int il, int K) const {
+        gpu::copy_to_host(st.host_ids, st.ids.data(), size_t(K) * 4, compute_);
+        gpu::sync(compute_);
+        const double t0 = now();
+        int32_t miss[64];
+        int n_miss = 0;
+        for (int r = 0; r < K; r++) {
+            if (vram_.find(il, st.host_ids[r]) < 0) miss[n_miss++] = st.host_ids[r];
+        }
+        hits_ += uint64_t(K - n_miss);
+        misses_ += uint64_t(n_miss);
+        if (n_miss == 0) return 0;
+        const ExpertLayer& el = expert_layers_[size_t(il)];
+        experts.acquire(il, miss, n_miss);
+        ExpertView v;
+        for (int i; (i = experts.next_ready(il, &v)) >= 0;) {
+            const int slot = vram_.take(il, miss[i]);
+            vram_.copy(slot, il, miss[i], el, v, copy_);
+        }
+        gpu::record(copied_, copy_);
+        gpu::wait(compute_, copied_);
+        gpu::sync_event(copied_);  // the RAM tier may reuse the slots once released
+        experts.release(il);
+        copied_bytes_ += uint64_t(n_miss) * el.expert_bytes();
+        return now() - t0;
+    }
+
+    static double now() {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    }
+
+    const uint8_t* to_device(const Tensor& t) const {
+        uint8_t* p = weights_.data() + weight_used_;
+        gpu::copy_to_device(p, t.data, t.bytes(), nullptr);
+        weight_used_ += align256(t.bytes());
+        return p;
+    }
+
+    // Resident weights to VRAM; the RAM tier's memory page-locked; the
+    // expert cache sized, and filled when it holds every expert.
+    void upload(ExpertSource& experts) const {
+        size_t total = align256(output().bytes()) + align256(output_norm_.bytes());
+        for (const Layer& l : layers_) {
+            for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.q_norm, &l.k_norm, &l.ffn_norm,
+                                    &l.router})
+                total += align256(t->bytes());
+        }
+        weights_ = DeviceMemory(total);
+        output_dev_ = to_device(output());
+        output_norm_dev_ = reinterpret_cast<const float*>(to_device(output_norm_));
+        for (const Layer& l : layers_) {
+            DeviceLayer d{};
+            d.wq = to_device(l.wq);
+            d.wk = to_device(l.wk);
+            d.wv = to_device(l.wv);
+            d.wo = to_device(l.wo);
+            d.router = to_device(l.router);
+            d.attn_norm = reinterpret_cast<const float*>(to_device(l.attn_norm));
+            d.q_norm = reinterpret_cast<const float*>(to_device(l.q_norm));
+            d.k_norm = reinterpret_cast<const float*>(to_device(l.k_norm));
+            d.ffn_norm = reinterpret_cast<const float*>(to_device(l.ffn_norm));
+            device_.push_back(d);
+        }
+        for (auto [p, bytes] : experts.host_memory()) {
+            if (bytes > 0 && gpu::pin_host(p, bytes)) pinned_bytes_ += bytes;
+        }
+        if (pinned_bytes_ > 0) experts.unpin = [](uint8_t* p) { gpu::unpin_host(p); };
+        compute_ = gpu::new_stream();
+        copy_ = gpu::new_stream();
+        copied_ = gpu::new_event();
+        uint64_t budget = options_.expert_bytes;
+        if (budget == 0) {
+            size_t free_b = 0, total_b = 0;
+            gpu::memory_info(&free_b, &total_b);
+            budget = free_b > (size_t(1) << 30) ? free_b - (size_t(1) << 30) : 0;
+        }
+        vram_.init(expert_layers_, config_.n_expert, budget, config_.n_expert_used);
+        if (vram_.holds_all()) {
+            // Every expert once, in groups the RAM tier can hold.
+            std::vector<int32_t> ids(size_t(config_.n_expert));
+            for (int il = 0; il < config_.n_layer; il++) {
+                const ExpertLayer& el = expert_layers_[size_t(il)];
+                for (int e0 = 0; e0 < config_.n_expert; e0 += experts.capacity()) {
+                    const int m = std::min(experts.capacity(), config_.n_expert - e0);
+                    for (int i = 0; i < m; i++) ids[size_t(i)] = e0 + i;
+                    experts.acquire(il, ids.data(), m);
+                    ExpertView v;
+                    for (int i; (i = experts.next_ready(il, &v)) >= 0;) {
+                        vram_.copy(vram_.take(il, ids[size_t(i)]), il, ids[size_t(i)], el, v, copy_);
+                    }
+                    gpu::sync(copy_);
+                    experts.release(il);
+                }
+            }
+        }
+        gpu::sync(nullptr);
+    }
+
+    GpuOptions options_;
+    // MOESTREAM_GPU_GRAPHS=0 launches each kernel of a token itself (to
+    // compare); otherwise a fully resident model replays a captured graph.
+    const bool graphs_ = !getenv("MOESTREAM_GPU_GRAPHS") || strcmp(getenv("MOESTREAM_GPU_GRAPHS"), "0") != 0;
+    Rope rope_;
+    Tensor token_embd_, output_norm_, output_;
+    bool tied_ = false;
+    std::vector<Layer> layers_;
+    // Made at the first forward call, once load_resident has read the weights.
+    mutable std::once_flag uploaded_;
+    mutable DeviceMemory weights_;
+    mutable size_t weight_used_ = 0;
+    mutable std::vector<DeviceLayer> device_;
+    mutable const uint8_t* output_dev_ = nullptr;
+    mutable const float* output_norm_dev_ = nullptr;
+    mutable VramExperts vram_;
+    mutable uint64_t pinned_bytes_ = 0;  // of the RAM tier, page-locked
+    mutable gpu::Stream compute_ = nullptr, copy_ = nullptr;
+    mutable gpu::Event copied_ = nullptr;
+    mutable uint64_t copied_bytes_ = 0, hits_ = 0, misses_ = 0, tokens_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> open_gpu_model(const GgufFile& file, const GpuOptions& options, std::string* why) {
+    const std::string arch = file.require_string("general.architecture");
+    if (arch != "qwen3moe") {
+        *why = "the GPU forward pass covers qwen3moe only, not " + arch;
+        return nullptr;
+    }
+    std::unique_ptr<Model> m;
+    try {
+        m = std::make_unique<GpuQwen3>(file, read_config(file), options);
+    } catch (const std::runtime_error& e) {
+        *why = e.what();
+        return nullptr;
+    }
+    return gpu::available(why) ? std::move(m) : nullptr;
+}
+
+}  // namespace ms

@@ -1,0 +1,27 @@
+// The decoder's forward pass on a CUDA device (gpu/gpu.h): resident weights,
+// KV cache and activations in VRAM; routed experts in a VRAM slot cache of
+// `expert_bytes`, filled from the ExpertSource (the RAM tier: RamExperts or
+// the store's slot cache, page-locked so copies are DMA), a layer's misses
+// copied as one batch on a copy stream. When the cache holds every expert,
+// they are all copied at the first forward call and routing never waits for
+// the host. Covers qwen3moe's layer shape today (GQA with per-head q/k
+// RMSNorm, NeoX RoPE, softmax top-k routing renormalized, SwiGLU experts,
+// weights F32/F16/Q8_0/Q4_K/Q5_K/Q6_K).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+
+namespace ms {
+
+struct GpuOptions {
+    uint64_t expert_bytes = 0;  // VRAM for the expert cache; 0: all free VRAM but 1 GiB
+};
+
+// The model on the GPU, or nullptr with *why (one line) when there is no
+// usable device or the model's architecture, shape or types are not covered.
+std::unique_ptr<Model> open_gpu_model(const GgufFile& file, const GpuOptions& options, std::string* why);
+
+}  // namespace ms

@@ -1,0 +1,290 @@
+// The CUDA kernels against the CPU: quantized matrix-vector products against
+// quant's dequantization, norms, RoPE and SwiGLU against ops/, routing
+// against model/moe's route_softmax_topk, attention against a double
+// reference. Skips, saying why, where no CUDA device is usable.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gpu/gpu.h"
+#include "model/moe.h"
+#include "ops/activation.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+#include "quant/blocks.h"
+#include "quant/dequant.h"
+#include "quant/half.h"
+
+namespace ms {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                        \
+    do {                                          \
+        std::string why;                          \
+        if (!gpu::available(&why)) GTEST_SKIP() << why; \
+    } while (0)
+
+// Device copies of host vectors, freed at scope end.
+struct DeviceBuffer {
+    void* p = nullptr;
+    size_t n = 0;
+    explicit DeviceBuffer(size_t bytes) : p(gpu::alloc(bytes)), n(bytes) {}
+    template <class T>
+    explicit DeviceBuffer(const std::vector<T>& v) : DeviceBuffer(v.size() * sizeof(T)) {
+        gpu::copy_to_device(p, v.data(), n, nullptr);
+        gpu::sync(nullptr);
+    }
+    ~DeviceBuffer() { gpu::release(p); }
+    float* f() const { return static_cast<float*>(p); }
+    template <class T>
+    std::vector<T> get() const {
+        std::vector<T> v(n / sizeof(T));
+        gpu::sync(nullptr);
+        gpu::check_last("kernel");
+        gpu::copy_to_host(v.data(), p, n, nullptr);
+        gpu::sync(nullptr);
+        return v;
+    }
+};
+
+std::vector<float> randoms(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng);
+    return v;
+}
+
+// A row of random blocks of type t: random bytes (every quant value and
+// 6-bit scale valid), with the fp16 block scales set to modest values.
+std::vector<uint8_t> random_rows(GgmlType t, int64_t rows, int64_t cols, uint32_t seed) {
+    const size_t rb = row_bytes(t, cols);
+    std::vector<uint8_t> w(rb * size_t(rows));
+    std::mt19937 rng(seed);
+    for (uint8_t& b : w) b = uint8_t(rng());
+    std::uniform_real_distribution<float> scale(0.001f, 0.02f);
+    auto set_half = [&](uint8_t* p) {
+        const uint16_t h = fp32_to_fp16(scale(rng));
+        memcpy(p, &h, 2);
+    };
+    const size_t nb = w.size() / type_traits(t).type_size;
+    for (size_t i = 0; i < nb; i++) {
+        uint8_t* b = w.data() + i * type_traits(t).type_size;
+        switch (t) {
+            case GgmlType::F32: {
+                const float f = scale(rng) * 50 - 0.5f;
+                memcpy(b, &f, 4);
+                break;
+            }
+            case GgmlType::F16: set_half(b); break;
+            case GgmlType::Q8_0: set_half(b); break;
+            case GgmlType::Q4_K:
+            case GgmlType::Q5_K: set_half(b), set_half(b + 2); break;  // d, dmin
+            case GgmlType::Q6_K: set_half(b + offsetof(BlockQ6_K, d)); break;
+            default: break;
+        }
+    }
+    return w;
+}
+
+// y = W x in double from quant's dequantization.
+std::vector<double> reference_matvec(GgmlType t, const std::vector<uint8_t>& w, int64_t rows, int64_t cols,
+                                     const float* x) {
+    std::vector<double> y(static_cast<size_t>(rows), 0.0);
+    std::vector<float> row(static_cast<size_t>(cols), 0.0f);
+    for (int64_t r = 0; r < rows; r++) {
+        EXPECT_TRUE(dequantize_row(t, w.data() + size_t(r) * row_bytes(t, cols), row.data(), cols));
+        double s = 0;
+        for (int64_t i = 0; i < cols; i++) s += double(row[size_t(i)]) * double(x[i]);
+        y[size_t(r)] = s;
+    }
+    return y;
+}
+
+double rel_err(const std::vector<float>& got, const std::vector<double>& ref) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        if (!std::isfinite(got[i])) return INFINITY;
+        num += (got[i] - ref[i]) * (got[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return std::sqrt(num / den);
+}
+
+class Matvec : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(Matvec, MatchesDequantizedReference) {
+    SKIP_WITHOUT_GPU();
+    const GgmlType t = GetParam();
+    ASSERT_TRUE(gpu::supports(t));
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {515, 2048}, {64, 4096}}) {
+        const std::vector<uint8_t> w = random_rows(t, rows, cols, uint32_t(rows * 7 + cols));
+        const std::vector<float> x = randoms(size_t(cols), uint32_t(cols));
+        DeviceBuffer dw(w), dx(x), dy(size_t(rows) * 4);
+        gpu::fill(dy.p, 0xff, dy.n, nullptr);  // NaN: every output must be written
+        gpu::matvec(t, dw.p, rows, cols, dx.f(), dy.f(), nullptr);
+        const double e = rel_err(dy.get<float>(), reference_matvec(t, w, rows, cols, x.data()));
+        EXPECT_LT(e, 1e-5) << type_name(t) << " " << rows << "x" << cols;
+    }
+}
+
+TEST_P(Matvec, ExpertsThroughSlotTable) {
+    SKIP_WITHOUT_GPU();
+    const GgmlType t = GetParam();
+    const int64_t rows = 96, cols = 512, n_slot = 6;
+    const size_t bytes = row_bytes(t, cols) * size_t(rows), offset = 256;  // a matrix behind another's bytes
+    std::vector<std::vector<uint8_t>> mats;
+    std::vector<uint8_t> arena(size_t(n_slot) * (offset + bytes));
+    for (int e = 0; e < n_slot; e++) {
+        mats.push_back(random_rows(t, rows, cols, uint32_t(100 + e)));
+        memcpy(arena.data() + size_t(e) * (offset + bytes) + offset, mats.back().data(), bytes);
+    }
+    DeviceBuffer darena(arena);
+    // Slots in reverse order of experts: table[e] is slot n_slot - 1 - e.
+    std::vector<const uint8_t*> table;
+    for (int e = 0; e < n_slot; e++)
+        table.push_back(static_cast<const uint8_t*>(darena.p) + size_t(n_slot - 1 - e) * (offset + bytes));
+    const std::vector<int32_t> ids = {4, 1, 5};
+    const std::vector<float> x = randoms(size_t(cols) * ids.size(), 9);
+    DeviceBuffer dtable(table), dids(ids), dx(x), dy(ids.size() * size_t(rows) * 4);
+    gpu::matvec_experts(t, static_cast<const uint8_t* const*>(dtable.p), static_cast<const int32_t*>(dids.p),
+                        int(ids.size()), offset, rows, cols, dx.f(), cols, dy.f(), nullptr);
+    std::vector<float> y = dy.get<float>();
+    // The pair form: the same matrices at offset and, again, at offset (as
+    // gate and up), each written after the other.
+    DeviceBuffer dx1(randoms(size_t(cols), 10)), dy2(2 * ids.size() * size_t(rows) * 4);
+    gpu::matvec_experts(t, static_cast<const uint8_t* const*>(dtable.p), static_cast<const int32_t*>(dids.p),
+                        int(ids.size()), offset, rows, cols, dx1.f(), 0, dy.f(), nullptr);
+    gpu::matvec_expert_pair(t, static_cast<const uint8_t* const*>(dtable.p), static_cast<const int32_t*>(dids.p),
+                            int(ids.size()), offset, offset, rows, cols, dx1.f(), dy2.f(), nullptr);
+    const std::vector<float> one = dy.get<float>(), two = dy2.get<float>();
+    EXPECT_EQ(std::vector<float>(two.begin(), two.begin() + long(one.size())), one);
+    EXPECT_EQ(std::vector<float>(two.begin() + long(one.size()), two.end()), one);
+    for (size_t i = 0; i < ids.size(); i++) {
+        const int slot = n_slot - 1 - ids[i];
+        const std::vector<double> ref = reference_matvec(t, mats[size_t(slot)], rows, cols, x.data() + i * cols);
+        const std::vector<float> got(y.begin() + long(i * rows), y.begin() + long((i + 1) * rows));
+        EXPECT_LT(rel_err(got, ref), 1e-5) << "expert " << ids[i];
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, Matvec,
+                         ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K,
+                                           GgmlType::Q5_K, GgmlType::Q6_K),
+                         [](const auto& info) { return std::string(type_name(info.param)); });
+
+TEST(Kernels, RmsNormMatchesOps) {
+    SKIP_WITHOUT_GPU();
+    const int64_t rows = 5, width = 2048;
+    const std::vector<float> x = randoms(size_t(rows * width), 1, 3.0f), w = randoms(size_t(width), 2);
+    DeviceBuffer dx(x), dw(w), dy(x.size() * 4);
+    gpu::rms_norm(dx.f(), dw.f(), rows, width, 1e-6f, dy.f(), nullptr);
+    const std::vector<float> got = dy.get<float>();
+    std::vector<double> ref(x.size());
+    std::vector<float> row(static_cast<size_t>(width), 0.0f);
+    for (int64_t r = 0; r < rows; r++) {
+        rms_norm(x.data() + r * width, w.data(), width, 1e-6f, row.data());
+        for (int64_t i = 0; i < width; i++) ref[size_t(r * width + i)] = row[size_t(i)];
+    }
+    EXPECT_LT(rel_err(got, ref), 1e-6);
+}
+
+TEST(Kernels, QkNormRopeStoreMatchesOps) {
+    SKIP_WITHOUT_GPU();
+    const int n_head = 8, n_kv = 2, hd = 128, pos = 5;
+    const Rope rope{hd, 1e6f, true};
+    std::vector<float> q = randoms(size_t(n_head * hd), 1, 2.0f), k = randoms(size_t(n_kv * hd), 2, 2.0f),
+                       v = randoms(size_t(n_kv * hd), 3), qn = randoms(size_t(hd), 4), kn = randoms(size_t(hd), 5),
+                       cs(hd);
+    rope_angles(rope, pos, cs.data());
+    DeviceBuffer dq(q), dk(k), dv(v), dqn(qn), dkn(kn), dcs(cs), dpos(std::vector<int32_t>{pos}),
+        kc(size_t((pos + 1) * n_kv * hd) * 4), vc(size_t((pos + 1) * n_kv * hd) * 4);
+    gpu::qk_norm_rope_store(dq.f(), dk.f(), dv.f(), dqn.f(), dkn.f(), n_head, n_kv, hd, hd, 1e-6f, dcs.f(), kc.f(),
+                            vc.f(), static_cast<const int32_t*>(dpos.p), nullptr);
+    for (int h = 0; h < n_head; h++) rms_norm(q.data() + h * hd, qn.data(), hd, 1e-6f, q.data() + h * hd);
+    for (int h = 0; h < n_kv; h++) rms_norm(k.data() + h * hd, kn.data(), hd, 1e-6f, k.data() + h * hd);
+    rope_apply(rope, cs.data(), q.data(), n_head, hd);
+    rope_apply(rope, cs.data(), k.data(), n_kv, hd);
+    EXPECT_LT(rel_err(dq.get<float>(), std::vector<double>(q.begin(), q.end())), 1e-6);
+    const std::vector<float> krow = kc.get<float>(), vrow = vc.get<float>();
+    const size_t at = size_t(pos * n_kv * hd);
+    EXPECT_LT(rel_err(std::vector<float>(krow.begin() + long(at), krow.end()), std::vector<double>(k.begin(), k.end())),
+              1e-6);
+    EXPECT_EQ(std::vector<float>(vrow.begin() + long(at), vrow.end()), v);
+}
+
+TEST(Kernels, AttentionMatchesDoubleReference) {
+    SKIP_WITHOUT_GPU();
+    const int n_head = 8, n_kv = 2, hd = 64;
+    for (int n_pos : {1, 33, 5000}) {
+        const std::vector<float> q = randoms(size_t(n_head * hd), 1),
+                                 k = randoms(size_t(n_pos) * n_kv * hd, 2), v = randoms(size_t(n_pos) * n_kv * hd, 3);
+        const float scale = 1.0f / std::sqrt(float(hd));
+        DeviceBuffer dq(q), dk(k), dv(v), dout(size_t(n_head * hd) * 4), dpos(std::vector<int32_t>{n_pos - 1});
+        gpu::prepare_attention(n_pos, hd);
+        gpu::attention(dq.f(), dk.f(), dv.f(), static_cast<const int32_t*>(dpos.p), n_head, n_kv, hd, scale,
+                       dout.f(), nullptr);
+        std::vector<double> ref(size_t(n_head * hd));
+        for (int h = 0; h < n_head; h++) {
+            const int kvh = h / (n_head / n_kv);
+            std::vector<double> s(static_cast<size_t>(n_pos));
+            double mx = -INFINITY, sum = 0;
+            for (int p = 0; p < n_pos; p++) {
+                double d = 0;
+                for (int i = 0; i < hd; i++) d += double(q[size_t(h * hd + i)]) * k[size_t((p * n_kv + kvh) * hd + i)];
+                s[size_t(p)] = d * scale;
+                mx = std::max(mx, s[size_t(p)]);
+            }
+            for (double& e : s) sum += (e = std::exp(e - mx));
+            for (int i = 0; i < hd; i++) {
+                double acc = 0;
+                for (int p = 0; p < n_pos; p++) acc += s[size_t(p)] * v[size_t((p * n_kv + kvh) * hd + i)];
+                ref[size_t(h * hd + i)] = acc / sum;
+            }
+        }
+        EXPECT_LT(rel_err(dout.get<float>(), ref), 1e-5) << n_pos << " positions";
+    }
+}
+
+TEST(Kernels, SwigluAndWeightedSumMatchOps) {
+    SKIP_WITHOUT_GPU();
+    const int64_t n = 3000;
+    const std::vector<float> g = randoms(size_t(n), 1, 4.0f), u = randoms(size_t(n), 2);
+    DeviceBuffer dg(g), du(u), dh(size_t(n) * 4);
+    gpu::swiglu(dg.f(), du.f(), n, dh.f(), nullptr);
+    std::vector<float> h(static_cast<size_t>(n));
+    swiglu(g.data(), u.data(), n, h.data());
+    EXPECT_LT(rel_err(dh.get<float>(), std::vector<double>(h.begin(), h.end())), 1e-6);
+
+    const int k = 3;
+    const std::vector<float> x = randoms(size_t(n), 4), y = randoms(size_t(n * k), 5), w = {0.5f, 0.3f, 0.2f};
+    DeviceBuffer dx(x), dy(y), dw(w);
+    gpu::add_weighted(dx.f(), dy.f(), dw.f(), k, n, nullptr);
+    std::vector<double> ref(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; i++) {
+        double acc = 0;
+        for (int r = 0; r < k; r++) acc += double(w[size_t(r)]) * y[size_t(r * n + i)];
+        ref[size_t(i)] = x[size_t(i)] + acc;
+    }
+    EXPECT_LT(rel_err(dx.get<float>(), ref), 1e-6);
+}
+
+TEST(Kernels, RoutingMatchesModel) {
+    SKIP_WITHOUT_GPU();
+    for (auto [n_expert, k] : {std::pair<int, int>{8, 2}, {128, 8}, {512, 10}}) {
+        const std::vector<float> logits = randoms(size_t(n_expert), uint32_t(n_expert));
+        DeviceBuffer dl(logits), dids(size_t(k) * 4), dw(size_t(k) * 4);
+        gpu::route_softmax_topk(dl.f(), n_expert, k, true, static_cast<int32_t*>(dids.p), dw.f(), nullptr);
+        std::vector<int32_t> ids(static_cast<size_t>(k));
+        std::vector<float> w(static_cast<size_t>(k));
+        route_softmax_topk(logits.data(), 1, n_expert, k, true, ids.data(), w.data());
+        EXPECT_EQ(dids.get<int32_t>(), ids) << n_expert;
+        EXPECT_LT(rel_err(dw.get<float>(), std::vector<double>(w.begin(), w.end())), 1e-6);
+    }
+}
+
+}  // namespace
+}  // namespace ms

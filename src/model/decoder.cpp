@@ -216,7 +216,7 @@ public:
         if (n_deltanet_ > 0) {
             st->conv_state.resize(size_t(n_deltanet_ * deltanet_shape_.conv_state_floats()) * 4);
             st->recurrent_state.resize(size_t(n_deltanet_ * deltanet_shape_.recurrent_state_floats()) * 4);
-            st->deltanet.init(deltanet_shape_, o.max_batch);
+            st->deltanet.init(deltanet_shape_, o.max_batch, o.n_threads);
             st->deltanet.acts = st->acts.data();
         }
         if (mla) {

@@ -6,6 +6,7 @@
 
 #include "gguf/gguf.h"
 #include "ops/activation.h"
+#include "ops/delta_rule.h"
 #include "ops/linear.h"
 #include "ops/norm.h"
 
@@ -36,8 +37,11 @@ DeltaNetShape read_deltanet_shape(const GgufFile& f, const std::string& arch) {
     return s;
 }
 
-void DeltaNetScratch::init(const DeltaNetShape& s, int max_batch) {
+void DeltaNetScratch::init(const DeltaNetShape& s, int max_batch, int n_threads) {
     const size_t B = size_t(max_batch);
+    if (max_batch >= kDeltaNetMinChunked) {
+        chunk.resize(size_t(std::max(n_threads, 1)) * delta_rule_chunk_scratch_floats(s.head_k, s.head_v) * 4);
+    }
     qkv.resize(B * size_t(s.conv_channels()) * 4);
     conv.resize(B * size_t(s.conv_channels()) * 4);
     z.resize(B * size_t(s.v_dim()) * 4);
@@ -45,7 +49,9 @@ void DeltaNetScratch::init(const DeltaNetShape& s, int max_batch) {
     ba.resize(B * size_t(2 * s.n_v_heads) * 4);
 }
 
-uint64_t DeltaNetScratch::bytes() const { return qkv.size() + conv.size() + z.size() + o.size() + ba.size(); }
+uint64_t DeltaNetScratch::bytes() const {
+    return qkv.size() + conv.size() + z.size() + o.size() + ba.size() + chunk.size();
+}
 
 size_t DeltaNetScratch::acts_per_token(const std::vector<DeltaNetLayer>& layers) {
     size_t act = 0;
@@ -68,12 +74,6 @@ void l2_normalize(float* x, int n) {
     for (int i = 0; i < n; i++) ss += double(x[i]) * x[i];
     const float scale = 1.0f / std::max(float(std::sqrt(ss)), 1e-6f);
     for (int i = 0; i < n; i++) x[i] *= scale;
-}
-
-float dot(const float* a, const float* b, int n) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
 }
 
 // The causal depthwise convolution of `in` (n rows of C channels) continuing
@@ -129,19 +129,19 @@ void deltanet_block(ThreadPool& pool, const DeltaNetShape& sh, float rms_eps, co
         }
     });
 
-    // The recurrence, each value head on its own: S (head_v rows of head_k,
-    // S^T of the README's S) decays by exp(g), takes in the delta-rule
-    // correction beta (v - S k) along k, and is read by q.
+    // The recurrence, each value head on its own: S (head_k rows of head_v,
+    // the README's S) decays by exp(g), takes in the delta-rule correction
+    // beta (v - S^T k) along k, and is read by q. Short pieces (decode, a few
+    // draft tokens) step token by token; longer ones go in chunks.
     const float scale = 1.0f / std::sqrt(float(HK));
-    pool.parallel_for(NV, [&](int64_t hb, int64_t he) {
+    const bool chunked = n >= kDeltaNetMinChunked && s.chunk.size() > 0;
+    const size_t per_thread = delta_rule_chunk_scratch_floats(HK, HV);
+    pool.parallel_for(NV, [&](int64_t hb, int64_t he, int thread) {
         for (int64_t h = hb; h < he; h++) {
             float* S = recurrent_state + h * HV * HK;
             const int64_t kh = sh.tiled_heads ? h % sh.n_k_heads : h / ratio;
-            for (int t = 0; t < n; t++) {
-                const float* row = conv + int64_t(t) * C;
-                const float* q = row + kh * HK;
-                const float* k = row + QK + kh * HK;
-                const float* v = row + 2 * QK + h * HV;
+            // beta and the log of the decay of token t.
+            auto gates = [&](int t, float* beta, float* log_decay) {
                 float b_logit, a_logit;
                 if (sh.fused_ba) {
                     const float* g = ba + int64_t(t) * 2 * NV + (h / ratio) * 2 * ratio;
@@ -151,16 +151,28 @@ void deltanet_block(ThreadPool& pool, const DeltaNetShape& sh, float rms_eps, co
                     b_logit = ba[int64_t(t) * NV + h];
                     a_logit = ba[int64_t(n) * NV + int64_t(t) * NV + h];
                 }
-                const float beta = sigmoid(b_logit);
-                const float decay = std::exp(softplus(a_logit + l.dt_bias.f32()[h]) * l.a.f32()[h]);
-                float* ot = o + int64_t(t) * VD + h * HV;
-                for (int j = 0; j < HV; j++) {
-                    float* sj = S + int64_t(j) * HK;
-                    for (int i = 0; i < HK; i++) sj[i] *= decay;
-                    const float d = beta * (v[j] - dot(sj, k, HK));
-                    for (int i = 0; i < HK; i++) sj[i] += k[i] * d;
-                    ot[j] = dot(sj, q, HK) * scale;
+                *beta = sigmoid(b_logit);
+                *log_decay = softplus(a_logit + l.dt_bias.f32()[h]) * l.a.f32()[h];
+            };
+            const float* q0 = conv + kh * HK;
+            const float* k0 = conv + QK + kh * HK;
+            const float* v0 = conv + 2 * QK + h * HV;
+            float* o0 = o + h * HV;
+            if (!chunked) {
+                for (int t = 0; t < n; t++) {
+                    float beta, log_decay;
+                    gates(t, &beta, &log_decay);
+                    delta_rule_step(S, HK, HV, q0 + t * C, k0 + t * C, v0 + t * C, beta, std::exp(log_decay), scale,
+                                    o0 + t * VD);
                 }
+                continue;
+            }
+            float beta[kDeltaRuleChunk], log_decay[kDeltaRuleChunk];
+            for (int t0 = 0; t0 < n; t0 += kDeltaRuleChunk) {
+                const int m = std::min(kDeltaRuleChunk, n - t0);
+                for (int t = 0; t < m; t++) gates(t0 + t, &beta[t], &log_decay[t]);
+                delta_rule_chunk(S, HK, HV, q0 + t0 * C, k0 + t0 * C, C, v0 + t0 * C, C, beta, log_decay, m, scale,
+                                 o0 + t0 * VD, VD, s.chunk.f32() + size_t(thread) * per_thread);
             }
         }
     });

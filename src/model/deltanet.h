@@ -57,23 +57,32 @@ struct DeltaNetLayer {
     }
 };
 
+// Pieces of at least this many tokens run the recurrence in chunks
+// (ops/delta_rule.h); shorter ones, decode included, token by token.
+constexpr int kDeltaNetMinChunked = 16;
+
 // Scratch for deltanet_block, sized once for the largest batch.
 struct DeltaNetScratch {
     AlignedBuffer qkv, conv;     // projection and its convolution, conv_channels per token
     AlignedBuffer z, o;          // gate and recurrence output, v_dim per token
     AlignedBuffer ba;            // beta and alpha logits, 2 n_v_heads per token
+    AlignedBuffer chunk;         // the chunked recurrence's, per thread (none for batches too short to use it)
     uint8_t* acts = nullptr;     // the caller's converted-activation buffer (acts_per_token)
 
-    void init(const DeltaNetShape& s, int max_batch);
+    // n_threads: the size of the pools deltanet_block will run on.
+    void init(const DeltaNetShape& s, int max_batch, int n_threads = 1);
     uint64_t bytes() const;  // without acts
     static size_t acts_per_token(const std::vector<DeltaNetLayer>& layers);
 };
 
 // out (n rows of n_embd) = the layer over x (n rows of the normed residual),
 // continuing from conv_state (conv_kernel - 1 rows of conv_channels inputs)
-// and recurrent_state (per value head, head_v rows of head_k), both updated;
-// zeroed states start a sequence. Each token is one step of the recurrence,
-// so a batch gives the bits of evaluating its tokens one at a time.
+// and recurrent_state (per value head, head_k rows of head_v), both updated;
+// zeroed states start a sequence. A batch of fewer than kDeltaNetMinChunked
+// tokens gives the bits of evaluating them one at a time; a longer one runs
+// the recurrence in chunks of kDeltaRuleChunk from its first token, the same
+// function rounded differently (logits within ~1e-6 relative). Threads never
+// change a bit.
 void deltanet_block(ThreadPool& pool, const DeltaNetShape& shape, float rms_eps, const DeltaNetLayer& l,
                     const float* x, int n, float* conv_state, float* recurrent_state, DeltaNetScratch& s, float* out);
 

@@ -22,6 +22,10 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "residual (4 bytes x n_embd each) counts in --mem. A longer prompt is split, and the report says so");
     a.option("-ub,--ubatch", &ubatch, "N",
              "most tokens per piece of a layer: the scratch rows of attention and experts (counted in --mem)");
+    a.option("--experts-per-token", &experts_per_token, "K",
+             "route each token to its K best experts instead of the model's own count (Flash-MoE's speed knob: "
+             "fewer experts read and run a token, other logits; warned about, and recorded in the report; "
+             "0: the model's)");
     a.option("--kv-type", &kv_type, "TYPE", "KV cache type: f16 or f32");
     a.size_option("--mem", &mem, "SIZE",
                   "memory budget (e.g. 6G) for resident weights + expert cache + KV cache + scratch + the "
@@ -63,12 +67,14 @@ SessionOptions SessionFlags::options() const {
     if (ctx < 0) throw std::runtime_error("-c must be >= 0");
     if (threads < 0) throw std::runtime_error("-t must be >= 0");
     if (batch < 1 || ubatch < 1) throw std::runtime_error("-b and -ub must be >= 1");
+    if (experts_per_token < 0) throw std::runtime_error("--experts-per-token must be >= 0");
     SessionOptions o;
     o.model_path = model;
     o.n_ctx = ctx;
     o.n_threads = threads;
     o.n_batch = batch;
     o.n_ubatch = ubatch;
+    o.experts_per_token = experts_per_token;
     o.kv_type = parse_kv_type(kv_type);
     o.gpu = gpu;
     o.gpu_mem = gpu_mem;
@@ -108,6 +114,12 @@ std::unique_ptr<Session> SessionFlags::open(int sequences) const {
     };
     auto s = Session::open(o, experts, progress);
     if (bar) bar->finish();
+    const int trained = s->model().trained_experts_per_token();
+    if (s->config().n_expert_used != trained) {
+        fprintf(stderr, "warning: --experts-per-token %d: each token goes to %d experts, the model was trained with "
+                "%d; its output changes (docs/experts-per-token.md measures how much)\n",
+                s->config().n_expert_used, s->config().n_expert_used, trained);
+    }
     if (generates) s->set_draft(draft_options(*s));
     if (gpu != "off") fprintf(stderr, "backend: %s\n", s->backend().c_str());
     return s;
@@ -136,6 +148,8 @@ Json SessionFlags::report_json(const char* command, const Session& s) const {
     settings["batch"] = batch;
     settings["ubatch"] = ubatch;
     settings["kv_type"] = kv_type;
+    settings["experts_per_token"] = s.config().n_expert_used;
+    settings["experts_per_token_trained"] = s.model().trained_experts_per_token();
     settings["mem"] = mem;
     settings["gpu_mem"] = gpu_mem;
     j["settings"] = settings;

@@ -19,6 +19,7 @@ struct SessionFlags {
     int64_t ctx = 4096;
     int threads = 0;
     int batch = 4096, ubatch = 512;
+    int experts_per_token = 0;
     std::string kv_type = "f16";
     uint64_t mem = 0;
     std::string gpu = "auto";

@@ -318,6 +318,9 @@ public:
         st.n_past += n;
     }
 
+protected:
+    bool fixed_experts_per_token() const override { return n_hash_ > 0; }
+
 private:
     void declare_compressor(const GgufFile& f, const std::string& prefix, int width, int ratio,
                             Dsv4Compressor* out) {

@@ -89,6 +89,18 @@ std::unique_ptr<Model> Model::open(const GgufFile& file) {
     throw std::runtime_error(file.path() + ": unknown architecture '" + arch + "' (supported: " + list + ")");
 }
 
+void Model::set_experts_per_token(int k) {
+    if (fixed_experts_per_token()) {
+        throw std::runtime_error(config_.arch + ": some layers take the experts their table names for a token, "
+                                 "exactly expert_used_count; the number of experts per token cannot change");
+    }
+    if (k < 1 || k > config_.n_expert) {
+        throw std::runtime_error("experts per token must be in [1, " + std::to_string(config_.n_expert) + "], not " +
+                                 std::to_string(k));
+    }
+    config_.n_expert_used = k;
+}
+
 bool Model::maybe(const GgufFile& f, const std::string& name, std::vector<int64_t> shape, Tensor* out) {
     const GgufTensor* t = find_checked(f, name, shape);
     if (!t) return false;

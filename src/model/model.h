@@ -99,8 +99,21 @@ public:
     // (StateOptions::max_tokens), so a long prompt reads each expert once.
     virtual bool layer_major() const { return false; }
 
+    // Routes each token to k experts instead of the file's expert_used_count
+    // (Flash-MoE's speed knob: fewer experts, fewer bytes a token, other
+    // logits): the router's top k, weighted as the family weights its top
+    // experts. Call before new_state(). Throws naming the model when k is not
+    // in [1, n_expert] or the family picks its experts another way.
+    void set_experts_per_token(int k);
+    // expert_used_count as the file gives it.
+    int trained_experts_per_token() const { return trained_experts_per_token_; }
+
 protected:
-    explicit Model(ModelConfig config) : config_(std::move(config)) {}
+    explicit Model(ModelConfig config) : config_(std::move(config)), trained_experts_per_token_(config_.n_expert_used) {}
+
+    // Whether some layer takes exactly expert_used_count experts whatever the
+    // router says (DeepSeek V4's token-id tables).
+    virtual bool fixed_experts_per_token() const { return false; }
 
     // Declares a resident tensor that must exist with exactly this shape
     // (ne[0] first) and a type the kernels can run; its data is read by
@@ -121,6 +134,7 @@ protected:
 
     ModelConfig config_;
     std::vector<ExpertLayer> expert_layers_;
+    int trained_experts_per_token_ = 0;
 
 private:
     struct Pending {

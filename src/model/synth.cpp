@@ -694,13 +694,13 @@ const std::vector<SynthSpec>& presets() {
         {.preset = "gemma4-26b-a4b", .arch = "gemma4", .n_layer = 30, .n_expert = 128, .n_expert_used = 8,
          .n_embd = 2816, .expert_ffn = 704, .n_head = 16, .n_head_kv = 8, .head_dim = 256, .context = 262144,
          .dense_ffn = 2112, .sliding_window = 1024, .full_attention_interval = 6, .head_dim_full = 512,
-         .n_head_kv_full = 2, .rope_base_swa = 10000, .vocab_path = "/tokenizer/qwen3-vocab.gguf",
-         .router_locality = 0},
+         .n_head_kv_full = 2, .rope_base_swa = 10000, .v_from_k = true,
+         .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
         // Gemma 4 E4B: dense, 42 layers, n_embd 2560, 8 heads (2 KV heads of
         // 256 in sliding-window layers, window 512; 2 of 512 in every 6th),
         // MLP 10240, per-layer embeddings of 256, the last 18 layers reading
-        // earlier layers' KV caches. No experts: its per-layer embedding rows
-        // are what streams.
+        // earlier layers' KV caches; full layers have their own attn_v. No
+        // experts: its per-layer embedding rows are what streams.
         {.preset = "gemma4-e4b", .arch = "gemma4", .n_layer = 42, .n_expert = 1, .n_expert_used = 1,
          .n_embd = 2560, .expert_ffn = 32, .n_head = 8, .n_head_kv = 2, .head_dim = 256, .context = 131072,
          .dense_ffn = 10240, .sliding_window = 512, .full_attention_interval = 6, .head_dim_full = 512,

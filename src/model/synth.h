@@ -62,8 +62,8 @@ struct SynthSpec {
     int out_groups = 0;
     int out_lora = 0;
     // gemma4: every full_attention_interval-th layer attends to everything
-    // with heads of head_dim_full, n_head_kv_full KV heads, V from the K
-    // projection, rope_base and a quarter of its dims rotating; the others
+    // with heads of head_dim_full, n_head_kv_full KV heads (V from the K
+    // projection when v_from_k), rope_base and a quarter of its dims rotating; the others
     // within sliding_window (heads of head_dim, n_head_kv, rope_base_swa).
     // Every layer runs a GELU MLP dense_ffn wide beside its experts, or
     // alone where routed is false (the E-series). per_layer_embd > 0: the
@@ -75,6 +75,7 @@ struct SynthSpec {
     int per_layer_embd = 0;
     int shared_kv_layers = 0;
     bool routed = true;
+    bool v_from_k = false;
     std::string vocab_path;       // GGUF whose tokenizer.* keys (and vocabulary size) are copied
     std::string recipe = "Q4_K_M";  // Q4_K_M, Q8_0, MXFP4, F16
     double router_skew = 0;       // Zipf exponent of expert popularity; 0 = uniform

@@ -221,7 +221,7 @@ std::vector<SynthTensor> gemma4_tensors(const SynthSpec& s, int64_t n_vocab) {
         out.push_back({b + "attn_q.weight", {E, Q}, SynthFill::Random, in, l});
         if (gemma4_own_kv(s, l)) {
             out.push_back({b + "attn_k.weight", {E, KV}, SynthFill::Random, in, l});
-            if (!full) out.push_back({b + "attn_v.weight", {E, KV}, SynthFill::Random, in, l});
+            if (!full || !s.v_from_k) out.push_back({b + "attn_v.weight", {E, KV}, SynthFill::Random, in, l});
             out.push_back({b + "attn_k_norm.weight", {hd}, SynthFill::Ones, 0, l});
         }
         out.push_back({b + "attn_q_norm.weight", {hd}, SynthFill::Ones, 0, l});

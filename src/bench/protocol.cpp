@@ -141,7 +141,7 @@ ProtocolReport run_protocol(const ProtocolOptions& opt) {
     ProtocolReport rep;
     Sampler sampler(device);
     std::vector<ProtocolCase> plan;
-    if (opt.warmup) plan.push_back({"warmup", opt.cases[0].prompt_file});
+    if (opt.warmup) plan.push_back({"warmup", opt.cases[0].prompt_file, opt.cases[0].seed});
     plan.insert(plan.end(), opt.cases.begin(), opt.cases.end());
     const uint64_t steps = plan.size() + (opt.baseline_s > 0 ? 1 : 0);
     uint64_t step = 0;
@@ -176,7 +176,7 @@ ProtocolReport run_protocol(const ProtocolOptions& opt) {
         q.model = opt.model;
         q.prompt_file = pc.prompt_file;
         q.n_gen = opt.n_gen;
-        q.seed = opt.seed;
+        q.seed = pc.seed >= 0 ? uint64_t(pc.seed) : opt.seed;
         q.report = opt.out_dir + "/" + pc.name + ".report.json";
         q.trace = opt.out_dir + "/" + pc.name + ".trace.json";
         q.extra = run_args;
@@ -288,8 +288,11 @@ ProtocolReport run_protocol(const ProtocolOptions& opt) {
                machine.contains("kernel") ? machine.at("kernel").as_string().c_str() : "?");
     md += strf("- device: %s; samples every %.1f s from /proc/diskstats (reads only), /proc/stat, /proc/PID/status\n",
                device.empty() ? "none (model not on a block device: no MB/s or IOPS)" : device.c_str(), opt.interval_s);
-    md += strf("- protocol: %s%zu cases, each a fresh `moestream run` process; seed %llu; %d generated tokens%s\n",
-               opt.warmup ? "one discarded warm-up, then " : "", opt.cases.size(), (unsigned long long)opt.seed,
+    std::string seeds;
+    for (const ProtocolCase& c : opt.cases)
+        seeds += (seeds.empty() ? "" : ",") + std::to_string(c.seed >= 0 ? uint64_t(c.seed) : opt.seed);
+    md += strf("- protocol: %s%zu cases, each a fresh `moestream run` process; seeds %s; %d generated tokens%s\n",
+               opt.warmup ? "one discarded warm-up, then " : "", opt.cases.size(), seeds.c_str(),
                opt.n_gen, caps.ignore_eos ? " (--ignore-eos)" : " (may stop earlier at an end token: this run has no --ignore-eos)");
     if (opt.limit_mem) md += strf("- memory cgroup per case: %s\n", size_label(opt.limit_mem).c_str());
     md += "- run flags: `" + shell_join(run_args) + "`" + (ctx ? " (-c sized to the longest prompt + generation)" : "") + "\n";

@@ -20,6 +20,7 @@ namespace ms {
 struct ProtocolCase {
     std::string name;         // "short"
     std::string prompt_file;
+    int64_t seed = -1;        // this case's sampling seed (-1: ProtocolOptions::seed)
 };
 
 struct ProtocolOptions {

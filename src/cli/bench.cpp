@@ -516,6 +516,10 @@ int bench_protocol(int argc, char** argv) {
     a.option("--cases", &cases, "LIST", "which prompt files, in order");
     a.option("-n,--n-gen", &o.n_gen, "N", "tokens generated per case");
     a.option("--seed", &seed, "N", "sampling seed of every run");
+    std::string seeds;
+    a.option("--seeds", &seeds, "LIST",
+             "a sampling seed per case, in --cases order (the warm-up takes the first case's); e.g. "
+             "TurboFieldfare's 20260721,20260722,20260723");
     a.option("--interval", &o.interval_s, "S", "seconds between samples");
     a.option("--baseline", &o.baseline_s, "S", "idle sampling before the cases (0: none)");
     a.flag("--no-warmup", &no_warmup, "skip the discarded warm-up run");
@@ -535,6 +539,13 @@ int bench_protocol(int argc, char** argv) {
     if (prompts.empty()) prompts = repo_dir("bench/prompts");
     if (prompts.empty()) throw std::runtime_error("cannot find bench/prompts; give --prompts DIR");
     for (const std::string& c : split_list(cases)) o.cases.push_back({c, prompts + "/" + c + ".txt"});
+    if (!seeds.empty()) {
+        const std::vector<std::string> list = split_list(seeds);
+        if (list.size() != o.cases.size())
+            throw std::runtime_error("--seeds gives " + std::to_string(list.size()) + " seeds for " +
+                                     std::to_string(o.cases.size()) + " cases");
+        for (size_t i = 0; i < list.size(); i++) o.cases[i].seed = std::stoll(list[i]);
+    }
     o.scripts_dir = scripts.empty() ? repo_dir("scripts") : scripts;
     o.seed = uint64_t(seed);
     o.warmup = !no_warmup;

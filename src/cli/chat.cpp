@@ -60,12 +60,26 @@ int cmd_chat(int argc, char** argv) {
     int n_predict = -1;
     a.option("--system", &system, "TEXT", "a system message that opens the conversation");
     a.option("-n,--n-predict", &n_predict, "N", "most tokens per reply (-1: until the end of the turn)");
+    std::string think, tools_file;
+    a.option("--think", &think, "on|off",
+             "the template's enable_thinking: on lets the model reason in its thinking channel first (Gemma 4's "
+             "<|channel>thought, Qwen3's <think>), off asks it not to; unset, the template's default");
+    a.option("--tools", &tools_file, "FILE.json",
+             "function definitions (a JSON array, OpenAI style) the template lists for the model; its tool calls "
+             "come back in its own format (Gemma 4: <|tool_call>call:NAME{...}<tool_call|>) and stay in the "
+             "conversation");
     flags.declare(a, true);
     if (!a.parse(argc, argv)) return 0;
     if (n_predict < -1 || n_predict == 0) throw std::runtime_error("-n must be -1 or > 0");
+    if (!think.empty() && think != "on" && think != "off") throw std::runtime_error("--think must be on or off");
+    Json tools;
+    if (!tools_file.empty()) {
+        tools = Json::parse_file(tools_file);
+        if (!tools.is_array()) throw std::runtime_error(tools_file + ": --tools expects a JSON array");
+    }
 
     auto s = flags.open();
-    const ChatPrompt prompt(*s);
+    const ChatPrompt prompt(*s, tools, think.empty() ? -1 : think == "on");
     const Tokenizer& tok = s->tokenizer();
 
     // No SA_RESTART: a Ctrl-C at the prompt interrupts the read instead of

@@ -119,6 +119,9 @@ int cmd_synth(int argc, char** argv) {
                    format_bytes(double(z.total)).c_str(), format_bytes(double(z.resident)).c_str(),
                    format_bytes(double(z.experts)).c_str(), format_bytes(double(z.one_expert)).c_str(),
                    format_bytes(double(z.moe_layers) * s.n_expert_used * double(z.one_expert)).c_str());
+            if (z.rows > 0)
+                printf("  per-layer embedding rows %s (%s a token), read like experts\n",
+                       format_bytes(double(z.rows)).c_str(), format_bytes(double(z.rows) / double(z.n_vocab)).c_str());
         }
         return 0;
     }

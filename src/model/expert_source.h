@@ -49,6 +49,10 @@ struct ExpertLayer {
     // The router's weight scales the expert's input instead of its output
     // (Llama 4): expert(w x) rather than w expert(x).
     bool weight_input = false;
+    // Not experts but rows of a table each token reads one of (gemma4's
+    // per-layer embeddings): "expert" e is row e, its bytes in gate; up and
+    // down are empty. The store reads them under ReadReason::Rows.
+    bool rows = false;
 
     size_t expert_bytes() const { return gate.bytes + up.bytes + down.bytes; }
 };

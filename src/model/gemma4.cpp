@@ -6,8 +6,10 @@
 // RMS norms with weights, v without, attention scale 1, norms after
 // attention and FFN. A MoE layer runs a GELU MLP beside the routed experts
 // (fused gate_up, per-expert output scale, router over a scaled RMS norm);
-// the E-series add a per-layer embedding to each layer's output. Embeddings
-// scaled by sqrt(n_embd), tied output, final logit soft-capping.
+// the E-series add a per-layer embedding to each layer's output, whose
+// table's rows (one per token) are read through the ExpertSource like
+// experts, not held resident. Embeddings scaled by sqrt(n_embd), tied
+// output, final logit soft-capping.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -58,13 +60,15 @@ public:
     AlignedBuffer next_ids, next_weights;  // the next layer's predicted experts, per token
     AlignedBuffer next_union, next_votes;  // a chunk's hint; tokens per predicted expert
     AlignedBuffer ple, ple_h;              // per-layer embeddings [token][layer][n_per_layer]; one layer's gate
+    AlignedBuffer ple_ids;                 // the call's distinct tokens: the table rows to read
     MoeScratch moe;
 
     uint64_t bytes() const override {
         uint64_t b = moe.bytes() + kv.size() * sizeof(KvLayer);
         for (const AlignedBuffer* p : {&k_cache, &v_cache, &x, &xb, &y, &y2, &q, &k, &v, &att, &gate, &up, &acts,
                                        &cos_sin_swa, &cos_sin_full, &attn_scratch, &router, &ids, &weights,
-                                       &next_ids, &next_weights, &next_union, &next_votes, &ple, &ple_h}) {
+                                       &next_ids, &next_weights, &next_union, &next_votes, &ple, &ple_h,
+                                       &ple_ids}) {
             b += p->size();
         }
         return b;
@@ -112,13 +116,35 @@ public:
             throw std::runtime_error(f.path() + ": missing metadata " + p + "attention.sliding_window_pattern");
         }
         if (n_per_layer_ > 0) {
-            need(f, "per_layer_token_embd.weight", {L * n_per_layer_, V}, &ple_embd_);
+            const std::string name = "per_layer_token_embd.weight";
+            if (!present(f, name, {L * n_per_layer_, V})) throw std::runtime_error(f.path() + ": missing tensor " + name);
+            const GgufTensor& t = *f.tensor(name);
+            ple_type_ = t.type;
             // Each layer's slice of a row is dequantized on its own.
-            if (n_per_layer_ % type_traits(ple_embd_.type).block_size != 0) {
-                throw std::runtime_error(f.path() + ": per_layer_token_embd.weight: a layer's " +
-                                         std::to_string(n_per_layer_) + " values are not whole " +
-                                         type_name(ple_embd_.type) + " blocks");
+            if (n_per_layer_ % type_traits(ple_type_).block_size != 0) {
+                throw std::runtime_error(f.path() + ": " + name + ": a layer's " + std::to_string(n_per_layer_) +
+                                         " values are not whole " + type_name(ple_type_) + " blocks");
             }
+            // The table is sparse: each token reads its own row, so the rows
+            // are a source "layer" of their own after the real ones (row =
+            // expert id), read like experts and counted apart (rows = true).
+            ple_rows_.layer = int(L);
+            ple_rows_.n_expert = int(V);
+            ple_rows_.rows = true;
+            ExpertMatrix& g = ple_rows_.gate;
+            g.tensor = name;
+            g.type = t.type;
+            g.cols = L * n_per_layer_;
+            g.rows = 1;
+            g.split = t.split;
+            g.base = t.offset;
+            g.bytes = t.row_bytes();
+            g.stride = g.bytes;
+            ple_rows_.up = g;
+            ple_rows_.up.rows = 0;
+            ple_rows_.up.bytes = 0;
+            ple_rows_.up.base = g.base + g.bytes;  // empty, right after the row: one read per row
+            ple_rows_.down = ple_rows_.up;
             need(f, "per_layer_model_proj.weight", {E, L * n_per_layer_}, &ple_model_proj_);
             need(f, "per_layer_proj_norm.weight", {n_per_layer_}, &ple_proj_norm_);
         }
@@ -188,6 +214,7 @@ public:
             }
             maybe(f, b + "layer_output_scale.weight", {1}, &l.out_scale);
         }
+        if (n_per_layer_ > 0) expert_layers_.push_back(ple_rows_);
     }
 
     std::unique_ptr<ModelState> new_state(const StateOptions& o) const override {
@@ -257,6 +284,7 @@ public:
         st->next_votes.resize(size_t(c.n_expert) * 4);
         st->ple.resize(B * size_t(c.n_layer) * size_t(n_per_layer_) * 4);
         st->ple_h.resize(B * size_t(n_per_layer_) * 4);
+        st->ple_ids.resize(n_per_layer_ > 0 ? B * 4 : 0);
         st->moe.init(expert_layers_, o.max_batch, c.n_expert_used);
         return st;
     }
@@ -286,7 +314,7 @@ public:
                 rope_angles(full, pos0 + t, st.cos_sin_full.f32() + t * full.n_rot);
             }
         });
-        if (n_per_layer_ > 0) per_layer_inputs(st, pool, tokens, n);
+        if (n_per_layer_ > 0) per_layer_inputs(st, experts, pool, tokens, n);
 
         TimeSplit* time = n == 1 ? &st.decode_time : &st.prefill_time;
         time->calls++;
@@ -441,32 +469,58 @@ private:
     // Each token's per-layer inputs for every layer, into st.ple:
     // (its per_layer_token_embd row * sqrt(n_per_layer) +
     //  per_layer_proj_norm(per_layer_model_proj x / sqrt(n_embd))) / sqrt(2),
-    // x being the scaled token embedding, the norm taken per layer.
-    void per_layer_inputs(Gemma4State& st, ThreadPool& pool, const int32_t* tokens, int n) const {
+    // x being the scaled token embedding, the norm taken per layer. The rows
+    // come from the source, each distinct token's once.
+    void per_layer_inputs(Gemma4State& st, ExpertSource& experts, ThreadPool& pool, const int32_t* tokens,
+                          int n) const {
         const ModelConfig& c = config_;
         const int64_t P = n_per_layer_, LP = int64_t(c.n_layer) * P;
         float* ple = st.ple.f32();
         linear(pool, ple_model_proj_, st.x.f32(), n, ple, st.acts.data());
         const float proj_scale = 1.0f / std::sqrt(float(c.n_embd));
-        const float embd_scale = std::sqrt(float(P));
-        const float input_scale = 1.0f / std::sqrt(2.0f);
         pool.parallel_for(n, [&](int64_t b, int64_t e) {
             for (int64_t t = b; t < e; t++) {
-                float* row = ple + t * LP;
-                float* tok = st.ple_h.f32() + t * P;  // one layer's slice of the token's embedding row
                 for (int il = 0; il < c.n_layer; il++) {
-                    float* s = row + il * P;
+                    float* s = ple + t * LP + il * P;
                     for (int64_t i = 0; i < P; i++) s[i] *= proj_scale;
                     rms_norm(s, ple_proj_norm_.f32(), P, c.rms_eps, s);
-                    dequantize_row(ple_embd_.type, ple_embd_.row(tokens[t]) + ple_slice_bytes(il), tok, P);
-                    for (int64_t i = 0; i < P; i++) s[i] = (s[i] + tok[i] * embd_scale) * input_scale;
                 }
             }
         });
+
+        int32_t* ids = reinterpret_cast<int32_t*>(st.ple_ids.data());
+        int n_ids = 0;
+        for (int t = 0; t < n; t++) {
+            if (std::find(ids, ids + n_ids, tokens[t]) == ids + n_ids) ids[n_ids++] = tokens[t];
+        }
+        const float embd_scale = std::sqrt(float(P));
+        const float input_scale = 1.0f / std::sqrt(2.0f);
+        const int layer = ple_rows_.layer;
+        for (int g = 0; g < n_ids; g += experts.capacity()) {
+            const int m = std::min(experts.capacity(), n_ids - g);
+            experts.acquire(layer, ids + g, m);
+            ExpertView v;
+            for (int i; (i = experts.next_ready(layer, &v)) >= 0;) {
+                const int32_t token = ids[g + i];
+                pool.parallel_for(n, [&](int64_t b, int64_t e) {
+                    for (int64_t t = b; t < e; t++) {
+                        if (tokens[t] != token) continue;
+                        float* row = ple + t * LP;
+                        float* tok = st.ple_h.f32() + t * P;  // one layer's slice of the token's row
+                        for (int il = 0; il < c.n_layer; il++) {
+                            float* s = row + il * P;
+                            dequantize_row(ple_type_, v.gate + ple_slice_bytes(il), tok, P);
+                            for (int64_t k = 0; k < P; k++) s[k] = (s[k] + tok[k] * embd_scale) * input_scale;
+                        }
+                    }
+                });
+            }
+            experts.release(layer);
+        }
     }
 
     // Bytes into a per_layer_token_embd row where layer il's slice starts.
-    size_t ple_slice_bytes(int il) const { return row_bytes(ple_embd_.type, int64_t(il) * n_per_layer_); }
+    size_t ple_slice_bytes(int il) const { return row_bytes(ple_type_, int64_t(il) * n_per_layer_); }
 
     // x += post_norm(proj(gelu(inp_gate x) * ple[layer])).
     void per_layer_embedding(Gemma4State& st, ThreadPool& pool, const Layer& l, int il, int n) const {
@@ -502,7 +556,9 @@ private:
     }
 
     Tensor token_embd_, output_norm_, output_, rope_freqs_;
-    Tensor ple_embd_, ple_model_proj_, ple_proj_norm_;
+    Tensor ple_model_proj_, ple_proj_norm_;
+    GgmlType ple_type_ = GgmlType::F32;
+    ExpertLayer ple_rows_;  // per_layer_token_embd, read through the source
     bool tied_output_ = false, have_rope_freqs_ = false;
     int64_t window_ = 0, n_per_layer_ = 0;
     Rope rope_swa_, rope_full_;

@@ -171,7 +171,7 @@ void MoeScratch::init(const std::vector<ExpertLayer>& layers, int max_batch, int
     int n_expert = 0;
     bool weight_input = false;
     for (const ExpertLayer& l : layers) {
-        if (l.n_expert == 0) continue;
+        if (l.n_expert == 0 || l.rows) continue;  // rows are not run as experts
         weight_input = weight_input || l.weight_input;
         gate_act = std::max(gate_act, act_bytes(l.gate.type, l.gate.cols));
         up_act = std::max(up_act, act_bytes(l.up.type, l.up.cols));

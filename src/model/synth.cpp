@@ -287,6 +287,7 @@ Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal
     if (s.arch != "qwen3moe") {
         for (const SynthTensor& t : family_tensors(s, n_vocab)) {
             add(t.name, t.ne, t.fill, t.sigma, t.layer);
+            p.tensors.back().values = t.values;
         }
     } else {
         const int64_t E = s.n_embd, F = s.expert_ffn, Q = int64_t(s.n_head) * s.head_dim,
@@ -685,6 +686,26 @@ const std::vector<SynthSpec>& presets() {
         {.preset = "minimax-m2", .arch = "minimax-m2", .n_layer = 62, .n_expert = 256, .n_expert_used = 8,
          .n_embd = 3072, .expert_ffn = 1536, .n_head = 48, .n_head_kv = 8, .head_dim = 128, .context = 196608,
          .rope_base = 5e6, .rope_dim = 64, .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
+        // Gemma 4 26B-A4B (TurboFieldfare's model): 30 layers, n_embd 2816, 25
+        // sliding-window layers (window 1024, 16 heads x 256, 8 KV heads, rope
+        // 1e4) and every 6th full (heads x 512, 2 KV heads, V = K, rope 1e6
+        // on a quarter of the dims); a GELU MLP of 2112 beside 128 experts of
+        // 704, top-8. Gemma's 262k vocabulary is not here: Qwen3's stands in.
+        {.preset = "gemma4-26b-a4b", .arch = "gemma4", .n_layer = 30, .n_expert = 128, .n_expert_used = 8,
+         .n_embd = 2816, .expert_ffn = 704, .n_head = 16, .n_head_kv = 8, .head_dim = 256, .context = 262144,
+         .dense_ffn = 2112, .sliding_window = 1024, .full_attention_interval = 6, .head_dim_full = 512,
+         .n_head_kv_full = 2, .rope_base_swa = 10000, .v_from_k = true,
+         .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
+        // Gemma 4 E4B: dense, 42 layers, n_embd 2560, 8 heads (2 KV heads of
+        // 256 in sliding-window layers, window 512; 2 of 512 in every 6th),
+        // MLP 10240, per-layer embeddings of 256, the last 18 layers reading
+        // earlier layers' KV caches; full layers have their own attn_v. No
+        // experts: its per-layer embedding rows are what streams.
+        {.preset = "gemma4-e4b", .arch = "gemma4", .n_layer = 42, .n_expert = 1, .n_expert_used = 1,
+         .n_embd = 2560, .expert_ffn = 32, .n_head = 8, .n_head_kv = 2, .head_dim = 256, .context = 131072,
+         .dense_ffn = 10240, .sliding_window = 512, .full_attention_interval = 6, .head_dim_full = 512,
+         .n_head_kv_full = 2, .rope_base_swa = 10000, .per_layer_embd = 256, .shared_kv_layers = 18,
+         .routed = false, .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
     };
     return all;
 }
@@ -884,7 +905,9 @@ SynthSizes synth_sizes(const SynthSpec& spec) {
             layer_experts[size_t(t.layer)] += t.nbytes / uint64_t(spec.n_expert);
         }
     }
-    z.resident = z.total - z.experts;
+    for (const PlannedTensor& t : plan.tensors)
+        if (t.name == "per_layer_token_embd.weight") z.rows += t.nbytes;
+    z.resident = z.total - z.experts - z.rows;
     z.n_tensors = int(plan.tensors.size());
     for (uint64_t b : layer_experts) {
         z.moe_layers += b > 0;

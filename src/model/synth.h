@@ -21,7 +21,7 @@ namespace ms {
 struct SynthSpec {
     std::string preset = "custom";
     // qwen3moe, or a family of model/synth_families.h (llama, gpt-oss,
-    // deepseek2, glm4moe, qwen35moe, glm-dsa, llama4, minimax-m2, deepseek4), whose
+    // deepseek2, glm4moe, qwen35moe, glm-dsa, llama4, minimax-m2, deepseek4, gemma4), whose
     // extra sizes follow below.
     std::string arch = "qwen3moe";
     int n_layer = 4;
@@ -61,6 +61,21 @@ struct SynthSpec {
     int hash_layers = 0;
     int out_groups = 0;
     int out_lora = 0;
+    // gemma4: every full_attention_interval-th layer attends to everything
+    // with heads of head_dim_full, n_head_kv_full KV heads (V from the K
+    // projection when v_from_k), rope_base and a quarter of its dims rotating; the others
+    // within sliding_window (heads of head_dim, n_head_kv, rope_base_swa).
+    // Every layer runs a GELU MLP dense_ffn wide beside its experts, or
+    // alone where routed is false (the E-series). per_layer_embd > 0: the
+    // E-series' per-layer embeddings of that width; the last
+    // shared_kv_layers layers read earlier layers' KV caches.
+    int head_dim_full = 0;
+    int n_head_kv_full = 0;
+    double rope_base_swa = 10000;
+    int per_layer_embd = 0;
+    int shared_kv_layers = 0;
+    bool routed = true;
+    bool v_from_k = false;
     std::string vocab_path;       // GGUF whose tokenizer.* keys (and vocabulary size) are copied
     std::string recipe = "Q4_K_M";  // Q4_K_M, Q8_0, MXFP4, F16
     double router_skew = 0;       // Zipf exponent of expert popularity; 0 = uniform
@@ -74,7 +89,8 @@ struct SynthSpec {
 // Presets at real dimensions: "qwen3-30b-a3b", "qwen3-235b-a22b", the other
 // families' published shapes ("mixtral-8x7b", "gpt-oss-120b", "deepseek-v3",
 // "glm-4.5-air", "qwen3.5-397b-a17b", "qwen3.5-35b-a3b", "glm-5",
-// "llama4-scout", "llama4-maverick", "minimax-m2", "deepseek-v4-flash") and "tiny" (a few MB, the README demo). Vocabularies are looked up in
+// "llama4-scout", "llama4-maverick", "minimax-m2", "deepseek-v4-flash", "gemma4-26b-a4b", "gemma4-e4b")
+// and "tiny" (a few MB, the README demo). Vocabularies are looked up in
 // golden_dir (the project's shared golden data). Throws on an unknown name.
 SynthSpec synth_preset(const std::string& name, const std::string& golden_dir);
 const std::vector<std::string>& synth_preset_names();
@@ -124,6 +140,7 @@ struct SynthResult {
 // down). Reads only the vocabulary file.
 struct SynthSizes {
     uint64_t total = 0, experts = 0, resident = 0, one_expert = 0;
+    uint64_t rows = 0;  // per-layer embedding table: read a row a token, like experts, not resident
     int64_t n_vocab = 0;
     int n_tensors = 0;
     int moe_layers = 0;

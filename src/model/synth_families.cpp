@@ -1,5 +1,6 @@
 #include "model/synth_families.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -26,6 +27,7 @@ bool is_deepseek4(const SynthSpec& s) { return s.arch == "deepseek4"; }
 // DeepSeek V4 Flash's attention per layer: the first two keep only their
 // window; then ratio-4 blocks with an indexer and ratio-128 blocks alternate.
 int deepseek4_ratio(int il) { return il < 2 ? 0 : il % 2 == 0 ? 4 : 128; }
+bool is_gemma4(const SynthSpec& s) { return s.arch == "gemma4"; }
 
 bool is_deltanet_layer(const SynthSpec& s, int il) {
     return is_qwen35moe(s) && (il + 1) % s.full_attention_interval != 0;
@@ -187,11 +189,113 @@ void experts(const SynthSpec& s, const std::string& b, int l, std::vector<SynthT
     if (s.n_shared > 0) ffn(s, b, "_shexp", int64_t(s.n_shared) * F, l, out);
 }
 
+// Gemma 4: which layers attend to everything, and which read an earlier
+// layer's KV cache instead of projecting their own.
+bool gemma4_full(const SynthSpec& s, int il) { return (il + 1) % s.full_attention_interval == 0; }
+bool gemma4_own_kv(const SynthSpec& s, int il) { return il < s.n_layer - s.shared_kv_layers; }
+
+// Gemma 4 as model/gemma4.cpp reads it (golden README §gemma4, §gemma4-ple):
+// tied output, rope_freqs rotating a quarter of the full layers' dims (the
+// rest get factor 1e30: unrotated), ffn_gate_inp.scale sqrt(n_embd) so the
+// router sees the plain RMS-normed residual.
+std::vector<SynthTensor> gemma4_tensors(const SynthSpec& s, int64_t n_vocab) {
+    const int64_t E = s.n_embd, F = s.expert_ffn, X = s.n_expert, FD = s.dense_ffn, P = s.per_layer_embd,
+                  LP = int64_t(s.n_layer) * P;
+    const double in = 1 / std::sqrt(double(E));
+    std::vector<SynthTensor> out;
+    out.push_back({"token_embd.weight", {E, n_vocab}, SynthFill::Random, 1.0, -1});
+    if (P > 0) {
+        out.push_back({"per_layer_token_embd.weight", {LP, n_vocab}, SynthFill::Random, 1.0, -1});
+        out.push_back({"per_layer_model_proj.weight", {E, LP}, SynthFill::Random, in, -1});
+        out.push_back({"per_layer_proj_norm.weight", {P}, SynthFill::Ones, 0, -1});
+    }
+    std::vector<float> freqs(size_t(s.head_dim_full / 2), 1e30f);
+    std::fill(freqs.begin(), freqs.begin() + s.head_dim_full / 8, 1.0f);
+    out.push_back({"rope_freqs.weight", {s.head_dim_full / 2}, SynthFill::Values, 0, -1, freqs});
+    for (int l = 0; l < s.n_layer; ++l) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        const bool full = gemma4_full(s, l);
+        const int64_t hd = full ? s.head_dim_full : s.head_dim, Q = int64_t(s.n_head) * hd,
+                      KV = int64_t(full ? s.n_head_kv_full : s.n_head_kv) * hd;
+        out.push_back({b + "attn_norm.weight", {E}, SynthFill::Ones, 0, l});
+        out.push_back({b + "attn_q.weight", {E, Q}, SynthFill::Random, in, l});
+        if (gemma4_own_kv(s, l)) {
+            out.push_back({b + "attn_k.weight", {E, KV}, SynthFill::Random, in, l});
+            if (!full || !s.v_from_k) out.push_back({b + "attn_v.weight", {E, KV}, SynthFill::Random, in, l});
+            out.push_back({b + "attn_k_norm.weight", {hd}, SynthFill::Ones, 0, l});
+        }
+        out.push_back({b + "attn_q_norm.weight", {hd}, SynthFill::Ones, 0, l});
+        out.push_back({b + "attn_output.weight", {Q, E}, SynthFill::Random, 1 / std::sqrt(double(Q)), l});
+        out.push_back({b + "post_attention_norm.weight", {E}, SynthFill::Ones, 0, l});
+        out.push_back({b + "ffn_norm.weight", {E}, SynthFill::Ones, 0, l});
+        out.push_back({b + "ffn_gate.weight", {E, FD}, SynthFill::Random, in, l});
+        out.push_back({b + "ffn_up.weight", {E, FD}, SynthFill::Random, in, l});
+        out.push_back({b + "ffn_down.weight", {FD, E}, SynthFill::Random, 1 / std::sqrt(double(FD)), l});
+        out.push_back({b + "post_ffw_norm.weight", {E}, SynthFill::Ones, 0, l});
+        if (s.routed) {
+            out.push_back({b + "ffn_gate_inp.weight", {E, X}, SynthFill::Router, 0, l});
+            out.push_back({b + "ffn_gate_inp.scale", {E}, SynthFill::Values, 0, l,
+                           std::vector<float>(size_t(E), float(std::sqrt(double(E))))});
+            out.push_back({b + "ffn_gate_up_exps.weight", {E, 2 * F, X}, SynthFill::Random, in, l});
+            out.push_back({b + "ffn_down_exps.weight", {F, E, X}, SynthFill::Random, 1 / std::sqrt(double(F)), l});
+            out.push_back({b + "ffn_down_exps.scale", {X}, SynthFill::Ones, 0, l});
+            for (const char* n : {"pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2"})
+                out.push_back({b + n + ".weight", {E}, SynthFill::Ones, 0, l});
+        }
+        if (P > 0) {
+            out.push_back({b + "inp_gate.weight", {E, P}, SynthFill::Random, in, l});
+            out.push_back({b + "proj.weight", {P, E}, SynthFill::Random, 1 / std::sqrt(double(P)), l});
+            out.push_back({b + "post_norm.weight", {E}, SynthFill::Ones, 0, l});
+        }
+        out.push_back({b + "layer_output_scale.weight", {1}, SynthFill::Ones, 0, l});
+    }
+    out.push_back({"output_norm.weight", {E}, SynthFill::Ones, 0, -1});
+    return out;
+}
+
+void write_gemma4_metadata(GgufWriter& w, const SynthSpec& s) {
+    const std::string a = s.arch + ".";
+    w.set_u32(a + "block_count", uint32_t(s.n_layer));
+    w.set_u32(a + "context_length", uint32_t(s.context));
+    w.set_u32(a + "embedding_length", uint32_t(s.n_embd));
+    w.set_u32(a + "feed_forward_length", uint32_t(s.dense_ffn));
+    w.set_u32(a + "attention.head_count", uint32_t(s.n_head));
+    std::vector<int32_t> kv;
+    GgufValue pattern;  // true: sliding window, as a bool array like the published files
+    pattern.type = GgufType::ARRAY;
+    pattern.elem = GgufType::BOOL;
+    for (int l = 0; l < s.n_layer; l++) {
+        kv.push_back(gemma4_full(s, l) ? s.n_head_kv_full : s.n_head_kv);
+        pattern.ai.push_back(gemma4_full(s, l) ? 0 : 1);
+    }
+    w.set_i32s(a + "attention.head_count_kv", kv);
+    w.set_value(a + "attention.sliding_window_pattern", pattern);
+    w.set_u32(a + "attention.sliding_window", uint32_t(s.sliding_window));
+    w.set_u32(a + "attention.key_length", uint32_t(s.head_dim_full));
+    w.set_u32(a + "attention.value_length", uint32_t(s.head_dim_full));
+    w.set_u32(a + "attention.key_length_swa", uint32_t(s.head_dim));
+    w.set_u32(a + "attention.value_length_swa", uint32_t(s.head_dim));
+    w.set_u32(a + "rope.dimension_count", uint32_t(s.head_dim_full));
+    w.set_u32(a + "rope.dimension_count_swa", uint32_t(s.head_dim));
+    w.set_f32(a + "rope.freq_base", float(s.rope_base));
+    w.set_f32(a + "rope.freq_base_swa", float(s.rope_base_swa));
+    w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+    w.set_f32(a + "final_logit_softcapping", 30.0f);
+    if (s.shared_kv_layers > 0) w.set_u32(a + "attention.shared_kv_layers", uint32_t(s.shared_kv_layers));
+    if (s.per_layer_embd > 0) w.set_u32(a + "embedding_length_per_layer_input", uint32_t(s.per_layer_embd));
+    if (s.routed) {
+        w.set_u32(a + "expert_count", uint32_t(s.n_expert));
+        w.set_u32(a + "expert_used_count", uint32_t(s.n_expert_used));
+        w.set_u32(a + "expert_feed_forward_length", uint32_t(s.expert_ffn));
+    }
+}
+
 }  // namespace
 
 bool synth_family_known(const std::string& arch) {
     return arch == "llama" || arch == "gpt-oss" || arch == "deepseek2" || arch == "glm4moe" || arch == "qwen35moe" ||
-           arch == "glm-dsa" || arch == "llama4" || arch == "minimax-m2" || arch == "deepseek4";
+           arch == "glm-dsa" || arch == "llama4" || arch == "minimax-m2" || arch == "deepseek4" ||
+           arch == "gemma4";
 }
 
 void validate_family(const SynthSpec& s) {
@@ -233,6 +337,20 @@ void validate_family(const SynthSpec& s) {
                  s.dense_ffn % 32 == 0,
              "needs an interleave step of 1..layers, one shared expert and a dense FFN width (multiple of 32)");
     }
+    if (is_gemma4(s)) {
+        need(s.full_attention_interval >= 1 && s.sliding_window > 0 && s.head_dim_full >= 8 &&
+                 s.head_dim_full % 8 == 0 && s.head_dim_full * s.n_head % 32 == 0 && s.n_head_kv_full >= 1 &&
+                 s.n_head % s.n_head_kv_full == 0 && s.dense_ffn > 0 && s.dense_ffn % 32 == 0 &&
+                 s.n_dense_lead == 0 && s.n_shared == 0,
+             "needs a full-attention interval, a window, full-attention heads (head size a multiple of 8, "
+             "dividing the heads) and an MLP width that is a multiple of 32");
+        need(s.per_layer_embd >= 0 && s.per_layer_embd % 256 == 0,
+             "per-layer embedding width must be a multiple of 256");
+        // Shared-KV layers read the last earlier layer of their kind.
+        const int first = s.n_layer - s.shared_kv_layers;
+        need(s.shared_kv_layers >= 0 && first >= s.full_attention_interval,
+             "shared-KV layers must leave a full and a sliding-window layer before them");
+    }
     if (is_qwen35moe(s)) {
         need(s.full_attention_interval >= 1 && s.ssm_k_heads > 0 && s.ssm_v_heads % s.ssm_k_heads == 0 &&
                  s.ssm_head_dim > 0 && s.ssm_head_dim % 32 == 0 && s.n_shared == 1,
@@ -243,10 +361,12 @@ void validate_family(const SynthSpec& s) {
 
 bool family_layer_has_experts(const SynthSpec& s, int il) {
     if (is_llama4(s)) return (il + 1) % s.moe_step == 0;
+    if (is_gemma4(s)) return s.routed;
     return il >= s.n_dense_lead;
 }
 
 std::vector<SynthTensor> family_tensors(const SynthSpec& s, int64_t n_vocab) {
+    if (is_gemma4(s)) return gemma4_tensors(s, n_vocab);
     const int64_t E = s.n_embd;
     std::vector<SynthTensor> out;
     // Embedding rows go straight into the residual stream (unit scale); the
@@ -290,6 +410,7 @@ std::vector<SynthTensor> family_tensors(const SynthSpec& s, int64_t n_vocab) {
 }
 
 void write_family_metadata(GgufWriter& w, const SynthSpec& s) {
+    if (is_gemma4(s)) return write_gemma4_metadata(w, s);
     const std::string a = s.arch + ".";
     w.set_u32(a + "block_count", uint32_t(s.n_layer));
     w.set_u32(a + "context_length", uint32_t(s.context));

@@ -27,11 +27,12 @@ struct SynthTensor {
     SynthFill fill = SynthFill::Random;
     double sigma = 0;  // Random: the standard deviation of the values
     int layer = -1;    // -1: not in a block
+    std::vector<float> values = {};  // Values: the F32 contents
 };
 
 // Architectures synth writes besides qwen3moe: llama (Mixtral), gpt-oss,
 // deepseek2 (DeepSeek V3), glm4moe, qwen35moe, glm-dsa (GLM-5), llama4,
-// minimax-m2.
+// minimax-m2, gemma4.
 bool synth_family_known(const std::string& arch);
 
 // Throws std::runtime_error naming the first size the family cannot use.

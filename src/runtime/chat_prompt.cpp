@@ -23,6 +23,11 @@ ChatPrompt::ChatPrompt(const Session& session) : session_(&session), template_(t
     if (tok.eos() != Tokenizer::kNoToken) options_.eos_token = tok.text(tok.eos());
 }
 
+ChatPrompt::ChatPrompt(const Session& session, const Json& tools, int enable_thinking) : ChatPrompt(session) {
+    options_.tools = tools;
+    options_.enable_thinking = enable_thinking;
+}
+
 std::vector<int32_t> ChatPrompt::tokens(const Json& messages) const {
     const std::string text = template_.render(chat_context(messages, options_));
     const bool has_bos = !options_.bos_token.empty() && text.rfind(options_.bos_token, 0) == 0;

@@ -255,7 +255,7 @@ std::vector<SidecarEntry> load_sidecar_table(const GgufFile& f, const std::vecto
         by_key[uint64_t(entries[i].layer) << 32 | entries[i].expert] = i;
     std::vector<SidecarEntry> out;
     for (const ExpertLayer& L : layers)
-        for (int e = 0; e < L.n_expert; e++) {
+        for (int e = 0; e < (L.rows ? 0 : L.n_expert); e++) {
             std::string who = "layer " + std::to_string(L.layer) + " expert " + std::to_string(e);
             auto it = by_key.find(uint64_t(L.layer) << 32 | uint32_t(e));
             if (it == by_key.end()) throw std::runtime_error(path + ": " + who + ": missing from the sidecar");
@@ -293,12 +293,15 @@ ExpertLayout ExpertLayout::packed(const GgufFile& f, std::vector<ExpertLayer> la
     std::vector<SidecarEntry> entries = load_sidecar_table(f, layers, sidecar, fd.fd);
     ExpertLayout lay;
     lay.kind_ = LayoutKind::Packed;
+    // Rows (per-layer embeddings) are not packed: they are read from the
+    // GGUF, whose splits follow the sidecar.
     lay.files_ = {sidecar};
+    for (const std::string& p : f.paths()) lay.files_.push_back(p);
     lay.layers_ = std::move(layers);
     lay.records_.resize(lay.layers_.size());
     size_t i = 0;
     for (size_t l = 0; l < lay.layers_.size(); l++)
-        for (int e = 0; e < lay.layers_[l].n_expert; e++, i++)
+        for (int e = 0; e < (lay.layers_[l].rows ? 0 : lay.layers_[l].n_expert); e++, i++)
             lay.records_[l].push_back({entries[i].offset, entries[i].size, entries[i].checksum});
     lay.finish_init();
     return lay;
@@ -330,7 +333,7 @@ void ExpertLayout::adopt_checksums(const GgufFile& f, const std::string& sidecar
     records_.assign(layers_.size(), {});
     size_t i = 0;
     for (size_t l = 0; l < layers_.size(); l++)
-        for (int e = 0; e < layers_[l].n_expert; e++, i++)
+        for (int e = 0; e < (layers_[l].rows ? 0 : layers_[l].n_expert); e++, i++)
             records_[l].push_back({entries[i].offset, entries[i].size, entries[i].checksum});
 }
 
@@ -338,11 +341,11 @@ ExpertPlacement ExpertLayout::place(int layer, int expert) const {
     const ExpertLayer& L = layers_[size_t(layer)];
     ExpertPlacement p;
     p.bytes = L.expert_bytes();
-    if (kind_ == LayoutKind::Gguf && !records_.empty()) {
+    if (kind_ == LayoutKind::Gguf && !records_.empty() && !L.rows) {
         p.checksum = records_[size_t(layer)][size_t(expert)].checksum;
         p.has_checksum = true;
     }
-    if (kind_ == LayoutKind::Packed) {
+    if (kind_ == LayoutKind::Packed && !L.rows) {
         const Record& r = records_[size_t(layer)][size_t(expert)];
         p.n_reads = 1;
         p.reads[0] = {0, r.offset, align_up(r.size, kIoAlign), 0, r.size};
@@ -363,9 +366,10 @@ ExpertPlacement ExpertLayout::place(int layer, int expert) const {
     int run_split = -1;
     uint64_t run_start = 0, run_end = 0;
     int run_first = 0;
+    const int first_split = kind_ == LayoutKind::Packed ? 1 : 0;  // packed: the GGUF splits follow the sidecar
     auto flush = [&](int last) {
         ExpertRead& r = p.reads[p.n_reads++];
-        r.file = run_split;
+        r.file = first_split + run_split;
         r.offset = align_down(run_start, kIoAlign);
         r.len = align_up(run_end, kIoAlign) - r.offset;
         r.slot_offset = slot_pos;

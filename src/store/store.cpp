@@ -157,7 +157,9 @@ void Store::acquire(int layer, const int32_t* ids, int n) {
     layer_clock_ = cache_.clock() + 1;
 
     const int n_expert = layout_.layers()[size_t(layer)].n_expert;
-    const ReadReason reason = step_tokens_ > 1 ? ReadReason::Prefill : ReadReason::Demand;
+    const ReadReason reason = layout_.layers()[size_t(layer)].rows ? ReadReason::Rows
+                              : step_tokens_ > 1                     ? ReadReason::Prefill
+                                                                      : ReadReason::Demand;
     std::vector<int32_t>& guess = predicted_[size_t(layer)];
     if (!guess.empty()) {
         uint64_t correct = 0;
@@ -321,9 +323,9 @@ void Store::complete_read(const IoCompletion& c) {
 }
 
 void Store::slot_loaded(int s) {
-    if (options_.verify_checksums && layout_.has_checksums()) {
-        const int layer = cache_.layer_of(s);
-        const ExpertPlacement p = layout_.place(layer, cache_.expert_of(s));
+    const int layer = cache_.layer_of(s);
+    if (options_.verify_checksums && layout_.has_checksums() && !layout_.layers()[size_t(layer)].rows) {
+        const ExpertPlacement p = layout_.place(layer, cache_.expert_of(s));  // rows have no checksum
         // xxh3 of gate|up|down as `pack` hashed them: one run in a packed
         // slot, three in a gguf one.
         const ExpertLayer& L = layout_.layers()[size_t(layer)];

@@ -6,7 +6,7 @@
 namespace ms {
 
 const char* read_reason_name(ReadReason r) {
-    static const char* names[kReadReasons] = {"resident", "demand", "prefetch", "prefill"};
+    static const char* names[kReadReasons] = {"resident", "demand", "prefetch", "prefill", "rows"};
     return names[int(r)];
 }
 

@@ -10,8 +10,10 @@
 
 namespace ms {
 
-enum class ReadReason : int { Resident = 0, Demand = 1, Prefetch = 2, Prefill = 3 };
-constexpr int kReadReasons = 4;
+// Rows: sparse rows of a table that each token reads one of (gemma4's
+// per-layer embeddings), whatever the step.
+enum class ReadReason : int { Resident = 0, Demand = 1, Prefetch = 2, Prefill = 3, Rows = 4 };
+constexpr int kReadReasons = 5;
 const char* read_reason_name(ReadReason r);
 
 struct StoreCounters {

@@ -79,7 +79,7 @@ TEST(Protocol, RunsWarmupThenEachCaseInAFreshProcess) {
     ms::ProtocolOptions o;
     o.binary = bin;
     o.model = model;
-    o.cases = {{"a", (dir / "a.txt").string()}, {"b", (dir / "b.txt").string()}};
+    o.cases = {{"a", (dir / "a.txt").string()}, {"b", (dir / "b.txt").string(), 7}};  // b: its own seed
     o.n_gen = 8;
     o.seed = 5;
     o.interval_s = 0.1;
@@ -100,14 +100,15 @@ TEST(Protocol, RunsWarmupThenEachCaseInAFreshProcess) {
         EXPECT_EQ(c.peak_rss_bytes, 2097152u);
         for (size_t i = 1; i < c.samples.size(); ++i) EXPECT_GT(c.samples[i].t, c.samples[i - 1].t);
     }
-    // One process per case with the prompt file, seed, -n, --ignore-eos and a
+    // One process per case with the prompt file, its seed, -n, --ignore-eos and a
     // context sized to the longest prompt (8 tokens) + 8 + 64, rounded to 512.
     std::ifstream calls(dir / "calls.txt");
     std::vector<std::string> lines;
     for (std::string l; std::getline(calls, l);) lines.push_back(l);
     ASSERT_EQ(lines.size(), 3u);
     EXPECT_NE(lines[2].find("-f " + o.cases[1].prompt_file), std::string::npos) << lines[2];
-    EXPECT_NE(lines[2].find("-n 8 --ignore-eos --seed 5"), std::string::npos) << lines[2];
+    EXPECT_NE(lines[1].find("-n 8 --ignore-eos --seed 5"), std::string::npos) << lines[1];
+    EXPECT_NE(lines[2].find("-n 8 --ignore-eos --seed 7"), std::string::npos) << lines[2];
     EXPECT_NE(lines[2].find("-c 512"), std::string::npos) << lines[2];
 
     EXPECT_TRUE(fs::exists(dir / "out" / "samples.tsv"));

@@ -54,6 +54,10 @@ SynthSpec shrink(SynthSpec s) {
         // Window-only, ratio-4 (indexer) and ratio-128 layers, one hash-routed.
         s.n_layer = 4, s.hash_layers = 1, s.out_groups = 2, s.out_lora = 32;
     }
+    if (s.head_dim_full > 0) s.head_dim_full = 128, s.n_head_kv_full = 1;
+    if (s.dense_ffn > 0 && s.arch == "gemma4") s.dense_ffn = 256;
+    // Two of each kind of layer, the last of each reading the other's KV cache.
+    if (s.shared_kv_layers > 0) s.n_layer = 2 * s.full_attention_interval, s.shared_kv_layers = 2;
     s.context = 256;
     s.vocab_path = kGolden + "/models/qwen3moe-F32.gguf";  // ~500 tokens
     return s;
@@ -84,17 +88,22 @@ TEST(SynthFamilies, ShrunkPresetsOpenAndRunInTheirFamily) {
             EXPECT_EQ(c.arch, s.arch);
             EXPECT_EQ(c.n_layer, s.n_layer);
             EXPECT_EQ(c.n_embd, s.n_embd);
-            EXPECT_EQ(c.n_expert, s.n_expert);
-            EXPECT_EQ(c.n_expert_used, s.n_expert_used);
+            EXPECT_EQ(c.n_expert, s.routed ? s.n_expert : 0);
+            EXPECT_EQ(c.n_expert_used, s.routed ? s.n_expert_used : 0);
             EXPECT_EQ(c.n_dense_lead, s.n_dense_lead);
             EXPECT_EQ(c.n_expert_shared, s.n_shared);
             EXPECT_EQ(c.sliding_window, s.sliding_window);
             // Every MoE layer's experts are streamable; dense layers have none.
-            int moe_layers = 0, routed = 0;
-            for (const ExpertLayer& l : m.model->expert_layers()) moe_layers += l.n_expert > 0;
+            // Per-layer embedding rows stream too, as a source layer of rows.
+            int moe_layers = 0, routed = 0, row_tables = 0;
+            for (const ExpertLayer& l : m.model->expert_layers()) {
+                moe_layers += l.n_expert > 0 && !l.rows;
+                row_tables += l.rows;
+            }
             for (int il = 0; il < s.n_layer; il++) routed += family_layer_has_experts(s, il);
             EXPECT_EQ(moe_layers, routed);
-            EXPECT_GT(routed, 0);
+            EXPECT_EQ(row_tables, s.per_layer_embd > 0 ? 1 : 0);
+            EXPECT_GT(routed + row_tables, 0);
 
             ThreadPool pool(2);
             auto st = m.state(2);

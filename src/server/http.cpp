@@ -443,7 +443,7 @@ std::string HttpServer::Impl::metrics() {
     value("moestream_decode_seconds_total", s.decode_seconds);
     metric("moestream_decode_tokens_per_second", "gauge", "generated tokens per second of decoding, all slots together");
     value("moestream_decode_tokens_per_second", s.decode_seconds > 0 ? double(s.generated_tokens) / s.decode_seconds : 0);
-    metric("moestream_decode_passes_total", "counter", "decode forward passes (with --draft, each may give several tokens)");
+    metric("moestream_decode_passes_total", "counter", "decode forward passes (with --draft, or several slots decoding together, each may give several tokens)");
     value("moestream_decode_passes_total", double(s.decode_passes));
     metric("moestream_draft_tokens_total", "counter", "tokens drafted for speculative decoding");
     value("moestream_draft_tokens_total", double(s.drafted_tokens));

@@ -16,15 +16,18 @@ std::string template_source(const Session& s) {
 
 }  // namespace
 
-ChatPrompt::ChatPrompt(const Session& session) : session_(&session), template_(template_source(session)) {
+ChatPrompt::ChatPrompt(const Session& session, const std::string& source)
+    : session_(&session), source_(source.empty() ? template_source(session) : source), template_(source_) {
     const Tokenizer& tok = session.tokenizer();
     options_.add_generation_prompt = true;
     if (tok.bos() != Tokenizer::kNoToken) options_.bos_token = tok.text(tok.bos());
     if (tok.eos() != Tokenizer::kNoToken) options_.eos_token = tok.text(tok.eos());
 }
 
-std::vector<int32_t> ChatPrompt::tokens(const Json& messages) const {
-    const std::string text = template_.render(chat_context(messages, options_));
+std::vector<int32_t> ChatPrompt::tokens(const Json& messages, const Json& tools) const {
+    ChatContextOptions o = options_;
+    o.tools = tools;
+    const std::string text = template_.render(chat_context(messages, o));
     const bool has_bos = !options_.bos_token.empty() && text.rfind(options_.bos_token, 0) == 0;
     return session_->tokenize(text, !has_bos);
 }

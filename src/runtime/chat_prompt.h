@@ -16,13 +16,18 @@ namespace ms {
 class ChatPrompt {
 public:
     // Throws when the model has no chat template or it does not parse.
-    explicit ChatPrompt(const Session& session);
+    // source: a template to use instead of the model's (empty: the model's).
+    explicit ChatPrompt(const Session& session, const std::string& source = "");
     // messages: [{"role", "content"}...]. Throws TemplateError when the
     // template refuses the conversation (e.g. roles out of order).
-    std::vector<int32_t> tokens(const Json& messages) const;
+    // tools: the functions the template offers the model (null: none).
+    std::vector<int32_t> tokens(const Json& messages, const Json& tools = Json()) const;
+    // The template's source (tool-call formats are read off it).
+    const std::string& source() const { return source_; }
 
 private:
     const Session* session_;
+    std::string source_;
     ChatTemplate template_;
     ChatContextOptions options_;
 };

@@ -178,7 +178,7 @@ void Engine::start(Slot& s, std::shared_ptr<Job> job) {
     if (keep == prompt.size()) keep--;  // evaluate at least one token: its logits start the reply
     s.next = s.cached = keep;
     s.generated = 0;
-    s.text = std::make_unique<ReplyText>(ss.tokenizer(), job->request.stop);
+    s.text = std::make_unique<ReplyText>(ss.tokenizer(), job->request.stop, job->request.show_control);
     try {
         // Rewinding may evaluate tokens again (sliding-window layers keep only their window).
         std::lock_guard<std::mutex> lk(forward_mu_);

@@ -4,6 +4,7 @@
 // token of a chat's follow-up turn against its first turn. One JSON line per
 // measurement. Needs only node (fetch).
 //   node scripts/serve_streams.mjs BASE_URL [STREAMS=1,2,4,8] [TOKENS=32] [WARMUP_TOKENS=16]
+// (STREAMS 0: only the chat turns)
 // experts_acquired_per_token: the layers' unions of experts (cache hits
 // and misses) over the tokens they served, which falls as streams share
 // experts; decode_read_bytes_per_token: what the cache could not hold of them.
@@ -64,7 +65,7 @@ const round = (x, d = 3) => Math.round(x * 10 ** d) / 10 ** d;
 const bytes = (m) => m['moestream_bytes_read_total{reason="demand"}'] + m['moestream_bytes_read_total{reason="prefetch"}'];
 
 let r = 0;
-for (const n of streamsArg.split(',').map(Number)) {
+for (const n of streamsArg.split(',').map(Number).filter((x) => x > 0)) {
   await chat([{ role: 'user', content: `Warm-up ${r}: say something about ${topics[r % topics.length]}.` }], Number(warmArg), r);
   // Counted from when every stream has its first token (all prompts
   // evaluated) to the end: decode only.
@@ -87,11 +88,14 @@ for (const n of streamsArg.split(',').map(Number)) {
   r++;
 }
 
-// A chat's second turn only evaluates its new tokens (the slot's prompt cache).
-const first = [{ role: 'user', content: 'Tell me about lighthouses and the people who kept them.' }];
-const one = await chat(first, tokens, 1);
+// A chat's second turn only evaluates its new tokens (the slot's prompt
+// cache): a long first message, a short reply, a short follow-up.
+const history = 'Lighthouses stood on rocks and headlands, and their keepers trimmed the wicks, ' +
+  'wound the clockwork and logged the weather through every night of the year. ';
+const first = [{ role: 'user', content: history.repeat(12) + 'Tell me about them.' }];
+const one = await chat(first, 8, 1);
 const two = await chat([...first, { role: 'assistant', content: one.text },
-  { role: 'user', content: 'And what happened to them later?' }], tokens, 1);
+  { role: 'user', content: 'And what happened to them later?' }], 8, 1);
 console.log(JSON.stringify({
   first_turn_ttft_s: round(one.ttft_s), first_turn_prompt_tokens: one.usage?.prompt_tokens,
   follow_up_ttft_s: round(two.ttft_s), follow_up_prompt_tokens: two.usage?.prompt_tokens,

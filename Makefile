@@ -8,7 +8,7 @@ FUZZ_LONG_SECONDS ?= 600
 DEMO   ?= $(BUILD)/demo-tiny.gguf
 DEPS   := build-essential cmake pkg-config libgtest-dev libgmock-dev libbenchmark-dev \
           libpcre2-dev liburing-dev libxxhash-dev clang libclang-rt-14-dev gnuplot-nox ninja-build \
-          libcpp-httplib-dev chromium
+          libcpp-httplib-dev chromium haproxy
 
 .PHONY: deps build bin test unit asan tsan fuzz fuzz-long serve-test run run-synth clean routing-check soak
 

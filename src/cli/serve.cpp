@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -43,13 +44,14 @@ int cmd_serve(int argc, char** argv) {
            "Serves the model over HTTP with the OpenAI API: POST /v1/chat/completions (the model's own chat "
            "template; \"stream\": true for server-sent events), POST /v1/completions, GET /v1/models; and "
            "GET /health, GET /metrics (Prometheus text) and a chat page at /. --parallel slots each keep a "
-           "conversation's KV cache, so a follow-up turn only evaluates its new tokens; one forward pass runs "
-           "at a time, slots taking turns token by token (no batched decode yet). Requests beyond the slots "
+           "conversation's KV cache, so a follow-up turn only evaluates its new tokens; the slots that are "
+           "generating decode together, one forward pass a token for all of them (each MoE layer reads the "
+           "union of their experts once). Requests beyond the slots "
            "wait in a queue of --queue; beyond that they get 503 at once. The sampling flags are the defaults "
            "for fields a request leaves out. Stops on SIGINT/SIGTERM.");
     SessionFlags flags;
     ServerOptions so;
-    std::string key_file, alias;
+    std::string key_file, alias, template_file;
     int parallel = 1, queue = 16;
     uint64_t max_body = so.max_body_bytes;
     a.option("--host", &so.host, "ADDR", "address to listen on (0.0.0.0: every interface; mind --api-key then)");
@@ -66,6 +68,8 @@ int cmd_serve(int argc, char** argv) {
              "\"length\")");
     a.option("--idle-timeout", &so.idle_timeout_s, "S",
              "seconds an idle keep-alive connection stays open, and the longest wait for a request's bytes");
+    a.option("--chat-template-file", &template_file, "FILE",
+             "a Jinja chat template to use instead of the model's (e.g. one that offers tools)");
     a.size_option("--max-body", &max_body, "SIZE", "largest request body (e.g. 8M); larger gets 413");
     flags.declare(a, true);
     if (!a.parse(argc, argv)) return 0;
@@ -78,6 +82,12 @@ int cmd_serve(int argc, char** argv) {
     if (!key_file.empty()) {
         if (!so.api_key.empty()) throw std::runtime_error("give --api-key or --api-key-file, not both");
         so.api_key = read_key_file(key_file);
+    }
+    if (!template_file.empty()) {
+        std::ifstream f(template_file, std::ios::binary);
+        if (!f) throw std::runtime_error(template_file + ": cannot read the chat template");
+        so.chat_template.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+        if (so.chat_template.empty()) throw std::runtime_error(template_file + ": the chat template is empty");
     }
     so.max_body_bytes = size_t(max_body);
     so.model_id = alias.empty() ? model_name(flags.model) : alias;

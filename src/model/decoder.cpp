@@ -236,18 +236,15 @@ public:
                  float* logits, bool all_logits) const override {
         DecoderState& st = static_cast<DecoderState&>(state);
         const ModelConfig& c = config_;
-        const int64_t E = c.n_embd, pos0 = st.n_past, n_ctx = st.options.n_ctx;
-        const int K = c.n_expert_used;
+        const int64_t E = c.n_embd, pos0 = st.n_past;
         float* x = st.x.f32();
         float* xb = st.xb.f32();
         float* y = st.y.f32();
         float* cos_sin = st.cos_sin.f32();
         experts.start_step(n);
-        st.ring.wrote(pos0, n);
+        advance(st, n);
         Rope rope = rope_;
         if (!rope_freqs_.empty()) rope.freq_factors = rope_freqs_.f32();
-        st.continue_at(pos0);
-        st.recurrent_pos = pos0 + n;
 
         pool.parallel_for(n, [&](int64_t b, int64_t e) {
             for (int64_t t = b; t < e; t++) {
@@ -265,77 +262,15 @@ public:
         // between layers).
         const int B = st.options.max_batch;
         for (int il = 0; il < n_run_; il++) {
-            const AttentionLayer& a = attn_[size_t(il)];
-            const DeltaNetLayer& d = deltanet_[size_t(il)];
-            const FfnLayer& m = ffn_[size_t(il)];
             for (int c0 = 0; c0 < n; c0 += B) {
                 const int nc = std::min(B, n - c0);
                 float* xc = x + int64_t(c0) * E;
-
-                const bool mla = !mla_.empty();
-                const int64_t islot = indexer_.empty() ? -1 : indexer_slot_[size_t(il)];
-                PhaseTimer attn_time(time, Phase::Attention, il,
-                                     mla ? mla_[size_t(il)].weight_bytes() +
-                                               (islot >= 0 ? indexer_[size_t(il)].weight_bytes() : 0)
-                                         : d.empty() ? a.weight_bytes() : d.weight_bytes());
-                const float* cs = cos_sin + int64_t(c0) * rope_.n_rot;
-                if (mla && indexer_.empty()) {
-                    rms_norm_rows(pool, xc, a.norm.f32(), nc, E, c.rms_eps, xb);
-                    mla_attention_block(pool, mla_shape_, c.rms_eps, rope, mla_[size_t(il)], xb, nc, pos0 + c0, cs,
-                                        st.kv[size_t(il)], n_ctx, st.mla, y);
-                } else if (mla) {
-                    // Sparse: this layer's indexer (or the nearest earlier
-                    // one's, kept for the call's tokens) picks the positions,
-                    // from the normed compressed q mla_project leaves.
-                    const int top_k = st.indexer_shape.top_k;
-                    int32_t* sel = reinterpret_cast<int32_t*>(st.sel.data()) + int64_t(c0) * top_k;
-                    int32_t* n_sel = reinterpret_cast<int32_t*>(st.n_sel.data()) + c0;
-                    rms_norm_rows(pool, xc, a.norm.f32(), nc, E, c.rms_eps, xb);
-                    mla_project(pool, mla_shape_, c.rms_eps, rope_, mla_[size_t(il)], xb, nc, pos0 + c0, cs,
-                                st.kv[size_t(il)], st.mla);
-                    if (islot >= 0) {
-                        indexer_select(pool, st.indexer_shape, rope_, indexer_[size_t(il)], xb, st.mla.qa.f32(), nc,
-                                       pos0 + c0, cs, st.keys[size_t(islot)], st.indexer, sel, n_sel);
-                    }
-                    const MlaSelection chosen{sel, n_sel, top_k};
-                    mla_attend(pool, mla_shape_, mla_[size_t(il)], nc, pos0 + c0, st.kv[size_t(il)], n_ctx, &chosen,
-                               st.mla, y);
-                } else if (d.empty()) {
-                    rms_norm_rows(pool, xc, a.norm.f32(), nc, E, c.rms_eps, xb);
-                    attention_block(pool, c, rope, a, xb, nc, pos0 + c0, cs, st.kv[size_t(il)], n_ctx, st.attn, y);
-                } else {
-                    // Pieces in order: the states carry from one to the next.
-                    const int64_t slot = deltanet_slot_[size_t(il)];
-                    rms_norm_rows(pool, xc, d.norm.f32(), nc, E, c.rms_eps, xb);
-                    deltanet_block(pool, deltanet_shape_, c.rms_eps, d, xb, nc,
-                                   st.conv_state.f32() + slot * deltanet_shape_.conv_state_floats(),
-                                   st.recurrent_state.f32() + slot * deltanet_shape_.recurrent_state_floats(),
-                                   st.deltanet, y);
-                }
+                PhaseTimer attn_time(time, Phase::Attention, il, attention_bytes(il));
+                attend(st, pool, rope, il, xc, nc, c0, pos0 + c0, cos_sin + int64_t(c0) * rope_.n_rot, xb, y);
                 add_to(xc, y, nc * E);
                 attn_time.stop();
-
                 // The next layer's experts are hinted from the layer's last piece.
-                const bool predict =
-                    c0 + nc == n && il + 1 < n_run_ && ffn_[size_t(il) + 1].moe() && experts.wants_prefetch();
-                PhaseTimer route_time(time, Phase::Routing, il,
-                                      m.router.bytes() + (predict ? ffn_[size_t(il) + 1].router.bytes() : 0));
-                rms_norm_rows(pool, xc, m.norm.f32(), nc, E, c.rms_eps, xb);
-                if (m.moe()) route_tokens(pool, m, xb, nc, K, st.ffn);
-                // y is free until the feed-forward block writes it.
-                const ExpertHint next = predict ? predict_experts(st, pool, il + 1, xc, nc, y) : ExpertHint{};
-                route_time.stop();
-
-                // The experts span on the timeline holds this layer's io_wait
-                // spans; the split counts the time between them as compute.
-                PhaseTimer ffn_time(nullptr, Phase::ExpertCompute, il);
-                const FfnCost cost =
-                    ffn_block(pool, experts, expert_layers_[size_t(il)], m, xb, nc, K, st.ffn, y, next);
-                add_to(xc, y, nc * E);
-                const double ffn_s = ffn_time.stop();
-                time->add(Phase::IoWait, cost.moe.io_wait_s);
-                time->add(Phase::ExpertCompute, ffn_s - cost.moe.io_wait_s,
-                          cost.moe.expert_bytes + cost.dense_bytes);
+                feed_forward(st, experts, pool, il, xc, nc, c0 + nc == n, time);
             }
         }
 
@@ -348,10 +283,149 @@ public:
         st.n_past += n;
     }
 
+    // One decode step of n sequences (each with its own state), in one
+    // pass: each sequence attends over its own cache at its own position,
+    // and the feed-forward half runs over the n rows together, so a layer
+    // acquires the union of the sequences' experts once and runs each over
+    // the rows that chose it. The first state's scratch holds the rows.
+    void forward_batch(ModelState* const* states, int n, ExpertSource& experts, ThreadPool& pool,
+                       const int32_t* tokens, float* logits) const override {
+        DecoderState& lead = static_cast<DecoderState&>(*states[0]);
+        if (n > lead.options.max_batch) {
+            Model::forward_batch(states, n, experts, pool, tokens, logits);
+            return;
+        }
+        const ModelConfig& c = config_;
+        const int64_t E = c.n_embd;
+        float* x = lead.x.f32();
+        float* xb = lead.xb.f32();
+        float* y = lead.y.f32();
+        float* cos_sin = lead.cos_sin.f32();
+        experts.start_decode_step(n);
+        Rope rope = rope_;
+        if (!rope_freqs_.empty()) rope.freq_factors = rope_freqs_.f32();
+        for (int i = 0; i < n; i++) advance(static_cast<DecoderState&>(*states[i]), 1);
+        pool.parallel_for(n, [&](int64_t b, int64_t e) {
+            for (int64_t t = b; t < e; t++) {
+                dequantize_row(token_embd_.type, token_embd_.row(tokens[t]), x + t * E, E);
+                rope_angles(rope, states[t]->n_past, cos_sin + t * rope.n_rot);
+            }
+        });
+
+        TimeSplit* time = &lead.decode_time;
+        time->calls++;
+        for (int il = 0; il < n_run_; il++) {
+            PhaseTimer attn_time(time, Phase::Attention, il, attention_bytes(il));
+            for (int i = 0; i < n; i++) {
+                DecoderState& st = static_cast<DecoderState&>(*states[i]);
+                attend(st, pool, rope, il, x + i * E, 1, 0, st.n_past, cos_sin + int64_t(i) * rope_.n_rot,
+                       xb + i * E, y + i * E);
+            }
+            add_to(x, y, n * E);
+            attn_time.stop();
+            feed_forward(lead, experts, pool, il, x, n, true, time);
+        }
+
+        rms_norm_rows(pool, x, output_norm_.f32(), n, E, c.rms_eps, xb);
+        linear(pool, output(), xb, n, logits, lead.acts.data());
+        for (int i = 0; i < n; i++) states[i]->n_past++;
+    }
+
     bool layer_major() const override { return true; }
 
 private:
     const Tensor& output() const { return tied_output_ ? token_embd_ : output_; }
+
+    // A forward call is about to write n positions at st.n_past.
+    static void advance(DecoderState& st, int n) {
+        st.ring.wrote(st.n_past, n);
+        st.continue_at(st.n_past);
+        st.recurrent_pos = st.n_past + n;
+    }
+
+    // Weight bytes of layer il's attention (or DeltaNet) half, for the time split.
+    uint64_t attention_bytes(int il) const {
+        if (!mla_.empty()) {
+            const bool indexed = !indexer_.empty() && indexer_slot_[size_t(il)] >= 0;
+            return mla_[size_t(il)].weight_bytes() + (indexed ? indexer_[size_t(il)].weight_bytes() : 0);
+        }
+        const DeltaNetLayer& d = deltanet_[size_t(il)];
+        return d.empty() ? attn_[size_t(il)].weight_bytes() : d.weight_bytes();
+    }
+
+    // Layer il's attention (or DeltaNet) half over nc tokens of one
+    // sequence at positions pos..: xc its residual rows, xb gets them
+    // normed, y the block's output. cs: the tokens' rope angles; c0: their
+    // offset in the forward call (sparse attention keeps its selections by it).
+    void attend(DecoderState& st, ThreadPool& pool, const Rope& rope, int il, const float* xc, int nc, int c0,
+                int64_t pos, const float* cs, float* xb, float* y) const {
+        const ModelConfig& c = config_;
+        const int64_t E = c.n_embd, n_ctx = st.options.n_ctx;
+        const AttentionLayer& a = attn_[size_t(il)];
+        const DeltaNetLayer& d = deltanet_[size_t(il)];
+        const bool mla = !mla_.empty();
+        const int64_t islot = indexer_.empty() ? -1 : indexer_slot_[size_t(il)];
+        if (mla && indexer_.empty()) {
+            rms_norm_rows(pool, xc, a.norm.f32(), nc, E, c.rms_eps, xb);
+            mla_attention_block(pool, mla_shape_, c.rms_eps, rope, mla_[size_t(il)], xb, nc, pos, cs,
+                                st.kv[size_t(il)], n_ctx, st.mla, y);
+        } else if (mla) {
+            // Sparse: this layer's indexer (or the nearest earlier
+            // one's, kept for the call's tokens) picks the positions,
+            // from the normed compressed q mla_project leaves.
+            const int top_k = st.indexer_shape.top_k;
+            int32_t* sel = reinterpret_cast<int32_t*>(st.sel.data()) + int64_t(c0) * top_k;
+            int32_t* n_sel = reinterpret_cast<int32_t*>(st.n_sel.data()) + c0;
+            rms_norm_rows(pool, xc, a.norm.f32(), nc, E, c.rms_eps, xb);
+            mla_project(pool, mla_shape_, c.rms_eps, rope_, mla_[size_t(il)], xb, nc, pos, cs, st.kv[size_t(il)],
+                        st.mla);
+            if (islot >= 0) {
+                indexer_select(pool, st.indexer_shape, rope_, indexer_[size_t(il)], xb, st.mla.qa.f32(), nc, pos, cs,
+                               st.keys[size_t(islot)], st.indexer, sel, n_sel);
+            }
+            const MlaSelection chosen{sel, n_sel, top_k};
+            mla_attend(pool, mla_shape_, mla_[size_t(il)], nc, pos, st.kv[size_t(il)], n_ctx, &chosen, st.mla, y);
+        } else if (d.empty()) {
+            rms_norm_rows(pool, xc, a.norm.f32(), nc, E, c.rms_eps, xb);
+            attention_block(pool, c, rope, a, xb, nc, pos, cs, st.kv[size_t(il)], n_ctx, st.attn, y);
+        } else {
+            // Pieces in order: the states carry from one to the next.
+            const int64_t slot = deltanet_slot_[size_t(il)];
+            rms_norm_rows(pool, xc, d.norm.f32(), nc, E, c.rms_eps, xb);
+            deltanet_block(pool, deltanet_shape_, c.rms_eps, d, xb, nc,
+                           st.conv_state.f32() + slot * deltanet_shape_.conv_state_floats(),
+                           st.recurrent_state.f32() + slot * deltanet_shape_.recurrent_state_floats(), st.deltanet, y);
+        }
+    }
+
+    // Layer il's feed-forward half over nc residual rows xc (in place), with
+    // st's scratch; may_predict: whether to hint the next layer's experts.
+    void feed_forward(DecoderState& st, ExpertSource& experts, ThreadPool& pool, int il, float* xc, int nc,
+                      bool may_predict, TimeSplit* time) const {
+        const ModelConfig& c = config_;
+        const int64_t E = c.n_embd;
+        const int K = c.n_expert_used;
+        const FfnLayer& m = ffn_[size_t(il)];
+        float* xb = st.xb.f32();
+        float* y = st.y.f32();
+        const bool predict = may_predict && il + 1 < n_run_ && ffn_[size_t(il) + 1].moe() && experts.wants_prefetch();
+        PhaseTimer route_time(time, Phase::Routing, il,
+                              m.router.bytes() + (predict ? ffn_[size_t(il) + 1].router.bytes() : 0));
+        rms_norm_rows(pool, xc, m.norm.f32(), nc, E, c.rms_eps, xb);
+        if (m.moe()) route_tokens(pool, m, xb, nc, K, st.ffn);
+        // y is free until the feed-forward block writes it.
+        const ExpertHint next = predict ? predict_experts(st, pool, il + 1, xc, nc, y) : ExpertHint{};
+        route_time.stop();
+
+        // The experts span on the timeline holds this layer's io_wait
+        // spans; the split counts the time between them as compute.
+        PhaseTimer ffn_time(nullptr, Phase::ExpertCompute, il);
+        const FfnCost cost = ffn_block(pool, experts, expert_layers_[size_t(il)], m, xb, nc, K, st.ffn, y, next);
+        add_to(xc, y, nc * E);
+        const double ffn_s = ffn_time.stop();
+        time->add(Phase::IoWait, cost.moe.io_wait_s);
+        time->add(Phase::ExpertCompute, ffn_s - cost.moe.io_wait_s, cost.moe.expert_bytes + cost.dense_bytes);
+    }
 
     void declare_attention(const GgufFile& f, const DecoderSpec& spec, int il) {
         const ModelConfig& c = config_;

@@ -91,6 +91,11 @@ public:
     // prefill chunk). For accounting only.
     virtual void begin_step(int n_tokens) { (void)n_tokens; }
 
+    // A decode step of n_seqs sequences, one token each, in one forward
+    // call (Model::forward_batch): start_step for decoding, not prefill.
+    void start_decode_step(int n_seqs);
+    virtual void begin_decode_step(int n_seqs) { begin_step(n_seqs); }
+
     // Starts making experts ids[0..n) of `layer` available and pins them
     // until release(layer). Those already in memory are ready at once; all
     // others are requested together, as one batch.

@@ -101,6 +101,11 @@ void Model::set_experts_per_token(int k) {
     config_.n_expert_used = k;
 }
 
+void Model::forward_batch(ModelState* const* states, int n, ExpertSource& experts, ThreadPool& pool,
+                          const int32_t* tokens, float* logits) const {
+    for (int i = 0; i < n; i++) forward(*states[i], experts, pool, tokens + i, 1, logits + int64_t(i) * config_.n_vocab, false);
+}
+
 bool Model::maybe(const GgufFile& f, const std::string& name, std::vector<int64_t> shape, Tensor* out) {
     const GgufTensor* t = find_checked(f, name, shape);
     if (!t) return false;

@@ -95,6 +95,16 @@ public:
     virtual void forward(ModelState& state, ExpertSource& experts, ThreadPool& pool, const int32_t* tokens, int n,
                          float* logits, bool all_logits) const = 0;
 
+    // One decode step of n sequences, each its own state (KV cache and
+    // position, states[i]->n_past) made by this model, with one token each:
+    // writes n rows of n_vocab logits, row i the same bits forward() would
+    // give sequence i alone, and advances each n_past. The same conditions
+    // as forward() per sequence. The default runs forward() on each in turn;
+    // a model that batches them (model/decoder.cpp) runs one pass in which
+    // each MoE layer acquires the union of the sequences' experts once.
+    virtual void forward_batch(ModelState* const* states, int n, ExpertSource& experts, ThreadPool& pool,
+                               const int32_t* tokens, float* logits) const;
+
     // Whether forward() runs layer by layer over more than max_batch tokens
     // (StateOptions::max_tokens), so a long prompt reads each expert once.
     virtual bool layer_major() const { return false; }

@@ -229,6 +229,11 @@ void ExpertSource::start_step(int n_tokens) {
     begin_step(n_tokens);
 }
 
+void ExpertSource::start_decode_step(int n_seqs) {
+    if (routing_trace) routing_trace->begin_call(n_seqs);
+    begin_decode_step(n_seqs);
+}
+
 MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& layer, const float* x, int n_tok,
                     const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out,
                     const ExpertHint& next, const ExpertVectors& vectors) {

@@ -16,7 +16,8 @@ std::string template_source(const Session& s) {
 
 }  // namespace
 
-ChatPrompt::ChatPrompt(const Session& session) : session_(&session), template_(template_source(session)) {
+ChatPrompt::ChatPrompt(const Session& session, const std::string& source)
+    : session_(&session), source_(source.empty() ? template_source(session) : source), template_(source_) {
     const Tokenizer& tok = session.tokenizer();
     options_.add_generation_prompt = true;
     if (tok.bos() != Tokenizer::kNoToken) options_.bos_token = tok.text(tok.bos());
@@ -28,8 +29,10 @@ ChatPrompt::ChatPrompt(const Session& session, const Json& tools, int enable_thi
     options_.enable_thinking = enable_thinking;
 }
 
-std::vector<int32_t> ChatPrompt::tokens(const Json& messages) const {
-    const std::string text = template_.render(chat_context(messages, options_));
+std::vector<int32_t> ChatPrompt::tokens(const Json& messages, const Json& tools) const {
+    ChatContextOptions o = options_;
+    if (!tools.is_null()) o.tools = tools;
+    const std::string text = template_.render(chat_context(messages, o));
     const bool has_bos = !options_.bos_token.empty() && text.rfind(options_.bos_token, 0) == 0;
     return session_->tokenize(text, !has_bos);
 }

@@ -93,6 +93,13 @@ public:
     void prefill_all(const std::vector<int32_t>& tokens, float* out);
     // Appends one token (not shown to the sampler); allocates nothing.
     void decode(int32_t token);
+    // decode() of tokens[i] on sessions[i] for each i < n, as one forward
+    // call per max_batch sessions (Model::forward_batch: each MoE layer reads
+    // the union of their experts once); every logits() has the same bits
+    // decode() alone would give. The sessions must be forks of one another
+    // (one model, expert source and pool). Each one's decode timings get the
+    // whole call. Allocates only the first time sessions[0] batches n.
+    static void decode_batch(Session* const* sessions, const int32_t* tokens, int n);
     // Logits after the last evaluated token (n_vocab floats).
     const float* logits() const { return logits_.data(); }
     // Keeps the first n tokens of the context, forgets the rest (evaluating
@@ -160,6 +167,9 @@ private:
     std::vector<int32_t> pass_;
     std::vector<float> rows_;
     int32_t exclude_ = -1;
+    // decode_batch's rows, when this session leads a batch.
+    std::vector<ModelState*> batch_states_;
+    std::vector<float> batch_logits_;
 };
 
 // "f16" / "f32" -> the KV cache type; throws on anything else.

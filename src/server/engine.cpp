@@ -152,11 +152,15 @@ void Engine::run() {
                 continue;
             }
         }
+        // A prefill chunk for each slot still reading its prompt; then one
+        // token for every slot that is decoding, all in one forward pass.
+        decoding_.clear();
         for (Slot& s : slots_) {
             if (!s.job) continue;
             if (!s.text) start(s, s.job);
-            if (s.job) step(s);
+            if (s.job && step(s)) decoding_.push_back(&s);
         }
+        decode(decoding_);
     }
     for (Slot& s : slots_) {
         if (s.job) end(s, "", "the server is shutting down");
@@ -174,7 +178,7 @@ void Engine::start(Slot& s, std::shared_ptr<Job> job) {
     if (keep == prompt.size()) keep--;  // evaluate at least one token: its logits start the reply
     s.next = s.cached = keep;
     s.generated = 0;
-    s.text = std::make_unique<ReplyText>(ss.tokenizer(), job->request.stop);
+    s.text = std::make_unique<ReplyText>(ss.tokenizer(), job->request.stop, job->request.show_control);
     try {
         // Rewinding may evaluate tokens again (sliding-window layers keep only their window).
         std::lock_guard<std::mutex> lk(forward_mu_);
@@ -189,25 +193,22 @@ void Engine::start(Slot& s, std::shared_ptr<Job> job) {
     for (size_t i = keep - std::min(keep, window); i < keep; i++) ss.sampler().accept(ss.tokens()[i]);
 }
 
-void Engine::step(Slot& s) {
+bool Engine::step(Slot& s) {
     Job& job = *s.job;
     Session& ss = *s.session;
     if (job.cancelled.load() || (job.client_alive && !job.client_alive())) {
         end(s, "", "cancelled");
-        return;
+        return false;
     }
     if (steady_seconds() > job.deadline) {
         fprintf(stderr, "serve: a request ran past --timeout; its reply ends here\n");
         end(s, "length");
-        return;
+        return false;
     }
-    const double t0 = steady_seconds();
-    std::string reason;
-    int generated = 0;
-    int64_t drafted = 0, accepted = 0;
-    try {
-        std::lock_guard<std::mutex> lk(forward_mu_);
-        if (s.next < job.prompt.size()) {
+    if (s.next < job.prompt.size()) {
+        const double t0 = steady_seconds();
+        try {
+            std::lock_guard<std::mutex> lk(forward_mu_);
             const size_t n = std::min(job.prompt.size() - s.next, size_t(std::max(options_.prefill_chunk, 1)));
             ss.prefill(std::vector<int32_t>(job.prompt.begin() + ptrdiff_t(s.next),
                                             job.prompt.begin() + ptrdiff_t(s.next + n)));
@@ -215,43 +216,87 @@ void Engine::step(Slot& s) {
             std::lock_guard<std::mutex> st(mu_);
             stats_.prefilled_tokens += n;
             stats_.prefill_seconds += steady_seconds() - t0;
-            return;
+        } catch (const std::exception& e) {
+            end(s, "", e.what());
         }
-        const Tokenizer& tok = ss.tokenizer();
-        const int64_t limit = job.request.max_tokens;
-        auto on_token = [&](int32_t t) {
-            s.generated++;
-            if (tok.is_eog(t) && !job.request.ignore_eos) {
-                reason = "stop";
-                return false;
-            }
-            const std::string piece = s.text->push(t);
-            if (!piece.empty()) job.emit(piece);
-            if (s.text->stopped()) reason = "stop";
-            else if (limit > 0 && s.generated >= limit) reason = "length";
-            return reason.empty();
-        };
-        // One forward pass: with drafts, it may give several tokens.
-        bool done = false;
-        const DraftStats before = ss.draft_stats;
-        generated = ss.step(limit > 0 ? int(std::min<int64_t>(limit - s.generated, INT32_MAX)) : INT32_MAX, on_token,
-                            job.request.ignore_eos, &done);
-        drafted = ss.draft_stats.drafted - before.drafted;
-        accepted = ss.draft_stats.accepted - before.accepted;
-        if (reason.empty() && ss.tokens().size() >= size_t(ss.n_ctx())) reason = "length";
-    } catch (const std::exception& e) {
-        end(s, "", e.what());
-        return;
+        return false;
     }
+    std::string reason;
+    const int64_t limit = job.request.max_tokens;
+    auto on_token = [&](int32_t t) {
+        s.generated++;
+        if (ss.tokenizer().is_eog(t) && !job.request.ignore_eos) {
+            reason = "stop";
+            return false;
+        }
+        const std::string piece = s.text->push(t);
+        if (!piece.empty()) job.emit(piece);
+        if (s.text->stopped()) reason = "stop";
+        else if (limit > 0 && s.generated >= limit) reason = "length";
+        return reason.empty();
+    };
+    if (ss.draft().mode != DraftMode::Off) {
+        // Speculation: this slot's own pass, which may give several tokens.
+        const double t0 = steady_seconds();
+        int generated = 0;
+        const DraftStats before = ss.draft_stats;
+        try {
+            std::lock_guard<std::mutex> lk(forward_mu_);
+            bool done = false;
+            generated = ss.step(limit > 0 ? int(std::min<int64_t>(limit - s.generated, INT32_MAX)) : INT32_MAX,
+                                on_token, job.request.ignore_eos, &done);
+            if (reason.empty() && ss.tokens().size() >= size_t(ss.n_ctx())) reason = "length";
+        } catch (const std::exception& e) {
+            end(s, "", e.what());
+            return false;
+        }
+        {
+            std::lock_guard<std::mutex> st(mu_);
+            stats_.generated_tokens += uint64_t(generated);
+            stats_.decode_passes++;
+            stats_.drafted_tokens += uint64_t(ss.draft_stats.drafted - before.drafted);
+            stats_.accepted_tokens += uint64_t(ss.draft_stats.accepted - before.accepted);
+            stats_.decode_seconds += steady_seconds() - t0;
+        }
+        if (!reason.empty()) end(s, reason);
+        return false;
+    }
+    // Without drafts, Session::step's sampling half: sample from the
+    // logits and show the token; the batched decode evaluates it.
+    const int32_t t = ss.sampler().sample(ss.logits());
+    ss.sampler().accept(t);
     {
         std::lock_guard<std::mutex> st(mu_);
-        stats_.generated_tokens += uint64_t(generated);
-        stats_.decode_passes++;
-        stats_.drafted_tokens += uint64_t(drafted);
-        stats_.accepted_tokens += uint64_t(accepted);
-        stats_.decode_seconds += steady_seconds() - t0;
+        stats_.generated_tokens++;
     }
-    if (!reason.empty()) end(s, reason);
+    if (on_token(t) && ss.tokens().size() >= size_t(ss.n_ctx())) reason = "length";
+    if (!reason.empty()) {
+        end(s, reason);
+        return false;
+    }
+    s.token = t;
+    return true;
+}
+
+void Engine::decode(const std::vector<Slot*>& slots) {
+    if (slots.empty()) return;
+    batch_sessions_.clear();
+    batch_tokens_.clear();
+    for (Slot* s : slots) {
+        batch_sessions_.push_back(s->session.get());
+        batch_tokens_.push_back(s->token);
+    }
+    const double t0 = steady_seconds();
+    try {
+        std::lock_guard<std::mutex> lk(forward_mu_);
+        Session::decode_batch(batch_sessions_.data(), batch_tokens_.data(), int(slots.size()));
+    } catch (const std::exception& e) {
+        for (Slot* s : slots) end(*s, "", e.what());
+        return;
+    }
+    std::lock_guard<std::mutex> st(mu_);
+    stats_.decode_passes++;
+    stats_.decode_seconds += steady_seconds() - t0;
 }
 
 void Engine::end(Slot& s, const std::string& reason, const std::string& error) {

@@ -1,12 +1,12 @@
 // The server's engine: --parallel slots, each a Session (its own KV cache and
 // sampler over one shared model and expert store), fed from a bounded queue
-// by one thread that runs one forward pass at a time, round-robin over the
-// busy slots: a prefill chunk or one decode token each. A slot keeps its KV
-// cache after a request, and a new request goes to the free slot whose cache
-// shares the longest prefix with its prompt, so the next turn of a chat only
-// evaluates the new tokens. Sequences are not batched into one forward pass
-// (that needs the model's batched decode): N streams share the machine
-// token by token.
+// by one thread. Each round gives every slot still reading its prompt a
+// prefill chunk, then decodes one token of every other busy slot in one
+// batched forward pass (Session::decode_batch: each MoE layer reads the union
+// of the sequences' experts once). A slot keeps its KV cache after a request,
+// and a new request goes to the free slot whose cache shares the longest
+// prefix with its prompt, so the next turn of a chat only evaluates the new
+// tokens.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -106,13 +106,20 @@ private:
         std::unique_ptr<class ReplyText> text;
         int64_t generated = 0;
         uint64_t last_used = 0;
+        int32_t token = 0;           // sampled, to be evaluated by the next batched decode
     };
     void run();
     void start(Slot& s, std::shared_ptr<Job> job);
-    void step(Slot& s);
+    // A prefill chunk, or sampling the next token from the slot's logits;
+    // true when that token is to be decoded (the reply goes on).
+    bool step(Slot& s);
+    void decode(const std::vector<Slot*>& slots);
     void end(Slot& s, const std::string& reason, const std::string& error = "");
 
     std::vector<Slot> slots_;
+    std::vector<Slot*> decoding_;    // this round's decoding slots, and their sessions and tokens
+    std::vector<Session*> batch_sessions_;
+    std::vector<int32_t> batch_tokens_;
     EngineOptions options_;
     const StoreCounters* counters_;
     std::mutex mu_;                  // queue_, stats_

@@ -10,6 +10,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 
 #include "runtime/chat_prompt.h"
 #include "server/chat_page.h"
+#include "server/tool_calls.h"
 #include "telemetry/system.h"
 
 namespace ms {
@@ -126,6 +128,24 @@ Json usage_json(const Usage& u) {
     return j;
 }
 
+// OpenAI's tool_calls: ids from the response's, and in a stream chunk each
+// call's index.
+Json tool_calls_json(const std::vector<ToolCall>& calls, const std::string& id, bool indexed) {
+    Json out = Json::array();
+    for (size_t i = 0; i < calls.size(); i++) {
+        Json fn = Json::object();
+        fn["name"] = calls[i].name;
+        fn["arguments"] = calls[i].arguments;
+        Json c = Json::object();
+        if (indexed) c["index"] = int64_t(i);
+        c["id"] = "call_" + id + "_" + std::to_string(i);
+        c["type"] = "function";
+        c["function"] = fn;
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -134,6 +154,7 @@ struct HttpServer::Impl {
     RequestDefaults defaults;
     std::unique_ptr<ChatPrompt> chat;  // null when the model has no chat template
     std::string chat_error;
+    ToolFormat tools = ToolFormat::None;  // how the template has the model write tool calls
     httplib::Server http;
     int port = -1;
     // httplib's stop() does nothing until listen() runs: stop() and listen()
@@ -150,7 +171,8 @@ struct HttpServer::Impl {
         defaults.n_ctx = s.n_ctx();
         defaults.sampling = o.sampling;
         try {
-            chat = std::make_unique<ChatPrompt>(s);
+            chat = std::make_unique<ChatPrompt>(s, o.chat_template);
+            tools = tool_format(chat->source());
         } catch (const std::exception& ex) {
             chat_error = ex.what();
         }
@@ -260,8 +282,14 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
         std::vector<int32_t> prompt;
         if (is_chat) {
             if (!chat) throw ApiError(400, chat_error + "; use /v1/completions");
+            if (!r.tools.is_null()) {
+                if (tools == ToolFormat::None) {
+                    throw ApiError(400, "the model's chat template has no tool-call format this server knows", "tools");
+                }
+                r.show_control = tool_markers_are_control(tools);
+            }
             try {
-                prompt = chat->tokens(r.messages);
+                prompt = chat->tokens(r.messages, r.tools);
             } catch (const TemplateError& e) {
                 throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
             }
@@ -324,6 +352,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
         return c;
     };
 
+    const ToolFormat format = r.tools.is_null() ? ToolFormat::None : tools;
     if (!r.stream) {
         std::string text;
         while (!job->wait(&text, 1.0)) {
@@ -335,16 +364,22 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
         Json j = envelope(is_chat ? "chat.completion" : "text_completion");
         Json choice = Json::object();
         choice["index"] = 0;
+        std::string reason = job->finish_reason;
         if (is_chat) {
+            const ParsedReply reply = parse_tool_calls(format, text, r.tools);
             Json msg = Json::object();
             msg["role"] = "assistant";
-            msg["content"] = text;
+            msg["content"] = reply.calls.empty() || !reply.content.empty() ? Json(reply.content) : Json();
+            if (!reply.calls.empty()) {
+                msg["tool_calls"] = tool_calls_json(reply.calls, id, false);
+                reason = "tool_calls";
+            }
             choice["message"] = msg;
         } else {
             choice["text"] = text;
         }
         choice["logprobs"] = Json();
-        choice["finish_reason"] = job->finish_reason;
+        choice["finish_reason"] = reason;
         Json choices = Json::array();
         choices.push_back(choice);
         j["choices"] = choices;
@@ -356,15 +391,28 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");  // proxies: pass each event on at once
     auto sent_first = std::make_shared<bool>(false);
+    // With tools: the reply so far and how much of it went out as content
+    // (up to where a tool call begins; the calls go out parsed at the end).
+    auto reply = std::make_shared<std::string>();
+    auto sent = std::make_shared<size_t>(0);
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, job, chunk, sent_first](size_t, httplib::DataSink& sink) {
+        [this, job, chunk, sent_first, format, reply, sent, id](size_t, httplib::DataSink& sink) {
             auto send = [&](const Json& j) {
                 const std::string line = "data: " + j.dump() + "\n\n";
                 return sink.write(line.data(), line.size());
             };
             std::string text;
             const bool done = job->wait(&text, 0.5);
+            ParsedReply parsed;
+            if (format != ToolFormat::None) {
+                *reply += text;
+                const size_t free = tool_free_prefix(format, *reply);
+                if (done) parsed = parse_tool_calls(format, *reply, job->request.tools);
+                const size_t upto = done && parsed.calls.empty() ? reply->size() : std::max(free, *sent);
+                text = reply->substr(*sent, upto - *sent);
+                *sent = upto;
+            }
             const bool include_usage = job->request.include_usage;
             auto with_usage = [&](Json c) {
                 if (include_usage) c["usage"] = Json();
@@ -383,7 +431,16 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
                 sink.done();
                 return true;
             }
-            send(with_usage(chunk("", job->finish_reason, false)));
+            std::string reason = job->finish_reason;
+            if (!parsed.calls.empty()) {
+                Json c = chunk("", "", false);
+                Json delta = Json::object();
+                delta["tool_calls"] = tool_calls_json(parsed.calls, id, true);
+                c["choices"].as_array()[0]["delta"] = delta;
+                send(with_usage(c));
+                reason = "tool_calls";
+            }
+            send(with_usage(chunk("", reason, false)));
             if (include_usage) {
                 Json u = chunk("", "", false);
                 u["choices"] = Json::array();
@@ -443,7 +500,7 @@ std::string HttpServer::Impl::metrics() {
     value("moestream_decode_seconds_total", s.decode_seconds);
     metric("moestream_decode_tokens_per_second", "gauge", "generated tokens per second of decoding, all slots together");
     value("moestream_decode_tokens_per_second", s.decode_seconds > 0 ? double(s.generated_tokens) / s.decode_seconds : 0);
-    metric("moestream_decode_passes_total", "counter", "decode forward passes (with --draft, each may give several tokens)");
+    metric("moestream_decode_passes_total", "counter", "decode forward passes (with --draft, or several slots decoding together, each may give several tokens)");
     value("moestream_decode_passes_total", double(s.decode_passes));
     metric("moestream_draft_tokens_total", "counter", "tokens drafted for speculative decoding");
     value("moestream_draft_tokens_total", double(s.drafted_tokens));

@@ -24,6 +24,7 @@ struct ServerOptions {
     size_t max_body_bytes = size_t(8) << 20;
     int http_threads = 32;
     SamplerParams sampling;           // defaults for fields a request leaves out
+    std::string chat_template;        // Jinja source used instead of the model's ("": the model's)
 };
 
 class HttpServer {

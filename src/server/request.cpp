@@ -124,15 +124,86 @@ void parse_common(const Json& body, const RequestDefaults& d, GenerationRequest*
         r->include_usage = boolean(*so, "include_usage", false);
     }
     if (boolean(body, "logprobs", false)) bad("logprobs", "logprobs are not supported");
-    if (const Json* t = field(body, "tools"); t && !(t->is_array() && t->size() == 0)) {
-        bad("tools", "tools are not supported yet");
-    }
     if (const Json* f = field(body, "response_format")) {
         const Json* type = f->is_object() ? f->find("type") : nullptr;
         if (!type || !type->is_string() || type->as_string() != "text") {
             bad("response_format", "only response_format {\"type\": \"text\"} is supported");
         }
     }
+}
+
+// tools: [{"type": "function", "function": {"name", "description"?,
+// "parameters"?}}]; tool_choice: "none", "auto", "required" or
+// {"type": "function", "function": {"name"}}.
+void parse_tools(const Json& body, GenerationRequest* r) {
+    const Json* t = field(body, "tools");
+    if (!t) return;
+    if (!t->is_array()) bad("tools", std::string("'tools' must be an array, not ") + kind_name(*t));
+    if (t->size() > 128) bad("tools", "'tools' takes at most 128 functions");
+    for (size_t i = 0; i < t->size(); i++) {
+        const std::string at = "tools[" + std::to_string(i) + "]";
+        const Json& tool = (*t)[i];
+        const Json* type = tool.is_object() ? tool.find("type") : nullptr;
+        const Json* fn = tool.is_object() ? tool.find("function") : nullptr;
+        if (!type || !type->is_string() || type->as_string() != "function" || !fn || !fn->is_object()) {
+            bad(at, "'" + at + "' must be {\"type\": \"function\", \"function\": {...}}");
+        }
+        const Json* name = fn->find("name");
+        if (!name || !name->is_string() || name->as_string().empty()) {
+            bad(at + ".function.name", "'" + at + ".function.name' must be a non-empty string");
+        }
+        if (const Json* p = field(*fn, "parameters"); p && !p->is_object()) {
+            bad(at + ".function.parameters", "'" + at + ".function.parameters' must be an object (a JSON Schema)");
+        }
+    }
+    r->tools = t->size() > 0 ? *t : Json();
+    const Json* choice = field(body, "tool_choice");
+    if (!choice) return;
+    if (choice->is_string()) {
+        const std::string& c = choice->as_string();
+        if (c == "none") r->tools = Json();
+        else if (c != "auto" && c != "required") bad("tool_choice", "'tool_choice' must be none, auto, required or a function");
+        return;
+    }
+    const Json* fn = choice->is_object() ? choice->find("function") : nullptr;
+    const Json* name = fn && fn->is_object() ? fn->find("name") : nullptr;
+    if (!name || !name->is_string()) bad("tool_choice", "'tool_choice' must be none, auto, required or a function");
+    Json only = Json::array();
+    for (const Json& tool : t->as_array())
+        if (tool.at("function").at("name").as_string() == name->as_string()) only.push_back(tool);
+    if (only.size() == 0) bad("tool_choice", "'tool_choice' names '" + name->as_string() + "', which is not in 'tools'");
+    r->tools = only;
+}
+
+// An assistant message's tool_calls as chat templates read them: each
+// call's arguments an object (OpenAI sends a JSON string).
+Json tool_calls_for_template(const Json& calls, const std::string& at) {
+    const std::string param = at + ".tool_calls";
+    if (!calls.is_array()) bad(param, "'" + param + "' must be an array");
+    Json out = Json::array();
+    for (const Json& c : calls.as_array()) {
+        const Json* fn = c.is_object() ? c.find("function") : nullptr;
+        const Json* name = fn && fn->is_object() ? fn->find("name") : nullptr;
+        if (!name || !name->is_string()) bad(param, "each of '" + param + "' needs function.name");
+        Json f = Json::object();
+        f["name"] = *name;
+        const Json* args = fn->find("arguments");
+        if (args && args->is_string()) {
+            try {
+                f["arguments"] = Json::parse(args->as_string());
+            } catch (const std::runtime_error&) {
+                bad(param, "the arguments of '" + param + "' must be a JSON object");
+            }
+        } else {
+            f["arguments"] = args ? *args : Json::object();
+        }
+        Json call = Json::object();
+        call["id"] = c.find("id") ? c.at("id") : Json("");
+        call["type"] = "function";
+        call["function"] = f;
+        out.push_back(std::move(call));
+    }
+    return out;
 }
 
 // OpenAI content: a string, or parts of which only text is supported here.
@@ -190,6 +261,7 @@ GenerationRequest parse_chat_request(const Json& body, const RequestDefaults& d)
     GenerationRequest r;
     r.chat = true;
     parse_common(body, d, &r);
+    parse_tools(body, &r);
     const Json* msgs = body.find("messages");
     if (!msgs) bad("messages", "'messages' is required");
     if (!msgs->is_array() || msgs->size() == 0) bad("messages", "'messages' must be a non-empty array");
@@ -208,6 +280,17 @@ GenerationRequest parse_chat_request(const Json& body, const RequestDefaults& d)
         Json out = Json::object();
         out["role"] = rs;
         out["content"] = content_text(m.find("content") ? m.at("content") : Json(), i);
+        if (rs == "assistant") {
+            if (const Json* calls = field(m, "tool_calls")) out["tool_calls"] = tool_calls_for_template(*calls, at);
+        }
+        if (rs == "tool") {
+            for (const char* key : {"tool_call_id", "name"}) {
+                if (const Json* v = field(m, key)) {
+                    if (!v->is_string()) bad(at + "." + key, "'" + at + "." + key + "' must be a string");
+                    out[key] = *v;
+                }
+            }
+        }
         r.messages.push_back(std::move(out));
         i++;
     }

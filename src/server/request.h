@@ -49,6 +49,12 @@ struct GenerationRequest {
     bool stream = false;
     bool include_usage = false; // stream_options.include_usage: a last chunk with usage
     bool ignore_eos = false;    // llama-server's extension: generate exactly max_tokens
+    // chat: the functions the model may call ([{type, function: {name,
+    // description, parameters}}]; null: none, or tool_choice "none"; only
+    // the named one for a named tool_choice). "required" and a named choice
+    // are not enforced: nothing constrains what the model writes.
+    Json tools;
+    bool show_control = false;  // the reply's text keeps control tokens (tool-call markers that are)
 };
 
 // POST /v1/chat/completions and POST /v1/completions bodies. Throw ApiError

@@ -94,6 +94,11 @@ void Store::begin_step(int n_tokens) {
     else counters_->prefill_tokens += uint64_t(n_tokens);
 }
 
+void Store::begin_decode_step(int n_seqs) {
+    begin_step(1);  // decoding: demand reads, decode-step cache clock
+    counters_->decode_steps += uint64_t(n_seqs - 1);  // one per generated token
+}
+
 Store::Held* Store::held(int layer) {
     for (Held& h : held_)
         if (h.layer == layer) return &h;

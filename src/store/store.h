@@ -39,6 +39,7 @@ public:
 
     int capacity() const override { return cache_.n_slots(); }
     void begin_step(int n_tokens) override;
+    void begin_decode_step(int n_seqs) override;
     void acquire(int layer, const int32_t* ids, int n) override;
     int next_ready(int layer, ExpertView* view) override;
     void release(int layer) override;

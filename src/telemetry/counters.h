@@ -60,6 +60,8 @@ struct StoreCounters {
     }
     uint64_t checksum_bytes = 0;  // expert bytes verified against the sidecar's xxh3
     double checksum_s = 0;
+    // Forward calls; decoded tokens (a batched decode call of n sequences
+    // counts n); prompt tokens.
     uint64_t steps = 0, decode_steps = 0, prefill_tokens = 0;
 
     uint64_t total_hits() const;

@@ -282,7 +282,7 @@ TEST(Serve, BadRequestsGetOpenAIErrorsAndTheServerGoesOn) {
         {chat, "{" + msgs + ", \"stop\": [1]}", 400, "stop"},
         {chat, "{" + msgs + ", \"n\": 3}", 400, "n"},
         {chat, "{" + msgs + ", \"stream\": \"yes\"}", 400, "stream"},
-        {chat, "{" + msgs + ", \"tools\": [{\"type\": \"function\"}]}", 400, "tools"},
+        {chat, "{" + msgs + ", \"tools\": [{\"type\": \"function\"}]}", 400, "tools[0]"},  // a tool without a function
         {chat, "{" + msgs + ", \"model\": \"gpt-4o\"}", 404, "model"},
         {comp, R"({"prompt": ")" + long_prompt + R"("})", 400, "prompt"},
         {comp, R"({"prompt": "x", "max_tokens": 512})", 400, "max_tokens"},

@@ -1,15 +1,16 @@
 // The official openai client against a live `moestream serve` on loopback:
 // models, chat (plain and streamed, with usage), completions, a stream the
-// client aborts, and the client's error classes for refused requests.
+// client aborts, the client's error classes for refused requests, tools,
+// and seeded sampling that batching with other streams does not change.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { startServer } from './server.mjs';
+import { startServer, qwen3Template } from './server.mjs';
 
 let server, client;
 
 before(async () => {
-  server = await startServer(['-c', '4096', '--parallel', '2', '--queue', '4']);
+  server = await startServer(['-c', '4096', '--parallel', '2', '--queue', '4', '--chat-template-file', qwen3Template]);
   client = new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
 });
 after(async () => { await server.stop(); });
@@ -93,4 +94,56 @@ test('refused requests come back as the client\'s error classes', async () => {
   await assert.rejects(
     client.completions.create({ model: 'golden', prompt: 'x '.repeat(5000), max_tokens: 4 }),
     (e) => e instanceof OpenAI.BadRequestError && e.code === 'context_length_exceeded');
+});
+
+test('tools: offered to the model through its template, with an earlier call and its result', async () => {
+  const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Get the weather of a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+  const messages = [
+    { role: 'user', content: "What's the weather in Paris?" },
+    { role: 'assistant', content: null,
+      tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } }] },
+    { role: 'tool', tool_call_id: 'call_1', content: '{"temp": 18}' },
+  ];
+  const body = { model: 'golden', messages, max_tokens: 6, temperature: 0, ignore_eos: true };
+  const without = await client.chat.completions.create(body);
+  const plain = await client.chat.completions.create({ ...body, tools, tool_choice: 'auto' });
+  // Qwen3's template describes the tools in a system turn.
+  assert.ok(plain.usage.prompt_tokens > without.usage.prompt_tokens + 20);
+  const stream = await client.chat.completions.create({ ...body, tools, stream: true });
+  let text = '', calls = [], finish = null;
+  for await (const c of stream) {
+    const d = c.choices[0]?.delta ?? {};
+    text += d.content ?? '';
+    for (const t of d.tool_calls ?? []) calls[t.index] = t;
+    finish = c.choices[0]?.finish_reason ?? finish;
+  }
+  // A random model rarely writes a call; whatever it wrote comes back the
+  // same way plain and streamed (the parser is checked against every
+  // template's own rendering of a call in tool_calls_test).
+  const msg = plain.choices[0].message;
+  assert.equal(text, msg.content ?? '');
+  assert.deepEqual(calls.map((t) => t.function), (msg.tool_calls ?? []).map((t) => t.function));
+  assert.equal(finish, plain.choices[0].finish_reason);
+  // tool_choice "none" offers no tools.
+  const none = await client.chat.completions.create({ ...body, tools, tool_choice: 'none' });
+  assert.equal(none.usage.prompt_tokens, without.usage.prompt_tokens);
+  await assert.rejects(client.chat.completions.create({ ...body, tools: [{ type: 'function', function: {} }] }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'tools[0].function.name');
+  await assert.rejects(client.chat.completions.create({ ...body, tools,
+    tool_choice: { type: 'function', function: { name: 'nope' } } }),
+  (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice');
+});
+
+test('the same seed gives the same text, alone or beside other streams', async () => {
+  const body = { model: 'golden', messages: [{ role: 'user', content: 'Pick words' }], max_tokens: 10,
+                 temperature: 0.9, seed: 42, ignore_eos: true };
+  const alone = await client.chat.completions.create(body);
+  const [a, , b] = await Promise.all([
+    client.chat.completions.create(body),
+    client.chat.completions.create({ ...body, seed: 7, messages: [{ role: 'user', content: 'Other' }] }),
+    client.chat.completions.create({ ...body, stream: false }),
+  ]);
+  assert.equal(a.choices[0].message.content, alone.choices[0].message.content);
+  assert.equal(b.choices[0].message.content, alone.choices[0].message.content);
 });

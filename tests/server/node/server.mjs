@@ -8,6 +8,8 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../../..');
 export const bin = process.env.MOESTREAM_BIN || path.join(root, 'build/moestream');
 export const goldenModel = path.resolve(root, '../shared/golden/models/qwen3moe-Q8_0.gguf');
+// Qwen3's own chat template (the golden model carries a plain ChatML one), which offers tools.
+export const qwen3Template = path.resolve(root, '../shared/golden/chat/templates/Qwen-Qwen3-0.6B.jinja');
 
 export async function startServer(args) {
   const proc = spawn(bin, ['serve', '-m', goldenModel, '--port', '0', '--alias', 'golden', '-t', '1', ...args], {

@@ -27,9 +27,8 @@ TEST(Gemma4Rows, StreamedUnderSmallBudgetEqualsResident) {
 
     CliResult all = run_cli(args + " -o " + tmp + "-all --report " + tmp + "-all.report.json", true);
     ASSERT_EQ(all.rc, 0) << all.out;
-    const std::string budget = streaming_budget(model, 6, tmp + "-probe.json");
-    ASSERT_FALSE(budget.empty());
-    CliResult streamed = run_cli(args + budget + " -o " + tmp + "-st --report " + tmp + "-st.report.json", true);
+    CliResult streamed =
+        run_streamed(args + " -o " + tmp + "-st --report " + tmp + "-st.report.json", model, 6, tmp + "-probe.json");
     ASSERT_EQ(streamed.rc, 0) << streamed.out;
 
     const ms::Json report = ms::Json::parse_file(tmp + "-st.report.json");

@@ -21,16 +21,8 @@ bool exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 // The binary under a file-size limit of `kib` KiB, SIGXFSZ ignored (as the
 // limit's signal would otherwise kill it before write(2) can fail).
 CliResult run_limited(const std::string& args, int kib) {
-    std::string cmd = "bash -c \"trap '' XFSZ; ulimit -f " + std::to_string(kib) + "; exec " +
-                      std::string(MOESTREAM_BINARY) + " " + args + "\" 2>&1";
-    CliResult r{-1, ""};
-    FILE* p = popen(cmd.c_str(), "r");
-    if (!p) return r;
-    char buf[4096];
-    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-    int st = pclose(p);
-    r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return r;
+    return run_shell("bash -c \"trap '' XFSZ; ulimit -f " + std::to_string(kib) + "; exec " +
+                     std::string(MOESTREAM_BINARY) + " " + args + "\" 2>&1");
 }
 
 int lines(const std::string& s) {

@@ -14,8 +14,8 @@ struct CliResult {
     std::string out;
 };
 
-inline CliResult run_cli(const std::string& args, bool with_stderr) {
-    std::string cmd = std::string(MOESTREAM_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+// A shell command line: its exit status and stdout.
+inline CliResult run_shell(const std::string& cmd) {
     CliResult r{-1, ""};
     FILE* p = popen(cmd.c_str(), "r");
     if (!p) return r;
@@ -24,6 +24,10 @@ inline CliResult run_cli(const std::string& args, bool with_stderr) {
     int st = pclose(p);
     r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     return r;
+}
+
+inline CliResult run_cli(const std::string& args, bool with_stderr) {
+    return run_shell(std::string(MOESTREAM_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 inline uint64_t file_size(const std::string& path) {

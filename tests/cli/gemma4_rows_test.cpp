@@ -28,7 +28,7 @@ TEST(Gemma4Rows, StreamedUnderSmallBudgetEqualsResident) {
     CliResult all = run_cli(args + " -o " + tmp + "-all --report " + tmp + "-all.report.json", true);
     ASSERT_EQ(all.rc, 0) << all.out;
     CliResult streamed =
-        run_streamed(args + " -o " + tmp + "-st --report " + tmp + "-st.report.json", model, 6, tmp + "-probe.json");
+        run_streamed(args + " -o " + tmp + "-st", model, 6, tmp + "-probe.json", tmp + "-st.report.json");
     ASSERT_EQ(streamed.rc, 0) << streamed.out;
 
     const ms::Json report = ms::Json::parse_file(tmp + "-st.report.json");

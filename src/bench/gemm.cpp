@@ -193,7 +193,10 @@ MemoryRead measure_memory_read(ThreadPool& pool, uint64_t bytes, int passes) {
     m.bytes = bytes & ~uint64_t(63);
     m.threads = pool.size();
     AlignedBuffer buf(m.bytes);
-    std::memset(buf.data(), 1, m.bytes);  // touch every page before timing
+    const int64_t t_touch = now_ns();
+    prefault(buf.data(), m.bytes);  // as Model::load_resident does
+    std::memset(buf.data(), 1, m.bytes);
+    m.first_touch_gb_per_s = double(m.bytes) / double(now_ns() - t_touch);
     volatile uint64_t sink = stream_sum(pool, buf.data(), m.bytes);
     for (int i = 0; i < passes; i++) {
         const int64_t t0 = now_ns();
@@ -340,7 +343,9 @@ GemmReport run_gemm_bench(const GemmOptions& opt) {
                   "of kernels that stream weights once, as decode does; passes:", rep.memory.best(),
                   rep.memory.gb_per_s.size(), strf("%.0f MiB", double(rep.memory.bytes) / 1048576).c_str(), rep.memory.threads);
         for (double g : rep.memory.gb_per_s) t += strf(" %.2f", g);
-        t += ")\n";
+        t += strf(")\nfirst touch: %.2f GB/s (writing the same buffer's fresh pages once: the rate a cold start fills "
+                  "resident weights and cache slots at, before any compute)\n",
+                  rep.memory.first_touch_gb_per_s);
     }
     t += "\ntheoretical peaks:\n";
     for (const auto& [type, p] : peaks) t += strf("  %-5s %8.1f GFLOP/s = %s\n", type_name(type), p.gflops, p.how.c_str());
@@ -403,6 +408,7 @@ GemmReport run_gemm_bench(const GemmOptions& opt) {
         Json passes = Json::array();
         for (double g : rep.memory.gb_per_s) passes.push_back(g);
         mr["passes_gb_per_s"] = passes;
+        mr["first_touch_gb_per_s"] = rep.memory.first_touch_gb_per_s;
         j["memory_read"] = mr;
     } else {
         j["memory_read"] = nullptr;

@@ -64,6 +64,10 @@ struct MemoryRead {
     uint64_t bytes = 0;
     int threads = 0;
     std::vector<double> gb_per_s;  // per pass
+    // Writing the buffer's fresh pages the first time: what a cold start's
+    // resident load and first cache fills pay per byte before any compute
+    // (about 0.2 GB/s on a VM whose host hands pages back lazily).
+    double first_touch_gb_per_s = 0;
     double best() const;
 };
 MemoryRead measure_memory_read(ThreadPool& pool, uint64_t bytes, int passes);

@@ -89,6 +89,8 @@ TEST(GemmBench, SmallRunTimesShapesAndSamples) {
     EXPECT_FALSE(j.at("gpu").at("available").as_bool());
     EXPECT_EQ(j.at("gpu").at("reason").as_string(), "--gpu off");
     EXPECT_DOUBLE_EQ(j.at("memory_read").at("gb_per_s").as_number(), r.memory.best());
+    EXPECT_GT(r.memory.first_touch_gb_per_s, 0);
+    EXPECT_DOUBLE_EQ(j.at("memory_read").at("first_touch_gb_per_s").as_number(), r.memory.first_touch_gb_per_s);
 }
 
 // The memory read figure is only as good as the sum behind it: every word

@@ -192,7 +192,7 @@ void print_text(const GgufFile& f, const ModelSummary& s, bool with_tensors) {
     printf("layers          %lld", (long long)h.n_layer);
     if (h.n_dense_lead) printf(" (first %lld dense)", (long long)h.n_dense_lead);
     if (h.moe_layer_step > 1) printf(" (MoE every %lld layers, the rest dense)", (long long)h.moe_layer_step);
-    if (h.n_nextn) printf(" (last %lld NextN/MTP, unused)", (long long)h.n_nextn);
+    if (h.n_nextn) printf(" (last %lld NextN/MTP, run only with --draft mtp)", (long long)h.n_nextn);
     printf("\nembedding       %lld\n", (long long)h.n_embd);
     printf("attention       %lld heads, %lld KV heads", (long long)h.n_head, (long long)h.n_head_kv);
     if (!h.n_head_kv_layer.empty()) {

@@ -52,8 +52,9 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "speculative decoding: each forward pass checks up to --draft-max guessed tokens after the one it "
              "samples and keeps those the model agrees with (greedy output is unchanged token for token; sampled "
              "output keeps its distribution). ngram: guesses from the latest earlier occurrence of the last 2-4 "
-             "tokens in the prompt and output (pays on edits, quotes, code); mtp: the model's multi-token-"
-             "prediction layers (not run yet: refused); off; forced: always --draft-max guesses (measures what a "
+             "tokens in the prompt and output (pays on edits, quotes, code); mtp: the model's own multi-token-"
+             "prediction (NextN) block drafts from its last hidden state (glm4moe files that have one; refused "
+             "elsewhere); off; forced: always --draft-max guesses (measures what a "
              "pass costs); auto: ngram when every expert fits in the cache and decoding is greedy (--temp 0), else "
              "off. Why: a pass reads the union of its tokens' experts once, which saves RAM reads when experts are in memory; when they "
              "stream, the cache already shares consecutive tokens' experts, so a pass of K+1 tokens reads 0.92-"
@@ -75,6 +76,7 @@ SessionOptions SessionFlags::options() const {
     o.n_batch = batch;
     o.n_ubatch = ubatch;
     o.experts_per_token = experts_per_token;
+    o.nextn = generates && draft == "mtp";  // its weights and KV cache count in --mem
     o.kv_type = parse_kv_type(kv_type);
     o.gpu = gpu;
     o.gpu_mem = gpu_mem;
@@ -123,6 +125,15 @@ std::unique_ptr<Session> SessionFlags::open(int sequences) const {
     if (generates) s->set_draft(draft_options(*s));
     if (gpu != "off") fprintf(stderr, "backend: %s\n", s->backend().c_str());
     return s;
+}
+
+uint64_t SessionFlags::nextn_bytes_read(const Session& s) const {
+    // The NextN block is the last expert layer (Model::enable_nextn); each
+    // of its misses read one expert.
+    const std::vector<ExpertLayer>& layers = s.model().expert_layers();
+    const StoreCounters& c = store.counters();
+    const size_t L = layers.size() - 1;
+    return L < c.misses.size() ? c.misses[L] * layers[L].expert_bytes() : 0;
 }
 
 DraftOptions SessionFlags::draft_options(const Session& s) const {
@@ -200,6 +211,7 @@ Json SessionFlags::report_json(const char* command, const Session& s) const {
             spec["expert_bytes_read_per_token"] = double(p.at("bytes_read").as_int()) / double(t.decode_tokens);
         }
     }
+    if (s.model().nextn_enabled()) spec["nextn_expert_bytes_read"] = nextn_bytes_read(s);
     j["speculation"] = spec;
     return j;
 }
@@ -229,6 +241,10 @@ void SessionFlags::finish(const char* command, const Session& s) const {
         fprintf(stderr, "speculation (%s, up to %d): %lld drafted, %lld accepted (%.1f %%), %.2f tokens per forward pass\n",
                 draft_mode_name(s.draft().mode), s.draft().max, (long long)d.drafted, (long long)d.accepted,
                 100 * d.acceptance(), d.tokens_per_pass());
+        if (s.model().nextn_enabled()) {
+            fprintf(stderr, "NextN block: %s of its routed experts read\n",
+                    format_bytes(double(nextn_bytes_read(s))).c_str());
+        }
     }
     if (s.kv_bytes_per_token() > 0 && s.full_kv_bytes_per_token() != s.kv_bytes_per_token()) {
         fprintf(stderr, "KV cache: %lld bytes a token of context (compressed) against %lld for full K/V\n",

@@ -48,6 +48,8 @@ struct SessionFlags {
     // (sampled text then stays the seed's), off when experts stream
     // (a pass then reads nearly K+1 steps' bytes: docs/speculation.md).
     DraftOptions draft_options(const Session& s) const;
+    // Bytes of routed experts the store read for the NextN block (--draft mtp).
+    uint64_t nextn_bytes_read(const Session& s) const;
     // The settings and measurements of a finished run, for --report.
     Json report_json(const char* command, const Session& s) const;
     // Writes report_json to --report when given; prints timings and peak RSS

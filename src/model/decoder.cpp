@@ -6,6 +6,7 @@
 
 #include "gguf/gguf.h"
 #include "model/ffn_block.h"
+#include "model/nextn.h"
 #include "model/window_ring.h"
 #include "ops/activation.h"
 #include "ops/linear.h"
@@ -46,12 +47,21 @@ public:
     // position the live states have reached.
     AlignedBuffer saved_conv, saved_recurrent;
     int64_t saved_pos = -1, recurrent_pos = 0;
+    // The NextN block (when enabled): its cache rows [0, nextn_rows) were
+    // made from the main layers' hidden state and the true next token; the
+    // last forward call's positions [last_pos0, last_pos0 + last_n) have
+    // their hidden states in x; nextn_h keeps the one at position h_pos
+    // across the call that overwrites x; nextn_seen: n_past when these were
+    // last brought up to date (lower now: the sequence was rewound).
+    AlignedBuffer nextn_h, nextn_x, nextn_cat, nextn_cs, nextn_logits;
+    int64_t nextn_rows = 0, h_pos = -1, last_pos0 = 0, last_n = 0, nextn_seen = 0;
 
     uint64_t bytes() const override {
         uint64_t b = attn.bytes() + mla.bytes() + indexer.bytes() + ffn.bytes() + deltanet.bytes() +
                      (kv.size() + keys.size()) * sizeof(KvLayer);
         for (const AlignedBuffer* p : {&k_cache, &v_cache, &x, &xb, &y, &cos_sin, &acts, &conv_state,
-                                       &recurrent_state, &saved_conv, &saved_recurrent, &index_keys, &sel, &n_sel}) {
+                                       &recurrent_state, &saved_conv, &saved_recurrent, &index_keys, &sel, &n_sel,
+                                       &nextn_h, &nextn_x, &nextn_cat, &nextn_cs, &nextn_logits}) {
             b += p->size();
         }
         return b;
@@ -90,7 +100,7 @@ public:
 class Decoder : public Model {
 public:
     Decoder(const GgufFile& f, ModelConfig c, const DecoderSpec& spec)
-        : Model(std::move(c)), rope_(spec.rope), mla_shape_(spec.mla), indexer_shape_(spec.indexer) {
+        : Model(std::move(c)), spec_(spec), rope_(spec.rope), mla_shape_(spec.mla), indexer_shape_(spec.indexer) {
         ModelConfig& cfg = config_;
         const std::string& arch = cfg.arch;
         if (cfg.n_expert <= 0 || cfg.n_expert_used <= 0 || spec.n_ff_exp <= 0) {
@@ -110,6 +120,11 @@ public:
         if (spec.rope_freqs) maybe(f, "rope_freqs.weight", {spec.rope.n_rot / 2}, &rope_freqs_);
 
         n_run_ = cfg.n_layer - cfg.n_nextn;
+        // need() keeps pointers into these: room for enable_nextn()'s layer
+        // now, so that adding it never moves them.
+        attn_.reserve(size_t(n_run_) + 1);
+        deltanet_.reserve(size_t(n_run_) + 1);
+        ffn_.reserve(size_t(n_run_) + 1);
         attn_.resize(size_t(n_run_));
         deltanet_.resize(size_t(n_run_));
         deltanet_slot_.assign(size_t(n_run_), -1);
@@ -212,7 +227,16 @@ public:
         const size_t attn_acts = mla ? MlaScratch::acts_per_token(mla_) : AttentionScratch::acts_per_token(attn_);
         st->acts.resize(B * std::max({linear_scratch_bytes(output(), 1), attn_acts, FfnScratch::acts_per_token(ffn_),
                                       DeltaNetScratch::acts_per_token(deltanet_),
-                                      IndexerScratch::acts_per_token(indexer_)}));
+                                      IndexerScratch::acts_per_token(indexer_),
+                                      nextn_.empty() ? size_t(0) : linear_scratch_bytes(nextn_.eh_proj, 1),
+                                      nextn_.empty() ? size_t(0) : linear_scratch_bytes(nextn_head(), 1)}));
+        if (!nextn_.empty()) {
+            st->nextn_h.resize(size_t(c.n_embd) * 4);
+            st->nextn_x.resize(B * size_t(c.n_embd) * 4);
+            st->nextn_cat.resize(B * size_t(2 * c.n_embd) * 4);
+            st->nextn_cs.resize(B * size_t(rope_.n_rot) * 4);
+            st->nextn_logits.resize(size_t(c.n_vocab) * 4);
+        }
         if (n_deltanet_ > 0) {
             st->conv_state.resize(size_t(n_deltanet_ * deltanet_shape_.conv_state_floats()) * 4);
             st->recurrent_state.resize(size_t(n_deltanet_ * deltanet_shape_.recurrent_state_floats()) * 4);
@@ -245,6 +269,9 @@ public:
         advance(st, n);
         Rope rope = rope_;
         if (!rope_freqs_.empty()) rope.freq_factors = rope_freqs_.f32();
+        // The NextN row of position pos0 - 1 waited for tokens[0]; its
+        // hidden state is in x, which the embeddings overwrite.
+        const int64_t nextn_first = nextn_.empty() ? pos0 : keep_nextn_hidden(st, pos0);
 
         pool.parallel_for(n, [&](int64_t b, int64_t e) {
             for (int64_t t = b; t < e; t++) {
@@ -281,6 +308,7 @@ public:
             linear(pool, output(), xb, nc, logits + (c0 - first) * c.n_vocab, st.acts.data());
         }
         st.n_past += n;
+        if (!nextn_.empty()) nextn_follow(st, experts, pool, tokens, n, pos0, nextn_first, time);
     }
 
     // One decode step of n sequences (each with its own state), in one
@@ -291,7 +319,8 @@ public:
     void forward_batch(ModelState* const* states, int n, ExpertSource& experts, ThreadPool& pool,
                        const int32_t* tokens, float* logits) const override {
         DecoderState& lead = static_cast<DecoderState&>(*states[0]);
-        if (n > lead.options.max_batch) {
+        // The NextN block follows each sequence through forward().
+        if (n > lead.options.max_batch || !nextn_.empty()) {
             Model::forward_batch(states, n, experts, pool, tokens, logits);
             return;
         }
@@ -333,8 +362,154 @@ public:
 
     bool layer_major() const override { return true; }
 
+    void enable_nextn(const GgufFile& f) override {
+        if (!nextn_.empty()) return;
+        const ModelConfig& c = config_;
+        if (c.n_nextn == 0) Model::enable_nextn(f);  // throws: none in the file
+        const char* why = !mla_.empty() ? "attends through MLA with sparse attention but has no indexer of its own"
+                          : n_deltanet_ > 0 || window_ > 0 ? "follows a hybrid or windowed stack"
+                                                           : nullptr;
+        if (why) {
+            throw std::runtime_error(f.path() + ": --draft mtp: " + c.arch + "'s NextN block " + why +
+                                     " (not run yet)");
+        }
+        // The first block, as one more layer of the stack after the main ones.
+        const int L = n_run_;
+        const int64_t E = c.n_embd, V = c.n_vocab;
+        attn_.resize(size_t(L) + 1);
+        deltanet_.resize(size_t(L) + 1);
+        deltanet_slot_.push_back(-1);
+        ffn_.resize(size_t(L) + 1);
+        expert_layers_.resize(size_t(L) + 1);
+        expert_layers_[size_t(L)].layer = L;
+        DecoderSpec spec = spec_;
+        spec.window.clear();
+        spec.chunk.clear();
+        spec.no_rope.clear();
+        declare_attention(f, spec, L);
+        declare_ffn(f, spec, L);
+        const std::string p = "blk." + std::to_string(L) + ".nextn.";
+        need(f, p + "eh_proj.weight", {2 * E, E}, &nextn_.eh_proj);
+        need(f, p + "enorm.weight", {E}, &nextn_.enorm);
+        need(f, p + "hnorm.weight", {E}, &nextn_.hnorm);
+        need(f, p + "shared_head_norm.weight", {E}, &nextn_.head_norm);
+        maybe(f, p + "embed_tokens.weight", {E, V}, &nextn_.embd);
+        maybe(f, p + "shared_head_head.weight", {E, V}, &nextn_.head);
+    }
+
+    bool nextn_enabled() const override { return !nextn_.empty(); }
+
+    int draft_nextn(ModelState& state, ExpertSource& experts, ThreadPool& pool, int32_t token, int k,
+                    int32_t* out) const override {
+        DecoderState& st = static_cast<DecoderState&>(state);
+        if (nextn_.empty() || k < 1) return 0;
+        sync_nextn(st);
+        const ModelConfig& c = config_;
+        const int64_t E = c.n_embd, pos = st.n_past - 1;
+        const float* h = pos >= 0 ? hidden_at(st, pos) : nullptr;
+        if (!h) return 0;
+        k = int(std::min<int64_t>(k, st.options.n_ctx - pos));
+        float* cat = st.nextn_cat.f32();
+        float* hx = st.nextn_x.f32();
+        float* logits = st.nextn_logits.f32();
+        experts.begin_step(1);
+        // Depth 1 from the main layers' state; then each draft from the
+        // block's own output and the draft before it, one position on.
+        // Rows from pos + 1 on are rewritten by the forward() that checks them.
+        for (int j = 0; j < k; j++) {
+            nextn_input_row(nextn_, nextn_embd(), j == 0 ? token : out[j - 1], j == 0 ? h : hx, E, c.rms_eps, cat);
+            nextn_layer(st, experts, pool, pos + j, 1, &st.decode_time);
+            rms_norm_rows(pool, hx, nextn_.head_norm.f32(), 1, E, c.rms_eps, st.xb.f32());
+            linear(pool, nextn_head(), st.xb.f32(), 1, logits, st.acts.data());
+            out[j] = argmax(logits, c.n_vocab);
+        }
+        st.nextn_rows = pos + 1;
+        st.nextn_seen = st.n_past;
+        return k;
+    }
+
 private:
     const Tensor& output() const { return tied_output_ ? token_embd_ : output_; }
+    const Tensor& nextn_embd() const { return nextn_.embd.empty() ? token_embd_ : nextn_.embd; }
+    const Tensor& nextn_head() const { return nextn_.head.empty() ? output() : nextn_.head; }
+
+    // A rewind (n_past lowered since the NextN rows were last updated)
+    // leaves valid only the rows whose next token is still in the sequence.
+    static void sync_nextn(DecoderState& st) {
+        if (st.n_past < st.nextn_seen) st.nextn_rows = std::min(st.nextn_rows, std::max<int64_t>(st.n_past - 1, 0));
+        st.nextn_seen = st.n_past;
+    }
+
+    // The main layers' hidden state (before the final norm) at pos, if kept.
+    const float* hidden_at(const DecoderState& st, int64_t pos) const {
+        if (pos == st.h_pos) return st.nextn_h.f32();
+        if (pos < st.last_pos0 || pos >= st.last_pos0 + st.last_n) return nullptr;
+        return st.x.f32() + (pos - st.last_pos0) * config_.n_embd;
+    }
+
+    // Before a forward call at pos0 overwrites x: keeps the hidden state of
+    // pos0 - 1 when its NextN row is still to be made. Returns the first
+    // position the call's NextN rows start at.
+    int64_t keep_nextn_hidden(DecoderState& st, int64_t pos0) const {
+        sync_nextn(st);
+        if (pos0 == 0 || st.nextn_rows >= pos0) return pos0;
+        const float* h = hidden_at(st, pos0 - 1);
+        if (!h) return pos0;  // lost (a rewind past the last call): that row stays stale
+        if (h != st.nextn_h.f32()) std::copy(h, h + config_.n_embd, st.nextn_h.f32());
+        st.h_pos = pos0 - 1;
+        return pos0 - 1;
+    }
+
+    // After a forward call over tokens[0..n) at pos0: the NextN rows of
+    // positions first..pos0+n-2, whose next tokens the call had. The last
+    // position's row waits for the token after it (draft_nextn or the next
+    // call).
+    void nextn_follow(DecoderState& st, ExpertSource& experts, ThreadPool& pool, const int32_t* tokens, int n,
+                      int64_t pos0, int64_t first, TimeSplit* time) const {
+        const ModelConfig& c = config_;
+        const int64_t E = c.n_embd, end = pos0 + n - 1;
+        const int B = st.options.max_batch;
+        for (int64_t q0 = first; q0 < end; q0 += B) {
+            const int m = int(std::min<int64_t>(B, end - q0));
+            pool.parallel_for(m, [&](int64_t b, int64_t e) {
+                for (int64_t r = b; r < e; r++) {
+                    const int64_t q = q0 + r;
+                    const float* h = q == pos0 - 1 ? st.nextn_h.f32() : st.x.f32() + (q - pos0) * E;
+                    nextn_input_row(nextn_, nextn_embd(), tokens[q + 1 - pos0], h, E, c.rms_eps,
+                                    st.nextn_cat.f32() + r * 2 * E);
+                }
+            });
+            nextn_layer(st, experts, pool, q0, m, time);
+        }
+        st.nextn_rows = std::max(st.nextn_rows, end);
+        st.h_pos = -1;
+        st.last_pos0 = pos0;
+        st.last_n = n;
+        st.nextn_seen = st.n_past;
+    }
+
+    // The NextN block's layer over m rows of eh_proj input (st.nextn_cat)
+    // at positions pos..: its output rows in st.nextn_x, its K/V in its
+    // cache. The routing trace records the main layers only.
+    void nextn_layer(DecoderState& st, ExpertSource& experts, ThreadPool& pool, int64_t pos, int m,
+                     TimeSplit* time) const {
+        const int64_t E = config_.n_embd;
+        const int L = n_run_;
+        float* hx = st.nextn_x.f32();
+        float* cs = st.nextn_cs.f32();
+        Rope rope = rope_;
+        if (!rope_freqs_.empty()) rope.freq_factors = rope_freqs_.f32();
+        linear(pool, nextn_.eh_proj, st.nextn_cat.f32(), m, hx, st.acts.data());
+        for (int r = 0; r < m; r++) rope_angles(rope, pos + r, cs + int64_t(r) * rope.n_rot);
+        RoutingTrace* trace = experts.routing_trace;
+        experts.routing_trace = nullptr;
+        PhaseTimer attn_time(time, Phase::Attention, L, attention_bytes(L));
+        attend(st, pool, rope, L, hx, m, 0, pos, cs, st.xb.f32(), st.y.f32());
+        add_to(hx, st.y.f32(), m * E);
+        attn_time.stop();
+        feed_forward(st, experts, pool, L, hx, m, false, time);
+        experts.routing_trace = trace;
+    }
 
     // A forward call is about to write n positions at st.n_past.
     static void advance(DecoderState& st, int n) {
@@ -590,6 +765,8 @@ private:
                            reinterpret_cast<int32_t*>(st.ffn.next_union.data()));
     }
 
+    DecoderSpec spec_;  // for the NextN block's layer, declared on demand
+    NextnBlock nextn_;  // empty unless enable_nextn()
     Rope rope_;
     MlaShape mla_shape_;
     IndexerShape indexer_shape_;

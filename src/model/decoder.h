@@ -83,8 +83,10 @@ DecoderSpec deepseek2_spec(const GgufFile& file, const ModelConfig& config);
 void require_sigmoid_gating(const GgufFile& file, const ModelConfig& c);
 
 // Checks the tensors `spec` names (shapes and types, as Model::open does)
-// and returns the model. Runs config.n_layer - config.n_nextn layers: NextN
-// (multi-token prediction) blocks are left out, not read and not run.
+// and returns the model. Runs config.n_layer - config.n_nextn layers; the
+// first NextN (multi-token prediction) block is read and run only after
+// Model::enable_nextn() (model/nextn.h), as one more layer with its own KV
+// cache.
 std::unique_ptr<Model> open_decoder(const GgufFile& file, ModelConfig config, const DecoderSpec& spec);
 
 }  // namespace ms

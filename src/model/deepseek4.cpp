@@ -318,6 +318,14 @@ public:
         st.n_past += n;
     }
 
+    void enable_nextn(const GgufFile& f) override {
+        if (config_.n_nextn == 0) Model::enable_nextn(f);
+        // One eh_proj over [enorm(e) | hnorm(h)] takes one vector, not four streams.
+        throw std::runtime_error(f.path() + ": --draft mtp: deepseek4's MTP block runs on four hyper-connected "
+                                 "residual streams, and how its eh_proj input and hc_* mixing meet them is not "
+                                 "specified (not run)");
+    }
+
 protected:
     bool fixed_experts_per_token() const override { return n_hash_ > 0; }
 

@@ -4,8 +4,8 @@
 // leading_dense_block_count layers have a dense FFN; the others route by
 // sigmoid scores plus exp_probs_b (bias for choosing only), weights the
 // unbiased scores renormalized and scaled, SwiGLU experts plus a shared
-// expert. The trailing NextN (multi-token prediction) block is checked but
-// not read and not run (model/decoder.h).
+// expert. The trailing NextN (multi-token prediction) block is checked, and
+// read and run only for --draft mtp (Model::enable_nextn, model/nextn.h).
 #include "gguf/gguf.h"
 #include "model/decoder.h"
 

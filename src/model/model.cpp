@@ -73,6 +73,14 @@ const Architecture kArchitectures[] = {
 
 }  // namespace
 
+void Model::enable_nextn(const GgufFile& file) {
+    throw std::runtime_error(file.path() + ": --draft mtp: " + config_.arch +
+                             (config_.n_nextn > 0 ? "'s NextN (multi-token prediction) block does not run yet"
+                                                  : " file has no NextN (multi-token prediction) layers"));
+}
+
+int Model::draft_nextn(ModelState&, ExpertSource&, ThreadPool&, int32_t, int, int32_t*) const { return 0; }
+
 std::vector<std::string> Model::architectures() {
     std::vector<std::string> out;
     for (const Architecture& a : kArchitectures) out.push_back(a.name);

@@ -118,6 +118,27 @@ public:
     // expert_used_count as the file gives it.
     int trained_experts_per_token() const { return trained_experts_per_token_; }
 
+    // Multi-token prediction: the NextN block the file carries after its
+    // layers (nextn_predict_layers). enable_nextn() declares the first
+    // block's weights (resident ones, and its routed experts as one more
+    // expert layer, read through the ExpertSource like any other) and gives
+    // every later new_state() its KV cache; from then on forward() also runs
+    // the block over the positions whose next token it knows, so its cache
+    // follows the sequence. Call before new_state() and load_resident().
+    // Throws naming the file when the model has no NextN block or its family
+    // does not run one.
+    virtual void enable_nextn(const GgufFile& file);
+    virtual bool nextn_enabled() const { return false; }
+    // Drafts up to k tokens after `token`, the token that follows the
+    // state's last evaluated position: the NextN block over the main
+    // layers' last hidden state and `token` gives the next token's argmax,
+    // then runs again on its own output and that token (depth > 1). Writes
+    // the drafts to out and returns how many (0 when the block has no hidden
+    // state to start from). Leaves n_past as it is; the block's cache rows
+    // it wrote are rewritten by the forward() that checks the drafts.
+    virtual int draft_nextn(ModelState& state, ExpertSource& experts, ThreadPool& pool, int32_t token, int k,
+                            int32_t* out) const;
+
 protected:
     explicit Model(ModelConfig config) : config_(std::move(config)), trained_experts_per_token_(config_.n_expert_used) {}
 

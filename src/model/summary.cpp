@@ -12,7 +12,7 @@ const char* tensor_class_name(TensorClass c) {
         case TensorClass::Resident: return "resident";
         case TensorClass::Expert: return "routed experts";
         case TensorClass::EmbeddingRows: return "embedding rows";
-        case TensorClass::Unused: return "unused (NextN)";
+        case TensorClass::Unused: return "NextN (read only with --draft mtp)";
     }
     return "?";
 }

@@ -14,8 +14,9 @@ namespace ms {
 // Resident: read by every token (attention, norms, routers, shared experts,
 // output head, a tied embedding). Expert: routed-expert matrices, read per
 // selected expert. EmbeddingRows: one row per token (token_embd when the
-// output head is separate, per_layer_token_embd). Unused: tensors decoding
-// never reads (the NextN / multi-token-prediction block).
+// output head is separate, per_layer_token_embd). Unused: tensors plain
+// decoding never reads (the NextN / multi-token-prediction block, which only
+// --draft mtp loads and runs).
 enum class TensorClass { Resident = 0, Expert = 1, EmbeddingRows = 2, Unused = 3 };
 constexpr int kTensorClassCount = 4;
 const char* tensor_class_name(TensorClass c);

@@ -78,6 +78,7 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o, const ExpertSour
     if (o.n_batch < 1 || o.n_ubatch < 1) throw std::runtime_error("batch sizes must be at least 1");
     std::unique_ptr<Session> s(new Session(GgufFile::open(o.model_path), o));
     if (o.experts_per_token > 0) s->model_->set_experts_per_token(o.experts_per_token);
+    if (o.nextn) s->model_->enable_nextn(*s->file_);
     const ModelConfig& c = s->model_->config();
     if (int64_t(s->tokenizer_.n_vocab()) > c.n_vocab) {
         throw std::runtime_error(o.model_path + ": tokenizer has " + std::to_string(s->tokenizer_.n_vocab()) +

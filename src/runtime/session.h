@@ -28,6 +28,7 @@ struct SessionOptions {
     std::string gpu = "off";           // "auto": the CUDA forward pass where it covers the model (model/gpu_decoder.h)
     uint64_t gpu_mem = 0;              // VRAM for the GPU's expert cache (0: all free but 1 GiB)
     int experts_per_token = 0;         // 0: the model's expert_used_count (Model::set_experts_per_token)
+    bool nextn = false;                // load and run the model's NextN block (Model::enable_nextn): --draft mtp
     SamplerParams sampling;
 };
 

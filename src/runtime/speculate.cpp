@@ -21,9 +21,9 @@ double seconds_now() {
 
 void Session::set_draft(const DraftOptions& o) {
     if (o.mode == DraftMode::Auto) throw std::runtime_error("set_draft: resolve --draft auto first");
-    if (o.mode == DraftMode::Mtp) {
-        throw std::runtime_error(file_->path() + ": --draft mtp: this model (" + config().arch +
-                                 ") has no multi-token-prediction layers that run");
+    if (o.mode == DraftMode::Mtp && !model_->nextn_enabled()) {
+        throw std::runtime_error(file_->path() + ": --draft mtp: the session was opened without the model's NextN "
+                                 "layers (SessionOptions::nextn)");
     }
     if (o.mode != DraftMode::Off && o.max < 1) throw std::runtime_error("--draft-max must be at least 1");
     draft_ = o;
@@ -52,7 +52,12 @@ int Session::step(int n_max, const std::function<bool(int32_t)>& on_token, bool 
     if (draft_.mode != DraftMode::Off) {
         k = int(std::min<int64_t>({draft_.max, n_max - 1, n_ctx() - int64_t(tokens_.size()) - 1}));
         pass_.assign(1, tok);
-        if (k > 0) {
+        if (k > 0 && draft_.mode == DraftMode::Mtp && !draft_.custom) {
+            // The NextN block drafts from the cache's last position and tok.
+            pass_.resize(size_t(k) + 1);
+            k = model_->draft_nextn(*state_, *experts_, *pool_, tok, k, pass_.data() + 1);
+            pass_.resize(size_t(k) + 1);
+        } else if (k > 0) {
             tokens_.push_back(tok);  // the history the drafts continue (capacity reserved)
             k = draft_.custom ? std::min(k, draft_.custom(tokens_.data(), tokens_.size(), k, &pass_))
                               : propose_ngram(tokens_.data(), tokens_.size(), k, draft_, &pass_);

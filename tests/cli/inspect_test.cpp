@@ -125,9 +125,9 @@ TEST(InspectCli, VocabularyFiles) {
 TEST(InspectCli, TextNamesTheKeyFigures) {
     CliResult r = run(kGolden + "/models/glm4moe-Q8_0.gguf", true);
     ASSERT_EQ(r.rc, 0) << r.out;
-    for (const char* want : {"architecture    glm4moe", "layers          4 (first 1 dense) (last 1 NextN/MTP, unused)",
+    for (const char* want : {"architecture    glm4moe", "layers          4 (first 1 dense) (last 1 NextN/MTP, run only with --draft mtp)",
                              "8 routed, 2 used per token, expert FFN 64", "routed experts", "embedding rows",
-                             "unused (NextN)", "3 byte ranges per expert", "Q8_0", "KV cache"})
+                             "NextN (read only with --draft mtp)", "3 byte ranges per expert", "Q8_0", "KV cache"})
         EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
 }
 

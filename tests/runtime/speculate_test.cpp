@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include "../model/golden.h"
+#include "model/ram_experts.h"
 #include "runtime/session.h"
 
 namespace ms {
@@ -27,6 +28,7 @@ std::vector<int32_t> generate(const golden::Case& g, DraftMode mode, int draft_m
     o.n_batch = 16;
     o.n_ubatch = 8;
     o.sampling.temp = 0;
+    o.nextn = mode == DraftMode::Mtp;
     auto s = Session::open(o);
     DraftOptions d;
     d.mode = mode;
@@ -92,8 +94,110 @@ TEST_P(Speculate, GreedyTokensIdenticalWithDrafts) {
     }
 }
 
+// --draft mtp: where the file has a NextN block that runs (glm4moe), greedy
+// tokens identical to plain decoding and consistent counters; elsewhere a
+// one-line refusal naming the file.
+TEST_P(Speculate, MtpDraftsGreedyIdenticalOrRefused) {
+    const golden::Case g = golden::load(GetParam());
+    const int n = 32;
+    const ModelConfig c = Model::open(GgufFile::open(g.gguf))->config();
+    if (c.arch != "glm4moe") {
+        try {
+            generate(g, DraftMode::Mtp, 3, n, nullptr);
+            FAIL() << "--draft mtp was not refused";
+        } catch (const std::runtime_error& e) {
+            const std::string m = e.what();
+            EXPECT_NE(m.find(g.gguf), std::string::npos) << m;
+            EXPECT_NE(m.find("--draft mtp"), std::string::npos) << m;
+            EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+            if (c.n_nextn == 0) {
+                EXPECT_NE(m.find("has no NextN"), std::string::npos) << m;
+            }
+        }
+        return;
+    }
+    ASSERT_GT(c.n_nextn, 0);
+    const std::vector<int32_t> plain = generate(g, DraftMode::Off, 1, n, nullptr);
+    for (int k : {1, 3}) {
+        SCOPED_TRACE("mtp " + std::to_string(k));
+        DraftStats st;
+        EXPECT_EQ(generate(g, DraftMode::Mtp, k, n, &st), plain);
+        EXPECT_EQ(st.tokens, n);
+        EXPECT_GT(st.drafted, 0);
+        EXPECT_LE(st.accepted, st.drafted);
+        EXPECT_LE(st.drafted, st.passes * k);
+        EXPECT_EQ(st.passes + st.accepted, st.tokens);  // each pass: its sampled token plus the accepted drafts
+        printf("%s mtp %d: %lld drafted, %lld accepted, %lld passes, %.2f tokens per pass\n", g.name.c_str(), k,
+               (long long)st.drafted, (long long)st.accepted, (long long)st.passes, st.tokens_per_pass());
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, Speculate, ::testing::ValuesIn(golden::runnable_models()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return golden::identifier(i.param); });
+
+}  // namespace
+}  // namespace ms
+
+namespace ms {
+namespace {
+
+// The NextN block's KV cache follows rejections: drafts made after verify
+// passes that were cut back (most of what they wrote rejected) equal the
+// drafts of a fresh state that evaluated the same tokens in one prompt, at
+// every position of a greedy continuation.
+TEST(NextnRollback, DraftsAfterRejectionsMatchAFreshState) {
+    for (const std::string& name : golden::family("glm4moe")) {
+        SCOPED_TRACE(name);
+        const golden::Case g = golden::load(name);
+        const GgufFile file = GgufFile::open(g.gguf);
+        auto model = Model::open(file);
+        model->enable_nextn(file);
+        StateOptions so;
+        so.n_ctx = 128;
+        so.max_batch = 8;
+        so.max_tokens = 64;
+        so.kv_type = GgmlType::F32;
+        so.n_threads = 2;
+        auto live = model->new_state(so);
+        model->load_resident(file);
+        RamExperts experts(file, model->expert_layers());
+        ThreadPool pool(2);
+        const int64_t V = model->config().n_vocab;
+        std::vector<float> logits(size_t(4 * V));
+
+        // The greedy continuation, token by token.
+        std::vector<int32_t> seq = g.prompt;
+        model->forward(*live, experts, pool, seq.data(), int(seq.size()), logits.data(), false);
+        for (int i = 0; i < 20; i++) {
+            seq.push_back(golden::argmax(logits.data(), V));
+            model->forward(*live, experts, pool, &seq.back(), 1, logits.data(), false);
+        }
+
+        auto spec = model->new_state(so);
+        const size_t P = g.prompt.size();
+        model->forward(*spec, experts, pool, seq.data(), int(P), logits.data(), false);
+        int checked = 0;
+        for (size_t p = P; p + 3 < seq.size();) {
+            // What a fresh state drafts after seq[0..p] and seq[p].
+            auto fresh = model->new_state(so);
+            model->forward(*fresh, experts, pool, seq.data(), int(p), logits.data(), false);
+            int32_t want[3], got[3];
+            ASSERT_EQ(model->draft_nextn(*fresh, experts, pool, seq[p], 3, want), 3);
+            ASSERT_EQ(model->draft_nextn(*spec, experts, pool, seq[p], 3, got), 3);
+            EXPECT_EQ(std::vector<int32_t>(got, got + 3), std::vector<int32_t>(want, want + 3)) << "position " << p;
+            checked++;
+            // A verify pass of seq[p] and three guesses, the first `keep`
+            // right (0, 1, 2 in turn), cut back after them.
+            const int keep = int(p % 3);
+            int32_t pass[4] = {seq[p], seq[p + 1], seq[p + 2], seq[p + 3]};
+            for (int i = keep + 1; i < 4; i++) pass[i] = (pass[i] + 1 + i) % int32_t(V);
+            model->forward(*spec, experts, pool, pass, 4, logits.data(), true);
+            spec->n_past = int64_t(p) + 1 + keep;
+            p += size_t(1 + keep);
+        }
+        EXPECT_GE(checked, 8);
+    }
+}
 
 }  // namespace
 }  // namespace ms

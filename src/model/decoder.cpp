@@ -47,21 +47,22 @@ public:
     // position the live states have reached.
     AlignedBuffer saved_conv, saved_recurrent;
     int64_t saved_pos = -1, recurrent_pos = 0;
-    // The NextN block (when enabled): its cache rows [0, nextn_rows) were
-    // made from the main layers' hidden state and the true next token; the
+    // The NextN block (when enabled): its cache rows before nextn_rows are
+    // made (from the main layers' hidden state and the next token); the
     // last forward call's positions [last_pos0, last_pos0 + last_n) have
-    // their hidden states in x; nextn_h keeps the one at position h_pos
-    // across the call that overwrites x; nextn_seen: n_past when these were
+    // their hidden states in x and their tokens in last_tokens, so their
+    // rows are made when the token after them is known (the next call, or
+    // the sampled token when drafting); nextn_seen: n_past when these were
     // last brought up to date (lower now: the sequence was rewound).
-    AlignedBuffer nextn_h, nextn_x, nextn_cat, nextn_cs, nextn_logits;
-    int64_t nextn_rows = 0, h_pos = -1, last_pos0 = 0, last_n = 0, nextn_seen = 0;
+    AlignedBuffer nextn_x, nextn_cat, nextn_cs, nextn_logits, last_tokens;
+    int64_t nextn_rows = 0, last_pos0 = 0, last_n = 0, nextn_seen = 0;
 
     uint64_t bytes() const override {
         uint64_t b = attn.bytes() + mla.bytes() + indexer.bytes() + ffn.bytes() + deltanet.bytes() +
                      (kv.size() + keys.size()) * sizeof(KvLayer);
         for (const AlignedBuffer* p : {&k_cache, &v_cache, &x, &xb, &y, &cos_sin, &acts, &conv_state,
                                        &recurrent_state, &saved_conv, &saved_recurrent, &index_keys, &sel, &n_sel,
-                                       &nextn_h, &nextn_x, &nextn_cat, &nextn_cs, &nextn_logits}) {
+                                       &nextn_x, &nextn_cat, &nextn_cs, &nextn_logits, &last_tokens}) {
             b += p->size();
         }
         return b;
@@ -231,7 +232,7 @@ public:
                                       nextn_.empty() ? size_t(0) : linear_scratch_bytes(nextn_.eh_proj, 1),
                                       nextn_.empty() ? size_t(0) : linear_scratch_bytes(nextn_head(), 1)}));
         if (!nextn_.empty()) {
-            st->nextn_h.resize(size_t(c.n_embd) * 4);
+            st->last_tokens.resize(T * 4);
             st->nextn_x.resize(B * size_t(c.n_embd) * 4);
             st->nextn_cat.resize(B * size_t(2 * c.n_embd) * 4);
             st->nextn_cs.resize(B * size_t(rope_.n_rot) * 4);
@@ -269,9 +270,14 @@ public:
         advance(st, n);
         Rope rope = rope_;
         if (!rope_freqs_.empty()) rope.freq_factors = rope_freqs_.f32();
-        // The NextN row of position pos0 - 1 waited for tokens[0]; its
-        // hidden state is in x, which the embeddings overwrite.
-        const int64_t nextn_first = nextn_.empty() ? pos0 : keep_nextn_hidden(st, pos0);
+        // The NextN rows of the last call's positions wait for the tokens
+        // after them, tokens[0] the last; their hidden states are in x,
+        // which the embeddings overwrite.
+        if (!nextn_.empty()) {
+            sync_nextn(st);
+            nextn_rows_upto(st, experts, pool, std::min(pos0, st.last_pos0 + st.last_n), tokens[0],
+                            n == 1 ? &st.decode_time : &st.prefill_time);
+        }
 
         pool.parallel_for(n, [&](int64_t b, int64_t e) {
             for (int64_t t = b; t < e; t++) {
@@ -308,7 +314,12 @@ public:
             linear(pool, output(), xb, nc, logits + (c0 - first) * c.n_vocab, st.acts.data());
         }
         st.n_past += n;
-        if (!nextn_.empty()) nextn_follow(st, experts, pool, tokens, n, pos0, nextn_first, time);
+        if (!nextn_.empty()) {
+            std::copy(tokens, tokens + n, reinterpret_cast<int32_t*>(st.last_tokens.data()));
+            st.last_pos0 = pos0;
+            st.last_n = n;
+            st.nextn_seen = st.n_past;
+        }
     }
 
     // One decode step of n sequences (each with its own state), in one
@@ -406,25 +417,26 @@ public:
         sync_nextn(st);
         const ModelConfig& c = config_;
         const int64_t E = c.n_embd, pos = st.n_past - 1;
-        const float* h = pos >= 0 ? hidden_at(st, pos) : nullptr;
-        if (!h) return 0;
+        if (pos < st.last_pos0 || pos >= st.last_pos0 + st.last_n) return 0;  // its hidden state is gone
         k = int(std::min<int64_t>(k, st.options.n_ctx - pos));
-        float* cat = st.nextn_cat.f32();
+        // Depth 1: the rows still to make up to pos, the last with `token`,
+        // in one call; then each draft from the block's own output and the
+        // draft before it, one position on (rows the forward() that checks
+        // the drafts makes again).
+        st.nextn_rows = std::min(st.nextn_rows, pos);
+        const int m = nextn_rows_upto(st, experts, pool, pos + 1, token, &st.decode_time);
         float* hx = st.nextn_x.f32();
-        float* logits = st.nextn_logits.f32();
-        experts.begin_step(1);
-        // Depth 1 from the main layers' state; then each draft from the
-        // block's own output and the draft before it, one position on.
-        // Rows from pos + 1 on are rewritten by the forward() that checks them.
         for (int j = 0; j < k; j++) {
-            nextn_input_row(nextn_, nextn_embd(), j == 0 ? token : out[j - 1], j == 0 ? h : hx, E, c.rms_eps, cat);
-            nextn_layer(st, experts, pool, pos + j, 1, &st.decode_time);
-            rms_norm_rows(pool, hx, nextn_.head_norm.f32(), 1, E, c.rms_eps, st.xb.f32());
-            linear(pool, nextn_head(), st.xb.f32(), 1, logits, st.acts.data());
-            out[j] = argmax(logits, c.n_vocab);
+            if (j > 0) {
+                nextn_input_row(nextn_, nextn_embd(), out[j - 1], hx + int64_t(j == 1 ? m - 1 : 0) * E, E, c.rms_eps,
+                                st.nextn_cat.f32());
+                nextn_layer(st, experts, pool, pos + j, 1, &st.decode_time);
+            }
+            const float* o = hx + int64_t(j == 0 ? m - 1 : 0) * E;
+            rms_norm_rows(pool, o, nextn_.head_norm.f32(), 1, E, c.rms_eps, st.xb.f32());
+            linear(pool, nextn_head(), st.xb.f32(), 1, st.nextn_logits.f32(), st.acts.data());
+            out[j] = argmax(st.nextn_logits.f32(), c.n_vocab);
         }
-        st.nextn_rows = pos + 1;
-        st.nextn_seen = st.n_past;
         return k;
     }
 
@@ -434,58 +446,43 @@ private:
     const Tensor& nextn_head() const { return nextn_.head.empty() ? output() : nextn_.head; }
 
     // A rewind (n_past lowered since the NextN rows were last updated)
-    // leaves valid only the rows whose next token is still in the sequence.
+    // leaves valid only the rows whose next token is still in the sequence,
+    // and the hidden states of positions still in it.
     static void sync_nextn(DecoderState& st) {
-        if (st.n_past < st.nextn_seen) st.nextn_rows = std::min(st.nextn_rows, std::max<int64_t>(st.n_past - 1, 0));
+        if (st.n_past < st.nextn_seen) {
+            st.nextn_rows = std::min(st.nextn_rows, std::max<int64_t>(st.n_past - 1, 0));
+            st.last_n = std::clamp<int64_t>(st.n_past - st.last_pos0, 0, st.last_n);
+        }
         st.nextn_seen = st.n_past;
     }
 
-    // The main layers' hidden state (before the final norm) at pos, if kept.
-    const float* hidden_at(const DecoderState& st, int64_t pos) const {
-        if (pos == st.h_pos) return st.nextn_h.f32();
-        if (pos < st.last_pos0 || pos >= st.last_pos0 + st.last_n) return nullptr;
-        return st.x.f32() + (pos - st.last_pos0) * config_.n_embd;
-    }
-
-    // Before a forward call at pos0 overwrites x: keeps the hidden state of
-    // pos0 - 1 when its NextN row is still to be made. Returns the first
-    // position the call's NextN rows start at.
-    int64_t keep_nextn_hidden(DecoderState& st, int64_t pos0) const {
-        sync_nextn(st);
-        if (pos0 == 0 || st.nextn_rows >= pos0) return pos0;
-        const float* h = hidden_at(st, pos0 - 1);
-        if (!h) return pos0;  // lost (a rewind past the last call): that row stays stale
-        if (h != st.nextn_h.f32()) std::copy(h, h + config_.n_embd, st.nextn_h.f32());
-        st.h_pos = pos0 - 1;
-        return pos0 - 1;
-    }
-
-    // After a forward call over tokens[0..n) at pos0: the NextN rows of
-    // positions first..pos0+n-2, whose next tokens the call had. The last
-    // position's row waits for the token after it (draft_nextn or the next
-    // call).
-    void nextn_follow(DecoderState& st, ExpertSource& experts, ThreadPool& pool, const int32_t* tokens, int n,
-                      int64_t pos0, int64_t first, TimeSplit* time) const {
+    // Makes the NextN rows of the last call's positions from nextn_rows up
+    // to `end` (exclusive, at most the call's end): row q from x's hidden
+    // state of q and the token at q + 1, `next` for the last. Earlier rows
+    // whose hidden state is gone (a rewind past the last call) stay stale:
+    // drafts get worse, not the output. Returns the rows made; the last
+    // one's output is row count-1 of st.nextn_x.
+    int nextn_rows_upto(DecoderState& st, ExpertSource& experts, ThreadPool& pool, int64_t end, int32_t next,
+                        TimeSplit* time) const {
         const ModelConfig& c = config_;
-        const int64_t E = c.n_embd, end = pos0 + n - 1;
+        const int64_t E = c.n_embd, first = std::max(st.nextn_rows, st.last_pos0);
+        const int32_t* toks = reinterpret_cast<const int32_t*>(st.last_tokens.data());
         const int B = st.options.max_batch;
+        int m = 0;
         for (int64_t q0 = first; q0 < end; q0 += B) {
-            const int m = int(std::min<int64_t>(B, end - q0));
+            m = int(std::min<int64_t>(B, end - q0));
             pool.parallel_for(m, [&](int64_t b, int64_t e) {
                 for (int64_t r = b; r < e; r++) {
                     const int64_t q = q0 + r;
-                    const float* h = q == pos0 - 1 ? st.nextn_h.f32() : st.x.f32() + (q - pos0) * E;
-                    nextn_input_row(nextn_, nextn_embd(), tokens[q + 1 - pos0], h, E, c.rms_eps,
+                    const int32_t t = q + 1 == end ? next : toks[q + 1 - st.last_pos0];
+                    nextn_input_row(nextn_, nextn_embd(), t, st.x.f32() + (q - st.last_pos0) * E, E, c.rms_eps,
                                     st.nextn_cat.f32() + r * 2 * E);
                 }
             });
             nextn_layer(st, experts, pool, q0, m, time);
         }
         st.nextn_rows = std::max(st.nextn_rows, end);
-        st.h_pos = -1;
-        st.last_pos0 = pos0;
-        st.last_n = n;
-        st.nextn_seen = st.n_past;
+        return m;
     }
 
     // The NextN block's layer over m rows of eh_proj input (st.nextn_cat)

@@ -142,9 +142,9 @@ namespace ms {
 namespace {
 
 // The NextN block's KV cache follows rejections: drafts made after verify
-// passes that were cut back (most of what they wrote rejected) equal the
-// drafts of a fresh state that evaluated the same tokens in one prompt, at
-// every position of a greedy continuation.
+// passes that were cut back (most of what they wrote rejected) and plain
+// steps equal the drafts of a fresh state that evaluated the same tokens as
+// a prompt in calls of 5, at every position of a greedy continuation.
 TEST(NextnRollback, DraftsAfterRejectionsMatchAFreshState) {
     for (const std::string& name : golden::family("glm4moe")) {
         SCOPED_TRACE(name);
@@ -178,9 +178,17 @@ TEST(NextnRollback, DraftsAfterRejectionsMatchAFreshState) {
         model->forward(*spec, experts, pool, seq.data(), int(P), logits.data(), false);
         int checked = 0;
         for (size_t p = P; p + 3 < seq.size();) {
+            if (p % 5 == 4) {  // a step without drafts
+                model->forward(*spec, experts, pool, &seq[p], 1, logits.data(), false);
+                p++;
+                continue;
+            }
             // What a fresh state drafts after seq[0..p] and seq[p].
             auto fresh = model->new_state(so);
-            model->forward(*fresh, experts, pool, seq.data(), int(p), logits.data(), false);
+            for (size_t i = 0; i < p; i += 5) {
+                model->forward(*fresh, experts, pool, seq.data() + i, int(std::min<size_t>(5, p - i)), logits.data(),
+                               false);
+            }
             int32_t want[3], got[3];
             ASSERT_EQ(model->draft_nextn(*fresh, experts, pool, seq[p], 3, want), 3);
             ASSERT_EQ(model->draft_nextn(*spec, experts, pool, seq[p], 3, got), 3);
@@ -195,7 +203,7 @@ TEST(NextnRollback, DraftsAfterRejectionsMatchAFreshState) {
             spec->n_past = int64_t(p) + 1 + keep;
             p += size_t(1 + keep);
         }
-        EXPECT_GE(checked, 8);
+        EXPECT_GE(checked, 6);
     }
 }
 

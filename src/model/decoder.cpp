@@ -377,7 +377,8 @@ public:
         if (!nextn_.empty()) return;
         const ModelConfig& c = config_;
         if (c.n_nextn == 0) Model::enable_nextn(f);  // throws: none in the file
-        const char* why = !mla_.empty() ? "attends through MLA with sparse attention but has no indexer of its own"
+        const char* why = !indexer_.empty() ? "attends through sparse MLA but has no indexer of its own"
+                          : !mla_.empty()   ? "attends through MLA, which no reference file checks yet"
                           : n_deltanet_ > 0 || window_ > 0 ? "follows a hybrid or windowed stack"
                                                            : nullptr;
         if (why) {

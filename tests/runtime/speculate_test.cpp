@@ -207,5 +207,43 @@ TEST(NextnRollback, DraftsAfterRejectionsMatchAFreshState) {
     }
 }
 
+// Against nextn_reference.json (nextn_reference.py: the NextN block in plain
+// Python from the GGUF, no moestream code): the depth-1 and depth-2 drafts
+// after every position of the golden prompt of glm4moe-F32.
+TEST(NextnReference, DraftsMatchAnIndependentReference) {
+    const golden::Case g = golden::load("glm4moe-F32");
+    const Json ref = Json::parse_file(std::string(MOESTREAM_SOURCE_DIR) + "/tests/runtime/nextn_reference.json");
+    const GgufFile file = GgufFile::open(g.gguf);
+    auto model = Model::open(file);
+    model->enable_nextn(file);
+    StateOptions so;
+    so.n_ctx = 64;
+    so.max_batch = 8;
+    so.max_tokens = 64;
+    so.kv_type = GgmlType::F32;
+    so.n_threads = 2;
+    auto probe = model->new_state(so);
+    model->load_resident(file);
+    RamExperts experts(file, model->expert_layers());
+    ThreadPool pool(2);
+    std::vector<float> logits(size_t(model->config().n_vocab));
+    int checked = 0;
+    for (const Json& r : ref.at("drafts").as_array()) {
+        const int i = int(r.at("position").as_int());
+        ASSERT_EQ(r.at("next_token").as_int(), g.prompt[size_t(i) + 1]);
+        auto st = model->new_state(so);
+        model->forward(*st, experts, pool, g.prompt.data(), i + 1, logits.data(), false);
+        int32_t d[2];
+        ASSERT_EQ(model->draft_nextn(*st, experts, pool, g.prompt[size_t(i) + 1], 2, d), 2);
+        if (r.at("d1_gap").as_number() < 1e-3) continue;  // a near-tie either side may break
+        EXPECT_EQ(d[0], r.at("d1").as_int()) << "position " << i;
+        if (r.at("d2_gap").as_number() >= 1e-3) {
+            EXPECT_EQ(d[1], r.at("d2").as_int()) << "position " << i;
+        }
+        checked++;
+    }
+    EXPECT_GE(checked, 30);
+}
+
 }  // namespace
 }  // namespace ms

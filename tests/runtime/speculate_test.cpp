@@ -141,6 +141,34 @@ INSTANTIATE_TEST_SUITE_P(Families, Speculate, ::testing::ValuesIn(golden::runnab
 namespace ms {
 namespace {
 
+// A golden file's model with its NextN block enabled, every expert in RAM,
+// and the state options the tests below use.
+struct NextnModel {
+    GgufFile file;
+    std::unique_ptr<Model> model;
+    std::unique_ptr<RamExperts> experts;
+    ThreadPool pool{2};
+    StateOptions so;
+
+    explicit NextnModel(const std::string& path) : file(GgufFile::open(path)), model(Model::open(file)) {
+        model->enable_nextn(file);
+        model->load_resident(file);
+        experts = std::make_unique<RamExperts>(file, model->expert_layers());
+        so.n_ctx = 128;
+        so.max_batch = 8;
+        so.max_tokens = 64;
+        so.kv_type = GgmlType::F32;
+        so.n_threads = 2;
+    }
+    std::unique_ptr<ModelState> state() const { return model->new_state(so); }
+    void forward(ModelState& st, const int32_t* tokens, int n, float* logits, bool all = false) {
+        model->forward(st, *experts, pool, tokens, n, logits, all);
+    }
+    int draft(ModelState& st, int32_t token, int k, int32_t* out) {
+        return model->draft_nextn(st, *experts, pool, token, k, out);
+    }
+};
+
 // The NextN block's KV cache follows rejections: drafts made after verify
 // passes that were cut back (most of what they wrote rejected) and plain
 // steps equal the drafts of a fresh state that evaluated the same tokens as
@@ -149,49 +177,38 @@ TEST(NextnRollback, DraftsAfterRejectionsMatchAFreshState) {
     for (const std::string& name : golden::family("glm4moe")) {
         SCOPED_TRACE(name);
         const golden::Case g = golden::load(name);
-        const GgufFile file = GgufFile::open(g.gguf);
-        auto model = Model::open(file);
-        model->enable_nextn(file);
-        StateOptions so;
-        so.n_ctx = 128;
-        so.max_batch = 8;
-        so.max_tokens = 64;
-        so.kv_type = GgmlType::F32;
-        so.n_threads = 2;
-        auto live = model->new_state(so);
-        model->load_resident(file);
-        RamExperts experts(file, model->expert_layers());
-        ThreadPool pool(2);
-        const int64_t V = model->config().n_vocab;
+        NextnModel m(g.gguf);
+        auto live = m.state();
+        const int64_t V = m.model->config().n_vocab;
         std::vector<float> logits(size_t(4 * V));
 
         // The greedy continuation, token by token.
         std::vector<int32_t> seq = g.prompt;
-        model->forward(*live, experts, pool, seq.data(), int(seq.size()), logits.data(), false);
+        m.forward(*live, seq.data(), int(seq.size()), logits.data());
         for (int i = 0; i < 20; i++) {
             seq.push_back(golden::argmax(logits.data(), V));
-            model->forward(*live, experts, pool, &seq.back(), 1, logits.data(), false);
+            m.forward(*live, &seq.back(), 1, logits.data());
         }
 
-        auto spec = model->new_state(so);
+        auto spec = m.state();
         const size_t P = g.prompt.size();
-        model->forward(*spec, experts, pool, seq.data(), int(P), logits.data(), false);
+        m.forward(*spec, seq.data(), int(P), logits.data());
         int checked = 0;
         for (size_t p = P; p + 3 < seq.size();) {
             if (p % 5 == 4) {  // a step without drafts
-                model->forward(*spec, experts, pool, &seq[p], 1, logits.data(), false);
+                m.forward(*spec, &seq[p], 1, logits.data());
                 p++;
                 continue;
             }
             // What a fresh state drafts after seq[0..p] and seq[p].
-            auto fresh = model->new_state(so);
+            auto fresh = m.state();
             for (size_t i = 0; i < p; i += 5) {
-                model->forward(*fresh, experts, pool, seq.data() + i, int(std::min<size_t>(5, p - i)), logits.data(),
+                m.forward(*fresh, seq.data() + i, int(std::min<size_t>(5, p - i)), logits.data(),
                                false);
             }
             int32_t want[3], got[3];
-            ASSERT_EQ(model->draft_nextn(*fresh, experts, pool, seq[p], 3, want), 3);
-            ASSERT_EQ(model->draft_nextn(*spec, experts, pool, seq[p], 3, got), 3);
+            ASSERT_EQ(m.draft(*fresh, seq[p], 3, want), 3);
+            ASSERT_EQ(m.draft(*spec, seq[p], 3, got), 3);
             EXPECT_EQ(std::vector<int32_t>(got, got + 3), std::vector<int32_t>(want, want + 3)) << "position " << p;
             checked++;
             // A verify pass of seq[p] and three guesses, the first `keep`
@@ -199,7 +216,7 @@ TEST(NextnRollback, DraftsAfterRejectionsMatchAFreshState) {
             const int keep = int(p % 3);
             int32_t pass[4] = {seq[p], seq[p + 1], seq[p + 2], seq[p + 3]};
             for (int i = keep + 1; i < 4; i++) pass[i] = (pass[i] + 1 + i) % int32_t(V);
-            model->forward(*spec, experts, pool, pass, 4, logits.data(), true);
+            m.forward(*spec, pass, 4, logits.data(), true);
             spec->n_past = int64_t(p) + 1 + keep;
             p += size_t(1 + keep);
         }
@@ -213,28 +230,16 @@ TEST(NextnRollback, DraftsAfterRejectionsMatchAFreshState) {
 TEST(NextnReference, DraftsMatchAnIndependentReference) {
     const golden::Case g = golden::load("glm4moe-F32");
     const Json ref = Json::parse_file(std::string(MOESTREAM_SOURCE_DIR) + "/tests/runtime/nextn_reference.json");
-    const GgufFile file = GgufFile::open(g.gguf);
-    auto model = Model::open(file);
-    model->enable_nextn(file);
-    StateOptions so;
-    so.n_ctx = 64;
-    so.max_batch = 8;
-    so.max_tokens = 64;
-    so.kv_type = GgmlType::F32;
-    so.n_threads = 2;
-    auto probe = model->new_state(so);
-    model->load_resident(file);
-    RamExperts experts(file, model->expert_layers());
-    ThreadPool pool(2);
-    std::vector<float> logits(size_t(model->config().n_vocab));
+    NextnModel m(g.gguf);
+    std::vector<float> logits(size_t(m.model->config().n_vocab));
     int checked = 0;
     for (const Json& r : ref.at("drafts").as_array()) {
         const int i = int(r.at("position").as_int());
         ASSERT_EQ(r.at("next_token").as_int(), g.prompt[size_t(i) + 1]);
-        auto st = model->new_state(so);
-        model->forward(*st, experts, pool, g.prompt.data(), i + 1, logits.data(), false);
+        auto st = m.state();
+        m.forward(*st, g.prompt.data(), i + 1, logits.data());
         int32_t d[2];
-        ASSERT_EQ(model->draft_nextn(*st, experts, pool, g.prompt[size_t(i) + 1], 2, d), 2);
+        ASSERT_EQ(m.draft(*st, g.prompt[size_t(i) + 1], 2, d), 2);
         if (r.at("d1_gap").as_number() < 1e-3) continue;  // a near-tie either side may break
         EXPECT_EQ(d[0], r.at("d1").as_int()) << "position " << i;
         if (r.at("d2_gap").as_number() >= 1e-3) {

@@ -254,7 +254,26 @@ TEST_F(RunCli, DraftsKeepGreedyTextAndAreCounted) {
     EXPECT_NE(bad.out.find("--draft"), std::string::npos) << bad.out;
     CliResult mtp = run_cli(args + " --draft mtp", true);
     EXPECT_NE(mtp.rc, 0);
-    EXPECT_NE(mtp.out.find("multi-token-prediction"), std::string::npos) << mtp.out;
+    EXPECT_NE(mtp.out.find(model_ + ": --draft mtp:"), std::string::npos) << mtp.out;
+    EXPECT_NE(mtp.out.find("has no NextN"), std::string::npos) << mtp.out;
+}
+
+// --draft mtp on a file with a NextN block (golden glm4moe): the plain
+// run's greedy text, and the report counts the block's expert reads.
+TEST_F(RunCli, MtpDraftsKeepGreedyTextAndCountTheirReads) {
+    const std::string report = prefix_ + ".mtp.json";
+    const std::string args = "run -m " MOESTREAM_GOLDEN_DIR "/models/glm4moe-Q8_0.gguf -p 'The GNU General Public "
+                             "License' -n 24 --temp 0 --ignore-eos";
+    CliResult plain = run_cli(args + " --draft off", false);
+    ASSERT_EQ(plain.rc, 0);
+    CliResult r = run_cli(args + " --draft mtp --draft-max 2 --report " + report, false);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_EQ(r.out, plain.out);
+    const Json spec = Json::parse_file(report).at("speculation");
+    EXPECT_EQ(spec.at("mode").as_string(), "mtp");
+    EXPECT_EQ(spec.at("forward_passes").as_int() + spec.at("accepted").as_int(), 24);
+    EXPECT_LE(spec.at("accepted").as_int(), spec.at("drafted").as_int());
+    EXPECT_GT(spec.at("nextn_expert_bytes_read").as_int(), 0);
 }
 
 }  // namespace

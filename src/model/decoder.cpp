@@ -422,8 +422,8 @@ public:
         k = int(std::min<int64_t>(k, st.options.n_ctx - pos));
         // Depth 1: the rows still to make up to pos, the last with `token`,
         // in one call; then each draft from the block's own output and the
-        // draft before it, one position on (rows the forward() that checks
-        // the drafts makes again).
+        // draft before it, one position on (rows made again from the main
+        // layers' states once the pass that checks the drafts has run).
         st.nextn_rows = std::min(st.nextn_rows, pos);
         const int m = nextn_rows_upto(st, experts, pool, pos + 1, token, &st.decode_time);
         float* hx = st.nextn_x.f32();

@@ -122,9 +122,10 @@ public:
     // layers (nextn_predict_layers). enable_nextn() declares the first
     // block's weights (resident ones, and its routed experts as one more
     // expert layer, read through the ExpertSource like any other) and gives
-    // every later new_state() its KV cache; from then on forward() also runs
-    // the block over the positions whose next token it knows, so its cache
-    // follows the sequence. Call before new_state() and load_resident().
+    // every later new_state() its KV cache; from then on forward() and
+    // draft_nextn() run the block over each position once the token after
+    // it is known, so its cache follows the sequence (rewinds included).
+    // Call before new_state() and load_resident().
     // Throws naming the file when the model has no NextN block or its family
     // does not run one.
     virtual void enable_nextn(const GgufFile& file);
@@ -134,8 +135,9 @@ public:
     // layers' last hidden state and `token` gives the next token's argmax,
     // then runs again on its own output and that token (depth > 1). Writes
     // the drafts to out and returns how many (0 when the block has no hidden
-    // state to start from). Leaves n_past as it is; the block's cache rows
-    // it wrote are rewritten by the forward() that checks the drafts.
+    // state to start from: a rewind past the last forward call). Leaves
+    // n_past as it is; the block's cache rows past it are provisional, made
+    // again once the pass that checks the drafts has run.
     virtual int draft_nextn(ModelState& state, ExpertSource& experts, ThreadPool& pool, int32_t token, int k,
                             int32_t* out) const;
 

@@ -120,7 +120,9 @@ TEST_P(Matvec, MatchesDequantizedReference) {
     SKIP_WITHOUT_GPU();
     const GgmlType t = GetParam();
     ASSERT_TRUE(gpu::supports(t));
-    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {515, 2048}, {64, 4096}}) {
+    // Few rows (several warps share a row) and many (a warp takes its own),
+    // row counts that are not a multiple of the rows a warp computes.
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {515, 2048}, {64, 4096}, {2201, 512}}) {
         const std::vector<uint8_t> w = random_rows(t, rows, cols, uint32_t(rows * 7 + cols));
         const std::vector<float> x = randoms(size_t(cols), uint32_t(cols));
         DeviceBuffer dw(w), dx(x), dy(size_t(rows) * 4);
@@ -152,23 +154,63 @@ TEST_P(Matvec, ExpertsThroughSlotTable) {
     DeviceBuffer dtable(table), dids(ids), dx(x), dy(ids.size() * size_t(rows) * 4);
     gpu::matvec_experts(t, static_cast<const uint8_t* const*>(dtable.p), static_cast<const int32_t*>(dids.p),
                         int(ids.size()), offset, rows, cols, dx.f(), cols, dy.f(), nullptr);
-    std::vector<float> y = dy.get<float>();
-    // The pair form: the same matrices at offset and, again, at offset (as
-    // gate and up), each written after the other.
-    DeviceBuffer dx1(randoms(size_t(cols), 10)), dy2(2 * ids.size() * size_t(rows) * 4);
-    gpu::matvec_experts(t, static_cast<const uint8_t* const*>(dtable.p), static_cast<const int32_t*>(dids.p),
-                        int(ids.size()), offset, rows, cols, dx1.f(), 0, dy.f(), nullptr);
-    gpu::matvec_expert_pair(t, static_cast<const uint8_t* const*>(dtable.p), static_cast<const int32_t*>(dids.p),
-                            int(ids.size()), offset, offset, rows, cols, dx1.f(), dy2.f(), nullptr);
-    const std::vector<float> one = dy.get<float>(), two = dy2.get<float>();
-    EXPECT_EQ(std::vector<float>(two.begin(), two.begin() + long(one.size())), one);
-    EXPECT_EQ(std::vector<float>(two.begin() + long(one.size()), two.end()), one);
+    const std::vector<float> y = dy.get<float>();
     for (size_t i = 0; i < ids.size(); i++) {
         const int slot = n_slot - 1 - ids[i];
         const std::vector<double> ref = reference_matvec(t, mats[size_t(slot)], rows, cols, x.data() + i * cols);
         const std::vector<float> got(y.begin() + long(i * rows), y.begin() + long((i + 1) * rows));
         EXPECT_LT(rel_err(got, ref), 1e-5) << "expert " << ids[i];
     }
+}
+
+// The fused expert FFN halves against ops' SwiGLU and a double weighted sum
+// of the dequantized products: gate and up are two slots' matrices (the
+// table's slots hold one matrix each, so "up" is the next slot's), down a
+// square matrix, as rows x cols = cols x cols.
+TEST_P(Matvec, ExpertGateUpAndDownAdd) {
+    SKIP_WITHOUT_GPU();
+    const GgmlType t = GetParam();
+    const int64_t n_ff = 256, d = 512;  // gate/up: n_ff x d; down: d x n_ff
+    const size_t gate_bytes = row_bytes(t, d) * size_t(n_ff), down_bytes = row_bytes(t, n_ff) * size_t(d);
+    const size_t up_off = (gate_bytes + 255) & ~size_t(255), down_off = up_off + ((gate_bytes + 255) & ~size_t(255));
+    const size_t slot = down_off + down_bytes;
+    const int n_expert = 5;
+    std::vector<uint8_t> arena(slot * n_expert);
+    std::vector<std::vector<uint8_t>> gates, ups, downs;
+    for (int e = 0; e < n_expert; e++) {
+        gates.push_back(random_rows(t, n_ff, d, uint32_t(200 + e)));
+        ups.push_back(random_rows(t, n_ff, d, uint32_t(300 + e)));
+        downs.push_back(random_rows(t, d, n_ff, uint32_t(400 + e)));
+        memcpy(arena.data() + size_t(e) * slot, gates.back().data(), gate_bytes);
+        memcpy(arena.data() + size_t(e) * slot + up_off, ups.back().data(), gate_bytes);
+        memcpy(arena.data() + size_t(e) * slot + down_off, downs.back().data(), down_bytes);
+    }
+    DeviceBuffer darena(arena);
+    std::vector<const uint8_t*> table;
+    for (int e = 0; e < n_expert; e++) table.push_back(static_cast<const uint8_t*>(darena.p) + size_t(e) * slot);
+    const std::vector<int32_t> ids = {3, 0, 4};
+    const std::vector<float> weights = {0.5f, 0.3f, 0.2f};
+    const std::vector<float> x = randoms(size_t(d), 11), resid = randoms(size_t(d), 12);
+    DeviceBuffer dtable(table), dids(ids), dw(weights), dx(x), dres(resid), dh(ids.size() * size_t(n_ff) * 4);
+    const auto* tp = static_cast<const uint8_t* const*>(dtable.p);
+    const auto* ip = static_cast<const int32_t*>(dids.p);
+    gpu::expert_gate_up(t, tp, ip, int(ids.size()), 0, up_off, n_ff, d, dx.f(), dh.f(), nullptr);
+    const std::vector<float> h = dh.get<float>();
+    std::vector<double> ref_h, ref_x(resid.begin(), resid.end());
+    for (size_t i = 0; i < ids.size(); i++) {
+        const std::vector<double> g = reference_matvec(t, gates[size_t(ids[i])], n_ff, d, x.data());
+        const std::vector<double> u = reference_matvec(t, ups[size_t(ids[i])], n_ff, d, x.data());
+        std::vector<float> gf(g.begin(), g.end()), uf(u.begin(), u.end()), hf(gf.size());
+        swiglu(gf.data(), uf.data(), int64_t(gf.size()), hf.data());
+        ref_h.insert(ref_h.end(), hf.begin(), hf.end());
+    }
+    EXPECT_LT(rel_err(h, ref_h), 1e-5) << "gate/up";
+    gpu::expert_down_add(t, tp, ip, int(ids.size()), down_off, d, n_ff, dh.f(), dw.f(), dres.f(), nullptr);
+    for (size_t i = 0; i < ids.size(); i++) {
+        const std::vector<double> y = reference_matvec(t, downs[size_t(ids[i])], d, n_ff, h.data() + i * n_ff);
+        for (int64_t r = 0; r < d; r++) ref_x[size_t(r)] += weights[i] * y[size_t(r)];
+    }
+    EXPECT_LT(rel_err(dres.get<float>(), ref_x), 1e-5) << "down + weighted sum";
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, Matvec,
@@ -249,7 +291,7 @@ TEST(Kernels, AttentionMatchesDoubleReference) {
     }
 }
 
-TEST(Kernels, SwigluAndWeightedSumMatchOps) {
+TEST(Kernels, SwigluMatchesOps) {
     SKIP_WITHOUT_GPU();
     const int64_t n = 3000;
     const std::vector<float> g = randoms(size_t(n), 1, 4.0f), u = randoms(size_t(n), 2);
@@ -258,18 +300,6 @@ TEST(Kernels, SwigluAndWeightedSumMatchOps) {
     std::vector<float> h(static_cast<size_t>(n));
     swiglu(g.data(), u.data(), n, h.data());
     EXPECT_LT(rel_err(dh.get<float>(), std::vector<double>(h.begin(), h.end())), 1e-6);
-
-    const int k = 3;
-    const std::vector<float> x = randoms(size_t(n), 4), y = randoms(size_t(n * k), 5), w = {0.5f, 0.3f, 0.2f};
-    DeviceBuffer dx(x), dy(y), dw(w);
-    gpu::add_weighted(dx.f(), dy.f(), dw.f(), k, n, nullptr);
-    std::vector<double> ref(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; i++) {
-        double acc = 0;
-        for (int r = 0; r < k; r++) acc += double(w[size_t(r)]) * y[size_t(r * n + i)];
-        ref[size_t(i)] = x[size_t(i)] + acc;
-    }
-    EXPECT_LT(rel_err(dx.get<float>(), ref), 1e-6);
 }
 
 TEST(Kernels, RoutingMatchesModel) {

@@ -65,6 +65,11 @@ void check_last(const char* what);
 void matvec(GgmlType t, const void* w, int64_t rows, int64_t cols, const float* x, float* y, Stream s,
             bool add = false);
 
+// Up to three matrices reading the same x in one launch (a layer's q, k and
+// v): matrix i, of type types[i] with rows[i] rows of `cols`, into y[i].
+void matvec_multi(int n, const GgmlType* types, const void* const* w, const int64_t* rows, int64_t cols,
+                  const float* x, float* const* y, Stream s);
+
 // The same matrix of n experts at once: expert i's weights are at
 // table[ids[i]] + offset (table: device array of device pointers, one per
 // expert of the layer; ids: n device ints; or ids null and table[i] expert

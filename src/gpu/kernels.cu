@@ -32,6 +32,13 @@ __device__ __forceinline__ float half_at(const uint8_t* p) {
     return __half2float(__ushort_as_half(h));
 }
 
+// float(q) for 0 <= q < 2^23 (less `bias`) without the int-to-float
+// instruction, which runs at a quarter of the FMA rate and was what bounded
+// the quantized kernels: q in the low mantissa bits of 2^23, minus 2^23.
+__device__ __forceinline__ float small_float(uint32_t q, float bias = 0.0f) {
+    return __int_as_float(0x4B000000u | q) - (8388608.0f + bias);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
@@ -83,10 +90,10 @@ struct Unit<GgmlType::Q4_K> {
         for (int j = 0; j < 4; j++) {
             const float4 a = v.lo[j], c = v.hi[j];
             const uint32_t w = qw[j];
-            lo += float(w & 0xF) * a.x + float((w >> 8) & 0xF) * a.y + float((w >> 16) & 0xF) * a.z +
-                  float((w >> 24) & 0xF) * a.w;
-            hi += float((w >> 4) & 0xF) * c.x + float((w >> 12) & 0xF) * c.y + float((w >> 20) & 0xF) * c.z +
-                  float(w >> 28) * c.w;
+            lo += small_float(w & 0xF) * a.x + small_float((w >> 8) & 0xF) * a.y +
+                  small_float((w >> 16) & 0xF) * a.z + small_float((w >> 24) & 0xF) * a.w;
+            hi += small_float((w >> 4) & 0xF) * c.x + small_float((w >> 12) & 0xF) * c.y +
+                  small_float((w >> 20) & 0xF) * c.z + small_float(w >> 28) * c.w;
         }
         return d * (sc0 * lo + sc1 * hi) - dmin * (m0 * v.sum_lo + m1 * v.sum_hi);
     }
@@ -141,8 +148,8 @@ struct Unit<GgmlType::Q5_K> {
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 const uint32_t q = (qw[j] >> (8 * k)) & 0xFF, h = (hw[j] >> (8 * k)) & 0xFF;
-                lo += float((q & 0xF) + ((h >> (2 * g)) & 1) * 16) * af[k];
-                hi += float((q >> 4) + ((h >> (2 * g + 1)) & 1) * 16) * cf[k];
+                lo += small_float((q & 0xF) | (((h >> (2 * g)) & 1) << 4)) * af[k];
+                hi += small_float((q >> 4) | (((h >> (2 * g + 1)) & 1) << 4)) * cf[k];
             }
         }
         return d * (sc0 * lo + sc1 * hi) - dmin * (m0 * v.sum_lo + m1 * v.sum_hi);
@@ -190,10 +197,10 @@ struct Unit<GgmlType::Q6_K> {
 #pragma unroll
             for (int k = 0; k < 2; k++) {
                 const uint32_t qa = (la >> (8 * k)) & 0xFF, qb = (lb >> (8 * k)) & 0xFF, h = (hh >> (8 * k)) & 0xFF;
-                a0 += float(int((qa & 0xF) | ((h & 3) << 4)) - 32) * x0[k];
-                a1 += float(int((qb & 0xF) | (((h >> 2) & 3) << 4)) - 32) * x1[k];
-                a2 += float(int((qa >> 4) | (((h >> 4) & 3) << 4)) - 32) * x2[k];
-                a3 += float(int((qb >> 4) | (((h >> 6) & 3) << 4)) - 32) * x3[k];
+                a0 += small_float((qa & 0xF) | ((h & 3) << 4), 32.0f) * x0[k];
+                a1 += small_float((qb & 0xF) | (((h >> 2) & 3) << 4), 32.0f) * x1[k];
+                a2 += small_float((qa >> 4) | (((h >> 4) & 3) << 4), 32.0f) * x2[k];
+                a3 += small_float((qb >> 4) | (((h >> 6) & 3) << 4), 32.0f) * x3[k];
             }
         }
         return d * (float(sc[0]) * a0 + float(sc[2]) * a1 + float(sc[4]) * a2 + float(sc[6]) * a3);
@@ -209,8 +216,10 @@ struct Unit<GgmlType::Q8_0> {
     __device__ static float dot(const uint8_t* block, int p, const X& xv) {
         const uint16_t* q16 = reinterpret_cast<const uint16_t*>(block + 2 + p * 4);
         const uint32_t a = q16[0], b = q16[1];
-        const int q0 = int8_t(a & 0xFF), q1 = int8_t(a >> 8), q2 = int8_t(b & 0xFF), q3 = int8_t(b >> 8);
-        return half_at(block) * (float(q0) * xv.x + float(q1) * xv.y + float(q2) * xv.z + float(q3) * xv.w);
+        // int8 q as (q + 128) - 128: the sign bit flipped is q + 128.
+        const float q0 = small_float((a ^ 0x80) & 0xFF, 128.0f), q1 = small_float(((a >> 8) ^ 0x80) & 0xFF, 128.0f),
+                    q2 = small_float((b ^ 0x80) & 0xFF, 128.0f), q3 = small_float(((b >> 8) ^ 0x80) & 0xFF, 128.0f);
+        return half_at(block) * (q0 * xv.x + q1 * xv.y + q2 * xv.z + q3 * xv.w);
     }
 };
 
@@ -280,6 +289,7 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const (&w)[R], int64_t c
     const int p = lane % 8;
 #pragma unroll
     for (int r = 0; r < R; r++) s[r] = 0;
+#pragma unroll 2
     for (int64_t ib = int64_t(part) * 4 + lane / 8; ib < nb; ib += 4 * nparts) {
         const typename U::X xs = U::load(x + ib * U::kWeights, p);
 #pragma unroll
@@ -350,6 +360,57 @@ __global__ void __launch_bounds__(32 * kWarps) matvec_kernel(const MatvecArgs a)
         for (int r = 0; r < R; r++) {
             if (r0 + r < a.rows) y[r0 + r] = a.add ? y[r0 + r] + s[r] : s[r];
         }
+    }
+}
+
+// Up to three matrices of any of the types, all reading x (a layer's q, k
+// and v), in one launch: the grid's blocks are cut into one run a matrix,
+// a warp two rows.
+struct MatvecSegment {
+    const uint8_t* w;
+    float* y;
+    int64_t rows;
+    size_t row_bytes;
+    GgmlType type;
+    unsigned first_block;
+};
+
+struct MultiArgs {
+    MatvecSegment seg[3];
+    int n;
+    int64_t cols;
+    const float* x;
+};
+
+template <GgmlType T>
+__device__ void segment_rows(const MatvecSegment& g, int64_t cols, const float* x, unsigned block) {
+    const int lane = threadIdx.x % 32;
+    const int64_t r0 = (int64_t(block) * kWarps + threadIdx.x / 32) * 2;
+    if (r0 >= g.rows) return;
+    const uint8_t* rows[2] = {g.w + r0 * g.row_bytes, g.w + min(r0 + 1, g.rows - 1) * g.row_bytes};
+    float s[2];
+    rows_dot<T, 2>(rows, cols, x, lane, 0, 1, s);
+    s[0] = warp_sum(s[0]);
+    s[1] = warp_sum(s[1]);
+    if (lane == 0) {
+        g.y[r0] = s[0];
+        if (r0 + 1 < g.rows) g.y[r0 + 1] = s[1];
+    }
+}
+
+__global__ void __launch_bounds__(32 * kWarps) matvec_multi_kernel(const MultiArgs a) {
+    int i = 0;
+    while (i + 1 < a.n && blockIdx.x >= a.seg[i + 1].first_block) i++;
+    const MatvecSegment& g = a.seg[i];
+    const unsigned block = blockIdx.x - g.first_block;
+    switch (g.type) {
+        case GgmlType::F32: segment_rows<GgmlType::F32>(g, a.cols, a.x, block); break;
+        case GgmlType::F16: segment_rows<GgmlType::F16>(g, a.cols, a.x, block); break;
+        case GgmlType::Q8_0: segment_rows<GgmlType::Q8_0>(g, a.cols, a.x, block); break;
+        case GgmlType::Q4_K: segment_rows<GgmlType::Q4_K>(g, a.cols, a.x, block); break;
+        case GgmlType::Q5_K: segment_rows<GgmlType::Q5_K>(g, a.cols, a.x, block); break;
+        case GgmlType::Q6_K: segment_rows<GgmlType::Q6_K>(g, a.cols, a.x, block); break;
+        default: break;
     }
 }
 
@@ -473,25 +534,51 @@ void dispatch_matvec(GgmlType t, const MatvecArgs& a, int n_launch, cudaStream_t
     launched("matvec");
 }
 
-// One block a row; sums of squares in double as ops/norm.cpp does.
-__global__ void rms_norm_kernel(const float* x, const float* w, int64_t width, float eps, float* out) {
+// One block a row; sums of squares in double as ops/norm.cpp does. A row of
+// up to kNormPer values a thread is read into registers at once (every load
+// in flight together: this kernel is a chain of latencies, not bandwidth).
+constexpr int kNormThreads = 512, kNormPer = 8;
+
+__global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, const float* w, int64_t width,
+                                                                float eps, float* out) {
     __shared__ double part[32];
     x += int64_t(blockIdx.x) * width;
     out += int64_t(blockIdx.x) * width;
+    const bool held = width <= int64_t(kNormPer) * blockDim.x;
+    float v[kNormPer], wv[kNormPer];
     double sum = 0;
-    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) sum += double(x[i] * x[i]);
+    if (held) {
+#pragma unroll
+        for (int k = 0; k < kNormPer; k++) {
+            const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+            v[k] = i < width ? x[i] : 0.0f;
+            wv[k] = i < width && w ? w[i] : 1.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kNormPer; k++) sum += double(v[k] * v[k]);
+    } else {
+        for (int64_t i = threadIdx.x; i < width; i += blockDim.x) sum += double(x[i] * x[i]);
+    }
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = sum;
     __syncthreads();
-    if (threadIdx.x == 0) {
-        double t = 0;
-        for (int i = 0; i < int(blockDim.x / 32); i++) t += part[i];
-        part[0] = t;
+    if (threadIdx.x < 32) {
+        double t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (threadIdx.x == 0) part[0] = t;
     }
     __syncthreads();
     const float mean = float(part[0] / double(width));
     const float scale = 1.0f / sqrtf(mean + eps);
-    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) out[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
+    if (held) {
+#pragma unroll
+        for (int k = 0; k < kNormPer; k++) {
+            const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+            if (i < width) out[i] = w ? (v[k] * scale) * wv[k] : v[k] * scale;
+        }
+    } else {
+        for (int64_t i = threadIdx.x; i < width; i += blockDim.x) out[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
+    }
 }
 
 // One block a query head. Scores: a warp a position, its lanes across the
@@ -611,10 +698,13 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, flo
 // One warp: k rounds of a warp-wide argmax over the logits (the lower id
 // on a tie), then the chosen probabilities from a softmax over all, as
 // model/moe.cpp does (its sum in double, in id order by lane strides here).
-__global__ void route_kernel(const float* l, int n_expert, int k, bool renorm, int32_t* ids, float* weights) {
+__global__ void route_kernel(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights) {
     __shared__ uint32_t taken[32];
+    __shared__ int32_t chosen[32];
+    __shared__ float l[1024];  // the logits, read once (each round scans them)
     const int lane = threadIdx.x;
     taken[lane] = 0;
+    for (int e = lane; e < n_expert; e += 32) l[e] = logits[e];
     __syncwarp();
     for (int r = 0; r < k; r++) {
         float best = -INFINITY;
@@ -630,11 +720,12 @@ __global__ void route_kernel(const float* l, int n_expert, int k, bool renorm, i
         }
         if (lane == 0) {
             taken[arg / 32] |= 1u << (arg % 32);
+            chosen[r] = arg;
             ids[r] = arg;
         }
         __syncwarp();
     }
-    const float mx = l[ids[0]];
+    const float mx = l[chosen[0]];
     double sum = 0;
     for (int e = lane; e < n_expert; e += 32) sum += double(expf(l[e] - mx));
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -642,7 +733,7 @@ __global__ void route_kernel(const float* l, int n_expert, int k, bool renorm, i
     const float inv = float(1.0 / sum);
     float wsum = 0;
     for (int r = 0; r < k; r++) {
-        weights[r] = expf(l[ids[r]] - mx) * inv;
+        weights[r] = expf(l[chosen[r]] - mx) * inv;
         wsum += weights[r];
     }
     if (renorm) {
@@ -676,6 +767,23 @@ void matvec_experts(GgmlType t, const uint8_t* const* table, const int32_t* ids,
     dispatch_matvec(t, {nullptr, table, ids, n, offset, 0, rows, cols, 0, x, x_stride, y, false, 1}, n, native(s));
 }
 
+void matvec_multi(int n, const GgmlType* types, const void* const* w, const int64_t* rows, int64_t cols,
+                  const float* x, float* const* y, Stream s) {
+    if (n < 1 || n > 3) throw std::runtime_error("CUDA matvec_multi: 1 to 3 matrices");
+    MultiArgs a{};
+    a.n = n;
+    a.cols = cols;
+    a.x = x;
+    unsigned blocks = 0;
+    for (int i = 0; i < n; i++) {
+        if (!supports(types[i])) throw std::runtime_error(std::string("CUDA matvec: no kernel for ") + type_name(types[i]));
+        a.seg[i] = {static_cast<const uint8_t*>(w[i]), y[i], rows[i], row_bytes(types[i], cols), types[i], blocks};
+        blocks += unsigned((rows[i] + 2 * kWarps - 1) / (2 * kWarps));
+    }
+    matvec_multi_kernel<<<blocks, 32 * kWarps, 0, native(s)>>>(a);
+    launched("matvec_multi");
+}
+
 void expert_gate_up(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
                     size_t offset2, int64_t rows, int64_t cols, const float* x, float* h, Stream s) {
     const MatvecArgs a{nullptr, table, ids, n, offset, offset2, rows, cols, 0, x, 0, h, false, 1};
@@ -696,7 +804,7 @@ void expert_down_add(GgmlType t, const uint8_t* const* table, const int32_t* ids
 }
 
 void rms_norm(const float* x, const float* w, int64_t rows, int64_t width, float eps, float* out, Stream s) {
-    rms_norm_kernel<<<unsigned(rows), 256, 0, native(s)>>>(x, w, width, eps, out);
+    rms_norm_kernel<<<unsigned(rows), kNormThreads, 0, native(s)>>>(x, w, width, eps, out);
     launched("rms_norm");
 }
 

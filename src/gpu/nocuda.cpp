@@ -41,6 +41,10 @@ void copy_on_device(void*, const void*, size_t, Stream) { absent(); }
 void fill(void*, int, size_t, Stream) { absent(); }
 void check_last(const char*) { absent(); }
 void matvec(GgmlType, const void*, int64_t, int64_t, const float*, float*, Stream, bool) { absent(); }
+void matvec_multi(int, const GgmlType*, const void* const*, const int64_t*, int64_t, const float*, float* const*,
+                  Stream) {
+    absent();
+}
 void expert_gate_up(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, size_t, int64_t, int64_t,
                     const float*, float*, Stream) {
     absent();

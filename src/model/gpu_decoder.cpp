@@ -282,6 +282,32 @@ public:
                 copied_bytes_ / 1e6 / double(tokens_), (unsigned long long)tokens_, pinned_bytes_ / double(1 << 30));
     }
 
+    // add_gpu_report's object.
+    void add_to_report(Json* report) const {
+        Json g = Json::object();
+        g["device"] = gpu::describe();
+        size_t free_b = 0, total_b = 0;
+        gpu::memory_info(&free_b, &total_b);
+        g["vram_bytes"] = uint64_t(total_b);
+        g["vram_free_bytes"] = uint64_t(free_b);
+        g["cuda_graphs"] = vram_.holds_all() && graphs_ && !profile_;
+        Json v = Json::object();
+        v["slots"] = vram_.n_slots();
+        v["slot_bytes"] = vram_.slot_bytes();
+        v["bytes"] = vram_.slot_bytes() * uint64_t(vram_.n_slots());
+        v["holds_every_expert"] = vram_.holds_all();
+        v["hits"] = hits_;
+        v["misses"] = misses_;
+        v["hit_rate"] = hits_ + misses_ > 0 ? double(hits_) / double(hits_ + misses_) : 1.0;
+        v["copied_bytes"] = copied_bytes_;
+        v["copied_bytes_per_token"] = tokens_ > 0 ? double(copied_bytes_) / double(tokens_) : 0.0;
+        v["fill_seconds"] = fill_seconds_;
+        v["tokens"] = tokens_;
+        g["vram_tier"] = v;
+        g["ram_tier_pinned_bytes"] = pinned_bytes_;
+        (*report)["gpu"] = g;
+    }
+
     std::unique_ptr<ModelState> new_state(const StateOptions& o) const override {
         const ModelConfig& c = config_;
         check_state_options(o);
@@ -390,9 +416,13 @@ private:
             float* kc = st.k_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
             float* vc = st.v_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
             gpu::rms_norm(x, d.attn_norm, 1, E, c.rms_eps, xb, s);
-            gpu::matvec(l.wq.type, d.wq, c.q_dim(), E, xb, st.q.f32(), s);
-            gpu::matvec(l.wk.type, d.wk, KV, E, xb, st.k.f32(), s);
-            gpu::matvec(l.wv.type, d.wv, KV, E, xb, st.v.f32(), s);
+            {
+                const GgmlType types[3] = {l.wq.type, l.wk.type, l.wv.type};
+                const void* w[3] = {d.wq, d.wk, d.wv};
+                const int64_t rows[3] = {c.q_dim(), KV, KV};
+                float* y[3] = {st.q.f32(), st.k.f32(), st.v.f32()};
+                gpu::matvec_multi(3, types, w, rows, E, xb, y, s);
+            }
             mark(StageProfile::kAttnIn, l.wq.bytes() + l.wk.bytes() + l.wv.bytes());
             gpu::qk_norm_rope_store(st.q.f32(), st.k.f32(), st.v.f32(), d.q_norm, d.k_norm, c.n_head, c.n_head_kv,
                                     c.head_dim, rope_.n_rot, c.rms_eps, cos_sin, kc, vc, pos, s);
@@ -496,7 +526,9 @@ private:
         // at the next layer's (or the token's) wait, so the host launches
         // this layer's experts while they copy.
         if (n_miss > 0) held_ = il;
-        return now() - t0;
+        const double spent = now() - t0;
+        fill_seconds_ += spent;
+        return spent;
     }
 
     // Releases the layer whose misses were copied last, once the compute
@@ -602,9 +634,14 @@ private:
     mutable std::unique_ptr<StageProfile> profile_;
     mutable int held_ = -1;  // the layer whose copied misses the RAM tier still holds
     mutable uint64_t copied_bytes_ = 0, hits_ = 0, misses_ = 0, tokens_ = 0;
+    mutable double fill_seconds_ = 0;  // host time in fetch_experts
 };
 
 }  // namespace
+
+void add_gpu_report(const Model& model, Json* report) {
+    if (const auto* m = dynamic_cast<const GpuQwen3*>(&model)) m->add_to_report(report);
+}
 
 std::unique_ptr<Model> open_gpu_model(const GgufFile& file, const GpuOptions& options, std::string* why) {
     const std::string arch = file.require_string("general.architecture");

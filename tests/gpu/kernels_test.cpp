@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -217,6 +218,33 @@ INSTANTIATE_TEST_SUITE_P(Types, Matvec,
                          ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K,
                                            GgmlType::Q5_K, GgmlType::Q6_K),
                          [](const auto& info) { return std::string(type_name(info.param)); });
+
+// Three matrices of different types and row counts in one launch (q, k, v).
+TEST(Kernels, MatvecMultiMatchesDequantizedReference) {
+    SKIP_WITHOUT_GPU();
+    const int64_t cols = 512;
+    const GgmlType types[3] = {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q6_K};
+    const int64_t rows[3] = {300, 64, 65};
+    const std::vector<float> x = randoms(size_t(cols), 21);
+    DeviceBuffer dx(x);
+    std::vector<std::vector<uint8_t>> w;
+    std::vector<std::unique_ptr<DeviceBuffer>> dw, dy;
+    const void* wp[3];
+    float* yp[3];
+    for (int i = 0; i < 3; i++) {
+        w.push_back(random_rows(types[i], rows[i], cols, uint32_t(30 + i)));
+        dw.push_back(std::make_unique<DeviceBuffer>(w.back()));
+        dy.push_back(std::make_unique<DeviceBuffer>(size_t(rows[i]) * 4));
+        gpu::fill(dy.back()->p, 0xff, dy.back()->n, nullptr);
+        wp[i] = dw.back()->p;
+        yp[i] = dy.back()->f();
+    }
+    gpu::matvec_multi(3, types, wp, rows, cols, dx.f(), yp, nullptr);
+    for (int i = 0; i < 3; i++) {
+        const double e = rel_err(dy[size_t(i)]->get<float>(), reference_matvec(types[i], w[size_t(i)], rows[i], cols, x.data()));
+        EXPECT_LT(e, 1e-5) << type_name(types[i]);
+    }
+}
 
 TEST(Kernels, RmsNormMatchesOps) {
     SKIP_WITHOUT_GPU();

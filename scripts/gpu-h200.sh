@@ -25,6 +25,9 @@ fi
 if step tests; then
     echo "== kernel tests"
     $BIN/gpu_kernels_test 2>&1 | grep -vE "^\[ RUN|^\[----|^$" | tail -40
+    for v in MOESTREAM_GPU_UNROLL=1 MOESTREAM_GPU_ROWS=1 MOESTREAM_GPU_ROWS=4; do
+        echo "kernel tests with $v: $(env $v $BIN/gpu_kernels_test 2>&1 | grep -E "PASSED|FAILED" | tr '\n' ' ')"
+    done
     echo "== golden + streaming tests"
     $BIN/runtime_gpu_test 2>&1 | grep -vE "^\[ RUN|^\[----|^$" | head -60
 fi
@@ -50,10 +53,15 @@ if step runs; then
 fi
 if step profile; then
     MOESTREAM_GPU_PROFILE=1 run profile_resident --gpu auto --mem 24G --io buffered -n 16
-    MOESTREAM_GPU_PROFILE=1 run profile_gpumem2g --gpu auto --gpu-mem 2G --mem 24G --io buffered -n 16
 fi
-if step rows; then  # rows a warp computes in the matvec kernel (2 by default)
+if step rows; then  # rows a warp computes in the matvec kernel (2 by default); two blocks in flight
     for r in 1 4; do MOESTREAM_GPU_ROWS=$r run resident_rows$r --gpu auto --mem 24G --io buffered; done
+    MOESTREAM_GPU_UNROLL=1 run resident_unroll --gpu auto --mem 24G --io buffered
+fi
+if step benchmodel; then  # llama-bench's tg rows, CPU beside GPU
+    echo "== bench model"
+    timeout 200 $ms bench model -m "$MODEL" -p 0 -n 64 -r 2 --no-warmup --gpu off,auto --mem 24G --io buffered \
+        --run-args "--draft off" --json "$OUT/bench-model.json" 2>&1 | grep -v "^\s*$" | tail -8
 fi
 if step ncu; then  # each kernel of one decode token, launched one by one
     echo "== ncu"
@@ -62,11 +70,6 @@ if step ncu; then  # each kernel of one decode token, launched one by one
         --launch-skip 578 --launch-count 578 $ms run -m "$MODEL" -p "Hi" -n 2 --draft off --gpu auto --mem 24G --io buffered \
         > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
     echo "exit $?"; tail -3 "$OUT/ncu.err"; wc -l "$OUT/ncu.csv"
-fi
-if step benchmodel; then  # llama-bench's tg rows, CPU beside GPU
-    echo "== bench model"
-    timeout 200 $ms bench model -m "$MODEL" -p 0 -n 64 -r 2 --no-warmup --gpu off,auto --mem 24G --io buffered \
-        --run-args "--draft off" --json "$OUT/bench-model.json" 2>&1 | grep -v "^\s*$" | tail -8
 fi
 if step cpu; then
     run cpu --gpu off --mem 24G --io buffered -n 16

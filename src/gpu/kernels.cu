@@ -280,8 +280,9 @@ struct Unit<GgmlType::F16> {
 
 // Lane `lane`'s share, for each of R rows w[r], of dot(row, x) over `cols`
 // weights: lane groups of 8 take blocks ib = lane / 8 + 4 * part, stepping
-// 4 * nparts (nparts warps share the rows).
-template <GgmlType T, int R>
+// 4 * nparts (nparts warps share the rows). Unroll: two blocks' loads in
+// flight at once, for more registers (fewer warps resident).
+template <GgmlType T, int R, bool Unroll = false>
 __device__ __forceinline__ void rows_dot(const uint8_t* const (&w)[R], int64_t cols, const float* x, int lane,
                                          int part, int nparts, float (&s)[R]) {
     using U = Unit<T>;
@@ -289,8 +290,19 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const (&w)[R], int64_t c
     const int p = lane % 8;
 #pragma unroll
     for (int r = 0; r < R; r++) s[r] = 0;
-#pragma unroll 2
-    for (int64_t ib = int64_t(part) * 4 + lane / 8; ib < nb; ib += 4 * nparts) {
+    int64_t ib = int64_t(part) * 4 + lane / 8;
+    if constexpr (Unroll) {
+        for (; ib + 4 * nparts < nb; ib += 8 * nparts) {
+            const typename U::X xa = U::load(x + ib * U::kWeights, p);
+            const typename U::X xb = U::load(x + (ib + 4 * nparts) * U::kWeights, p);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                s[r] += U::dot(w[r] + ib * U::kBytes, p, xa);
+                s[r] += U::dot(w[r] + (ib + 4 * nparts) * U::kBytes, p, xb);
+            }
+        }
+    }
+    for (; ib < nb; ib += 4 * nparts) {
         const typename U::X xs = U::load(x + ib * U::kWeights, p);
 #pragma unroll
         for (int r = 0; r < R; r++) s[r] += U::dot(w[r] + ib * U::kBytes, p, xs);
@@ -324,7 +336,7 @@ struct MatvecArgs {
 
 constexpr int kWarps = 4;  // a matvec block's warps
 
-template <GgmlType T, int R>
+template <GgmlType T, int R, bool Unroll>
 __global__ void __launch_bounds__(32 * kWarps) matvec_kernel(const MatvecArgs a) {
     __shared__ float part_sum[kWarps][R];
     const int e = blockIdx.y % a.n, second = blockIdx.y / a.n;
@@ -338,7 +350,7 @@ __global__ void __launch_bounds__(32 * kWarps) matvec_kernel(const MatvecArgs a)
 #pragma unroll
     for (int r = 0; r < R; r++) rows[r] = w + min(r0 + r, a.rows - 1) * a.row_bytes;  // clamped: written below if < rows
     float s[R];
-    rows_dot<T, R>(rows, a.cols, x, lane, part, a.nparts, s);
+    rows_dot<T, R, Unroll>(rows, a.cols, x, lane, part, a.nparts, s);
 #pragma unroll
     for (int r = 0; r < R; r++) s[r] = warp_sum(s[r]);
     if (a.nparts > 1) {
@@ -417,7 +429,7 @@ __global__ void __launch_bounds__(32 * kWarps) matvec_multi_kernel(const MultiAr
 // Gate and up of n experts with SwiGLU: warp computes gate and up rows r and
 // r + 1 of expert blockIdx.y (one read of x for the four) and writes
 // h[e * rows + r] = silu(gate) * up.
-template <GgmlType T>
+template <GgmlType T, bool Unroll>
 __global__ void __launch_bounds__(32 * kWarps) gate_up_kernel(const MatvecArgs a) {
     const int e = blockIdx.y;
     const uint8_t* w = (a.ids ? a.table[a.ids[e]] : a.table[e]);
@@ -428,7 +440,7 @@ __global__ void __launch_bounds__(32 * kWarps) gate_up_kernel(const MatvecArgs a
                               w + a.offset2 + r0 * a.row_bytes, w + a.offset2 + r1 * a.row_bytes};
     if (r0 >= a.rows) return;
     float s[4];
-    rows_dot<T, 4>(rows, a.cols, a.x, lane, 0, 1, s);
+    rows_dot<T, 4, Unroll>(rows, a.cols, a.x, lane, 0, 1, s);
 #pragma unroll
     for (int r = 0; r < 4; r++) s[r] = warp_sum(s[r]);
     if (lane == 0) {
@@ -472,6 +484,16 @@ int sm_count() {
     return n;
 }
 
+// MOESTREAM_GPU_UNROLL=1: matvec and gate/up kernels keep two blocks'
+// loads in flight (to compare; off by default).
+bool unroll_blocks() {
+    static const bool u = [] {
+        const char* v = getenv("MOESTREAM_GPU_UNROLL");
+        return v && atoi(v) == 1;
+    }();
+    return u;
+}
+
 // Rows a warp computes (MOESTREAM_GPU_ROWS=1|2|4 to compare; 2 by default).
 int rows_per_warp() {
     static const int r = [] {
@@ -490,7 +512,11 @@ void launch_matvec_r(MatvecArgs a, int n_launch, cudaStream_t s) {
     a.nparts = groups * n_launch / kWarps < 2 * sm_count() ? kWarps : 1;
     const int64_t per_block = kWarps / a.nparts;
     const dim3 grid(unsigned((groups + per_block - 1) / per_block), unsigned(n_launch));
-    matvec_kernel<T, R><<<grid, 32 * kWarps, 0, s>>>(a);
+    if (unroll_blocks()) {
+        matvec_kernel<T, R, true><<<grid, 32 * kWarps, 0, s>>>(a);
+    } else {
+        matvec_kernel<T, R, false><<<grid, 32 * kWarps, 0, s>>>(a);
+    }
 }
 
 template <GgmlType T>
@@ -507,7 +533,11 @@ template <GgmlType T>
 void launch_gate_up(MatvecArgs a, cudaStream_t s) {
     a.row_bytes = row_bytes(T, a.cols);
     const dim3 grid(unsigned((a.rows + 2 * kWarps - 1) / (2 * kWarps)), unsigned(a.n));
-    gate_up_kernel<T><<<grid, 32 * kWarps, 0, s>>>(a);
+    if (unroll_blocks()) {
+        gate_up_kernel<T, true><<<grid, 32 * kWarps, 0, s>>>(a);
+    } else {
+        gate_up_kernel<T, false><<<grid, 32 * kWarps, 0, s>>>(a);
+    }
 }
 
 template <GgmlType T>

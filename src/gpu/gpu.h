@@ -58,12 +58,31 @@ void fill(void* dst, int byte, size_t bytes, Stream s);
 // Throws if a kernel launched earlier failed.
 void check_last(const char* what);
 
+// What the last block of a launch does once all of the launch's outputs
+// are written, saving the launch that would follow: with counter (a device
+// int, 0 between launches, which the kernel leaves 0) set, either
+// out = x / sqrt(mean(x^2) + eps) * w over width values (k == 0: the next
+// stage's RMSNorm), or the top k of softmax over the launch's outputs as
+// route_softmax_topk chooses and weighs them (k > 0; width set by the call).
+struct Epilogue {
+    int* counter = nullptr;
+    const float* x = nullptr;
+    const float* w = nullptr;
+    float* out = nullptr;
+    int64_t width = 0;
+    float eps = 0;
+    int k = 0;
+    bool renorm = false;
+    int32_t* ids = nullptr;
+    float* weights = nullptr;
+};
+
 // y[r] = dot(row r of w, x) for r < rows; w is rows rows of `cols` elements
 // of type t, laid out as in the GGUF (row_bytes(t, cols) apart); x and y
 // float32 on the device.
-// add: y[r] += the product instead.
+// add: y[r] += the product instead. then: see Epilogue.
 void matvec(GgmlType t, const void* w, int64_t rows, int64_t cols, const float* x, float* y, Stream s,
-            bool add = false);
+            bool add = false, const Epilogue& then = {});
 
 // Up to three matrices reading the same x in one launch (a layer's q, k and
 // v): matrix i, of type types[i] with rows[i] rows of `cols`, into y[i].
@@ -89,7 +108,8 @@ void expert_gate_up(GgmlType t, const uint8_t* const* table, const int32_t* ids,
 // cols) and its input h + i * cols, x[r] += sum over i < n, in order, of
 // weights[i] * (down_r . h_i).
 void expert_down_add(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
-                     int64_t rows, int64_t cols, const float* h, const float* weights, float* x, Stream s);
+                     int64_t rows, int64_t cols, const float* h, const float* weights, float* x, Stream s,
+                     const Epilogue& then = {});
 
 // out[r*width + i] = x[r*width + i] / sqrt(mean(x_r^2) + eps) * w[i] over
 // `rows` rows (w may be null); out may alias x.

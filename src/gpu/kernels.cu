@@ -315,6 +315,122 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const (&w)[R], int64_t c
     }
 }
 
+__device__ void route_warp(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights) {
+    __shared__ uint32_t taken[32];
+    __shared__ int32_t chosen[32];
+    __shared__ float l[1024];  // the logits, read once (each round scans them)
+    const int lane = threadIdx.x % 32;
+    taken[lane] = 0;
+    for (int e = lane; e < n_expert; e += 32) l[e] = __ldcg(logits + e);  // written by other blocks
+    __syncwarp();
+    for (int r = 0; r < k; r++) {
+        float best = -INFINITY;
+        int arg = n_expert;
+        for (int e = lane; e < n_expert; e += 32) {
+            if (taken[e / 32] & (1u << (e % 32))) continue;
+            if (arg == n_expert || l[e] > best) best = l[e], arg = e;
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            const int oa = __shfl_xor_sync(0xffffffffu, arg, o);
+            if (oa < n_expert && (arg == n_expert || ob > best || (ob == best && oa < arg))) best = ob, arg = oa;
+        }
+        if (lane == 0) {
+            taken[arg / 32] |= 1u << (arg % 32);
+            chosen[r] = arg;
+            ids[r] = arg;
+        }
+        __syncwarp();
+    }
+    const float mx = l[chosen[0]];
+    double sum = 0;
+    for (int e = lane; e < n_expert; e += 32) sum += double(expf(l[e] - mx));
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane != 0) return;
+    const float inv = float(1.0 / sum);
+    float wsum = 0;
+    for (int r = 0; r < k; r++) {
+        weights[r] = expf(l[chosen[r]] - mx) * inv;
+        wsum += weights[r];
+    }
+    if (renorm) {
+        for (int r = 0; r < k; r++) weights[r] /= wsum;
+    }
+}
+
+__global__ void route_kernel(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights) {
+    route_warp(logits, n_expert, k, renorm, ids, weights);
+}
+
+// out = x / sqrt(mean(x^2) + eps) * w by one block (sums of squares in
+// double), reading x through L2: other blocks of the grid wrote it. Loads
+// come kEpiPer a thread at a time, all in flight together.
+constexpr int kEpiPer = 16;
+
+__device__ void block_rms_norm(const float* x, const float* w, int64_t width, float eps, float* out) {
+    __shared__ double part[32];
+    double sum = 0;
+    for (int64_t base = 0; base < width; base += int64_t(kEpiPer) * blockDim.x) {
+        float v[kEpiPer];
+#pragma unroll
+        for (int k = 0; k < kEpiPer; k++) {
+            const int64_t i = base + threadIdx.x + int64_t(k) * blockDim.x;
+            v[k] = i < width ? __ldcg(x + i) : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kEpiPer; k++) sum += double(v[k] * v[k]);
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = sum;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        double t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (threadIdx.x == 0) part[0] = t;
+    }
+    __syncthreads();
+    const float scale = 1.0f / sqrtf(float(part[0] / double(width)) + eps);
+    for (int64_t base = 0; base < width; base += int64_t(kEpiPer) * blockDim.x) {
+        float v[kEpiPer], wv[kEpiPer];
+#pragma unroll
+        for (int k = 0; k < kEpiPer; k++) {
+            const int64_t i = base + threadIdx.x + int64_t(k) * blockDim.x;
+            v[k] = i < width ? __ldcg(x + i) : 0.0f;
+            wv[k] = i < width ? w[i] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kEpiPer; k++) {
+            const int64_t i = base + threadIdx.x + int64_t(k) * blockDim.x;
+            if (i < width) out[i] = (v[k] * scale) * wv[k];
+        }
+    }
+}
+
+// Whether this block is the grid's last to finish (every block calls it,
+// after writing its outputs): the blocks count themselves in *counter,
+// and the last sets it back to 0 for the next launch.
+__device__ bool last_block(int* counter) {
+    __shared__ bool is_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const int total = int(gridDim.x * gridDim.y);
+        is_last = atomicAdd(counter, 1) == total - 1;
+        if (is_last) *counter = 0;
+    }
+    __syncthreads();
+    if (is_last) __threadfence();
+    return is_last;
+}
+
+__device__ void run_epilogue(const Epilogue& ep, const float* y) {
+    if (ep.k > 0) {
+        if (threadIdx.x < 32) route_warp(y, int(ep.width), ep.k, ep.renorm, ep.ids, ep.weights);
+    } else {
+        block_rms_norm(ep.x, ep.w, ep.width, ep.eps, ep.out);
+    }
+}
+
 // What a matvec launch computes: blockIdx.y picks a matrix (an expert's,
 // through table, when table is set; the second `pair` of them at offset2
 // writing after the first n outputs); y is written, or added to (add).
@@ -337,7 +453,7 @@ struct MatvecArgs {
 constexpr int kWarps = 4;  // a matvec block's warps
 
 template <GgmlType T, int R, bool Unroll>
-__global__ void __launch_bounds__(32 * kWarps) matvec_kernel(const MatvecArgs a) {
+__global__ void __launch_bounds__(32 * kWarps) matvec_kernel(const MatvecArgs a, const Epilogue ep) {
     __shared__ float part_sum[kWarps][R];
     const int e = blockIdx.y % a.n, second = blockIdx.y / a.n;
     const uint8_t* w = a.table ? (a.ids ? a.table[a.ids[e]] : a.table[e]) + (second ? a.offset2 : a.offset) : a.w0;
@@ -359,20 +475,22 @@ __global__ void __launch_bounds__(32 * kWarps) matvec_kernel(const MatvecArgs a)
             for (int r = 0; r < R; r++) part_sum[warp][r] = s[r];
         }
         __syncthreads();
-        if (part != 0) return;
+        if (part == 0) {
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            float t = part_sum[warp][r];
-            for (int q = 1; q < a.nparts; q++) t += part_sum[warp + q][r];
-            s[r] = t;
+            for (int r = 0; r < R; r++) {
+                float t = part_sum[warp][r];
+                for (int q = 1; q < a.nparts; q++) t += part_sum[warp + q][r];
+                s[r] = t;
+            }
         }
     }
-    if (lane == 0) {
+    if (lane == 0 && part == 0) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
             if (r0 + r < a.rows) y[r0 + r] = a.add ? y[r0 + r] + s[r] : s[r];
         }
     }
+    if (ep.counter && last_block(ep.counter)) run_epilogue(ep, a.y);
 }
 
 // Up to three matrices of any of the types, all reading x (a layer's q, k
@@ -455,7 +573,7 @@ __global__ void __launch_bounds__(32 * kWarps) gate_up_kernel(const MatvecArgs a
 // y[r] += sum over e, in order, of weights[e] * that row: the same sum
 // whatever order the warps finish in.
 template <GgmlType T>
-__global__ void down_combine_kernel(const MatvecArgs a, const float* weights) {
+__global__ void down_combine_kernel(const MatvecArgs a, const float* weights, const Epilogue ep) {
     __shared__ float part_sum[32][2];
     const int lane = threadIdx.x % 32, e = threadIdx.x / 32;
     const uint8_t* w = (a.ids ? a.table[a.ids[e]] : a.table[e]) + a.offset;
@@ -472,6 +590,7 @@ __global__ void down_combine_kernel(const MatvecArgs a, const float* weights) {
         for (int k = 0; k < a.n; k++) acc += weights[k] * part_sum[k][threadIdx.x];
         a.y[r0 + threadIdx.x] += acc;
     }
+    if (ep.counter && last_block(ep.counter)) run_epilogue(ep, a.y);
 }
 
 int sm_count() {
@@ -505,7 +624,7 @@ int rows_per_warp() {
 }
 
 template <GgmlType T, int R>
-void launch_matvec_r(MatvecArgs a, int n_launch, cudaStream_t s) {
+void launch_matvec_r(MatvecArgs a, const Epilogue& ep, int n_launch, cudaStream_t s) {
     // Four warps share each row group when one warp a group would leave
     // the device short of blocks (the router's 128 rows, k and v).
     const int64_t groups = (a.rows + R - 1) / R;
@@ -513,19 +632,19 @@ void launch_matvec_r(MatvecArgs a, int n_launch, cudaStream_t s) {
     const int64_t per_block = kWarps / a.nparts;
     const dim3 grid(unsigned((groups + per_block - 1) / per_block), unsigned(n_launch));
     if (unroll_blocks()) {
-        matvec_kernel<T, R, true><<<grid, 32 * kWarps, 0, s>>>(a);
+        matvec_kernel<T, R, true><<<grid, 32 * kWarps, 0, s>>>(a, ep);
     } else {
-        matvec_kernel<T, R, false><<<grid, 32 * kWarps, 0, s>>>(a);
+        matvec_kernel<T, R, false><<<grid, 32 * kWarps, 0, s>>>(a, ep);
     }
 }
 
 template <GgmlType T>
-void launch_matvec(MatvecArgs a, int n_launch, cudaStream_t s) {
+void launch_matvec(MatvecArgs a, const Epilogue& ep, int n_launch, cudaStream_t s) {
     a.row_bytes = row_bytes(T, a.cols);
     switch (rows_per_warp()) {
-        case 1: launch_matvec_r<T, 1>(a, n_launch, s); break;
-        case 4: launch_matvec_r<T, 4>(a, n_launch, s); break;
-        default: launch_matvec_r<T, 2>(a, n_launch, s); break;
+        case 1: launch_matvec_r<T, 1>(a, ep, n_launch, s); break;
+        case 4: launch_matvec_r<T, 4>(a, ep, n_launch, s); break;
+        default: launch_matvec_r<T, 2>(a, ep, n_launch, s); break;
     }
 }
 
@@ -541,9 +660,9 @@ void launch_gate_up(MatvecArgs a, cudaStream_t s) {
 }
 
 template <GgmlType T>
-void launch_down_combine(MatvecArgs a, const float* weights, cudaStream_t s) {
+void launch_down_combine(MatvecArgs a, const float* weights, const Epilogue& ep, cudaStream_t s) {
     a.row_bytes = row_bytes(T, a.cols);
-    down_combine_kernel<T><<<unsigned((a.rows + 1) / 2), 32 * a.n, 0, s>>>(a, weights);
+    down_combine_kernel<T><<<unsigned((a.rows + 1) / 2), 32 * a.n, 0, s>>>(a, weights, ep);
 }
 
 #define MS_TYPE_SWITCH(t, CALL)                                   \
@@ -557,8 +676,8 @@ void launch_down_combine(MatvecArgs a, const float* weights, cudaStream_t s) {
         default: throw std::runtime_error(std::string("CUDA matvec: no kernel for ") + type_name(t)); \
     }
 
-void dispatch_matvec(GgmlType t, const MatvecArgs& a, int n_launch, cudaStream_t s) {
-#define MS_CALL(T) launch_matvec<T>(a, n_launch, s)
+void dispatch_matvec(GgmlType t, const MatvecArgs& a, int n_launch, cudaStream_t s, const Epilogue& ep = {}) {
+#define MS_CALL(T) launch_matvec<T>(a, ep, n_launch, s)
     MS_TYPE_SWITCH(t, MS_CALL)
 #undef MS_CALL
     launched("matvec");
@@ -728,49 +847,6 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, flo
 // One warp: k rounds of a warp-wide argmax over the logits (the lower id
 // on a tie), then the chosen probabilities from a softmax over all, as
 // model/moe.cpp does (its sum in double, in id order by lane strides here).
-__global__ void route_kernel(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights) {
-    __shared__ uint32_t taken[32];
-    __shared__ int32_t chosen[32];
-    __shared__ float l[1024];  // the logits, read once (each round scans them)
-    const int lane = threadIdx.x;
-    taken[lane] = 0;
-    for (int e = lane; e < n_expert; e += 32) l[e] = logits[e];
-    __syncwarp();
-    for (int r = 0; r < k; r++) {
-        float best = -INFINITY;
-        int arg = n_expert;
-        for (int e = lane; e < n_expert; e += 32) {
-            if (taken[e / 32] & (1u << (e % 32))) continue;
-            if (arg == n_expert || l[e] > best) best = l[e], arg = e;
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-            const int oa = __shfl_xor_sync(0xffffffffu, arg, o);
-            if (oa < n_expert && (arg == n_expert || ob > best || (ob == best && oa < arg))) best = ob, arg = oa;
-        }
-        if (lane == 0) {
-            taken[arg / 32] |= 1u << (arg % 32);
-            chosen[r] = arg;
-            ids[r] = arg;
-        }
-        __syncwarp();
-    }
-    const float mx = l[chosen[0]];
-    double sum = 0;
-    for (int e = lane; e < n_expert; e += 32) sum += double(expf(l[e] - mx));
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (lane != 0) return;
-    const float inv = float(1.0 / sum);
-    float wsum = 0;
-    for (int r = 0; r < k; r++) {
-        weights[r] = expf(l[chosen[r]] - mx) * inv;
-        wsum += weights[r];
-    }
-    if (renorm) {
-        for (int r = 0; r < k; r++) weights[r] /= wsum;
-    }
-}
-
 unsigned blocks(int64_t n, int per) { return unsigned((n + per - 1) / per); }
 
 }  // namespace
@@ -787,9 +863,14 @@ bool supports(GgmlType t) {
     }
 }
 
-void matvec(GgmlType t, const void* w, int64_t rows, int64_t cols, const float* x, float* y, Stream s, bool add) {
+void matvec(GgmlType t, const void* w, int64_t rows, int64_t cols, const float* x, float* y, Stream s, bool add,
+            const Epilogue& then) {
+    if (then.k > 0 && (then.k > 32 || rows > 1024 || then.k > rows))
+        throw std::runtime_error("CUDA routing: k <= 32, n_expert <= 1024");
+    Epilogue ep = then;
+    if (ep.k > 0) ep.width = rows;
     dispatch_matvec(t, {static_cast<const uint8_t*>(w), nullptr, nullptr, 1, 0, 0, rows, cols, 0, x, 0, y, add, 1},
-                    1, native(s));
+                    1, native(s), ep);
 }
 
 void matvec_experts(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset, int64_t rows,
@@ -824,10 +905,12 @@ void expert_gate_up(GgmlType t, const uint8_t* const* table, const int32_t* ids,
 }
 
 void expert_down_add(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
-                     int64_t rows, int64_t cols, const float* h, const float* weights, float* x, Stream s) {
+                     int64_t rows, int64_t cols, const float* h, const float* weights, float* x, Stream s,
+                     const Epilogue& then) {
+    if (then.k > 0) throw std::runtime_error("CUDA expert_down_add: a norm, not routing, may follow");
     if (n > 32) throw std::runtime_error("CUDA expert_down_add: more than 32 experts");
     const MatvecArgs a{nullptr, table, ids, n, offset, 0, rows, cols, 0, h, cols, x, true, 1};
-#define MS_CALL(T) launch_down_combine<T>(a, weights, native(s))
+#define MS_CALL(T) launch_down_combine<T>(a, weights, then, native(s))
     MS_TYPE_SWITCH(t, MS_CALL)
 #undef MS_CALL
     launched("expert_down_add");

@@ -40,7 +40,9 @@ void copy_to_host(void*, const void*, size_t, Stream) { absent(); }
 void copy_on_device(void*, const void*, size_t, Stream) { absent(); }
 void fill(void*, int, size_t, Stream) { absent(); }
 void check_last(const char*) { absent(); }
-void matvec(GgmlType, const void*, int64_t, int64_t, const float*, float*, Stream, bool) { absent(); }
+void matvec(GgmlType, const void*, int64_t, int64_t, const float*, float*, Stream, bool, const Epilogue&) {
+    absent();
+}
 void matvec_multi(int, const GgmlType*, const void* const*, const int64_t*, int64_t, const float*, float* const*,
                   Stream) {
     absent();
@@ -50,7 +52,7 @@ void expert_gate_up(GgmlType, const uint8_t* const*, const int32_t*, int, size_t
     absent();
 }
 void expert_down_add(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, int64_t, int64_t, const float*,
-                     const float*, float*, Stream) {
+                     const float*, float*, Stream, const Epilogue&) {
     absent();
 }
 void qk_norm_rope_store(float*, const float*, const float*, const float*, const float*, int, int, int, int, float,

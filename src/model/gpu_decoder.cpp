@@ -44,6 +44,7 @@ public:
     DeviceMemory x, xb, q, k, v, att, router, ids, weights, gate, hidden, logits;  // gate: gate | up
     DeviceMemory input;           // the token's embedded row, rope angles and position (an int)
     DeviceMemory slots;           // streaming: the VRAM address of each chosen expert of the layer, by rank
+    DeviceMemory counter;         // an int the fused launches count their blocks in (gpu::Epilogue)
     gpu::Graph graph = nullptr;   // one token's launches, when every expert is in VRAM
     float* host_input = nullptr;  // pinned: the embedded row and the rope angles of one token
     int32_t* host_ids = nullptr;  // pinned: a layer's chosen experts
@@ -181,10 +182,12 @@ public:
         for (gpu::Event& e : events_) e = gpu::new_event();
     }
     ~StageProfile() {
-        static const char* names[kStages] = {"norm + q,k,v matvec", "q/k norm + rope + kv", "attention",
-                                             "output matvec + residual", "norm + router matvec", "top-k",
-                                             "expert copies (wait)", "experts gate/up + swiglu",
-                                             "experts down + sum", "output norm + head"};
+        // In brackets: what runs there only with MOESTREAM_GPU_FUSE=0 (or,
+        // for the first norm, in layer 0); what follows a "+" otherwise.
+        static const char* names[kStages] = {"[norm] + q,k,v matvec", "q/k norm + rope + kv", "attention",
+                                             "output matvec + residual + norm", "[norm] router matvec + top-k",
+                                             "[top-k]", "expert copies (wait)", "experts gate/up + swiglu",
+                                             "experts down + sum + norm", "[norm] + output head"};
         if (tokens_ > 0) {
             double total = 0;
             for (double t : ms_) total += t;
@@ -335,6 +338,9 @@ public:
         gpu::prepare_attention(int(o.n_ctx), c.head_dim);
         st->host_ids = static_cast<int32_t*>(gpu::alloc_pinned(K * 4));
         st->slots = DeviceMemory(K * sizeof(uint8_t*));
+        st->counter = DeviceMemory(sizeof(int));
+        gpu::fill(st->counter.data(), 0, sizeof(int), nullptr);
+        gpu::sync(nullptr);
         st->host_slots = static_cast<const uint8_t**>(gpu::alloc_pinned(K * sizeof(uint8_t*)));
         st->host_logits = static_cast<float*>(gpu::alloc_pinned(size_t(c.n_vocab) * 4));
         st->host_bytes = (E + size_t(rope_.n_rot) + 1 + K + size_t(c.n_vocab)) * 4 + K * sizeof(uint8_t*);
@@ -407,6 +413,29 @@ private:
             if (prof) prof->mark(stage, bytes, s);
         };
         if (prof) prof->begin(s);
+        // Fused: the norms and the routing run in the last block of the
+        // launch before them (gpu::Epilogue), 7 launches a layer instead of 10.
+        int* counter = reinterpret_cast<int*>(st.counter.data());
+        auto norm_then = [&](const float* w) {
+            gpu::Epilogue e;
+            if (!fuse_) return e;
+            e.counter = counter;
+            e.x = x;
+            e.w = w;
+            e.out = xb;
+            e.width = E;
+            e.eps = c.rms_eps;
+            return e;
+        };
+        int32_t* ids = reinterpret_cast<int32_t*>(st.ids.data());
+        gpu::Epilogue route;
+        if (fuse_) {
+            route.counter = counter;
+            route.k = K;
+            route.renorm = true;
+            route.ids = ids;
+            route.weights = st.weights.f32();
+        }
         gpu::copy_on_device(x, st.input.data(), size_t(E) * 4, s);
         for (int il = 0; il < c.n_layer; il++) {
             const Layer& l = layers_[size_t(il)];
@@ -415,7 +444,7 @@ private:
                                  time ? l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes() : 0);
             float* kc = st.k_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
             float* vc = st.v_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
-            gpu::rms_norm(x, d.attn_norm, 1, E, c.rms_eps, xb, s);
+            if (il == 0 || !fuse_) gpu::rms_norm(x, d.attn_norm, 1, E, c.rms_eps, xb, s);
             {
                 const GgmlType types[3] = {l.wq.type, l.wk.type, l.wv.type};
                 const void* w[3] = {d.wq, d.wk, d.wv};
@@ -429,16 +458,16 @@ private:
             mark(StageProfile::kQkRope, 0);
             gpu::attention(st.q.f32(), kc, vc, pos, c.n_head, c.n_head_kv, c.head_dim, scale, st.att.f32(), s);
             mark(StageProfile::kAttention, uint64_t(st.n_past + 1) * uint64_t(KV) * 8);
-            gpu::matvec(l.wo.type, d.wo, E, c.q_dim(), st.att.f32(), x, s, true);  // the residual add too
+            // The residual add too, and the FFN's norm.
+            gpu::matvec(l.wo.type, d.wo, E, c.q_dim(), st.att.f32(), x, s, true, norm_then(d.ffn_norm));
             mark(StageProfile::kAttnOut, l.wo.bytes());
             attn_time.stop();
 
             PhaseTimer route_time(time, Phase::Routing, il, time ? l.router.bytes() : 0);
-            gpu::rms_norm(x, d.ffn_norm, 1, E, c.rms_eps, xb, s);
-            gpu::matvec(l.router.type, d.router, X, E, xb, st.router.f32(), s);
+            if (!fuse_) gpu::rms_norm(x, d.ffn_norm, 1, E, c.rms_eps, xb, s);
+            gpu::matvec(l.router.type, d.router, X, E, xb, st.router.f32(), s, false, route);
             mark(StageProfile::kRouter, l.router.bytes());
-            int32_t* ids = reinterpret_cast<int32_t*>(st.ids.data());
-            gpu::route_softmax_topk(st.router.f32(), int(X), K, true, ids, st.weights.f32(), s);
+            if (!fuse_) gpu::route_softmax_topk(st.router.f32(), int(X), K, true, ids, st.weights.f32(), s);
             mark(StageProfile::kTopK, 0);
             route_time.stop();
 
@@ -450,20 +479,22 @@ private:
             // the device; streaming: this layer's chosen experts' slots by rank.
             const bool all = vram_.holds_all();
             const uint8_t* const* table = all ? vram_.table(il) : reinterpret_cast<const uint8_t* const*>(st.slots.data());
-            if (!all) ids = nullptr;
+            const int32_t* table_ids = all ? ids : nullptr;
             float* gate = st.gate.f32();
             float* up = gate + int64_t(K) * F;
             if (el.gate.type == el.up.type) {
-                gpu::expert_gate_up(el.gate.type, table, ids, K, 0, VramExperts::up_offset(el), F, E, xb,
+                gpu::expert_gate_up(el.gate.type, table, table_ids, K, 0, VramExperts::up_offset(el), F, E, xb,
                                     st.hidden.f32(), s);
             } else {
-                gpu::matvec_experts(el.gate.type, table, ids, K, 0, F, E, xb, 0, gate, s);
-                gpu::matvec_experts(el.up.type, table, ids, K, VramExperts::up_offset(el), F, E, xb, 0, up, s);
+                gpu::matvec_experts(el.gate.type, table, table_ids, K, 0, F, E, xb, 0, gate, s);
+                gpu::matvec_experts(el.up.type, table, table_ids, K, VramExperts::up_offset(el), F, E, xb, 0, up, s);
                 gpu::swiglu(gate, up, int64_t(K) * F, st.hidden.f32(), s);
             }
             mark(StageProfile::kGateUp, uint64_t(K) * (el.gate.bytes + el.up.bytes));
-            gpu::expert_down_add(el.down.type, table, ids, K, VramExperts::down_offset(el), E, F, st.hidden.f32(),
-                                 st.weights.f32(), x, s);
+            // And the next layer's attention norm, or the output norm.
+            const float* next_norm = il + 1 < c.n_layer ? device_[size_t(il + 1)].attn_norm : output_norm_dev_;
+            gpu::expert_down_add(el.down.type, table, table_ids, K, VramExperts::down_offset(el), E, F,
+                                 st.hidden.f32(), st.weights.f32(), x, s, norm_then(next_norm));
             mark(StageProfile::kDown, uint64_t(K) * el.down.bytes);
             const double ffn_s = ffn_time.stop();
             if (time) {
@@ -471,7 +502,7 @@ private:
                 time->add(Phase::ExpertCompute, ffn_s, uint64_t(K) * el.expert_bytes());
             }
         }
-        gpu::rms_norm(x, output_norm_dev_, 1, E, c.rms_eps, xb, s);
+        if (!fuse_) gpu::rms_norm(x, output_norm_dev_, 1, E, c.rms_eps, xb, s);
         gpu::matvec(output().type, output_dev_, V, E, xb, st.logits.f32(), s);
         mark(StageProfile::kHead, output().bytes());
     }
@@ -616,6 +647,9 @@ private:
     // MOESTREAM_GPU_GRAPHS=0 launches each kernel of a token itself (to
     // compare); otherwise a fully resident model replays a captured graph.
     const bool graphs_ = !getenv("MOESTREAM_GPU_GRAPHS") || strcmp(getenv("MOESTREAM_GPU_GRAPHS"), "0") != 0;
+    // MOESTREAM_GPU_FUSE=0 launches the norms and the routing as kernels of
+    // their own (to compare) instead of in the launch before them.
+    const bool fuse_ = !getenv("MOESTREAM_GPU_FUSE") || strcmp(getenv("MOESTREAM_GPU_FUSE"), "0") != 0;
     Rope rope_;
     Tensor token_embd_, output_norm_, output_;
     bool tied_ = false;

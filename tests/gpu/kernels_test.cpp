@@ -206,12 +206,26 @@ TEST_P(Matvec, ExpertGateUpAndDownAdd) {
         ref_h.insert(ref_h.end(), hf.begin(), hf.end());
     }
     EXPECT_LT(rel_err(h, ref_h), 1e-5) << "gate/up";
-    gpu::expert_down_add(t, tp, ip, int(ids.size()), down_off, d, n_ff, dh.f(), dw.f(), dres.f(), nullptr);
+    // With the next norm after it (gpu::Epilogue), checked against ops' norm
+    // of the sum it wrote.
+    DeviceBuffer counter(std::vector<int32_t>{0}), dnw(randoms(size_t(d), 13)), dnormed(size_t(d) * 4);
+    gpu::Epilogue then;
+    then.counter = static_cast<int*>(counter.p);
+    then.x = dres.f();
+    then.w = dnw.f();
+    then.out = dnormed.f();
+    then.width = d;
+    then.eps = 1e-6f;
+    gpu::expert_down_add(t, tp, ip, int(ids.size()), down_off, d, n_ff, dh.f(), dw.f(), dres.f(), nullptr, then);
     for (size_t i = 0; i < ids.size(); i++) {
         const std::vector<double> y = reference_matvec(t, downs[size_t(ids[i])], d, n_ff, h.data() + i * n_ff);
         for (int64_t r = 0; r < d; r++) ref_x[size_t(r)] += weights[i] * y[size_t(r)];
     }
-    EXPECT_LT(rel_err(dres.get<float>(), ref_x), 1e-5) << "down + weighted sum";
+    const std::vector<float> sum = dres.get<float>(), nw = dnw.get<float>();
+    EXPECT_LT(rel_err(sum, ref_x), 1e-5) << "down + weighted sum";
+    std::vector<float> normed(sum.size());
+    rms_norm(sum.data(), nw.data(), d, 1e-6f, normed.data());
+    EXPECT_LT(rel_err(dnormed.get<float>(), std::vector<double>(normed.begin(), normed.end())), 1e-6) << "norm after";
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, Matvec,
@@ -243,6 +257,60 @@ TEST(Kernels, MatvecMultiMatchesDequantizedReference) {
     for (int i = 0; i < 3; i++) {
         const double e = rel_err(dy[size_t(i)]->get<float>(), reference_matvec(types[i], w[size_t(i)], rows[i], cols, x.data()));
         EXPECT_LT(e, 1e-5) << type_name(types[i]);
+    }
+}
+
+// The work a launch's last block does after it (gpu::Epilogue): the next
+// RMSNorm over the vector the launch added to, and top-k routing over the
+// logits it wrote, against ops' norm and model/moe's routing of what the
+// launch wrote; each launch twice, so the block counter must have gone back
+// to 0 (a second launch that ran no epilogue would leave the first's output).
+TEST(Kernels, EpiloguesMatchSeparateLaunches) {
+    SKIP_WITHOUT_GPU();
+    const int64_t rows = 2048, cols = 512;
+    DeviceBuffer counter(std::vector<int32_t>{0});
+    const std::vector<uint8_t> w = random_rows(GgmlType::Q4_K, rows, cols, 41);
+    const std::vector<float> nw = randoms(size_t(rows), 42);
+    DeviceBuffer dw(w), dnw(nw), dy(size_t(rows) * 4), dout(size_t(rows) * 4);
+    for (int round = 0; round < 2; round++) {
+        const std::vector<float> x = randoms(size_t(cols), uint32_t(43 + round)), y0 = randoms(size_t(rows), 45);
+        DeviceBuffer dx(x), dres(y0);
+        gpu::Epilogue e;
+        e.counter = static_cast<int*>(counter.p);
+        e.x = dres.f();
+        e.w = dnw.f();
+        e.out = dout.f();
+        e.width = rows;
+        e.eps = 1e-6f;
+        gpu::matvec(GgmlType::Q4_K, dw.p, rows, cols, dx.f(), dres.f(), nullptr, true, e);
+        const std::vector<float> y = dres.get<float>();
+        std::vector<double> ref = reference_matvec(GgmlType::Q4_K, w, rows, cols, x.data());
+        for (int64_t r = 0; r < rows; r++) ref[size_t(r)] += y0[size_t(r)];
+        EXPECT_LT(rel_err(y, ref), 1e-5) << "round " << round;
+        std::vector<float> normed(y.size());
+        rms_norm(y.data(), nw.data(), rows, 1e-6f, normed.data());
+        EXPECT_LT(rel_err(dout.get<float>(), std::vector<double>(normed.begin(), normed.end())), 1e-6) << round;
+        EXPECT_EQ(counter.get<int32_t>()[0], 0);
+    }
+    // The router: F32 logits of 128 experts, then the top 8.
+    const int n_expert = 128, k = 8;
+    const std::vector<uint8_t> rw = random_rows(GgmlType::F32, n_expert, cols, 46);
+    DeviceBuffer drw(rw), dl(size_t(n_expert) * 4), dids(size_t(k) * 4), dwt(size_t(k) * 4);
+    for (int round = 0; round < 2; round++) {
+        DeviceBuffer dx(randoms(size_t(cols), uint32_t(47 + round)));
+        gpu::Epilogue e;
+        e.counter = static_cast<int*>(counter.p);
+        e.k = k;
+        e.renorm = true;
+        e.ids = static_cast<int32_t*>(dids.p);
+        e.weights = dwt.f();
+        gpu::matvec(GgmlType::F32, drw.p, n_expert, cols, dx.f(), dl.f(), nullptr, false, e);
+        const std::vector<float> logits = dl.get<float>();
+        std::vector<int32_t> ids(static_cast<size_t>(k));
+        std::vector<float> wt(static_cast<size_t>(k));
+        route_softmax_topk(logits.data(), 1, n_expert, k, true, ids.data(), wt.data());
+        EXPECT_EQ(dids.get<int32_t>(), ids) << round;
+        EXPECT_LT(rel_err(dwt.get<float>(), std::vector<double>(wt.begin(), wt.end())), 1e-6) << round;
     }
 }
 

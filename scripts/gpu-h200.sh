@@ -30,7 +30,7 @@ if step tests; then
     done
     echo "== golden + streaming tests"
     $BIN/runtime_gpu_test 2>&1 | grep -vE "^\[ RUN|^\[----|^$" | head -60
-    echo "golden tests with MOESTREAM_GPU_FUSE=0: $(MOESTREAM_GPU_FUSE=0 $BIN/runtime_gpu_test 2>&1 | grep -E "relative|PASSED|FAILED" | tr '\n' ' ')"
+    echo "golden tests with MOESTREAM_GPU_FUSE=1: $(MOESTREAM_GPU_FUSE=1 $BIN/runtime_gpu_test 2>&1 | grep -E "relative|PASSED|FAILED" | tr '\n' ' ')"
 fi
 echo "== synth"
 [ -f "$MODEL" ] || $ms synth --preset qwen3-30b-a3b --type Q4_K_M -o "$MODEL" 2>&1 | tail -2
@@ -58,7 +58,7 @@ fi
 if step rows; then  # rows a warp computes in the matvec kernel (2 by default); two blocks in flight
     for r in 1 4; do MOESTREAM_GPU_ROWS=$r run resident_rows$r --gpu auto --mem 24G --io buffered; done
     MOESTREAM_GPU_UNROLL=1 run resident_unroll --gpu auto --mem 24G --io buffered
-    MOESTREAM_GPU_FUSE=0 run resident_unfused --gpu auto --mem 24G --io buffered
+    MOESTREAM_GPU_FUSE=1 run resident_fused --gpu auto --mem 24G --io buffered
 fi
 if step benchmodel; then  # llama-bench's tg rows, CPU beside GPU
     echo "== bench model"

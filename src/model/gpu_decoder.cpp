@@ -182,8 +182,8 @@ public:
         for (gpu::Event& e : events_) e = gpu::new_event();
     }
     ~StageProfile() {
-        // In brackets: what runs there only with MOESTREAM_GPU_FUSE=0 (or,
-        // for the first norm, in layer 0); what follows a "+" otherwise.
+        // In brackets: what runs there unless MOESTREAM_GPU_FUSE=1 (the
+        // first norm: in layer 0 either way); after a "+": only with it.
         static const char* names[kStages] = {"[norm] + q,k,v matvec", "q/k norm + rope + kv", "attention",
                                              "output matvec + residual + norm", "[norm] router matvec + top-k",
                                              "[top-k]", "expert copies (wait)", "experts gate/up + swiglu",
@@ -413,8 +413,8 @@ private:
             if (prof) prof->mark(stage, bytes, s);
         };
         if (prof) prof->begin(s);
-        // Fused: the norms and the routing run in the last block of the
-        // launch before them (gpu::Epilogue), 7 launches a layer instead of 10.
+        // Fused (fuse_): the norms and the routing run in the last block of
+        // the launch before them (gpu::Epilogue).
         int* counter = reinterpret_cast<int*>(st.counter.data());
         auto norm_then = [&](const float* w) {
             gpu::Epilogue e;
@@ -647,9 +647,12 @@ private:
     // MOESTREAM_GPU_GRAPHS=0 launches each kernel of a token itself (to
     // compare); otherwise a fully resident model replays a captured graph.
     const bool graphs_ = !getenv("MOESTREAM_GPU_GRAPHS") || strcmp(getenv("MOESTREAM_GPU_GRAPHS"), "0") != 0;
-    // MOESTREAM_GPU_FUSE=0 launches the norms and the routing as kernels of
-    // their own (to compare) instead of in the launch before them.
-    const bool fuse_ = !getenv("MOESTREAM_GPU_FUSE") || strcmp(getenv("MOESTREAM_GPU_FUSE"), "0") != 0;
+    // MOESTREAM_GPU_FUSE=1 runs the norms and the routing in the last block
+    // of the launch before them (gpu::Epilogue) instead of as kernels of
+    // their own: 7 launches a layer instead of 10, but slower on the H200
+    // (219 against 235 tok/s, docs/gpu.md: the grid-wide fence and the one
+    // block's serial work cost more than the launch they save), so off.
+    const bool fuse_ = getenv("MOESTREAM_GPU_FUSE") && strcmp(getenv("MOESTREAM_GPU_FUSE"), "1") == 0;
     Rope rope_;
     Tensor token_embd_, output_norm_, output_;
     bool tied_ = false;

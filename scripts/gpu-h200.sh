@@ -4,38 +4,81 @@
 # runtime_gpu_test (and lib/ with the shared libraries they need where the
 # machine lacks them); the golden qwen3moe files are at ../shared/golden
 # relative to the source tree the tests were built from. Writes every log
-# and JSON report to OUT.
+# and JSON report to OUT. STEPS picks what runs (default: all of them):
+# bounds tests runs profile rows ncu benchmodel cpu. DRAFT (default off): run's --draft.
 set -u -o pipefail
 BIN=${BIN:-build}
 OUT=${OUT:-gpu-out}
 MODEL=${MODEL:-./q30.gguf}
+STEPS=${STEPS:-bounds tests runs profile rows ncu benchmodel cpu}
+DRAFT=${DRAFT:-off}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$BIN/lib:${LD_LIBRARY_PATH:-}
 ms=$BIN/moestream
+step() { [[ " $STEPS " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,pcie.link.gen.current,pcie.link.width.current --format=csv
 df -h . | tail -1
-echo "== bounds"
-$ms bench gpu --size 1G --reps 20 --json "$OUT/bounds.json" || exit 1
-echo "== kernel tests"
-$BIN/gpu_kernels_test 2>&1 | grep -vE "^\[ RUN|^\[----|^$" | tail -25
-echo "== golden + streaming tests"
-$BIN/runtime_gpu_test 2>&1 | grep -vE "^\[ RUN|^\[----|^$" | head -60
+if step bounds; then
+    echo "== bounds"
+    $ms bench gpu --size 1G --reps 20 --json "$OUT/bounds.json" || exit 1
+fi
+if step tests; then
+    echo "== kernel tests"
+    $BIN/gpu_kernels_test 2>&1 | grep -vE "^\[ RUN|^\[----|^$" | tail -40
+    for v in MOESTREAM_GPU_UNROLL=1 MOESTREAM_GPU_ROWS=1 MOESTREAM_GPU_ROWS=4; do
+        echo "kernel tests with $v: $(env $v $BIN/gpu_kernels_test 2>&1 | grep -E "PASSED|FAILED" | tr '\n' ' ')"
+    done
+    echo "== golden + streaming tests"
+    $BIN/runtime_gpu_test 2>&1 | grep -vE "^\[ RUN|^\[----|^$" | head -60
+    echo "golden tests with MOESTREAM_GPU_FUSE=1: $(MOESTREAM_GPU_FUSE=1 $BIN/runtime_gpu_test 2>&1 | grep -E "relative|PASSED|FAILED" | tr '\n' ' ')"
+fi
 echo "== synth"
 [ -f "$MODEL" ] || $ms synth --preset qwen3-30b-a3b --type Q4_K_M -o "$MODEL" 2>&1 | tail -2
 $ms inspect "$MODEL" 2>&1 | head -20 > "$OUT/inspect.txt"
 run() {  # name, flags...
     local name=$1; shift
     echo "== $name: $*"
-    timeout 240 $ms run -m "$MODEL" --random-prompt 32 -n 64 --ignore-eos --seed 3 --temp 0 --report "$OUT/$name.json" "$@" \
+    local t0=$SECONDS
+    timeout 240 $ms run -m "$MODEL" --random-prompt 32 -n 64 --ignore-eos --seed 3 --temp 0 --draft $DRAFT --report "$OUT/$name.json" "$@" \
         > "$OUT/$name.txt" 2> "$OUT/$name.err"
-    echo "exit $?"; grep -vE "loading|^\s*$" "$OUT/$name.err" | tail -12
+    echo "exit $? after $((SECONDS - t0)) s"; grep -vE "loading|^\s*$" "$OUT/$name.err" | tail -16
 }
-run resident --gpu auto --mem 24G --io buffered
-MOESTREAM_GPU_GRAPHS=0 run resident_nograph --gpu auto --mem 24G --io buffered
-run gpumem8g --gpu auto --gpu-mem 8G --mem 24G --io buffered
-run gpumem2g --gpu auto --gpu-mem 2G --mem 24G --io buffered
-run cpu --gpu off --mem 24G --io buffered -n 16
+if step runs; then
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,utilization.gpu,power.draw --format=csv -lms 250 > "$OUT/clocks.csv" &
+    smi=$!
+    run resident --gpu auto --mem 24G --io buffered
+    kill $smi
+    MOESTREAM_GPU_GRAPHS=0 run resident_nograph --gpu auto --mem 24G --io buffered
+    run gpumem8g --gpu auto --gpu-mem 8G --mem 24G --io buffered
+    run gpumem2g --gpu auto --gpu-mem 2G --mem 24G --io buffered
+fi
+if step profile; then
+    MOESTREAM_GPU_PROFILE=1 run profile_resident --gpu auto --mem 24G --io buffered -n 16
+fi
+if step rows; then  # rows a warp computes in the matvec kernel (2 by default); two blocks in flight
+    for r in 1 4; do MOESTREAM_GPU_ROWS=$r run resident_rows$r --gpu auto --mem 24G --io buffered; done
+    MOESTREAM_GPU_UNROLL=1 run resident_unroll --gpu auto --mem 24G --io buffered
+    MOESTREAM_GPU_FUSE=1 run resident_fused --gpu auto --mem 24G --io buffered
+fi
+if step benchmodel; then  # llama-bench's tg rows, CPU beside GPU
+    echo "== bench model"
+    timeout 200 $ms bench model -m "$MODEL" -p 0 -n 64 -r 2 --no-warmup --gpu off,auto --mem 24G --io buffered \
+        --run-args "--draft off" --json "$OUT/bench-model.json" 2>&1 | grep -v "^\s*$" | tail -8
+fi
+if step ncu; then  # each kernel of one decode token, launched one by one
+    echo "== ncu"
+    MOESTREAM_GPU_GRAPHS=0 timeout 200 ncu --clock-control none --cache-control none --csv \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,sm__cycles_elapsed.avg.per_second,launch__grid_size,launch__block_size \
+        --launch-skip 578 --launch-count 578 $ms run -m "$MODEL" -p "Hi" -n 2 --draft off --gpu auto --mem 24G --io buffered \
+        > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
+    echo "exit $?"; tail -3 "$OUT/ncu.err"; wc -l "$OUT/ncu.csv"
+fi
+if step cpu; then
+    run cpu --gpu off --mem 24G --io buffered -n 16
+fi
 echo "== greedy text, streamed vs resident (cmp: nothing printed when equal)"
-for r in resident_nograph gpumem8g gpumem2g; do cmp "$OUT/resident.txt" "$OUT/$r.txt" && echo "$r: same text as resident"; done
-head -c 300 "$OUT/resident.txt"; echo
+for r in resident_nograph gpumem8g gpumem2g; do
+    [ -f "$OUT/$r.txt" ] && cmp "$OUT/resident.txt" "$OUT/$r.txt" && echo "$r: same text as resident"
+done
+[ -f "$OUT/resident.txt" ] && head -c 300 "$OUT/resident.txt"; echo
 ls -la "$OUT"

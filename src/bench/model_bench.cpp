@@ -313,7 +313,14 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
             if (warm) continue;
             RunFigures f;
             try {
-                f = read_run_figures(Json::parse_file(q.report), q.report);
+                const Json rj = Json::parse_file(q.report);
+                f = read_run_figures(rj, q.report);
+                // llama-bench's names for a run on the GPU (run --gpu).
+                const Json* b = rj.find("backend");
+                if (b && b->as_string().rfind("GPU: ", 0) == 0) {
+                    r["backends"] = "CUDA";
+                    r["gpu_info"] = b->as_string().substr(5);
+                }
             } catch (const std::exception& e) {
                 error = e.what();
                 break;

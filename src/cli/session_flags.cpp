@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "cli/progress.h"
+#include "model/gpu_decoder.h"
 #include "telemetry/system.h"
 
 namespace ms {
@@ -192,6 +193,7 @@ Json SessionFlags::report_json(const char* command, const Session& s) const {
     }
     j["peak_rss_bytes"] = peak_rss_bytes();
     store.add_to_report(&j);
+    add_gpu_report(s.model(), &j);
     if (!generates) return j;
     const DraftStats& d = s.draft_stats;
     Json spec = Json::object();

@@ -58,25 +58,58 @@ void fill(void* dst, int byte, size_t bytes, Stream s);
 // Throws if a kernel launched earlier failed.
 void check_last(const char* what);
 
+// What the last block of a launch does once all of the launch's outputs
+// are written, saving the launch that would follow: with counter (a device
+// int, 0 between launches, which the kernel leaves 0) set, either
+// out = x / sqrt(mean(x^2) + eps) * w over width values (k == 0: the next
+// stage's RMSNorm), or the top k of softmax over the launch's outputs as
+// route_softmax_topk chooses and weighs them (k > 0; width set by the call).
+struct Epilogue {
+    int* counter = nullptr;
+    const float* x = nullptr;
+    const float* w = nullptr;
+    float* out = nullptr;
+    int64_t width = 0;
+    float eps = 0;
+    int k = 0;
+    bool renorm = false;
+    int32_t* ids = nullptr;
+    float* weights = nullptr;
+};
+
 // y[r] = dot(row r of w, x) for r < rows; w is rows rows of `cols` elements
 // of type t, laid out as in the GGUF (row_bytes(t, cols) apart); x and y
 // float32 on the device.
-// add: y[r] += the product instead.
+// add: y[r] += the product instead. then: see Epilogue.
 void matvec(GgmlType t, const void* w, int64_t rows, int64_t cols, const float* x, float* y, Stream s,
-            bool add = false);
+            bool add = false, const Epilogue& then = {});
+
+// Up to three matrices reading the same x in one launch (a layer's q, k and
+// v): matrix i, of type types[i] with rows[i] rows of `cols`, into y[i].
+void matvec_multi(int n, const GgmlType* types, const void* const* w, const int64_t* rows, int64_t cols,
+                  const float* x, float* const* y, Stream s);
 
 // The same matrix of n experts at once: expert i's weights are at
 // table[ids[i]] + offset (table: device array of device pointers, one per
-// expert of the layer; ids: n device ints), its input x + i * x_stride, its
-// output y + i * rows. x_stride 0: every expert reads the same x.
+// expert of the layer; ids: n device ints; or ids null and table[i] expert
+// i's own), its input x + i * x_stride, its output y + i * rows. x_stride
+// 0: every expert reads the same x. The same table and ids below.
 void matvec_experts(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset, int64_t rows,
                     int64_t cols, const float* x, int64_t x_stride, float* y, Stream s);
 
-// matvec_experts of two matrices of each of n experts in one launch, both
-// reading x: the one at offset into y, the one at offset2 into y + n * rows
-// (an expert's gate and up).
-void matvec_expert_pair(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
-                        size_t offset2, int64_t rows, int64_t cols, const float* x, float* y, Stream s);
+// An expert FFN's first half for n experts in one launch: with expert i's
+// gate matrix at table[ids[i]] + offset and its up matrix at + offset2 (both
+// of type t, rows x cols), h[i * rows + r] = silu(gate_r . x) * (up_r . x).
+void expert_gate_up(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
+                    size_t offset2, int64_t rows, int64_t cols, const float* x, float* h, Stream s);
+
+// The second half, and the weighted sum into the residual, in one launch
+// (n <= 32): with expert i's down matrix at table[ids[i]] + offset (rows x
+// cols) and its input h + i * cols, x[r] += sum over i < n, in order, of
+// weights[i] * (down_r . h_i).
+void expert_down_add(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
+                     int64_t rows, int64_t cols, const float* h, const float* weights, float* x, Stream s,
+                     const Epilogue& then = {});
 
 // out[r*width + i] = x[r*width + i] / sqrt(mean(x_r^2) + eps) * w[i] over
 // `rows` rows (w may be null); out may alias x.
@@ -117,9 +150,6 @@ void swiglu(const float* gate, const float* up, int64_t n, float* h, Stream s);
 // weights divided by their sum. One token.
 void route_softmax_topk(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights,
                         Stream s);
-
-// x[i] += sum over r < k, in order, of weights[r] * y[r * n + i].
-void add_weighted(float* x, const float* y, const float* weights, int k, int64_t n, Stream s);
 
 // Copy and kernel rates (GB/s, medians of `reps` timed repetitions after a
 // warm-up) over buffers of `bytes`: device to device (bytes read plus bytes

@@ -7,6 +7,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -30,181 +32,414 @@ __device__ __forceinline__ float half_at(const uint8_t* p) {
     return __half2float(__ushort_as_half(h));
 }
 
+// float(q) for 0 <= q < 2^23 (less `bias`) without the int-to-float
+// instruction, which runs at a quarter of the FMA rate and was what bounded
+// the quantized kernels: q in the low mantissa bits of 2^23, minus 2^23.
+__device__ __forceinline__ float small_float(uint32_t q, float bias = 0.0f) {
+    return __int_as_float(0x4B000000u | q) - (8388608.0f + bias);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
-// The 6-bit scale and min of sub-block j of a Q4_K/Q5_K block (quant's
-// get_scale_min_k4).
-__device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, float* sc, float* m) {
-    if (j < 4) {
-        *sc = float(q[j] & 63);
-        *m = float(q[j + 4] & 63);
-    } else {
-        *sc = float((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = float((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
-// Lane `lane`'s share of dot(row, x) over `cols` weights of type T.
+// One lane's share of a block of weights: the 8 lanes p = lane % 8 of a
+// lane group split each block (kWeights weights, kBytes bytes) of a row.
+// load() reads the lane's activations once, dot() uses them with one row's
+// block, so a warp computing R rows reads x once for all R.
 template <GgmlType T>
-__device__ float row_dot(const uint8_t* row, int64_t cols, const float* x, int lane);
+struct Unit;
 
+// Q4_K: lane part p reads 16 bytes of qs: 16 low nibbles (sub-block 2g) and
+// 16 high nibbles (2g + 1), g = p / 2. A block is 144 bytes, 16-byte aligned
+// in rows that are: d, dmin and the 12 scale bytes come in one 16-byte load.
 template <>
-__device__ float row_dot<GgmlType::F32>(const uint8_t* row, int64_t cols, const float* x, int lane) {
-    const float* w = reinterpret_cast<const float*>(row);
-    float s = 0;
-    for (int64_t i = lane; i < cols; i += 32) s += w[i] * x[i];
-    return s;
-}
-
-template <>
-__device__ float row_dot<GgmlType::F16>(const uint8_t* row, int64_t cols, const float* x, int lane) {
-    const __half* w = reinterpret_cast<const __half*>(row);
-    float s = 0;
-    for (int64_t i = lane; i < cols; i += 32) s += __half2float(w[i]) * x[i];
-    return s;
-}
-
-// Q8_0: 8 lanes a block of 32, 4 weights each; a warp covers 4 blocks.
-template <>
-__device__ float row_dot<GgmlType::Q8_0>(const uint8_t* row, int64_t cols, const float* x, int lane) {
-    const int64_t nb = cols / 32;
-    const int j = (lane % 8) * 4;
-    float s = 0;
-    for (int64_t ib = lane / 8; ib < nb; ib += 4) {
-        const uint8_t* b = row + ib * sizeof(BlockQ8_0);
-        const int8_t* q = reinterpret_cast<const int8_t*>(b + 2) + j;
-        const float4 xv = *reinterpret_cast<const float4*>(x + ib * 32 + j);
-        s += half_at(b) * (q[0] * xv.x + q[1] * xv.y + q[2] * xv.z + q[3] * xv.w);
+struct Unit<GgmlType::Q4_K> {
+    static constexpr int kWeights = 256, kBytes = sizeof(BlockQ4_K);
+    struct X {
+        float4 lo[4], hi[4];
+        float sum_lo, sum_hi;
+    };
+    __device__ static X load(const float* x, int p) {
+        const int g = p / 2, l0 = (p % 2) * 16;
+        X v;
+        const float4* xl = reinterpret_cast<const float4*>(x + g * 64 + l0);
+        v.sum_lo = v.sum_hi = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            v.lo[j] = xl[j];
+            v.hi[j] = xl[j + 8];  // 32 floats on
+            v.sum_lo += (v.lo[j].x + v.lo[j].y) + (v.lo[j].z + v.lo[j].w);
+            v.sum_hi += (v.hi[j].x + v.hi[j].y) + (v.hi[j].z + v.hi[j].w);
+        }
+        return v;
     }
-    return s;
-}
-
-// Q4_K: 8 lanes a block of 256; lane part p reads 16 bytes of qs: 16 low
-// nibbles (sub-block 2g) and 16 high nibbles (2g + 1), g = p / 2.
-template <>
-__device__ float row_dot<GgmlType::Q4_K>(const uint8_t* row, int64_t cols, const float* x, int lane) {
-    const int64_t nb = cols / 256;
-    const int p = lane % 8, g = p / 2, l0 = (p % 2) * 16;
-    float s = 0;
-    for (int64_t ib = lane / 8; ib < nb; ib += 4) {
-        const BlockQ4_K* b = reinterpret_cast<const BlockQ4_K*>(row) + ib;
-        const float d = half_at(reinterpret_cast<const uint8_t*>(&b->d));
-        const float dmin = half_at(reinterpret_cast<const uint8_t*>(&b->dmin));
+    __device__ static float dot(const uint8_t* block, int p, const X& v) {
+        const int g = p / 2, l0 = (p % 2) * 16;
+        const uint4 head = *reinterpret_cast<const uint4*>(block);
+        const uint4 qv = *reinterpret_cast<const uint4*>(block + 16 + 32 * g + l0);
         float sc0, m0, sc1, m1;
-        scale_min_k4(2 * g, b->scales, &sc0, &m0);
-        scale_min_k4(2 * g + 1, b->scales, &sc1, &m1);
-        const uint4 qv = *reinterpret_cast<const uint4*>(b->qs + 32 * g + l0);
-        const float4* xl = reinterpret_cast<const float4*>(x + ib * 256 + g * 64 + l0);
-        const float4* xh = xl + 8;  // 32 floats on
-        float lo = 0, hi = 0, xs_lo = 0, xs_hi = 0;
+        scales_k4(head, g, &sc0, &m0, &sc1, &m1);
+        const float d = __half2float(__ushort_as_half(uint16_t(head.x & 0xFFFF)));
+        const float dmin = __half2float(__ushort_as_half(uint16_t(head.x >> 16)));
         // Words, not a byte pointer into qv: that would put qv in local memory.
         const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w};
+        float lo = 0, hi = 0;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            const float4 a = xl[j], c = xh[j];
+            const float4 a = v.lo[j], c = v.hi[j];
             const uint32_t w = qw[j];
-            lo += float(w & 0xF) * a.x + float((w >> 8) & 0xF) * a.y + float((w >> 16) & 0xF) * a.z +
-                  float((w >> 24) & 0xF) * a.w;
-            hi += float((w >> 4) & 0xF) * c.x + float((w >> 12) & 0xF) * c.y + float((w >> 20) & 0xF) * c.z +
-                  float(w >> 28) * c.w;
-            xs_lo += (a.x + a.y) + (a.z + a.w);
-            xs_hi += (c.x + c.y) + (c.z + c.w);
+            lo += small_float(w & 0xF) * a.x + small_float((w >> 8) & 0xF) * a.y +
+                  small_float((w >> 16) & 0xF) * a.z + small_float((w >> 24) & 0xF) * a.w;
+            hi += small_float((w >> 4) & 0xF) * c.x + small_float((w >> 12) & 0xF) * c.y +
+                  small_float((w >> 20) & 0xF) * c.z + small_float(w >> 28) * c.w;
         }
-        s += d * (sc0 * lo + sc1 * hi) - dmin * (m0 * xs_lo + m1 * xs_hi);
+        return d * (sc0 * lo + sc1 * hi) - dmin * (m0 * v.sum_lo + m1 * v.sum_hi);
     }
-    return s;
-}
+    // The 6-bit scales and mins of sub-blocks 2g and 2g + 1 (quant's
+    // get_scale_min_k4) from the block's first 16 bytes, held in registers.
+    __device__ static void scales_k4(const uint4& h, int g, float* sc0, float* m0, float* sc1, float* m1) {
+        // scale bytes q[0..11] are h.y (q0..q3), h.z (q4..q7), h.w (q8..q11)
+        const int j0 = 2 * g;
+        auto q = [&](int i) -> uint32_t {
+            const uint32_t w = i < 4 ? h.y : (i < 8 ? h.z : h.w);
+            return (w >> (8 * (i & 3))) & 0xFF;
+        };
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int j = j0 + k;
+            float sc, m;
+            if (j < 4) {
+                sc = float(q(j) & 63);
+                m = float(q(j + 4) & 63);
+            } else {
+                sc = float((q(j + 4) & 0xF) | ((q(j - 4) >> 6) << 4));
+                m = float((q(j + 4) >> 4) | ((q(j) >> 6) << 4));
+            }
+            if (k == 0) *sc0 = sc, *m0 = m;
+            else *sc1 = sc, *m1 = m;
+        }
+    }
+};
 
 // Q5_K: Q4_K's layout plus a high bit per weight in qh (bit 2g for the low
-// nibbles of group g, 2g + 1 for the high ones).
+// nibbles of group g, 2g + 1 for the high ones); 176 bytes, 16-byte aligned.
 template <>
-__device__ float row_dot<GgmlType::Q5_K>(const uint8_t* row, int64_t cols, const float* x, int lane) {
-    const int64_t nb = cols / 256;
-    const int p = lane % 8, g = p / 2, l0 = (p % 2) * 16;
-    float s = 0;
-    for (int64_t ib = lane / 8; ib < nb; ib += 4) {
-        const BlockQ5_K* b = reinterpret_cast<const BlockQ5_K*>(row) + ib;
-        const float d = half_at(reinterpret_cast<const uint8_t*>(&b->d));
-        const float dmin = half_at(reinterpret_cast<const uint8_t*>(&b->dmin));
+struct Unit<GgmlType::Q5_K> {
+    static constexpr int kWeights = 256, kBytes = sizeof(BlockQ5_K);
+    using X = Unit<GgmlType::Q4_K>::X;
+    __device__ static X load(const float* x, int p) { return Unit<GgmlType::Q4_K>::load(x, p); }
+    __device__ static float dot(const uint8_t* block, int p, const X& v) {
+        const int g = p / 2, l0 = (p % 2) * 16;
+        const uint4 head = *reinterpret_cast<const uint4*>(block);
+        const uint4 hv = *reinterpret_cast<const uint4*>(block + 16 + l0);
+        const uint4 qv = *reinterpret_cast<const uint4*>(block + 48 + 32 * g + l0);
         float sc0, m0, sc1, m1;
-        scale_min_k4(2 * g, b->scales, &sc0, &m0);
-        scale_min_k4(2 * g + 1, b->scales, &sc1, &m1);
-        const uint4 qv = *reinterpret_cast<const uint4*>(b->qs + 32 * g + l0);
-        const uint4 hv = *reinterpret_cast<const uint4*>(b->qh + l0);
+        Unit<GgmlType::Q4_K>::scales_k4(head, g, &sc0, &m0, &sc1, &m1);
+        const float d = __half2float(__ushort_as_half(uint16_t(head.x & 0xFFFF)));
+        const float dmin = __half2float(__ushort_as_half(uint16_t(head.x >> 16)));
         const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w}, hw[4] = {hv.x, hv.y, hv.z, hv.w};
-        const float4* xl = reinterpret_cast<const float4*>(x + ib * 256 + g * 64 + l0);
-        const float4* xh = xl + 8;
-        float lo = 0, hi = 0, xs_lo = 0, xs_hi = 0;
+        float lo = 0, hi = 0;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            const float4 a = xl[j], c = xh[j];
-            const float* af = &a.x;
-            const float* cf = &c.x;
+            const float* af = &v.lo[j].x;
+            const float* cf = &v.hi[j].x;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 const uint32_t q = (qw[j] >> (8 * k)) & 0xFF, h = (hw[j] >> (8 * k)) & 0xFF;
-                lo += float((q & 0xF) + ((h >> (2 * g)) & 1) * 16) * af[k];
-                hi += float((q >> 4) + ((h >> (2 * g + 1)) & 1) * 16) * cf[k];
+                lo += small_float((q & 0xF) | (((h >> (2 * g)) & 1) << 4)) * af[k];
+                hi += small_float((q >> 4) | (((h >> (2 * g + 1)) & 1) << 4)) * cf[k];
             }
-            xs_lo += (a.x + a.y) + (a.z + a.w);
-            xs_hi += (c.x + c.y) + (c.z + c.w);
         }
-        s += d * (sc0 * lo + sc1 * hi) - dmin * (m0 * xs_lo + m1 * xs_hi);
+        return d * (sc0 * lo + sc1 * hi) - dmin * (m0 * v.sum_lo + m1 * v.sum_hi);
     }
-    return s;
-}
+};
 
-// Q6_K: 8 lanes a block; part p takes half n = p / 4 and l in [l0, l0 + 8),
-// l0 = (p % 4) * 8: the four weights l, l + 32, l + 64, l + 96 of that half.
+// Q6_K: part p takes half n = p / 4 and l in [l0, l0 + 8), l0 = (p % 4) * 8:
+// the four weights l, l + 32, l + 64, l + 96 of that half. Blocks are 210
+// bytes, so 2-byte loads are the widest aligned ones.
 template <>
-__device__ float row_dot<GgmlType::Q6_K>(const uint8_t* row, int64_t cols, const float* x, int lane) {
-    const int64_t nb = cols / 256;
-    const int p = lane % 8, n = p / 4, l0 = (p % 4) * 8;
-    float s = 0;
-    for (int64_t ib = lane / 8; ib < nb; ib += 4) {
-        const BlockQ6_K* b = reinterpret_cast<const BlockQ6_K*>(row) + ib;
+struct Unit<GgmlType::Q6_K> {
+    static constexpr int kWeights = 256, kBytes = sizeof(BlockQ6_K);
+    struct X {
+        float4 v[4][2];  // [quarter][l0 .. l0 + 8)
+    };
+    __device__ static X load(const float* x, int p) {
+        const int n = p / 4, l0 = (p % 4) * 8;
+        X v;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float4* xv = reinterpret_cast<const float4*>(x + 128 * n + 32 * i + l0);
+            v.v[i][0] = xv[0];
+            v.v[i][1] = xv[1];
+        }
+        return v;
+    }
+    __device__ static float dot(const uint8_t* block, int p, const X& v) {
+        const BlockQ6_K* b = reinterpret_cast<const BlockQ6_K*>(block);
+        const int n = p / 4, l0 = (p % 4) * 8;
         const float d = half_at(reinterpret_cast<const uint8_t*>(&b->d));
         const uint8_t* ql = b->ql + 64 * n;
         const uint8_t* qh = b->qh + 32 * n;
         const int8_t* sc = b->scales + 8 * n + l0 / 16;
-        const float* xv = x + ib * 256 + 128 * n;
-        float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        // Blocks are 210 bytes, so 2-byte loads are the widest aligned ones.
         const uint16_t* lo16 = reinterpret_cast<const uint16_t*>(ql + l0);
         const uint16_t* hi16 = reinterpret_cast<const uint16_t*>(ql + l0 + 32);
         const uint16_t* h16 = reinterpret_cast<const uint16_t*>(qh + l0);
+        float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
 #pragma unroll
         for (int i2 = 0; i2 < 4; i2++) {
             const uint32_t la = lo16[i2], lb = hi16[i2], hh = h16[i2];
+            const float* x0 = &v.v[0][i2 / 2].x + 2 * (i2 % 2);
+            const float* x1 = &v.v[1][i2 / 2].x + 2 * (i2 % 2);
+            const float* x2 = &v.v[2][i2 / 2].x + 2 * (i2 % 2);
+            const float* x3 = &v.v[3][i2 / 2].x + 2 * (i2 % 2);
 #pragma unroll
             for (int k = 0; k < 2; k++) {
-                const int l = l0 + 2 * i2 + k;
                 const uint32_t qa = (la >> (8 * k)) & 0xFF, qb = (lb >> (8 * k)) & 0xFF, h = (hh >> (8 * k)) & 0xFF;
-                a0 += float(int((qa & 0xF) | ((h & 3) << 4)) - 32) * xv[l];
-                a1 += float(int((qb & 0xF) | (((h >> 2) & 3) << 4)) - 32) * xv[l + 32];
-                a2 += float(int((qa >> 4) | (((h >> 4) & 3) << 4)) - 32) * xv[l + 64];
-                a3 += float(int((qb >> 4) | (((h >> 6) & 3) << 4)) - 32) * xv[l + 96];
+                a0 += small_float((qa & 0xF) | ((h & 3) << 4), 32.0f) * x0[k];
+                a1 += small_float((qb & 0xF) | (((h >> 2) & 3) << 4), 32.0f) * x1[k];
+                a2 += small_float((qa >> 4) | (((h >> 4) & 3) << 4), 32.0f) * x2[k];
+                a3 += small_float((qb >> 4) | (((h >> 6) & 3) << 4), 32.0f) * x3[k];
             }
         }
-        s += d * (float(sc[0]) * a0 + float(sc[2]) * a1 + float(sc[4]) * a2 + float(sc[6]) * a3);
+        return d * (float(sc[0]) * a0 + float(sc[2]) * a1 + float(sc[4]) * a2 + float(sc[6]) * a3);
     }
-    return s;
+};
+
+// Q8_0: 8 lanes a block of 32, 4 weights each (34-byte blocks: 2-byte loads).
+template <>
+struct Unit<GgmlType::Q8_0> {
+    static constexpr int kWeights = 32, kBytes = sizeof(BlockQ8_0);
+    using X = float4;
+    __device__ static X load(const float* x, int p) { return *reinterpret_cast<const float4*>(x + p * 4); }
+    __device__ static float dot(const uint8_t* block, int p, const X& xv) {
+        const uint16_t* q16 = reinterpret_cast<const uint16_t*>(block + 2 + p * 4);
+        const uint32_t a = q16[0], b = q16[1];
+        // int8 q as (q + 128) - 128: the sign bit flipped is q + 128.
+        const float q0 = small_float((a ^ 0x80) & 0xFF, 128.0f), q1 = small_float(((a >> 8) ^ 0x80) & 0xFF, 128.0f),
+                    q2 = small_float((b ^ 0x80) & 0xFF, 128.0f), q3 = small_float(((b >> 8) ^ 0x80) & 0xFF, 128.0f);
+        return half_at(block) * (q0 * xv.x + q1 * xv.y + q2 * xv.z + q3 * xv.w);
+    }
+};
+
+// F32 and F16: a "block" of 256 weights, 32 contiguous a lane part; the
+// columns past the last whole 256 go through tail().
+template <>
+struct Unit<GgmlType::F32> {
+    static constexpr int kWeights = 256, kBytes = 256 * 4;
+    struct X {
+        float4 v[8];
+    };
+    __device__ static X load(const float* x, int p) {
+        X v;
+        const float4* xv = reinterpret_cast<const float4*>(x + p * 32);
+#pragma unroll
+        for (int j = 0; j < 8; j++) v.v[j] = xv[j];
+        return v;
+    }
+    __device__ static float dot(const uint8_t* block, int p, const X& v) {
+        const float4* w = reinterpret_cast<const float4*>(block) + p * 8;
+        float s = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float4 a = w[j];
+            s += a.x * v.v[j].x + a.y * v.v[j].y + a.z * v.v[j].z + a.w * v.v[j].w;
+        }
+        return s;
+    }
+    __device__ static float weight(const uint8_t* row, int64_t i) { return reinterpret_cast<const float*>(row)[i]; }
+};
+
+template <>
+struct Unit<GgmlType::F16> {
+    static constexpr int kWeights = 256, kBytes = 256 * 2;
+    using X = Unit<GgmlType::F32>::X;
+    __device__ static X load(const float* x, int p) { return Unit<GgmlType::F32>::load(x, p); }
+    __device__ static float dot(const uint8_t* block, int p, const X& v) {
+        const uint4* w = reinterpret_cast<const uint4*>(block) + p * 4;
+        float s = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint4 a = w[j];
+            const uint32_t h[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&h[2 * k]));
+                const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&h[2 * k + 1]));
+                const float4 xv = v.v[2 * j + k];
+                s += lo.x * xv.x + lo.y * xv.y + hi.x * xv.z + hi.y * xv.w;
+            }
+        }
+        return s;
+    }
+    __device__ static float weight(const uint8_t* row, int64_t i) {
+        return __half2float(reinterpret_cast<const __half*>(row)[i]);
+    }
+};
+
+// Lane `lane`'s share, for each of R rows w[r], of dot(row, x) over `cols`
+// weights: lane groups of 8 take blocks ib = lane / 8 + 4 * part, stepping
+// 4 * nparts (nparts warps share the rows). Unroll: two blocks' loads in
+// flight at once, for more registers (fewer warps resident).
+template <GgmlType T, int R, bool Unroll = false>
+__device__ __forceinline__ void rows_dot(const uint8_t* const (&w)[R], int64_t cols, const float* x, int lane,
+                                         int part, int nparts, float (&s)[R]) {
+    using U = Unit<T>;
+    const int64_t nb = cols / U::kWeights;
+    const int p = lane % 8;
+#pragma unroll
+    for (int r = 0; r < R; r++) s[r] = 0;
+    int64_t ib = int64_t(part) * 4 + lane / 8;
+    if constexpr (Unroll) {
+        for (; ib + 4 * nparts < nb; ib += 8 * nparts) {
+            const typename U::X xa = U::load(x + ib * U::kWeights, p);
+            const typename U::X xb = U::load(x + (ib + 4 * nparts) * U::kWeights, p);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                s[r] += U::dot(w[r] + ib * U::kBytes, p, xa);
+                s[r] += U::dot(w[r] + (ib + 4 * nparts) * U::kBytes, p, xb);
+            }
+        }
+    }
+    for (; ib < nb; ib += 4 * nparts) {
+        const typename U::X xs = U::load(x + ib * U::kWeights, p);
+#pragma unroll
+        for (int r = 0; r < R; r++) s[r] += U::dot(w[r] + ib * U::kBytes, p, xs);
+    }
+    if constexpr (T == GgmlType::F32 || T == GgmlType::F16) {
+        for (int64_t i = nb * U::kWeights + part * 32 + lane; i < cols; i += 32 * nparts) {
+#pragma unroll
+            for (int r = 0; r < R; r++) s[r] += U::weight(w[r], i) * x[i];
+        }
+    }
 }
 
-constexpr int kRowsPerBlock = 4;  // one warp a row
+__device__ void route_warp(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights) {
+    __shared__ uint32_t taken[32];
+    __shared__ int32_t chosen[32];
+    __shared__ float l[1024];  // the logits, read once (each round scans them)
+    const int lane = threadIdx.x % 32;
+    taken[lane] = 0;
+    for (int e = lane; e < n_expert; e += 32) l[e] = __ldcg(logits + e);  // written by other blocks
+    __syncwarp();
+    for (int r = 0; r < k; r++) {
+        float best = -INFINITY;
+        int arg = n_expert;
+        for (int e = lane; e < n_expert; e += 32) {
+            if (taken[e / 32] & (1u << (e % 32))) continue;
+            if (arg == n_expert || l[e] > best) best = l[e], arg = e;
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            const int oa = __shfl_xor_sync(0xffffffffu, arg, o);
+            if (oa < n_expert && (arg == n_expert || ob > best || (ob == best && oa < arg))) best = ob, arg = oa;
+        }
+        if (lane == 0) {
+            taken[arg / 32] |= 1u << (arg % 32);
+            chosen[r] = arg;
+            ids[r] = arg;
+        }
+        __syncwarp();
+    }
+    const float mx = l[chosen[0]];
+    double sum = 0;
+    for (int e = lane; e < n_expert; e += 32) sum += double(expf(l[e] - mx));
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane != 0) return;
+    const float inv = float(1.0 / sum);
+    float wsum = 0;
+    for (int r = 0; r < k; r++) {
+        weights[r] = expf(l[chosen[r]] - mx) * inv;
+        wsum += weights[r];
+    }
+    if (renorm) {
+        for (int r = 0; r < k; r++) weights[r] /= wsum;
+    }
+}
 
-// blockIdx.y: which expert (table != null) or 0.
+__global__ void route_kernel(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights) {
+    route_warp(logits, n_expert, k, renorm, ids, weights);
+}
+
+// out = x / sqrt(mean(x^2) + eps) * w by one block (sums of squares in
+// double), reading x through L2: other blocks of the grid wrote it. Loads
+// come kEpiPer a thread at a time, all in flight together.
+constexpr int kEpiPer = 16;
+
+__device__ void block_rms_norm(const float* x, const float* w, int64_t width, float eps, float* out) {
+    __shared__ double part[32];
+    double sum = 0;
+    for (int64_t base = 0; base < width; base += int64_t(kEpiPer) * blockDim.x) {
+        float v[kEpiPer];
+#pragma unroll
+        for (int k = 0; k < kEpiPer; k++) {
+            const int64_t i = base + threadIdx.x + int64_t(k) * blockDim.x;
+            v[k] = i < width ? __ldcg(x + i) : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kEpiPer; k++) sum += double(v[k] * v[k]);
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = sum;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        double t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (threadIdx.x == 0) part[0] = t;
+    }
+    __syncthreads();
+    const float scale = 1.0f / sqrtf(float(part[0] / double(width)) + eps);
+    for (int64_t base = 0; base < width; base += int64_t(kEpiPer) * blockDim.x) {
+        float v[kEpiPer], wv[kEpiPer];
+#pragma unroll
+        for (int k = 0; k < kEpiPer; k++) {
+            const int64_t i = base + threadIdx.x + int64_t(k) * blockDim.x;
+            v[k] = i < width ? __ldcg(x + i) : 0.0f;
+            wv[k] = i < width ? w[i] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kEpiPer; k++) {
+            const int64_t i = base + threadIdx.x + int64_t(k) * blockDim.x;
+            if (i < width) out[i] = (v[k] * scale) * wv[k];
+        }
+    }
+}
+
+// Whether this block is the grid's last to finish (every block calls it,
+// after writing its outputs): the blocks count themselves in *counter,
+// and the last sets it back to 0 for the next launch.
+__device__ bool last_block(int* counter) {
+    __shared__ bool is_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const int total = int(gridDim.x * gridDim.y);
+        is_last = atomicAdd(counter, 1) == total - 1;
+        if (is_last) *counter = 0;
+    }
+    __syncthreads();
+    if (is_last) __threadfence();
+    return is_last;
+}
+
+__device__ void run_epilogue(const Epilogue& ep, const float* y) {
+    if (ep.k > 0) {
+        if (threadIdx.x < 32) route_warp(y, int(ep.width), ep.k, ep.renorm, ep.ids, ep.weights);
+    } else {
+        block_rms_norm(ep.x, ep.w, ep.width, ep.eps, ep.out);
+    }
+}
+
 // What a matvec launch computes: blockIdx.y picks a matrix (an expert's,
 // through table, when table is set; the second `pair` of them at offset2
 // writing after the first n outputs); y is written, or added to (add).
+// nparts warps (1 or 4) share each group of R rows.
 struct MatvecArgs {
     const uint8_t* w0;
     const uint8_t* const* table;
     const int32_t* ids;
-    int n;                  // matrices per pair
+    int n;  // matrices per pair
     size_t offset, offset2;
     int64_t rows, cols;
     size_t row_bytes;
@@ -212,87 +447,323 @@ struct MatvecArgs {
     int64_t x_stride;
     float* y;
     bool add;
+    int nparts;
+};
+
+constexpr int kWarps = 4;  // a matvec block's warps
+
+template <GgmlType T, int R, bool Unroll>
+__global__ void __launch_bounds__(32 * kWarps) matvec_kernel(const MatvecArgs a, const Epilogue ep) {
+    __shared__ float part_sum[kWarps][R];
+    const int e = blockIdx.y % a.n, second = blockIdx.y / a.n;
+    const uint8_t* w = a.table ? (a.ids ? a.table[a.ids[e]] : a.table[e]) + (second ? a.offset2 : a.offset) : a.w0;
+    const float* x = a.x + e * a.x_stride;
+    float* y = a.y + int64_t(blockIdx.y) * a.rows;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int groups = kWarps / a.nparts, part = warp % a.nparts;
+    const int64_t r0 = (int64_t(blockIdx.x) * groups + warp / a.nparts) * R;
+    const uint8_t* rows[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) rows[r] = w + min(r0 + r, a.rows - 1) * a.row_bytes;  // clamped: written below if < rows
+    float s[R];
+    rows_dot<T, R, Unroll>(rows, a.cols, x, lane, part, a.nparts, s);
+#pragma unroll
+    for (int r = 0; r < R; r++) s[r] = warp_sum(s[r]);
+    if (a.nparts > 1) {
+        if (lane == 0) {
+#pragma unroll
+            for (int r = 0; r < R; r++) part_sum[warp][r] = s[r];
+        }
+        __syncthreads();
+        if (part == 0) {
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float t = part_sum[warp][r];
+                for (int q = 1; q < a.nparts; q++) t += part_sum[warp + q][r];
+                s[r] = t;
+            }
+        }
+    }
+    if (lane == 0 && part == 0) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (r0 + r < a.rows) y[r0 + r] = a.add ? y[r0 + r] + s[r] : s[r];
+        }
+    }
+    if (ep.counter && last_block(ep.counter)) run_epilogue(ep, a.y);
+}
+
+// Up to three matrices of any of the types, all reading x (a layer's q, k
+// and v), in one launch: the grid's blocks are cut into one run a matrix,
+// a warp two rows.
+struct MatvecSegment {
+    const uint8_t* w;
+    float* y;
+    int64_t rows;
+    size_t row_bytes;
+    GgmlType type;
+    unsigned first_block;
+};
+
+struct MultiArgs {
+    MatvecSegment seg[3];
+    int n;
+    int64_t cols;
+    const float* x;
 };
 
 template <GgmlType T>
-__global__ void matvec_kernel(const MatvecArgs a) {
-    const int e = blockIdx.y % a.n, second = blockIdx.y / a.n;
-    const uint8_t* w = a.table ? a.table[a.ids[e]] + (second ? a.offset2 : a.offset) : a.w0;
-    const float* x = a.x + e * a.x_stride;
-    float* y = a.y + int64_t(blockIdx.y) * a.rows;
+__device__ void segment_rows(const MatvecSegment& g, int64_t cols, const float* x, unsigned block) {
     const int lane = threadIdx.x % 32;
-    const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
-    if (r >= a.rows) return;
-    const float s = warp_sum(row_dot<T>(w + r * a.row_bytes, a.cols, x, lane));
-    if (lane == 0) y[r] = a.add ? y[r] + s : s;
+    const int64_t r0 = (int64_t(block) * kWarps + threadIdx.x / 32) * 2;
+    if (r0 >= g.rows) return;
+    const uint8_t* rows[2] = {g.w + r0 * g.row_bytes, g.w + min(r0 + 1, g.rows - 1) * g.row_bytes};
+    float s[2];
+    rows_dot<T, 2>(rows, cols, x, lane, 0, 1, s);
+    s[0] = warp_sum(s[0]);
+    s[1] = warp_sum(s[1]);
+    if (lane == 0) {
+        g.y[r0] = s[0];
+        if (r0 + 1 < g.rows) g.y[r0 + 1] = s[1];
+    }
+}
+
+__global__ void __launch_bounds__(32 * kWarps) matvec_multi_kernel(const MultiArgs a) {
+    int i = 0;
+    while (i + 1 < a.n && blockIdx.x >= a.seg[i + 1].first_block) i++;
+    const MatvecSegment& g = a.seg[i];
+    const unsigned block = blockIdx.x - g.first_block;
+    switch (g.type) {
+        case GgmlType::F32: segment_rows<GgmlType::F32>(g, a.cols, a.x, block); break;
+        case GgmlType::F16: segment_rows<GgmlType::F16>(g, a.cols, a.x, block); break;
+        case GgmlType::Q8_0: segment_rows<GgmlType::Q8_0>(g, a.cols, a.x, block); break;
+        case GgmlType::Q4_K: segment_rows<GgmlType::Q4_K>(g, a.cols, a.x, block); break;
+        case GgmlType::Q5_K: segment_rows<GgmlType::Q5_K>(g, a.cols, a.x, block); break;
+        case GgmlType::Q6_K: segment_rows<GgmlType::Q6_K>(g, a.cols, a.x, block); break;
+        default: break;
+    }
+}
+
+// Gate and up of n experts with SwiGLU: warp computes gate and up rows r and
+// r + 1 of expert blockIdx.y (one read of x for the four) and writes
+// h[e * rows + r] = silu(gate) * up.
+template <GgmlType T, bool Unroll>
+__global__ void __launch_bounds__(32 * kWarps) gate_up_kernel(const MatvecArgs a) {
+    const int e = blockIdx.y;
+    const uint8_t* w = (a.ids ? a.table[a.ids[e]] : a.table[e]);
+    const int lane = threadIdx.x % 32;
+    const int64_t r0 = (int64_t(blockIdx.x) * kWarps + threadIdx.x / 32) * 2;
+    const int64_t r1 = min(r0 + 1, a.rows - 1);
+    const uint8_t* rows[4] = {w + a.offset + r0 * a.row_bytes, w + a.offset + r1 * a.row_bytes,
+                              w + a.offset2 + r0 * a.row_bytes, w + a.offset2 + r1 * a.row_bytes};
+    if (r0 >= a.rows) return;
+    float s[4];
+    rows_dot<T, 4, Unroll>(rows, a.cols, a.x, lane, 0, 1, s);
+#pragma unroll
+    for (int r = 0; r < 4; r++) s[r] = warp_sum(s[r]);
+    if (lane == 0) {
+        float* h = a.y + int64_t(e) * a.rows;
+        h[r0] = s[0] / (1.0f + expf(-s[0])) * s[2];
+        if (r0 + 1 < a.rows) h[r0 + 1] = s[1] / (1.0f + expf(-s[1])) * s[3];
+    }
+}
+
+// Down of n experts and their weighted sum into the residual: warp e
+// computes rows r0, r0 + 1 of expert e (its input x + e * x_stride), then
+// y[r] += sum over e, in order, of weights[e] * that row: the same sum
+// whatever order the warps finish in.
+template <GgmlType T>
+__global__ void down_combine_kernel(const MatvecArgs a, const float* weights, const Epilogue ep) {
+    __shared__ float part_sum[32][2];
+    const int lane = threadIdx.x % 32, e = threadIdx.x / 32;
+    const uint8_t* w = (a.ids ? a.table[a.ids[e]] : a.table[e]) + a.offset;
+    const int64_t r0 = int64_t(blockIdx.x) * 2, r1 = min(r0 + 1, a.rows - 1);
+    const uint8_t* rows[2] = {w + r0 * a.row_bytes, w + r1 * a.row_bytes};
+    float s[2];
+    rows_dot<T, 2>(rows, a.cols, a.x + e * a.x_stride, lane, 0, 1, s);
+    s[0] = warp_sum(s[0]);
+    s[1] = warp_sum(s[1]);
+    if (lane == 0) part_sum[e][0] = s[0], part_sum[e][1] = s[1];
+    __syncthreads();
+    if (threadIdx.x < 2 && r0 + threadIdx.x < a.rows) {
+        float acc = 0;
+        for (int k = 0; k < a.n; k++) acc += weights[k] * part_sum[k][threadIdx.x];
+        a.y[r0 + threadIdx.x] += acc;
+    }
+    if (ep.counter && last_block(ep.counter)) run_epilogue(ep, a.y);
+}
+
+int sm_count() {
+    static const int n = [] {
+        int d = 0, v = 0;
+        cudaGetDevice(&d);
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, d);
+        return v > 0 ? v : 1;
+    }();
+    return n;
+}
+
+// MOESTREAM_GPU_UNROLL=1: matvec and gate/up kernels keep two blocks'
+// loads in flight (to compare; off by default).
+bool unroll_blocks() {
+    static const bool u = [] {
+        const char* v = getenv("MOESTREAM_GPU_UNROLL");
+        return v && atoi(v) == 1;
+    }();
+    return u;
+}
+
+// Rows a warp computes (MOESTREAM_GPU_ROWS=1|2|4 to compare; 2 by default).
+int rows_per_warp() {
+    static const int r = [] {
+        const char* v = getenv("MOESTREAM_GPU_ROWS");
+        const int n = v ? atoi(v) : 2;
+        return n == 1 || n == 4 ? n : 2;
+    }();
+    return r;
+}
+
+template <GgmlType T, int R>
+void launch_matvec_r(MatvecArgs a, const Epilogue& ep, int n_launch, cudaStream_t s) {
+    // Four warps share each row group when one warp a group would leave
+    // the device short of blocks (the router's 128 rows, k and v).
+    const int64_t groups = (a.rows + R - 1) / R;
+    a.nparts = groups * n_launch / kWarps < 2 * sm_count() ? kWarps : 1;
+    const int64_t per_block = kWarps / a.nparts;
+    const dim3 grid(unsigned((groups + per_block - 1) / per_block), unsigned(n_launch));
+    if (unroll_blocks()) {
+        matvec_kernel<T, R, true><<<grid, 32 * kWarps, 0, s>>>(a, ep);
+    } else {
+        matvec_kernel<T, R, false><<<grid, 32 * kWarps, 0, s>>>(a, ep);
+    }
 }
 
 template <GgmlType T>
-void launch_matvec(MatvecArgs a, int n_launch, cudaStream_t s) {
+void launch_matvec(MatvecArgs a, const Epilogue& ep, int n_launch, cudaStream_t s) {
     a.row_bytes = row_bytes(T, a.cols);
-    const dim3 grid(unsigned((a.rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(n_launch));
-    matvec_kernel<T><<<grid, 32 * kRowsPerBlock, 0, s>>>(a);
+    switch (rows_per_warp()) {
+        case 1: launch_matvec_r<T, 1>(a, ep, n_launch, s); break;
+        case 4: launch_matvec_r<T, 4>(a, ep, n_launch, s); break;
+        default: launch_matvec_r<T, 2>(a, ep, n_launch, s); break;
+    }
 }
 
-void dispatch_matvec(GgmlType t, const MatvecArgs& a, int n_launch, cudaStream_t s) {
-    switch (t) {
-        case GgmlType::F32: launch_matvec<GgmlType::F32>(a, n_launch, s); break;
-        case GgmlType::F16: launch_matvec<GgmlType::F16>(a, n_launch, s); break;
-        case GgmlType::Q8_0: launch_matvec<GgmlType::Q8_0>(a, n_launch, s); break;
-        case GgmlType::Q4_K: launch_matvec<GgmlType::Q4_K>(a, n_launch, s); break;
-        case GgmlType::Q5_K: launch_matvec<GgmlType::Q5_K>(a, n_launch, s); break;
-        case GgmlType::Q6_K: launch_matvec<GgmlType::Q6_K>(a, n_launch, s); break;
-        default: throw std::runtime_error(std::string("CUDA matvec: no kernel for ") + type_name(t));
+template <GgmlType T>
+void launch_gate_up(MatvecArgs a, cudaStream_t s) {
+    a.row_bytes = row_bytes(T, a.cols);
+    const dim3 grid(unsigned((a.rows + 2 * kWarps - 1) / (2 * kWarps)), unsigned(a.n));
+    if (unroll_blocks()) {
+        gate_up_kernel<T, true><<<grid, 32 * kWarps, 0, s>>>(a);
+    } else {
+        gate_up_kernel<T, false><<<grid, 32 * kWarps, 0, s>>>(a);
     }
+}
+
+template <GgmlType T>
+void launch_down_combine(MatvecArgs a, const float* weights, const Epilogue& ep, cudaStream_t s) {
+    a.row_bytes = row_bytes(T, a.cols);
+    down_combine_kernel<T><<<unsigned((a.rows + 1) / 2), 32 * a.n, 0, s>>>(a, weights, ep);
+}
+
+#define MS_TYPE_SWITCH(t, CALL)                                   \
+    switch (t) {                                                  \
+        case GgmlType::F32: CALL(GgmlType::F32); break;           \
+        case GgmlType::F16: CALL(GgmlType::F16); break;           \
+        case GgmlType::Q8_0: CALL(GgmlType::Q8_0); break;         \
+        case GgmlType::Q4_K: CALL(GgmlType::Q4_K); break;         \
+        case GgmlType::Q5_K: CALL(GgmlType::Q5_K); break;         \
+        case GgmlType::Q6_K: CALL(GgmlType::Q6_K); break;         \
+        default: throw std::runtime_error(std::string("CUDA matvec: no kernel for ") + type_name(t)); \
+    }
+
+void dispatch_matvec(GgmlType t, const MatvecArgs& a, int n_launch, cudaStream_t s, const Epilogue& ep = {}) {
+#define MS_CALL(T) launch_matvec<T>(a, ep, n_launch, s)
+    MS_TYPE_SWITCH(t, MS_CALL)
+#undef MS_CALL
     launched("matvec");
 }
 
-// One block a row; sums of squares in double as ops/norm.cpp does.
-__global__ void rms_norm_kernel(const float* x, const float* w, int64_t width, float eps, float* out) {
+// One block a row; sums of squares in double as ops/norm.cpp does. A row of
+// up to kNormPer values a thread is read into registers at once (every load
+// in flight together: this kernel is a chain of latencies, not bandwidth).
+constexpr int kNormThreads = 512, kNormPer = 8;
+
+__global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, const float* w, int64_t width,
+                                                                float eps, float* out) {
     __shared__ double part[32];
     x += int64_t(blockIdx.x) * width;
     out += int64_t(blockIdx.x) * width;
+    const bool held = width <= int64_t(kNormPer) * blockDim.x;
+    float v[kNormPer], wv[kNormPer];
     double sum = 0;
-    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) sum += double(x[i] * x[i]);
+    if (held) {
+#pragma unroll
+        for (int k = 0; k < kNormPer; k++) {
+            const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+            v[k] = i < width ? x[i] : 0.0f;
+            wv[k] = i < width && w ? w[i] : 1.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kNormPer; k++) sum += double(v[k] * v[k]);
+    } else {
+        for (int64_t i = threadIdx.x; i < width; i += blockDim.x) sum += double(x[i] * x[i]);
+    }
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = sum;
     __syncthreads();
-    if (threadIdx.x == 0) {
-        double t = 0;
-        for (int i = 0; i < int(blockDim.x / 32); i++) t += part[i];
-        part[0] = t;
+    if (threadIdx.x < 32) {
+        double t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (threadIdx.x == 0) part[0] = t;
     }
     __syncthreads();
     const float mean = float(part[0] / double(width));
     const float scale = 1.0f / sqrtf(mean + eps);
-    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) out[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
+    if (held) {
+#pragma unroll
+        for (int k = 0; k < kNormPer; k++) {
+            const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+            if (i < width) out[i] = w ? (v[k] * scale) * wv[k] : v[k] * scale;
+        }
+    } else {
+        for (int64_t i = threadIdx.x; i < width; i += blockDim.x) out[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
+    }
 }
 
-__global__ void attention_kernel(const float* q, const float* k_cache, const float* v_cache, const int32_t* pos,
-                                 int n_head, int n_kv_head, int head_dim, float scale, float* out) {
+// One block a query head. Scores: a warp a position, its lanes across the
+// head (coalesced rows of the cache); then the softmax; then the weighted
+// sum of v rows, a thread a dimension.
+constexpr int kAttentionThreads = 256;
+
+__global__ void __launch_bounds__(kAttentionThreads) attention_kernel(const float* q, const float* k_cache,
+                                                                     const float* v_cache, const int32_t* pos,
+                                                                     int n_head, int n_kv_head, int head_dim,
+                                                                     float scale, float* out) {
     const int n_pos = *pos + 1;
     extern __shared__ float smem[];
-    float* qs = smem;               // head_dim
+    float* qs = smem;                 // head_dim
     float* scores = smem + head_dim;  // n_pos
     __shared__ float red[32];
     const int h = blockIdx.x, kvh = h / (n_head / n_kv_head);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
     const int64_t row = int64_t(n_kv_head) * head_dim;
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) qs[i] = q[int64_t(h) * head_dim + i];
     __syncthreads();
+    const float* kh = k_cache + int64_t(kvh) * head_dim;
     float mx = -INFINITY;
-    for (int p = threadIdx.x; p < n_pos; p += blockDim.x) {
-        const float* k = k_cache + p * row + int64_t(kvh) * head_dim;
+#pragma unroll 4
+    for (int p = warp; p < n_pos; p += n_warps) {
+        const float* k = kh + p * row;
         float s = 0;
-        for (int i = 0; i < head_dim; i++) s += qs[i] * k[i];
-        s *= scale;
-        scores[p] = s;
+        for (int i = lane; i < head_dim; i += 32) s += qs[i] * k[i];
+        s = warp_sum(s) * scale;
+        if (lane == 0) scores[p] = s;
         mx = fmaxf(mx, s);
     }
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = mx;
+    if (lane == 0) red[warp] = mx;
     __syncthreads();
     mx = red[0];
-    for (int i = 1; i < int(blockDim.x / 32); i++) mx = fmaxf(mx, red[i]);
+    for (int i = 1; i < n_warps; i++) mx = fmaxf(mx, red[i]);
     __syncthreads();
     float sum = 0;
     for (int p = threadIdx.x; p < n_pos; p += blockDim.x) {
@@ -301,15 +772,26 @@ __global__ void attention_kernel(const float* q, const float* k_cache, const flo
         sum += e;
     }
     sum = warp_sum(sum);
-    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = sum;
+    if (lane == 0) red[warp] = sum;
     __syncthreads();
     sum = 0;
-    for (int i = 0; i < int(blockDim.x / 32); i++) sum += red[i];
+    for (int i = 0; i < n_warps; i++) sum += red[i];
     const float inv = 1.0f / sum;
-    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
-        const float* v = v_cache + int64_t(kvh) * head_dim + i;
+    // v: head_dim threads a position group; blockDim / head_dim groups split
+    // the positions, then add up in group order.
+    const int groups = max(1, int(blockDim.x) / head_dim), grp = threadIdx.x / head_dim;
+    float* partial = scores + n_pos;  // groups x head_dim
+    const float* vh = v_cache + int64_t(kvh) * head_dim;
+    for (int i = threadIdx.x % head_dim; grp < groups && i < head_dim; i += blockDim.x) {
         float acc = 0;
-        for (int p = 0; p < n_pos; p++) acc += scores[p] * v[p * row];
+#pragma unroll 4
+        for (int p = grp; p < n_pos; p += groups) acc += scores[p] * vh[p * row + i];
+        partial[grp * head_dim + i] = acc;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+        float acc = 0;
+        for (int g = 0; g < groups; g++) acc += partial[g * head_dim + i];
         out[int64_t(h) * head_dim + i] = acc * inv;
     }
 }
@@ -365,53 +847,6 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, flo
 // One warp: k rounds of a warp-wide argmax over the logits (the lower id
 // on a tie), then the chosen probabilities from a softmax over all, as
 // model/moe.cpp does (its sum in double, in id order by lane strides here).
-__global__ void route_kernel(const float* l, int n_expert, int k, bool renorm, int32_t* ids, float* weights) {
-    __shared__ uint32_t taken[32];
-    const int lane = threadIdx.x;
-    taken[lane] = 0;
-    __syncwarp();
-    for (int r = 0; r < k; r++) {
-        float best = -INFINITY;
-        int arg = n_expert;
-        for (int e = lane; e < n_expert; e += 32) {
-            if (taken[e / 32] & (1u << (e % 32))) continue;
-            if (arg == n_expert || l[e] > best) best = l[e], arg = e;
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-            const int oa = __shfl_xor_sync(0xffffffffu, arg, o);
-            if (oa < n_expert && (arg == n_expert || ob > best || (ob == best && oa < arg))) best = ob, arg = oa;
-        }
-        if (lane == 0) {
-            taken[arg / 32] |= 1u << (arg % 32);
-            ids[r] = arg;
-        }
-        __syncwarp();
-    }
-    const float mx = l[ids[0]];
-    double sum = 0;
-    for (int e = lane; e < n_expert; e += 32) sum += double(expf(l[e] - mx));
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (lane != 0) return;
-    const float inv = float(1.0 / sum);
-    float wsum = 0;
-    for (int r = 0; r < k; r++) {
-        weights[r] = expf(l[ids[r]] - mx) * inv;
-        wsum += weights[r];
-    }
-    if (renorm) {
-        for (int r = 0; r < k; r++) weights[r] /= wsum;
-    }
-}
-
-__global__ void add_weighted_kernel(float* x, const float* y, const float* weights, int k, int64_t n) {
-    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float acc = 0;
-    for (int r = 0; r < k; r++) acc += weights[r] * y[r * n + i];
-    x[i] += acc;
-}
-
 unsigned blocks(int64_t n, int per) { return unsigned((n + per - 1) / per); }
 
 }  // namespace
@@ -428,30 +863,69 @@ bool supports(GgmlType t) {
     }
 }
 
-void matvec(GgmlType t, const void* w, int64_t rows, int64_t cols, const float* x, float* y, Stream s, bool add) {
-    dispatch_matvec(t, {static_cast<const uint8_t*>(w), nullptr, nullptr, 1, 0, 0, rows, cols, 0, x, 0, y, add}, 1,
-                    native(s));
+void matvec(GgmlType t, const void* w, int64_t rows, int64_t cols, const float* x, float* y, Stream s, bool add,
+            const Epilogue& then) {
+    if (then.k > 0 && (then.k > 32 || rows > 1024 || then.k > rows))
+        throw std::runtime_error("CUDA routing: k <= 32, n_expert <= 1024");
+    Epilogue ep = then;
+    if (ep.k > 0) ep.width = rows;
+    dispatch_matvec(t, {static_cast<const uint8_t*>(w), nullptr, nullptr, 1, 0, 0, rows, cols, 0, x, 0, y, add, 1},
+                    1, native(s), ep);
 }
 
 void matvec_experts(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset, int64_t rows,
                     int64_t cols, const float* x, int64_t x_stride, float* y, Stream s) {
-    dispatch_matvec(t, {nullptr, table, ids, n, offset, 0, rows, cols, 0, x, x_stride, y, false}, n, native(s));
+    dispatch_matvec(t, {nullptr, table, ids, n, offset, 0, rows, cols, 0, x, x_stride, y, false, 1}, n, native(s));
 }
 
-void matvec_expert_pair(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
-                        size_t offset2, int64_t rows, int64_t cols, const float* x, float* y, Stream s) {
-    dispatch_matvec(t, {nullptr, table, ids, n, offset, offset2, rows, cols, 0, x, 0, y, false}, 2 * n, native(s));
+void matvec_multi(int n, const GgmlType* types, const void* const* w, const int64_t* rows, int64_t cols,
+                  const float* x, float* const* y, Stream s) {
+    if (n < 1 || n > 3) throw std::runtime_error("CUDA matvec_multi: 1 to 3 matrices");
+    MultiArgs a{};
+    a.n = n;
+    a.cols = cols;
+    a.x = x;
+    unsigned blocks = 0;
+    for (int i = 0; i < n; i++) {
+        if (!supports(types[i])) throw std::runtime_error(std::string("CUDA matvec: no kernel for ") + type_name(types[i]));
+        a.seg[i] = {static_cast<const uint8_t*>(w[i]), y[i], rows[i], row_bytes(types[i], cols), types[i], blocks};
+        blocks += unsigned((rows[i] + 2 * kWarps - 1) / (2 * kWarps));
+    }
+    matvec_multi_kernel<<<blocks, 32 * kWarps, 0, native(s)>>>(a);
+    launched("matvec_multi");
+}
+
+void expert_gate_up(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
+                    size_t offset2, int64_t rows, int64_t cols, const float* x, float* h, Stream s) {
+    const MatvecArgs a{nullptr, table, ids, n, offset, offset2, rows, cols, 0, x, 0, h, false, 1};
+#define MS_CALL(T) launch_gate_up<T>(a, native(s))
+    MS_TYPE_SWITCH(t, MS_CALL)
+#undef MS_CALL
+    launched("expert_gate_up");
+}
+
+void expert_down_add(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
+                     int64_t rows, int64_t cols, const float* h, const float* weights, float* x, Stream s,
+                     const Epilogue& then) {
+    if (then.k > 0) throw std::runtime_error("CUDA expert_down_add: a norm, not routing, may follow");
+    if (n > 32) throw std::runtime_error("CUDA expert_down_add: more than 32 experts");
+    const MatvecArgs a{nullptr, table, ids, n, offset, 0, rows, cols, 0, h, cols, x, true, 1};
+#define MS_CALL(T) launch_down_combine<T>(a, weights, then, native(s))
+    MS_TYPE_SWITCH(t, MS_CALL)
+#undef MS_CALL
+    launched("expert_down_add");
 }
 
 void rms_norm(const float* x, const float* w, int64_t rows, int64_t width, float eps, float* out, Stream s) {
-    rms_norm_kernel<<<unsigned(rows), 256, 0, native(s)>>>(x, w, width, eps, out);
+    rms_norm_kernel<<<unsigned(rows), kNormThreads, 0, native(s)>>>(x, w, width, eps, out);
     launched("rms_norm");
 }
 
 static size_t attention_smem = 0;  // dynamic shared memory of every attention launch (prepare_attention)
 
 void prepare_attention(int max_pos, int head_dim) {
-    const size_t smem = size_t(head_dim + max_pos) * sizeof(float);
+    const int groups = std::max(1, kAttentionThreads / head_dim);
+    const size_t smem = size_t(head_dim + max_pos + groups * head_dim) * sizeof(float);
     if (smem <= attention_smem) return;
     if (smem > (48 << 10) &&
         cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess) {
@@ -464,7 +938,7 @@ void prepare_attention(int max_pos, int head_dim) {
 
 void attention(const float* q, const float* k_cache, const float* v_cache, const int32_t* pos, int n_head,
                int n_kv_head, int head_dim, float scale, float* out, Stream s) {
-    attention_kernel<<<unsigned(n_head), 128, attention_smem, native(s)>>>(q, k_cache, v_cache, pos, n_head,
+    attention_kernel<<<unsigned(n_head), kAttentionThreads, attention_smem, native(s)>>>(q, k_cache, v_cache, pos, n_head,
                                                                            n_kv_head, head_dim, scale, out);
     launched("attention");
 }
@@ -489,11 +963,6 @@ void route_softmax_topk(const float* logits, int n_expert, int k, bool renorm, i
     if (k > 32 || n_expert > 1024 || k > n_expert) throw std::runtime_error("CUDA routing: k <= 32, n_expert <= 1024");
     route_kernel<<<1, 32, 0, native(s)>>>(logits, n_expert, k, renorm, ids, weights);
     launched("route_softmax_topk");
-}
-
-void add_weighted(float* x, const float* y, const float* weights, int k, int64_t n, Stream s) {
-    add_weighted_kernel<<<blocks(n, 256), 256, 0, native(s)>>>(x, y, weights, k, n);
-    launched("add_weighted");
 }
 
 }  // namespace ms::gpu

@@ -40,9 +40,19 @@ void copy_to_host(void*, const void*, size_t, Stream) { absent(); }
 void copy_on_device(void*, const void*, size_t, Stream) { absent(); }
 void fill(void*, int, size_t, Stream) { absent(); }
 void check_last(const char*) { absent(); }
-void matvec(GgmlType, const void*, int64_t, int64_t, const float*, float*, Stream, bool) { absent(); }
-void matvec_expert_pair(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, size_t, int64_t, int64_t,
-                        const float*, float*, Stream) {
+void matvec(GgmlType, const void*, int64_t, int64_t, const float*, float*, Stream, bool, const Epilogue&) {
+    absent();
+}
+void matvec_multi(int, const GgmlType*, const void* const*, const int64_t*, int64_t, const float*, float* const*,
+                  Stream) {
+    absent();
+}
+void expert_gate_up(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, size_t, int64_t, int64_t,
+                    const float*, float*, Stream) {
+    absent();
+}
+void expert_down_add(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, int64_t, int64_t, const float*,
+                     const float*, float*, Stream, const Epilogue&) {
     absent();
 }
 void qk_norm_rope_store(float*, const float*, const float*, const float*, const float*, int, int, int, int, float,
@@ -64,7 +74,6 @@ void launch(Graph, Stream) { absent(); }
 void delete_graph(Graph) {}
 void swiglu(const float*, const float*, int64_t, float*, Stream) { absent(); }
 void route_softmax_topk(const float*, int, int, bool, int32_t*, float*, Stream) { absent(); }
-void add_weighted(float*, const float*, const float*, int, int64_t, Stream) { absent(); }
 Rates measure_rates(size_t, int) { absent(); }
 
 }  // namespace ms::gpu

@@ -41,16 +41,22 @@ private:
 class GpuState : public ModelState {
 public:
     DeviceMemory k_cache, v_cache;  // per layer n_ctx rows of kv_dim floats
-    DeviceMemory x, xb, q, k, v, att, router, ids, weights, gate, hidden, expert_out, logits;  // gate: gate | up
+    DeviceMemory x, xb, q, k, v, att, router, ids, weights, gate, hidden, logits;  // gate: gate | up
     DeviceMemory input;           // the token's embedded row, rope angles and position (an int)
+    DeviceMemory slots;           // streaming: the VRAM address of each chosen expert of the layer, by rank
+    DeviceMemory counter;         // an int the fused launches count their blocks in (gpu::Epilogue)
     gpu::Graph graph = nullptr;   // one token's launches, when every expert is in VRAM
     float* host_input = nullptr;  // pinned: the embedded row and the rope angles of one token
     int32_t* host_ids = nullptr;  // pinned: a layer's chosen experts
+    const uint8_t** host_slots = nullptr;  // pinned: their VRAM addresses
+    float* host_logits = nullptr;  // pinned: copied at DMA speed, then to the caller's buffer
     uint64_t host_bytes = 0;
     ~GpuState() override {
         gpu::delete_graph(graph);
         gpu::release_pinned(host_input);
         gpu::release_pinned(host_ids);
+        gpu::release_pinned(host_slots);
+        gpu::release_pinned(host_logits);
     }
     uint64_t bytes() const override { return host_bytes; }
 };
@@ -79,7 +85,6 @@ public:
         arena_ = DeviceMemory(size_t(n_slots_) * slot_bytes_);
         table_ = DeviceMemory(size_t(total) * sizeof(uint8_t*));
         host_table_.assign(size_t(total), nullptr);
-        gpu::copy_to_device(table_.data(), host_table_.data(), host_table_.size() * sizeof(uint8_t*), nullptr);
         slot_of_.assign(size_t(total), -1);
         owner_.assign(size_t(n_slots_), -1);
         prev_.resize(size_t(n_slots_));
@@ -123,18 +128,21 @@ public:
         return s;
     }
 
-    // Copies an expert's three matrices into slot s on `stream` and points
-    // the table at it.
+    const uint8_t* address(int s) const { return arena_.data() + size_t(s) * slot_bytes_; }
+
+    // Copies an expert's three matrices into slot s on `stream`.
     void copy(int s, int layer, int id, const ExpertLayer& l, const ExpertView& v, gpu::Stream stream) {
         uint8_t* dst = arena_.data() + size_t(s) * slot_bytes_;
         gpu::copy_to_device(dst, v.gate, l.gate.bytes, stream);
         gpu::copy_to_device(dst + up_offset(l), v.up, l.up.bytes, stream);
         gpu::copy_to_device(dst + down_offset(l), v.down, l.down.bytes, stream);
-        const int64_t key = int64_t(layer) * n_expert_ + id;
-        host_table_[size_t(key)] = dst;
-        // The source is pageable: the call returns once the pointer is staged.
-        gpu::copy_to_device(table_.data() + key * int64_t(sizeof(uint8_t*)), &host_table_[size_t(key)],
-                            sizeof(uint8_t*), stream);
+        host_table_[size_t(int64_t(layer) * n_expert_ + id)] = dst;
+    }
+
+    // The device table of every expert's slot, once all are in (holds_all).
+    void upload_table() {
+        gpu::copy_to_device(table_.data(), host_table_.data(), host_table_.size() * sizeof(uint8_t*), nullptr);
+        gpu::sync(nullptr);
     }
 
 private:
@@ -160,6 +168,64 @@ private:
     std::vector<int> slot_of_;      // per (layer, expert)
     std::vector<int64_t> owner_;    // per slot: (layer, expert) key or -1
     std::vector<int> prev_, next_;  // the LRU list, most recent first
+};
+
+// MOESTREAM_GPU_PROFILE=1: the device time of each stage of a token, from
+// events recorded between its launches (the token is then launched kernel by
+// kernel, not replayed from a graph), with the weight bytes each stage reads;
+// printed, per token and as GB/s, when the model closes.
+class StageProfile {
+public:
+    enum Stage { kAttnIn, kQkRope, kAttention, kAttnOut, kRouter, kTopK, kFetch, kGateUp, kDown, kHead, kStages };
+
+    explicit StageProfile(int max_marks) : events_(size_t(max_marks) + 1), stage_(size_t(max_marks) + 1) {
+        for (gpu::Event& e : events_) e = gpu::new_event();
+    }
+    ~StageProfile() {
+        // In brackets: what runs there unless MOESTREAM_GPU_FUSE=1 (the
+        // first norm: in layer 0 either way); after a "+": only with it.
+        static const char* names[kStages] = {"[norm] + q,k,v matvec", "q/k norm + rope + kv", "attention",
+                                             "output matvec + residual + norm", "[norm] router matvec + top-k",
+                                             "[top-k]", "expert copies (wait)", "experts gate/up + swiglu",
+                                             "experts down + sum + norm", "[norm] + output head"};
+        if (tokens_ > 0) {
+            double total = 0;
+            for (double t : ms_) total += t;
+            fprintf(stderr, "gpu profile: %.1f us a token over %llu tokens (kernels launched one by one)\n",
+                    1e3 * total / double(tokens_), (unsigned long long)tokens_);
+            for (int i = 0; i < kStages; i++) {
+                const double us = 1e3 * ms_[i] / double(tokens_), mb = double(bytes_[i]) / 1e6 / double(tokens_);
+                fprintf(stderr, "  %-28s %8.1f us %5.1f%%  %8.2f MB  %7.1f GB/s\n", names[i], us,
+                        100 * ms_[i] / std::max(total, 1e-9), mb, us > 0 ? mb * 1e3 / us : 0.0);
+            }
+        }
+        for (gpu::Event e : events_) gpu::delete_event(e);
+    }
+    void begin(gpu::Stream s) {
+        n_ = 0;
+        gpu::record(events_[0], s);
+    }
+    void mark(Stage st, uint64_t bytes, gpu::Stream s) {
+        if (n_ + 1 >= int(events_.size())) return;
+        n_++;
+        gpu::record(events_[size_t(n_)], s);
+        stage_[size_t(n_)] = st;
+        bytes_[st] += bytes;
+    }
+    // After the token's stream is synchronized.
+    void collect() {
+        for (int i = 1; i <= n_; i++) ms_[stage_[size_t(i)]] += gpu::elapsed_ms(events_[size_t(i - 1)], events_[size_t(i)]);
+        tokens_++;
+        n_ = 0;
+    }
+
+private:
+    std::vector<gpu::Event> events_;
+    std::vector<Stage> stage_;
+    int n_ = 0;
+    double ms_[kStages] = {};
+    uint64_t bytes_[kStages] = {};
+    uint64_t tokens_ = 0;
 };
 
 class GpuQwen3 : public Model {
@@ -219,6 +285,32 @@ public:
                 copied_bytes_ / 1e6 / double(tokens_), (unsigned long long)tokens_, pinned_bytes_ / double(1 << 30));
     }
 
+    // add_gpu_report's object.
+    void add_to_report(Json* report) const {
+        Json g = Json::object();
+        g["device"] = gpu::describe();
+        size_t free_b = 0, total_b = 0;
+        gpu::memory_info(&free_b, &total_b);
+        g["vram_bytes"] = uint64_t(total_b);
+        g["vram_free_bytes"] = uint64_t(free_b);
+        g["cuda_graphs"] = vram_.holds_all() && graphs_ && !profile_;
+        Json v = Json::object();
+        v["slots"] = vram_.n_slots();
+        v["slot_bytes"] = vram_.slot_bytes();
+        v["bytes"] = vram_.slot_bytes() * uint64_t(vram_.n_slots());
+        v["holds_every_expert"] = vram_.holds_all();
+        v["hits"] = hits_;
+        v["misses"] = misses_;
+        v["hit_rate"] = hits_ + misses_ > 0 ? double(hits_) / double(hits_ + misses_) : 1.0;
+        v["copied_bytes"] = copied_bytes_;
+        v["copied_bytes_per_token"] = tokens_ > 0 ? double(copied_bytes_) / double(tokens_) : 0.0;
+        v["fill_seconds"] = fill_seconds_;
+        v["tokens"] = tokens_;
+        g["vram_tier"] = v;
+        g["ram_tier_pinned_bytes"] = pinned_bytes_;
+        (*report)["gpu"] = g;
+    }
+
     std::unique_ptr<ModelState> new_state(const StateOptions& o) const override {
         const ModelConfig& c = config_;
         check_state_options(o);
@@ -240,13 +332,18 @@ public:
         st->weights = DeviceMemory(K * 4);
         st->gate = DeviceMemory(2 * K * F * 4);
         st->hidden = DeviceMemory(K * F * 4);
-        st->expert_out = DeviceMemory(K * E * 4);
         st->logits = DeviceMemory(size_t(c.n_vocab) * 4);
         st->input = DeviceMemory((E + size_t(rope_.n_rot) + 1) * 4);
         st->host_input = static_cast<float*>(gpu::alloc_pinned((E + size_t(rope_.n_rot) + 1) * 4));
         gpu::prepare_attention(int(o.n_ctx), c.head_dim);
         st->host_ids = static_cast<int32_t*>(gpu::alloc_pinned(K * 4));
-        st->host_bytes = (E + size_t(rope_.n_rot) + 1 + K) * 4;
+        st->slots = DeviceMemory(K * sizeof(uint8_t*));
+        st->counter = DeviceMemory(sizeof(int));
+        gpu::fill(st->counter.data(), 0, sizeof(int), nullptr);
+        gpu::sync(nullptr);
+        st->host_slots = static_cast<const uint8_t**>(gpu::alloc_pinned(K * sizeof(uint8_t*)));
+        st->host_logits = static_cast<float*>(gpu::alloc_pinned(size_t(c.n_vocab) * 4));
+        st->host_bytes = (E + size_t(rope_.n_rot) + 1 + K + size_t(c.n_vocab)) * 4 + K * sizeof(uint8_t*);
         return st;
     }
 
@@ -268,7 +365,7 @@ public:
             const int32_t pos = int32_t(st.n_past);
             memcpy(st.host_input + E + rope_.n_rot, &pos, 4);
             gpu::copy_to_device(st.input.data(), st.host_input, size_t(E + rope_.n_rot + 1) * 4, s);
-            if (vram_.holds_all() && graphs_) {
+            if (vram_.holds_all() && graphs_ && !profile_) {
                 // Nothing in a token waits for the host: one graph replays it.
                 if (!st.graph) {
                     gpu::capture_begin(s);
@@ -281,11 +378,13 @@ public:
             }
             st.n_past++;
             tokens_++;
-            if (all_logits || t == n - 1) {
-                gpu::copy_to_host(logits + (all_logits ? int64_t(t) * V : 0), st.logits.data(), size_t(V) * 4, s);
-            }
+            const bool out = all_logits || t == n - 1;
+            if (out) gpu::copy_to_host(st.host_logits, st.logits.data(), size_t(V) * 4, s);
             gpu::sync(s);  // host_input is written again for the next token
             gpu::check_last("forward");
+            release_held(experts);
+            if (out) memcpy(logits + (all_logits ? int64_t(t) * V : 0), st.host_logits, size_t(V) * 4);
+            if (profile_) profile_->collect();
         }
     }
 
@@ -309,6 +408,34 @@ private:
         float* xb = st.xb.f32();
         const float* cos_sin = st.input.f32() + E;
         const int32_t* pos = reinterpret_cast<const int32_t*>(cos_sin + rope_.n_rot);
+        StageProfile* prof = profile_.get();
+        auto mark = [&](StageProfile::Stage stage, uint64_t bytes) {
+            if (prof) prof->mark(stage, bytes, s);
+        };
+        if (prof) prof->begin(s);
+        // Fused (fuse_): the norms and the routing run in the last block of
+        // the launch before them (gpu::Epilogue).
+        int* counter = reinterpret_cast<int*>(st.counter.data());
+        auto norm_then = [&](const float* w) {
+            gpu::Epilogue e;
+            if (!fuse_) return e;
+            e.counter = counter;
+            e.x = x;
+            e.w = w;
+            e.out = xb;
+            e.width = E;
+            e.eps = c.rms_eps;
+            return e;
+        };
+        int32_t* ids = reinterpret_cast<int32_t*>(st.ids.data());
+        gpu::Epilogue route;
+        if (fuse_) {
+            route.counter = counter;
+            route.k = K;
+            route.renorm = true;
+            route.ids = ids;
+            route.weights = st.weights.f32();
+        }
         gpu::copy_on_device(x, st.input.data(), size_t(E) * 4, s);
         for (int il = 0; il < c.n_layer; il++) {
             const Layer& l = layers_[size_t(il)];
@@ -317,47 +444,67 @@ private:
                                  time ? l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes() : 0);
             float* kc = st.k_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
             float* vc = st.v_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
-            gpu::rms_norm(x, d.attn_norm, 1, E, c.rms_eps, xb, s);
-            gpu::matvec(l.wq.type, d.wq, c.q_dim(), E, xb, st.q.f32(), s);
-            gpu::matvec(l.wk.type, d.wk, KV, E, xb, st.k.f32(), s);
-            gpu::matvec(l.wv.type, d.wv, KV, E, xb, st.v.f32(), s);
+            if (il == 0 || !fuse_) gpu::rms_norm(x, d.attn_norm, 1, E, c.rms_eps, xb, s);
+            {
+                const GgmlType types[3] = {l.wq.type, l.wk.type, l.wv.type};
+                const void* w[3] = {d.wq, d.wk, d.wv};
+                const int64_t rows[3] = {c.q_dim(), KV, KV};
+                float* y[3] = {st.q.f32(), st.k.f32(), st.v.f32()};
+                gpu::matvec_multi(3, types, w, rows, E, xb, y, s);
+            }
+            mark(StageProfile::kAttnIn, l.wq.bytes() + l.wk.bytes() + l.wv.bytes());
             gpu::qk_norm_rope_store(st.q.f32(), st.k.f32(), st.v.f32(), d.q_norm, d.k_norm, c.n_head, c.n_head_kv,
                                     c.head_dim, rope_.n_rot, c.rms_eps, cos_sin, kc, vc, pos, s);
+            mark(StageProfile::kQkRope, 0);
             gpu::attention(st.q.f32(), kc, vc, pos, c.n_head, c.n_head_kv, c.head_dim, scale, st.att.f32(), s);
-            gpu::matvec(l.wo.type, d.wo, E, c.q_dim(), st.att.f32(), x, s, true);  // the residual add too
+            mark(StageProfile::kAttention, uint64_t(st.n_past + 1) * uint64_t(KV) * 8);
+            // The residual add too, and the FFN's norm.
+            gpu::matvec(l.wo.type, d.wo, E, c.q_dim(), st.att.f32(), x, s, true, norm_then(d.ffn_norm));
+            mark(StageProfile::kAttnOut, l.wo.bytes());
             attn_time.stop();
 
             PhaseTimer route_time(time, Phase::Routing, il, time ? l.router.bytes() : 0);
-            gpu::rms_norm(x, d.ffn_norm, 1, E, c.rms_eps, xb, s);
-            gpu::matvec(l.router.type, d.router, X, E, xb, st.router.f32(), s);
-            int32_t* ids = reinterpret_cast<int32_t*>(st.ids.data());
-            gpu::route_softmax_topk(st.router.f32(), int(X), K, true, ids, st.weights.f32(), s);
+            if (!fuse_) gpu::rms_norm(x, d.ffn_norm, 1, E, c.rms_eps, xb, s);
+            gpu::matvec(l.router.type, d.router, X, E, xb, st.router.f32(), s, false, route);
+            mark(StageProfile::kRouter, l.router.bytes());
+            if (!fuse_) gpu::route_softmax_topk(st.router.f32(), int(X), K, true, ids, st.weights.f32(), s);
+            mark(StageProfile::kTopK, 0);
             route_time.stop();
 
             const ExpertLayer& el = expert_layers_[size_t(il)];
             const double io_wait = vram_.holds_all() ? 0 : fetch_experts(st, experts, il, K);
+            mark(StageProfile::kFetch, 0);
             PhaseTimer ffn_time(nullptr, Phase::ExpertCompute, il);
-            const uint8_t* const* table = vram_.table(il);
+            // Resident: the table of every expert, indexed by the routed ids on
+            // the device; streaming: this layer's chosen experts' slots by rank.
+            const bool all = vram_.holds_all();
+            const uint8_t* const* table = all ? vram_.table(il) : reinterpret_cast<const uint8_t* const*>(st.slots.data());
+            const int32_t* table_ids = all ? ids : nullptr;
             float* gate = st.gate.f32();
             float* up = gate + int64_t(K) * F;
             if (el.gate.type == el.up.type) {
-                gpu::matvec_expert_pair(el.gate.type, table, ids, K, 0, VramExperts::up_offset(el), F, E, xb, gate, s);
+                gpu::expert_gate_up(el.gate.type, table, table_ids, K, 0, VramExperts::up_offset(el), F, E, xb,
+                                    st.hidden.f32(), s);
             } else {
-                gpu::matvec_experts(el.gate.type, table, ids, K, 0, F, E, xb, 0, gate, s);
-                gpu::matvec_experts(el.up.type, table, ids, K, VramExperts::up_offset(el), F, E, xb, 0, up, s);
+                gpu::matvec_experts(el.gate.type, table, table_ids, K, 0, F, E, xb, 0, gate, s);
+                gpu::matvec_experts(el.up.type, table, table_ids, K, VramExperts::up_offset(el), F, E, xb, 0, up, s);
+                gpu::swiglu(gate, up, int64_t(K) * F, st.hidden.f32(), s);
             }
-            gpu::swiglu(gate, up, int64_t(K) * F, st.hidden.f32(), s);
-            gpu::matvec_experts(el.down.type, table, ids, K, VramExperts::down_offset(el), E, F, st.hidden.f32(), F,
-                                st.expert_out.f32(), s);
-            gpu::add_weighted(x, st.expert_out.f32(), st.weights.f32(), K, E, s);
+            mark(StageProfile::kGateUp, uint64_t(K) * (el.gate.bytes + el.up.bytes));
+            // And the next layer's attention norm, or the output norm.
+            const float* next_norm = il + 1 < c.n_layer ? device_[size_t(il + 1)].attn_norm : output_norm_dev_;
+            gpu::expert_down_add(el.down.type, table, table_ids, K, VramExperts::down_offset(el), E, F,
+                                 st.hidden.f32(), st.weights.f32(), x, s, norm_then(next_norm));
+            mark(StageProfile::kDown, uint64_t(K) * el.down.bytes);
             const double ffn_s = ffn_time.stop();
             if (time) {
                 time->add(Phase::IoWait, io_wait);
                 time->add(Phase::ExpertCompute, ffn_s, uint64_t(K) * el.expert_bytes());
             }
         }
-        gpu::rms_norm(x, output_norm_dev_, 1, E, c.rms_eps, xb, s);
+        if (!fuse_) gpu::rms_norm(x, output_norm_dev_, 1, E, c.rms_eps, xb, s);
         gpu::matvec(output().type, output_dev_, V, E, xb, st.logits.f32(), s);
+        mark(StageProfile::kHead, output().bytes());
     }
 
     // token_embd when the file has no output head (tied); read only after load_resident.
@@ -369,33 +516,57 @@ private:
 
     // The chosen experts of layer il that the VRAM cache lacks, acquired
     // from the RAM tier and copied as one batch on the copy stream; the
-    // compute stream waits for the batch. Returns the seconds the host
-    // waited for the RAM tier and the copies.
+    // compute stream waits for the batch (the host does not). Sets
+    // st.host_slots, and the device's st.slots, to the chosen experts' slots
+    // by rank. Returns the seconds the host spent on it after the routing.
     double fetch_experts(GpuState& st, ExpertSource& experts, int il, int K) const {
         gpu::copy_to_host(st.host_ids, st.ids.data(), size_t(K) * 4, compute_);
         gpu::sync(compute_);
+        release_held(experts);
         const double t0 = now();
-        int32_t miss[64];
+        int32_t miss[64], miss_rank[64];
         int n_miss = 0;
         for (int r = 0; r < K; r++) {
-            if (vram_.find(il, st.host_ids[r]) < 0) miss[n_miss++] = st.host_ids[r];
+            const int slot = vram_.find(il, st.host_ids[r]);
+            if (slot >= 0) {
+                st.host_slots[r] = vram_.address(slot);
+            } else {
+                miss_rank[n_miss] = r;
+                miss[n_miss++] = st.host_ids[r];
+            }
         }
         hits_ += uint64_t(K - n_miss);
         misses_ += uint64_t(n_miss);
-        if (n_miss == 0) return 0;
-        const ExpertLayer& el = expert_layers_[size_t(il)];
-        experts.acquire(il, miss, n_miss);
-        ExpertView v;
-        for (int i; (i = experts.next_ready(il, &v)) >= 0;) {
-            const int slot = vram_.take(il, miss[i]);
-            vram_.copy(slot, il, miss[i], el, v, copy_);
+        if (n_miss > 0) {
+            const ExpertLayer& el = expert_layers_[size_t(il)];
+            experts.acquire(il, miss, n_miss);
+            ExpertView v;
+            for (int i; (i = experts.next_ready(il, &v)) >= 0;) {
+                const int slot = vram_.take(il, miss[i]);
+                vram_.copy(slot, il, miss[i], el, v, copy_);
+                st.host_slots[miss_rank[i]] = vram_.address(slot);
+            }
+            gpu::record(copied_, copy_);
+            gpu::wait(compute_, copied_);
+            copied_bytes_ += uint64_t(n_miss) * el.expert_bytes();
         }
-        gpu::record(copied_, copy_);
-        gpu::wait(compute_, copied_);
-        gpu::sync_event(copied_);  // the RAM tier may reuse the slots once released
-        experts.release(il);
-        copied_bytes_ += uint64_t(n_miss) * el.expert_bytes();
-        return now() - t0;
+        // The compute stream has finished with host_slots' last copy: the
+        // host waited for it above (the ids).
+        gpu::copy_to_device(st.slots.data(), st.host_slots, size_t(K) * sizeof(uint8_t*), compute_);
+        // The RAM tier keeps the misses until the copies are done: released
+        // at the next layer's (or the token's) wait, so the host launches
+        // this layer's experts while they copy.
+        if (n_miss > 0) held_ = il;
+        const double spent = now() - t0;
+        fill_seconds_ += spent;
+        return spent;
+    }
+
+    // Releases the layer whose misses were copied last, once the compute
+    // stream, which waited for those copies, has been synchronized.
+    void release_held(ExpertSource& experts) const {
+        if (held_ >= 0) experts.release(held_);
+        held_ = -1;
     }
 
     static double now() {
@@ -440,6 +611,8 @@ private:
         if (pinned_bytes_ > 0) experts.unpin = [](uint8_t* p) { gpu::unpin_host(p); };
         compute_ = gpu::new_stream();
         copy_ = gpu::new_stream();
+        const char* prof = getenv("MOESTREAM_GPU_PROFILE");
+        if (prof && strcmp(prof, "0") != 0) profile_ = std::make_unique<StageProfile>(config_.n_layer * 10 + 4);
         copied_ = gpu::new_event();
         uint64_t budget = options_.expert_bytes;
         if (budget == 0) {
@@ -465,6 +638,7 @@ private:
                     experts.release(il);
                 }
             }
+            vram_.upload_table();
         }
         gpu::sync(nullptr);
     }
@@ -473,6 +647,12 @@ private:
     // MOESTREAM_GPU_GRAPHS=0 launches each kernel of a token itself (to
     // compare); otherwise a fully resident model replays a captured graph.
     const bool graphs_ = !getenv("MOESTREAM_GPU_GRAPHS") || strcmp(getenv("MOESTREAM_GPU_GRAPHS"), "0") != 0;
+    // MOESTREAM_GPU_FUSE=1 runs the norms and the routing in the last block
+    // of the launch before them (gpu::Epilogue) instead of as kernels of
+    // their own: 7 launches a layer instead of 10, but slower on the H200
+    // (219 against 235 tok/s, docs/gpu.md: the grid-wide fence and the one
+    // block's serial work cost more than the launch they save), so off.
+    const bool fuse_ = getenv("MOESTREAM_GPU_FUSE") && strcmp(getenv("MOESTREAM_GPU_FUSE"), "1") == 0;
     Rope rope_;
     Tensor token_embd_, output_norm_, output_;
     bool tied_ = false;
@@ -488,10 +668,17 @@ private:
     mutable uint64_t pinned_bytes_ = 0;  // of the RAM tier, page-locked
     mutable gpu::Stream compute_ = nullptr, copy_ = nullptr;
     mutable gpu::Event copied_ = nullptr;
+    mutable std::unique_ptr<StageProfile> profile_;
+    mutable int held_ = -1;  // the layer whose copied misses the RAM tier still holds
     mutable uint64_t copied_bytes_ = 0, hits_ = 0, misses_ = 0, tokens_ = 0;
+    mutable double fill_seconds_ = 0;  // host time in fetch_experts
 };
 
 }  // namespace
+
+void add_gpu_report(const Model& model, Json* report) {
+    if (const auto* m = dynamic_cast<const GpuQwen3*>(&model)) m->add_to_report(report);
+}
 
 std::unique_ptr<Model> open_gpu_model(const GgufFile& file, const GpuOptions& options, std::string* why) {
     const std::string arch = file.require_string("general.architecture");

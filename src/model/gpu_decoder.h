@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "json/json.h"
 #include "model/model.h"
 
 namespace ms {
@@ -23,5 +24,10 @@ struct GpuOptions {
 // The model on the GPU, or nullptr with *why (one line) when there is no
 // usable device or the model's architecture, shape or types are not covered.
 std::unique_ptr<Model> open_gpu_model(const GgufFile& file, const GpuOptions& options, std::string* why);
+
+// When `model` runs on the GPU, adds the report's "gpu" object: the device,
+// and the VRAM tier's slots, hits, misses, bytes copied to it and the host's
+// time spent filling it (the time split's io_wait holds it too).
+void add_gpu_report(const Model& model, Json* report);
 
 }  // namespace ms

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -120,7 +121,9 @@ TEST_P(Matvec, MatchesDequantizedReference) {
     SKIP_WITHOUT_GPU();
     const GgmlType t = GetParam();
     ASSERT_TRUE(gpu::supports(t));
-    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {515, 2048}, {64, 4096}}) {
+    // Few rows (several warps share a row) and many (a warp takes its own),
+    // row counts that are not a multiple of the rows a warp computes.
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {515, 2048}, {64, 4096}, {2201, 512}}) {
         const std::vector<uint8_t> w = random_rows(t, rows, cols, uint32_t(rows * 7 + cols));
         const std::vector<float> x = randoms(size_t(cols), uint32_t(cols));
         DeviceBuffer dw(w), dx(x), dy(size_t(rows) * 4);
@@ -152,17 +155,7 @@ TEST_P(Matvec, ExpertsThroughSlotTable) {
     DeviceBuffer dtable(table), dids(ids), dx(x), dy(ids.size() * size_t(rows) * 4);
     gpu::matvec_experts(t, static_cast<const uint8_t* const*>(dtable.p), static_cast<const int32_t*>(dids.p),
                         int(ids.size()), offset, rows, cols, dx.f(), cols, dy.f(), nullptr);
-    std::vector<float> y = dy.get<float>();
-    // The pair form: the same matrices at offset and, again, at offset (as
-    // gate and up), each written after the other.
-    DeviceBuffer dx1(randoms(size_t(cols), 10)), dy2(2 * ids.size() * size_t(rows) * 4);
-    gpu::matvec_experts(t, static_cast<const uint8_t* const*>(dtable.p), static_cast<const int32_t*>(dids.p),
-                        int(ids.size()), offset, rows, cols, dx1.f(), 0, dy.f(), nullptr);
-    gpu::matvec_expert_pair(t, static_cast<const uint8_t* const*>(dtable.p), static_cast<const int32_t*>(dids.p),
-                            int(ids.size()), offset, offset, rows, cols, dx1.f(), dy2.f(), nullptr);
-    const std::vector<float> one = dy.get<float>(), two = dy2.get<float>();
-    EXPECT_EQ(std::vector<float>(two.begin(), two.begin() + long(one.size())), one);
-    EXPECT_EQ(std::vector<float>(two.begin() + long(one.size()), two.end()), one);
+    const std::vector<float> y = dy.get<float>();
     for (size_t i = 0; i < ids.size(); i++) {
         const int slot = n_slot - 1 - ids[i];
         const std::vector<double> ref = reference_matvec(t, mats[size_t(slot)], rows, cols, x.data() + i * cols);
@@ -171,10 +164,155 @@ TEST_P(Matvec, ExpertsThroughSlotTable) {
     }
 }
 
+// The fused expert FFN halves against ops' SwiGLU and a double weighted sum
+// of the dequantized products: gate and up are two slots' matrices (the
+// table's slots hold one matrix each, so "up" is the next slot's), down a
+// square matrix, as rows x cols = cols x cols.
+TEST_P(Matvec, ExpertGateUpAndDownAdd) {
+    SKIP_WITHOUT_GPU();
+    const GgmlType t = GetParam();
+    const int64_t n_ff = 256, d = 512;  // gate/up: n_ff x d; down: d x n_ff
+    const size_t gate_bytes = row_bytes(t, d) * size_t(n_ff), down_bytes = row_bytes(t, n_ff) * size_t(d);
+    const size_t up_off = (gate_bytes + 255) & ~size_t(255), down_off = up_off + ((gate_bytes + 255) & ~size_t(255));
+    const size_t slot = down_off + down_bytes;
+    const int n_expert = 5;
+    std::vector<uint8_t> arena(slot * n_expert);
+    std::vector<std::vector<uint8_t>> gates, ups, downs;
+    for (int e = 0; e < n_expert; e++) {
+        gates.push_back(random_rows(t, n_ff, d, uint32_t(200 + e)));
+        ups.push_back(random_rows(t, n_ff, d, uint32_t(300 + e)));
+        downs.push_back(random_rows(t, d, n_ff, uint32_t(400 + e)));
+        memcpy(arena.data() + size_t(e) * slot, gates.back().data(), gate_bytes);
+        memcpy(arena.data() + size_t(e) * slot + up_off, ups.back().data(), gate_bytes);
+        memcpy(arena.data() + size_t(e) * slot + down_off, downs.back().data(), down_bytes);
+    }
+    DeviceBuffer darena(arena);
+    std::vector<const uint8_t*> table;
+    for (int e = 0; e < n_expert; e++) table.push_back(static_cast<const uint8_t*>(darena.p) + size_t(e) * slot);
+    const std::vector<int32_t> ids = {3, 0, 4};
+    const std::vector<float> weights = {0.5f, 0.3f, 0.2f};
+    const std::vector<float> x = randoms(size_t(d), 11), resid = randoms(size_t(d), 12);
+    DeviceBuffer dtable(table), dids(ids), dw(weights), dx(x), dres(resid), dh(ids.size() * size_t(n_ff) * 4);
+    const auto* tp = static_cast<const uint8_t* const*>(dtable.p);
+    const auto* ip = static_cast<const int32_t*>(dids.p);
+    gpu::expert_gate_up(t, tp, ip, int(ids.size()), 0, up_off, n_ff, d, dx.f(), dh.f(), nullptr);
+    const std::vector<float> h = dh.get<float>();
+    std::vector<double> ref_h, ref_x(resid.begin(), resid.end());
+    for (size_t i = 0; i < ids.size(); i++) {
+        const std::vector<double> g = reference_matvec(t, gates[size_t(ids[i])], n_ff, d, x.data());
+        const std::vector<double> u = reference_matvec(t, ups[size_t(ids[i])], n_ff, d, x.data());
+        std::vector<float> gf(g.begin(), g.end()), uf(u.begin(), u.end()), hf(gf.size());
+        swiglu(gf.data(), uf.data(), int64_t(gf.size()), hf.data());
+        ref_h.insert(ref_h.end(), hf.begin(), hf.end());
+    }
+    EXPECT_LT(rel_err(h, ref_h), 1e-5) << "gate/up";
+    // With the next norm after it (gpu::Epilogue), checked against ops' norm
+    // of the sum it wrote.
+    DeviceBuffer counter(std::vector<int32_t>{0}), dnw(randoms(size_t(d), 13)), dnormed(size_t(d) * 4);
+    gpu::Epilogue then;
+    then.counter = static_cast<int*>(counter.p);
+    then.x = dres.f();
+    then.w = dnw.f();
+    then.out = dnormed.f();
+    then.width = d;
+    then.eps = 1e-6f;
+    gpu::expert_down_add(t, tp, ip, int(ids.size()), down_off, d, n_ff, dh.f(), dw.f(), dres.f(), nullptr, then);
+    for (size_t i = 0; i < ids.size(); i++) {
+        const std::vector<double> y = reference_matvec(t, downs[size_t(ids[i])], d, n_ff, h.data() + i * n_ff);
+        for (int64_t r = 0; r < d; r++) ref_x[size_t(r)] += weights[i] * y[size_t(r)];
+    }
+    const std::vector<float> sum = dres.get<float>(), nw = dnw.get<float>();
+    EXPECT_LT(rel_err(sum, ref_x), 1e-5) << "down + weighted sum";
+    std::vector<float> normed(sum.size());
+    rms_norm(sum.data(), nw.data(), d, 1e-6f, normed.data());
+    EXPECT_LT(rel_err(dnormed.get<float>(), std::vector<double>(normed.begin(), normed.end())), 1e-6) << "norm after";
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, Matvec,
                          ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K,
                                            GgmlType::Q5_K, GgmlType::Q6_K),
                          [](const auto& info) { return std::string(type_name(info.param)); });
+
+// Three matrices of different types and row counts in one launch (q, k, v).
+TEST(Kernels, MatvecMultiMatchesDequantizedReference) {
+    SKIP_WITHOUT_GPU();
+    const int64_t cols = 512;
+    const GgmlType types[3] = {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q6_K};
+    const int64_t rows[3] = {300, 64, 65};
+    const std::vector<float> x = randoms(size_t(cols), 21);
+    DeviceBuffer dx(x);
+    std::vector<std::vector<uint8_t>> w;
+    std::vector<std::unique_ptr<DeviceBuffer>> dw, dy;
+    const void* wp[3];
+    float* yp[3];
+    for (int i = 0; i < 3; i++) {
+        w.push_back(random_rows(types[i], rows[i], cols, uint32_t(30 + i)));
+        dw.push_back(std::make_unique<DeviceBuffer>(w.back()));
+        dy.push_back(std::make_unique<DeviceBuffer>(size_t(rows[i]) * 4));
+        gpu::fill(dy.back()->p, 0xff, dy.back()->n, nullptr);
+        wp[i] = dw.back()->p;
+        yp[i] = dy.back()->f();
+    }
+    gpu::matvec_multi(3, types, wp, rows, cols, dx.f(), yp, nullptr);
+    for (int i = 0; i < 3; i++) {
+        const double e = rel_err(dy[size_t(i)]->get<float>(), reference_matvec(types[i], w[size_t(i)], rows[i], cols, x.data()));
+        EXPECT_LT(e, 1e-5) << type_name(types[i]);
+    }
+}
+
+// The work a launch's last block does after it (gpu::Epilogue): the next
+// RMSNorm over the vector the launch added to, and top-k routing over the
+// logits it wrote, against ops' norm and model/moe's routing of what the
+// launch wrote; each launch twice, so the block counter must have gone back
+// to 0 (a second launch that ran no epilogue would leave the first's output).
+TEST(Kernels, EpiloguesMatchSeparateLaunches) {
+    SKIP_WITHOUT_GPU();
+    const int64_t rows = 2048, cols = 512;
+    DeviceBuffer counter(std::vector<int32_t>{0});
+    const std::vector<uint8_t> w = random_rows(GgmlType::Q4_K, rows, cols, 41);
+    const std::vector<float> nw = randoms(size_t(rows), 42);
+    DeviceBuffer dw(w), dnw(nw), dy(size_t(rows) * 4), dout(size_t(rows) * 4);
+    for (int round = 0; round < 2; round++) {
+        const std::vector<float> x = randoms(size_t(cols), uint32_t(43 + round)), y0 = randoms(size_t(rows), 45);
+        DeviceBuffer dx(x), dres(y0);
+        gpu::Epilogue e;
+        e.counter = static_cast<int*>(counter.p);
+        e.x = dres.f();
+        e.w = dnw.f();
+        e.out = dout.f();
+        e.width = rows;
+        e.eps = 1e-6f;
+        gpu::matvec(GgmlType::Q4_K, dw.p, rows, cols, dx.f(), dres.f(), nullptr, true, e);
+        const std::vector<float> y = dres.get<float>();
+        std::vector<double> ref = reference_matvec(GgmlType::Q4_K, w, rows, cols, x.data());
+        for (int64_t r = 0; r < rows; r++) ref[size_t(r)] += y0[size_t(r)];
+        EXPECT_LT(rel_err(y, ref), 1e-5) << "round " << round;
+        std::vector<float> normed(y.size());
+        rms_norm(y.data(), nw.data(), rows, 1e-6f, normed.data());
+        EXPECT_LT(rel_err(dout.get<float>(), std::vector<double>(normed.begin(), normed.end())), 1e-6) << round;
+        EXPECT_EQ(counter.get<int32_t>()[0], 0);
+    }
+    // The router: F32 logits of 128 experts, then the top 8.
+    const int n_expert = 128, k = 8;
+    const std::vector<uint8_t> rw = random_rows(GgmlType::F32, n_expert, cols, 46);
+    DeviceBuffer drw(rw), dl(size_t(n_expert) * 4), dids(size_t(k) * 4), dwt(size_t(k) * 4);
+    for (int round = 0; round < 2; round++) {
+        DeviceBuffer dx(randoms(size_t(cols), uint32_t(47 + round)));
+        gpu::Epilogue e;
+        e.counter = static_cast<int*>(counter.p);
+        e.k = k;
+        e.renorm = true;
+        e.ids = static_cast<int32_t*>(dids.p);
+        e.weights = dwt.f();
+        gpu::matvec(GgmlType::F32, drw.p, n_expert, cols, dx.f(), dl.f(), nullptr, false, e);
+        const std::vector<float> logits = dl.get<float>();
+        std::vector<int32_t> ids(static_cast<size_t>(k));
+        std::vector<float> wt(static_cast<size_t>(k));
+        route_softmax_topk(logits.data(), 1, n_expert, k, true, ids.data(), wt.data());
+        EXPECT_EQ(dids.get<int32_t>(), ids) << round;
+        EXPECT_LT(rel_err(dwt.get<float>(), std::vector<double>(wt.begin(), wt.end())), 1e-6) << round;
+    }
+}
 
 TEST(Kernels, RmsNormMatchesOps) {
     SKIP_WITHOUT_GPU();
@@ -249,7 +387,7 @@ TEST(Kernels, AttentionMatchesDoubleReference) {
     }
 }
 
-TEST(Kernels, SwigluAndWeightedSumMatchOps) {
+TEST(Kernels, SwigluMatchesOps) {
     SKIP_WITHOUT_GPU();
     const int64_t n = 3000;
     const std::vector<float> g = randoms(size_t(n), 1, 4.0f), u = randoms(size_t(n), 2);
@@ -258,18 +396,6 @@ TEST(Kernels, SwigluAndWeightedSumMatchOps) {
     std::vector<float> h(static_cast<size_t>(n));
     swiglu(g.data(), u.data(), n, h.data());
     EXPECT_LT(rel_err(dh.get<float>(), std::vector<double>(h.begin(), h.end())), 1e-6);
-
-    const int k = 3;
-    const std::vector<float> x = randoms(size_t(n), 4), y = randoms(size_t(n * k), 5), w = {0.5f, 0.3f, 0.2f};
-    DeviceBuffer dx(x), dy(y), dw(w);
-    gpu::add_weighted(dx.f(), dy.f(), dw.f(), k, n, nullptr);
-    std::vector<double> ref(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; i++) {
-        double acc = 0;
-        for (int r = 0; r < k; r++) acc += double(w[size_t(r)]) * y[size_t(r * n + i)];
-        ref[size_t(i)] = x[size_t(i)] + acc;
-    }
-    EXPECT_LT(rel_err(dx.get<float>(), ref), 1e-6);
 }
 
 TEST(Kernels, RoutingMatchesModel) {

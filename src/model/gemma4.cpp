@@ -9,7 +9,10 @@
 // the E-series add a per-layer embedding to each layer's output, whose
 // table's rows (one per token) are read through the ExpertSource like
 // experts, not held resident. Embeddings scaled by sqrt(n_embd), tied
-// output, final logit soft-capping.
+// output, final logit soft-capping. Like the shared decoder
+// (model/decoder.cpp), a forward call runs layer by layer over all its
+// tokens (a long prompt reads each expert once), and forward_batch decodes
+// several sequences in one pass (each MoE layer reads their union once).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -52,14 +55,17 @@ public:
     AlignedBuffer k_cache, v_cache;
     std::vector<KvLayer> kv;               // per layer, into the caches (shared-KV layers: their source's)
     WindowRing ring;                       // the sliding-window layers' ring
-    AlignedBuffer x, xb, y, y2, q, k, v, att, gate, up;
+    AlignedBuffer x;                       // residual: max_tokens rows (a forward call's tokens)
+    AlignedBuffer xb, y, y2, q, k, v, att, gate, up;  // max_batch rows (one piece)
     AlignedBuffer acts;                    // converted activations for one linear()
-    AlignedBuffer cos_sin_swa, cos_sin_full;
+    AlignedBuffer cos_sin_swa, cos_sin_full;  // rope angles per token: max_tokens rows
     AlignedBuffer attn_scratch;
     AlignedBuffer router, ids, weights;
     AlignedBuffer next_ids, next_weights;  // the next layer's predicted experts, per token
     AlignedBuffer next_union, next_votes;  // a chunk's hint; tokens per predicted expert
-    AlignedBuffer ple, ple_h;              // per-layer embeddings [token][layer][n_per_layer]; one layer's gate
+    AlignedBuffer ple;                     // per-layer inputs [token][layer][n_per_layer], max_tokens rows
+    AlignedBuffer ple_h;                   // one layer's gate, max_batch rows
+    AlignedBuffer ple_row;                 // one table row, dequantized
     AlignedBuffer ple_ids;                 // the call's distinct tokens: the table rows to read
     MoeScratch moe;
 
@@ -68,7 +74,7 @@ public:
         for (const AlignedBuffer* p : {&k_cache, &v_cache, &x, &xb, &y, &y2, &q, &k, &v, &att, &gate, &up, &acts,
                                        &cos_sin_swa, &cos_sin_full, &attn_scratch, &router, &ids, &weights,
                                        &next_ids, &next_weights, &next_union, &next_votes, &ple, &ple_h,
-                                       &ple_ids}) {
+                                       &ple_row, &ple_ids}) {
             b += p->size();
         }
         return b;
@@ -264,7 +270,11 @@ public:
                                         st->v_cache.data() + v_off[src]);
         }
 
-        for (AlignedBuffer* b : {&st->x, &st->xb, &st->y, &st->y2}) b->resize(B * size_t(E) * 4);
+        // A forward call takes up to T tokens and runs each layer over them
+        // in pieces of B (layer_major()).
+        const size_t T = size_t(st->max_tokens()), P = size_t(n_per_layer_);
+        st->x.resize(T * size_t(E) * 4);
+        for (AlignedBuffer* b : {&st->xb, &st->y, &st->y2}) b->resize(B * size_t(E) * 4);
         st->q.resize(B * q_max * 4);
         st->att.resize(B * q_max * 4);
         st->k.resize(B * kv_max * 4);
@@ -272,8 +282,8 @@ public:
         st->gate.resize(B * ff_max * 4);
         st->up.resize(B * ff_max * 4);
         st->acts.resize(act * B);
-        st->cos_sin_swa.resize(B * size_t(rope_swa_.n_rot) * 4);
-        st->cos_sin_full.resize(B * size_t(rope_full_.n_rot) * 4);
+        st->cos_sin_swa.resize(T * size_t(rope_swa_.n_rot) * 4);
+        st->cos_sin_full.resize(T * size_t(rope_full_.n_rot) * 4);
         st->attn_scratch.resize(size_t(o.n_threads) * scratch * 4);
         st->router.resize(B * size_t(c.n_expert) * 4);
         st->ids.resize(B * size_t(c.n_expert_used) * 4);
@@ -282,9 +292,10 @@ public:
         st->next_weights.resize(B * size_t(c.n_expert_used) * 4);
         st->next_union.resize(size_t(c.n_expert) * 4);
         st->next_votes.resize(size_t(c.n_expert) * 4);
-        st->ple.resize(B * size_t(c.n_layer) * size_t(n_per_layer_) * 4);
-        st->ple_h.resize(B * size_t(n_per_layer_) * 4);
-        st->ple_ids.resize(n_per_layer_ > 0 ? B * 4 : 0);
+        st->ple.resize(T * size_t(c.n_layer) * P * 4);
+        st->ple_h.resize(B * P * 4);
+        st->ple_row.resize(size_t(c.n_layer) * P * 4);
+        st->ple_ids.resize(P > 0 ? T * 4 : 0);
         st->moe.init(expert_layers_, o.max_batch, c.n_expert_used);
         return st;
     }
@@ -293,119 +304,147 @@ public:
                  float* logits, bool all_logits) const override {
         Gemma4State& st = static_cast<Gemma4State&>(state);
         const ModelConfig& c = config_;
-        const int64_t E = c.n_embd, pos0 = st.n_past, n_ctx = st.options.n_ctx;
-        const int K = c.n_expert_used;
+        const int64_t E = c.n_embd, pos0 = st.n_past, LP = int64_t(c.n_layer) * n_per_layer_;
         float* x = st.x.f32();
-        float* xb = st.xb.f32();
-        float* y = st.y.f32();
-        float* y2 = st.y2.f32();
         experts.start_step(n);
         st.ring.wrote(pos0, n);
-
-        const float embd_scale = std::sqrt(float(E));
-        Rope full = rope_full_;
-        if (have_rope_freqs_) full.freq_factors = rope_freqs_.f32();
+        const Rope full = full_rope();
         pool.parallel_for(n, [&](int64_t b, int64_t e) {
-            for (int64_t t = b; t < e; t++) {
-                float* xt = x + t * E;
-                dequantize_row(token_embd_.type, token_embd_.row(tokens[t]), xt, E);
-                for (int64_t i = 0; i < E; i++) xt[i] *= embd_scale;
-                rope_angles(rope_swa_, pos0 + t, st.cos_sin_swa.f32() + t * rope_swa_.n_rot);
-                rope_angles(full, pos0 + t, st.cos_sin_full.f32() + t * full.n_rot);
-            }
+            for (int64_t t = b; t < e; t++) embed(st, full, tokens[t], pos0 + t, t);
         });
         if (n_per_layer_ > 0) per_layer_inputs(st, experts, pool, tokens, n);
 
         TimeSplit* time = n == 1 ? &st.decode_time : &st.prefill_time;
         time->calls++;
+        // Layer by layer over all n tokens, in pieces of max_batch: a layer's
+        // experts are read for its first piece and are still in the cache
+        // for the others, so a long prompt reads each expert it needs once
+        // (as model/decoder.cpp does).
+        const int B = st.options.max_batch;
         for (int il = 0; il < c.n_layer; il++) {
             const Layer& l = layers_[size_t(il)];
-            attention_block(st, pool, l, il, n, pos0, n_ctx, full, time);
-
-            // FFN: the GELU MLP and, in MoE layers, the routed experts beside
-            // it, both reading x (the residual after attention).
-            rms_norm_rows(pool, x, l.ffn_norm.f32(), n, E, c.rms_eps, xb);
-            mlp(st, pool, l, xb, n, y);
-            if (l.moe) {
-                rms_norm_rows(pool, y, l.post_mlp_norm.f32(), n, E, c.rms_eps, y);
-                const Layer* nl = il + 1 < c.n_layer && experts.wants_prefetch() ? &layers_[size_t(il) + 1] : nullptr;
-                if (nl && !nl->moe) nl = nullptr;
-                PhaseTimer route_time(time, Phase::Routing, il, l.router.bytes() + (nl ? nl->router.bytes() : 0));
-                int32_t* ids = reinterpret_cast<int32_t*>(st.ids.data());
-                route(st, pool, l, n, ids, st.weights.f32());
-                // The residual changes little from one layer to the next, so
-                // the next layer's router over it predicts the experts that
-                // layer will want, read while this layer's are computed.
-                ExpertHint next;
-                if (nl) {
-                    int32_t* next_ids = reinterpret_cast<int32_t*>(st.next_ids.data());
-                    route(st, pool, *nl, n, next_ids, st.next_weights.f32());
-                    next = expert_hint(il + 1, next_ids, n, K, c.n_expert,
-                                       reinterpret_cast<int32_t*>(st.next_votes.data()),
-                                       reinterpret_cast<int32_t*>(st.next_union.data()));
-                }
-                rms_norm_rows(pool, x, l.pre_moe_norm.f32(), n, E, c.rms_eps, xb);
-                route_time.stop();
-
-                PhaseTimer moe_time(nullptr, Phase::ExpertCompute, il);
-                const MoeCost cost = moe_forward(pool, experts, expert_layers_[size_t(il)], xb, n, ids,
-                                                 st.weights.f32(), K, st.moe, y2, next,
-                                                 {.scale = l.expert_scale.rows ? l.expert_scale.f32() : nullptr});
-                const double moe_s = moe_time.stop();
-                time->add(Phase::IoWait, cost.io_wait_s);
-                time->add(Phase::ExpertCompute, moe_s - cost.io_wait_s, cost.expert_bytes);
-                rms_norm_rows(pool, y2, l.post_moe_norm.f32(), n, E, c.rms_eps, y2);
-                add_to(y, y2, n * E);
-            }
-            rms_norm_rows(pool, y, l.post_ffw_norm.f32(), n, E, c.rms_eps, y);
-            add_to(x, y, n * E);
-
-            if (n_per_layer_ > 0) per_layer_embedding(st, pool, l, il, n);
-            if (l.out_scale.rows) {
-                const float s = l.out_scale.f32()[0];
-                pool.parallel_for(n * E, [&](int64_t b, int64_t e) {
-                    for (int64_t i = b; i < e; i++) x[i] *= s;
-                });
+            for (int c0 = 0; c0 < n; c0 += B) {
+                const int nc = std::min(B, n - c0);
+                float* xc = x + int64_t(c0) * E;
+                PhaseTimer attn_time(time, Phase::Attention, il, attention_bytes(l));
+                attention_block(st, pool, l, il, xc, nc, pos0 + c0, full, st, c0);
+                attn_time.stop();
+                // The next layer's experts are hinted from the layer's last piece.
+                feed_forward(st, experts, pool, il, xc, nc, c0 + nc == n, time);
+                finish_layer(st, pool, l, il, xc, st.ple.f32() + int64_t(c0) * LP, nc);
             }
         }
-
         const int64_t first = all_logits ? 0 : n - 1;
-        const int64_t rows = n - first;
-        rms_norm_rows(pool, x + first * E, output_norm_.f32(), rows, E, c.rms_eps, xb);
-        linear(pool, output(), xb, rows, logits, st.acts.data());
-        if (softcap_ > 0) {
-            const float inv = 1.0f / softcap_;
-            pool.parallel_for(rows * c.n_vocab, [&](int64_t b, int64_t e) {
-                for (int64_t i = b; i < e; i++) logits[i] = std::tanh(logits[i] * inv) * softcap_;
-            });
-        }
+        head(st, pool, x + first * E, int(n - first), logits);
         st.n_past += n;
     }
 
+    // One decode step of n sequences (each with its own state) in one pass:
+    // each attends over its own cache at its own position, and the
+    // feed-forward half runs over the n rows together, so a MoE layer
+    // acquires the union of the sequences' experts once. The first state's
+    // scratch holds the rows.
+    void forward_batch(ModelState* const* states, int n, ExpertSource& experts, ThreadPool& pool,
+                       const int32_t* tokens, float* logits) const override {
+        Gemma4State& lead = static_cast<Gemma4State&>(*states[0]);
+        if (n > lead.options.max_batch) {
+            Model::forward_batch(states, n, experts, pool, tokens, logits);
+            return;
+        }
+        const ModelConfig& c = config_;
+        const int64_t E = c.n_embd;
+        float* x = lead.x.f32();
+        experts.start_decode_step(n);
+        for (int i = 0; i < n; i++) static_cast<Gemma4State&>(*states[i]).ring.wrote(states[i]->n_past, 1);
+        const Rope full = full_rope();
+        pool.parallel_for(n, [&](int64_t b, int64_t e) {
+            for (int64_t t = b; t < e; t++) embed(lead, full, tokens[t], states[t]->n_past, t);
+        });
+        if (n_per_layer_ > 0) per_layer_inputs(lead, experts, pool, tokens, n);
+
+        TimeSplit* time = &lead.decode_time;
+        time->calls++;
+        for (int il = 0; il < c.n_layer; il++) {
+            const Layer& l = layers_[size_t(il)];
+            PhaseTimer attn_time(time, Phase::Attention, il, attention_bytes(l));
+            for (int i = 0; i < n; i++) {
+                Gemma4State& st = static_cast<Gemma4State&>(*states[i]);
+                attention_block(st, pool, l, il, x + i * E, 1, st.n_past, full, lead, i);
+            }
+            attn_time.stop();
+            feed_forward(lead, experts, pool, il, x, n, true, time);
+            finish_layer(lead, pool, l, il, x, lead.ple.f32(), n);
+        }
+        head(lead, pool, x, n, logits);
+        for (int i = 0; i < n; i++) states[i]->n_past++;
+    }
+
+    bool layer_major() const override { return true; }
+
 private:
     const Tensor& output() const { return tied_output_ ? token_embd_ : output_; }
+
+    Rope full_rope() const {
+        Rope full = rope_full_;
+        if (have_rope_freqs_) full.freq_factors = rope_freqs_.f32();
+        return full;
+    }
+
+    // Row t of st.x: the token's scaled embedding; row t of the rope
+    // angles: those of position pos.
+    void embed(Gemma4State& st, const Rope& full, int32_t token, int64_t pos, int64_t t) const {
+        const int64_t E = config_.n_embd;
+        const float embd_scale = std::sqrt(float(E));
+        float* xt = st.x.f32() + t * E;
+        dequantize_row(token_embd_.type, token_embd_.row(token), xt, E);
+        for (int64_t i = 0; i < E; i++) xt[i] *= embd_scale;
+        rope_angles(rope_swa_, pos, st.cos_sin_swa.f32() + t * rope_swa_.n_rot);
+        rope_angles(full, pos, st.cos_sin_full.f32() + t * full.n_rot);
+    }
+
+    uint64_t attention_bytes(const Layer& l) const {
+        return l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes();
+    }
+
+    // Final norm, output head and soft-capping of n residual rows x, in
+    // pieces of max_batch.
+    void head(Gemma4State& st, ThreadPool& pool, const float* x, int n, float* logits) const {
+        const ModelConfig& c = config_;
+        const int64_t E = c.n_embd, V = c.n_vocab;
+        for (int c0 = 0; c0 < n; c0 += st.options.max_batch) {
+            const int nc = std::min(st.options.max_batch, n - c0);
+            rms_norm_rows(pool, x + int64_t(c0) * E, output_norm_.f32(), nc, E, c.rms_eps, st.xb.f32());
+            linear(pool, output(), st.xb.f32(), nc, logits + int64_t(c0) * V, st.acts.data());
+        }
+        if (softcap_ > 0) {
+            const float inv = 1.0f / softcap_;
+            pool.parallel_for(int64_t(n) * V, [&](int64_t b, int64_t e) {
+                for (int64_t i = b; i < e; i++) logits[i] = std::tanh(logits[i] * inv) * softcap_;
+            });
+        }
+    }
 
     AttentionShape shape(const Layer& l, int64_t window) const {
         return AttentionShape{config_.n_head, l.n_head_kv, l.head_dim, l.head_dim, 1.0f, l.swa ? window : 0};
     }
 
-    // x += post_attention_norm(attn_output(attention(attn_norm(x)))).
-    void attention_block(Gemma4State& st, ThreadPool& pool, const Layer& l, int il, int n, int64_t pos0,
-                         int64_t n_ctx, const Rope& full, TimeSplit* time) const {
+    // x += post_attention_norm(attn_output(attention(attn_norm(x)))) over n
+    // residual rows x of st's sequence at positions pos0..; their rope
+    // angles are rows row0.. of `angles`; scratch from st.
+    void attention_block(Gemma4State& st, ThreadPool& pool, const Layer& l, int il, float* x, int n, int64_t pos0,
+                         const Rope& full, const Gemma4State& angles, int row0) const {
         const ModelConfig& c = config_;
-        const int64_t E = c.n_embd, qd = l.q_dim(c.n_head), kvd = l.kv_dim();
+        const int64_t E = c.n_embd, qd = l.q_dim(c.n_head), kvd = l.kv_dim(), n_ctx = st.options.n_ctx;
         const int hd = l.head_dim;
         const bool own_kv = l.kv_layer == il;
-        float* x = st.x.f32();
         float* xb = st.xb.f32();
         float* q = st.q.f32();
         float* k = st.k.f32();
         float* v = st.v.f32();
         const Rope& rope = l.swa ? rope_swa_ : full;
-        const float* cos_sin = l.swa ? st.cos_sin_swa.f32() : st.cos_sin_full.f32();
+        const float* cos_sin = (l.swa ? angles.cos_sin_swa.f32() : angles.cos_sin_full.f32()) + row0 * rope.n_rot;
         const KvLayer& kv = st.kv[size_t(il)];
 
-        PhaseTimer attn_time(time, Phase::Attention, il, l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes());
         rms_norm_rows(pool, x, l.attn_norm.f32(), n, E, c.rms_eps, xb);
         // Without attn_v, V is the K projection (before k's norm and rope).
         const Tensor* w[3] = {&l.wq, &l.wk, &l.wv};
@@ -437,9 +476,74 @@ private:
         add_to(x, y, n * E);
     }
 
-    // Layer l's top-k experts and weights for each token of st.x: its router
-    // reads rms_norm(x) / sqrt(n_embd) * ffn_gate_inp.scale.
-    void route(Gemma4State& st, ThreadPool& pool, const Layer& l, int n, int32_t* ids, float* weights) const {
+    // Layer il's FFN over n residual rows x (in place), with st's scratch:
+    // the GELU MLP and, in MoE layers, the routed experts beside it, both
+    // reading x (the residual after attention). may_predict: whether to
+    // hint the next layer's experts.
+    void feed_forward(Gemma4State& st, ExpertSource& experts, ThreadPool& pool, int il, float* x, int n,
+                      bool may_predict, TimeSplit* time) const {
+        const ModelConfig& c = config_;
+        const int64_t E = c.n_embd;
+        const int K = c.n_expert_used;
+        const Layer& l = layers_[size_t(il)];
+        float* xb = st.xb.f32();
+        float* y = st.y.f32();
+        float* y2 = st.y2.f32();
+        rms_norm_rows(pool, x, l.ffn_norm.f32(), n, E, c.rms_eps, xb);
+        mlp(st, pool, l, xb, n, y);
+        if (l.moe) {
+            rms_norm_rows(pool, y, l.post_mlp_norm.f32(), n, E, c.rms_eps, y);
+            const Layer* nl = may_predict && il + 1 < c.n_layer && experts.wants_prefetch() ? &layers_[size_t(il) + 1]
+                                                                                            : nullptr;
+            if (nl && !nl->moe) nl = nullptr;
+            PhaseTimer route_time(time, Phase::Routing, il, l.router.bytes() + (nl ? nl->router.bytes() : 0));
+            int32_t* ids = reinterpret_cast<int32_t*>(st.ids.data());
+            route(st, pool, l, x, n, ids, st.weights.f32());
+            // The residual changes little from one layer to the next, so
+            // the next layer's router over it predicts the experts that
+            // layer will want, read while this layer's are computed.
+            ExpertHint next;
+            if (nl) {
+                int32_t* next_ids = reinterpret_cast<int32_t*>(st.next_ids.data());
+                route(st, pool, *nl, x, n, next_ids, st.next_weights.f32());
+                next = expert_hint(il + 1, next_ids, n, K, c.n_expert, reinterpret_cast<int32_t*>(st.next_votes.data()),
+                                   reinterpret_cast<int32_t*>(st.next_union.data()));
+            }
+            rms_norm_rows(pool, x, l.pre_moe_norm.f32(), n, E, c.rms_eps, xb);
+            route_time.stop();
+
+            PhaseTimer moe_time(nullptr, Phase::ExpertCompute, il);
+            const MoeCost cost = moe_forward(pool, experts, expert_layers_[size_t(il)], xb, n, ids, st.weights.f32(), K,
+                                             st.moe, y2, next,
+                                             {.scale = l.expert_scale.rows ? l.expert_scale.f32() : nullptr});
+            const double moe_s = moe_time.stop();
+            time->add(Phase::IoWait, cost.io_wait_s);
+            time->add(Phase::ExpertCompute, moe_s - cost.io_wait_s, cost.expert_bytes);
+            rms_norm_rows(pool, y2, l.post_moe_norm.f32(), n, E, c.rms_eps, y2);
+            add_to(y, y2, n * E);
+        }
+        rms_norm_rows(pool, y, l.post_ffw_norm.f32(), n, E, c.rms_eps, y);
+        add_to(x, y, n * E);
+    }
+
+    // After the FFN: the per-layer embedding (ple: the rows' per-layer
+    // inputs) and layer_output_scale, over n residual rows x.
+    void finish_layer(Gemma4State& st, ThreadPool& pool, const Layer& l, int il, float* x, const float* ple,
+                      int n) const {
+        const int64_t E = config_.n_embd;
+        if (n_per_layer_ > 0) per_layer_embedding(st, pool, l, il, x, ple, n);
+        if (l.out_scale.rows) {
+            const float s = l.out_scale.f32()[0];
+            pool.parallel_for(n * E, [&](int64_t b, int64_t e) {
+                for (int64_t i = b; i < e; i++) x[i] *= s;
+            });
+        }
+    }
+
+    // Layer l's top-k experts and weights for each of n residual rows x: its
+    // router reads rms_norm(x) / sqrt(n_embd) * ffn_gate_inp.scale.
+    void route(Gemma4State& st, ThreadPool& pool, const Layer& l, const float* x, int n, int32_t* ids,
+               float* weights) const {
         const ModelConfig& c = config_;
         const int64_t E = c.n_embd;
         const float inv = 1.0f / std::sqrt(float(E));
@@ -447,7 +551,7 @@ private:
         pool.parallel_for(n, [&](int64_t b, int64_t e) {
             for (int64_t t = b; t < e; t++) {
                 float* r = in + t * E;
-                rms_norm(st.x.f32() + t * E, nullptr, E, c.rms_eps, r);
+                rms_norm(x + t * E, nullptr, E, c.rms_eps, r);
                 for (int64_t i = 0; i < E; i++) r[i] = r[i] * inv * l.router_scale.f32()[i];
             }
         });
@@ -466,17 +570,20 @@ private:
         linear(pool, l.ffn_down, g, n, out, st.acts.data());
     }
 
-    // Each token's per-layer inputs for every layer, into st.ple:
+    // Each of n tokens' per-layer inputs for every layer, into st.ple:
     // (its per_layer_token_embd row * sqrt(n_per_layer) +
     //  per_layer_proj_norm(per_layer_model_proj x / sqrt(n_embd))) / sqrt(2),
-    // x being the scaled token embedding, the norm taken per layer. The rows
-    // come from the source, each distinct token's once.
+    // x being the scaled token embedding (st.x), the norm taken per layer.
+    // The rows come from the source, each distinct token's once.
     void per_layer_inputs(Gemma4State& st, ExpertSource& experts, ThreadPool& pool, const int32_t* tokens,
                           int n) const {
         const ModelConfig& c = config_;
-        const int64_t P = n_per_layer_, LP = int64_t(c.n_layer) * P;
+        const int64_t E = c.n_embd, P = n_per_layer_, LP = int64_t(c.n_layer) * P;
         float* ple = st.ple.f32();
-        linear(pool, ple_model_proj_, st.x.f32(), n, ple, st.acts.data());
+        for (int c0 = 0; c0 < n; c0 += st.options.max_batch) {
+            const int nc = std::min(st.options.max_batch, n - c0);
+            linear(pool, ple_model_proj_, st.x.f32() + int64_t(c0) * E, nc, ple + int64_t(c0) * LP, st.acts.data());
+        }
         const float proj_scale = 1.0f / std::sqrt(float(c.n_embd));
         pool.parallel_for(n, [&](int64_t b, int64_t e) {
             for (int64_t t = b; t < e; t++) {
@@ -496,22 +603,22 @@ private:
         const float embd_scale = std::sqrt(float(P));
         const float input_scale = 1.0f / std::sqrt(2.0f);
         const int layer = ple_rows_.layer;
+        float* row = st.ple_row.f32();
         for (int g = 0; g < n_ids; g += experts.capacity()) {
             const int m = std::min(experts.capacity(), n_ids - g);
             experts.acquire(layer, ids + g, m);
             ExpertView v;
             for (int i; (i = experts.next_ready(layer, &v)) >= 0;) {
                 const int32_t token = ids[g + i];
+                // Layer by layer: each layer's slice is whole blocks.
+                for (int il = 0; il < c.n_layer; il++) {
+                    dequantize_row(ple_type_, v.gate + ple_slice_bytes(il), row + il * P, P);
+                }
                 pool.parallel_for(n, [&](int64_t b, int64_t e) {
                     for (int64_t t = b; t < e; t++) {
                         if (tokens[t] != token) continue;
-                        float* row = ple + t * LP;
-                        float* tok = st.ple_h.f32() + t * P;  // one layer's slice of the token's row
-                        for (int il = 0; il < c.n_layer; il++) {
-                            float* s = row + il * P;
-                            dequantize_row(ple_type_, v.gate + ple_slice_bytes(il), tok, P);
-                            for (int64_t k = 0; k < P; k++) s[k] = (s[k] + tok[k] * embd_scale) * input_scale;
-                        }
+                        float* s = ple + t * LP;
+                        for (int64_t k = 0; k < LP; k++) s[k] = (s[k] + row[k] * embd_scale) * input_scale;
                     }
                 });
             }
@@ -522,24 +629,26 @@ private:
     // Bytes into a per_layer_token_embd row where layer il's slice starts.
     size_t ple_slice_bytes(int il) const { return row_bytes(ple_type_, int64_t(il) * n_per_layer_); }
 
-    // x += post_norm(proj(gelu(inp_gate x) * ple[layer])).
-    void per_layer_embedding(Gemma4State& st, ThreadPool& pool, const Layer& l, int il, int n) const {
+    // x += post_norm(proj(gelu(inp_gate x) * ple[layer])) over n residual
+    // rows x; ple: their per-layer inputs.
+    void per_layer_embedding(Gemma4State& st, ThreadPool& pool, const Layer& l, int il, float* x, const float* ple,
+                             int n) const {
         const ModelConfig& c = config_;
         const int64_t E = c.n_embd, P = n_per_layer_, LP = int64_t(c.n_layer) * P;
         float* h = st.ple_h.f32();
         float* y = st.y.f32();
-        linear(pool, l.ple_gate, st.x.f32(), n, h, st.acts.data());
+        linear(pool, l.ple_gate, x, n, h, st.acts.data());
         pool.parallel_for(n, [&](int64_t b, int64_t e) {
             for (int64_t t = b; t < e; t++) {
                 float* ht = h + t * P;
-                const float* in = st.ple.f32() + t * LP + il * P;
+                const float* in = ple + t * LP + il * P;
                 gelu(ht, P, ht);
                 for (int64_t i = 0; i < P; i++) ht[i] *= in[i];
             }
         });
         linear(pool, l.ple_proj, h, n, y, st.acts.data());
         rms_norm_rows(pool, y, l.ple_norm.f32(), n, E, c.rms_eps, y);
-        add_to(st.x.f32(), y, n * E);
+        add_to(x, y, n * E);
     }
 
     // A per-layer metadata array of n_layer values, or one value for all.

@@ -103,8 +103,13 @@ INSTANTIATE_TEST_SUITE_P(Families, BatchDecode, ::testing::ValuesIn(golden::runn
 
 // Streamed through a cache of exactly one token's experts: a batch's union
 // is acquired in groups, and every generated token counts as a decode step.
-TEST(BatchDecode, StreamedThroughASmallCache) {
-    const golden::Case g = golden::load("qwen3moe-Q8_0");
+// On gemma4 (its own forward pass) and gemma4-ple (per-layer embedding rows
+// through the same store) as on the shared decoder: the batched steps are one
+// forward call each.
+class BatchDecodeStreamed : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BatchDecodeStreamed, ThroughASmallCache) {
+    const golden::Case g = golden::load(GetParam());
     StoreCounters counters;
     const int k = Model::open(GgufFile::open(g.gguf))->config().n_expert_used;
     auto streamed = open(g, k, &counters);
@@ -116,6 +121,10 @@ TEST(BatchDecode, StreamedThroughASmallCache) {
     EXPECT_EQ(counters.decode_steps - decoded_before, 6u * 3 * 2);
     EXPECT_EQ(counters.steps - calls_before, 6u + 6u + 18u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Files, BatchDecodeStreamed,
+                         ::testing::Values("qwen3moe-Q8_0", "gemma4-Q8_0", "gemma4-ple-Q8_0"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return golden::identifier(i.param); });
 
 }  // namespace
 }  // namespace ms

@@ -6,6 +6,7 @@
 
 #include "gguf/gguf.h"
 #include "model/ffn_block.h"
+#include "model/layer_major.h"
 #include "model/nextn.h"
 #include "model/window_ring.h"
 #include "ops/activation.h"
@@ -98,10 +99,10 @@ public:
     }
 };
 
-class Decoder : public Model {
+class Decoder : public LayerMajorModel {
 public:
     Decoder(const GgufFile& f, ModelConfig c, const DecoderSpec& spec)
-        : Model(std::move(c)), spec_(spec), rope_(spec.rope), mla_shape_(spec.mla), indexer_shape_(spec.indexer) {
+        : LayerMajorModel(std::move(c)), spec_(spec), rope_(spec.rope), mla_shape_(spec.mla), indexer_shape_(spec.indexer) {
         ModelConfig& cfg = config_;
         const std::string& arch = cfg.arch;
         if (cfg.n_expert <= 0 || cfg.n_expert_used <= 0 || spec.n_ff_exp <= 0) {
@@ -257,121 +258,6 @@ public:
         return st;
     }
 
-    void forward(ModelState& state, ExpertSource& experts, ThreadPool& pool, const int32_t* tokens, int n,
-                 float* logits, bool all_logits) const override {
-        DecoderState& st = static_cast<DecoderState&>(state);
-        const ModelConfig& c = config_;
-        const int64_t E = c.n_embd, pos0 = st.n_past;
-        float* x = st.x.f32();
-        float* xb = st.xb.f32();
-        float* y = st.y.f32();
-        float* cos_sin = st.cos_sin.f32();
-        experts.start_step(n);
-        advance(st, n);
-        Rope rope = rope_;
-        if (!rope_freqs_.empty()) rope.freq_factors = rope_freqs_.f32();
-        // The NextN rows of the last call's positions wait for the tokens
-        // after them, tokens[0] the last; their hidden states are in x,
-        // which the embeddings overwrite.
-        if (!nextn_.empty()) {
-            sync_nextn(st);
-            nextn_rows_upto(st, experts, pool, std::min(pos0, st.last_pos0 + st.last_n), tokens[0],
-                            n == 1 ? &st.decode_time : &st.prefill_time);
-        }
-
-        pool.parallel_for(n, [&](int64_t b, int64_t e) {
-            for (int64_t t = b; t < e; t++) {
-                dequantize_row(token_embd_.type, token_embd_.row(tokens[t]), x + t * E, E);
-                rope_angles(rope, pos0 + t, cos_sin + t * rope.n_rot);
-            }
-        });
-
-        TimeSplit* time = n == 1 ? &st.decode_time : &st.prefill_time;
-        time->calls++;
-        // Layer by layer over all n tokens, in pieces of max_batch: a layer's
-        // experts are read for its first piece and are still in the cache
-        // for the others, so a long prompt reads each expert it needs once
-        // instead of once per piece (the residual of every token waits
-        // between layers).
-        const int B = st.options.max_batch;
-        for (int il = 0; il < n_run_; il++) {
-            for (int c0 = 0; c0 < n; c0 += B) {
-                const int nc = std::min(B, n - c0);
-                float* xc = x + int64_t(c0) * E;
-                PhaseTimer attn_time(time, Phase::Attention, il, attention_bytes(il));
-                attend(st, pool, rope, il, xc, nc, c0, pos0 + c0, cos_sin + int64_t(c0) * rope_.n_rot, xb, y);
-                add_to(xc, y, nc * E);
-                attn_time.stop();
-                // The next layer's experts are hinted from the layer's last piece.
-                feed_forward(st, experts, pool, il, xc, nc, c0 + nc == n, time);
-            }
-        }
-
-        const int64_t first = all_logits ? 0 : n - 1;
-        for (int64_t c0 = first; c0 < n; c0 += B) {
-            const int64_t nc = std::min<int64_t>(B, n - c0);
-            rms_norm_rows(pool, x + c0 * E, output_norm_.f32(), nc, E, c.rms_eps, xb);
-            linear(pool, output(), xb, nc, logits + (c0 - first) * c.n_vocab, st.acts.data());
-        }
-        st.n_past += n;
-        if (!nextn_.empty()) {
-            std::copy(tokens, tokens + n, reinterpret_cast<int32_t*>(st.last_tokens.data()));
-            st.last_pos0 = pos0;
-            st.last_n = n;
-            st.nextn_seen = st.n_past;
-        }
-    }
-
-    // One decode step of n sequences (each with its own state), in one
-    // pass: each sequence attends over its own cache at its own position,
-    // and the feed-forward half runs over the n rows together, so a layer
-    // acquires the union of the sequences' experts once and runs each over
-    // the rows that chose it. The first state's scratch holds the rows.
-    void forward_batch(ModelState* const* states, int n, ExpertSource& experts, ThreadPool& pool,
-                       const int32_t* tokens, float* logits) const override {
-        DecoderState& lead = static_cast<DecoderState&>(*states[0]);
-        // The NextN block follows each sequence through forward().
-        if (n > lead.options.max_batch || !nextn_.empty()) {
-            Model::forward_batch(states, n, experts, pool, tokens, logits);
-            return;
-        }
-        const ModelConfig& c = config_;
-        const int64_t E = c.n_embd;
-        float* x = lead.x.f32();
-        float* xb = lead.xb.f32();
-        float* y = lead.y.f32();
-        float* cos_sin = lead.cos_sin.f32();
-        experts.start_decode_step(n);
-        Rope rope = rope_;
-        if (!rope_freqs_.empty()) rope.freq_factors = rope_freqs_.f32();
-        for (int i = 0; i < n; i++) advance(static_cast<DecoderState&>(*states[i]), 1);
-        pool.parallel_for(n, [&](int64_t b, int64_t e) {
-            for (int64_t t = b; t < e; t++) {
-                dequantize_row(token_embd_.type, token_embd_.row(tokens[t]), x + t * E, E);
-                rope_angles(rope, states[t]->n_past, cos_sin + t * rope.n_rot);
-            }
-        });
-
-        TimeSplit* time = &lead.decode_time;
-        time->calls++;
-        for (int il = 0; il < n_run_; il++) {
-            PhaseTimer attn_time(time, Phase::Attention, il, attention_bytes(il));
-            for (int i = 0; i < n; i++) {
-                DecoderState& st = static_cast<DecoderState&>(*states[i]);
-                attend(st, pool, rope, il, x + i * E, 1, 0, st.n_past, cos_sin + int64_t(i) * rope_.n_rot,
-                       xb + i * E, y + i * E);
-            }
-            add_to(x, y, n * E);
-            attn_time.stop();
-            feed_forward(lead, experts, pool, il, x, n, true, time);
-        }
-
-        rms_norm_rows(pool, x, output_norm_.f32(), n, E, c.rms_eps, xb);
-        linear(pool, output(), xb, n, logits, lead.acts.data());
-        for (int i = 0; i < n; i++) states[i]->n_past++;
-    }
-
-    bool layer_major() const override { return true; }
 
     void enable_nextn(const GgufFile& f) override {
         if (!nextn_.empty()) return;
@@ -443,6 +329,75 @@ public:
 
 private:
     const Tensor& output() const { return tied_output_ ? token_embd_ : output_; }
+
+    Rope rope() const {
+        Rope r = rope_;
+        if (!rope_freqs_.empty()) r.freq_factors = rope_freqs_.f32();
+        return r;
+    }
+
+    int layers_run() const override { return n_run_; }
+
+    void begin(ModelState& seq, ExpertSource& experts, ThreadPool& pool, const int32_t* tokens,
+               int n) const override {
+        DecoderState& st = static_cast<DecoderState&>(seq);
+        const int64_t pos0 = st.n_past;
+        advance(st, n);
+        // The NextN rows of the last call's positions wait for the tokens
+        // after them, tokens[0] the last; their hidden states are in x,
+        // which the embeddings overwrite.
+        if (!nextn_.empty()) {
+            sync_nextn(st);
+            nextn_rows_upto(st, experts, pool, std::min(pos0, st.last_pos0 + st.last_n), tokens[0],
+                            n == 1 ? &st.decode_time : &st.prefill_time);
+        }
+    }
+
+    void end(ModelState& seq, const int32_t* tokens, int n) const override {
+        if (nextn_.empty()) return;
+        DecoderState& st = static_cast<DecoderState&>(seq);
+        std::copy(tokens, tokens + n, reinterpret_cast<int32_t*>(st.last_tokens.data()));
+        st.last_pos0 = st.n_past - n;
+        st.last_n = n;
+        st.nextn_seen = st.n_past;
+    }
+
+    // The NextN block follows each sequence through forward().
+    bool batches() const override { return nextn_.empty(); }
+
+    void embed(ModelState& lead, int64_t t, int32_t token, int64_t pos) const override {
+        DecoderState& st = static_cast<DecoderState&>(lead);
+        dequantize_row(token_embd_.type, token_embd_.row(token), st.x.f32() + t * config_.n_embd, config_.n_embd);
+        rope_angles(rope(), pos, st.cos_sin.f32() + t * rope_.n_rot);
+    }
+
+    void attend(ModelState& seq, ModelState& lead, ThreadPool& pool, int il, int row, int nc, int c0,
+                int64_t pos) const override {
+        DecoderState& st = static_cast<DecoderState&>(seq);
+        DecoderState& rows = static_cast<DecoderState&>(lead);
+        float* xc = rows.x.f32() + int64_t(row) * config_.n_embd;
+        float* y = st.y.f32();
+        const float* cs = rows.cos_sin.f32() + int64_t(row) * rope_.n_rot;
+        run_attention(st, pool, rope(), il, xc, nc, c0, pos, cs, st.xb.f32(), y);
+        add_to(xc, y, nc * config_.n_embd);
+    }
+
+    void feed_forward(ModelState& lead, ExpertSource& experts, ThreadPool& pool, int il, int row, int nc,
+                      bool may_predict, TimeSplit* time) const override {
+        DecoderState& st = static_cast<DecoderState&>(lead);
+        run_ffn(st, experts, pool, il, st.x.f32() + int64_t(row) * config_.n_embd, nc, may_predict, time);
+    }
+
+    void head(ModelState& lead, ThreadPool& pool, int row, int n, float* logits) const override {
+        DecoderState& st = static_cast<DecoderState&>(lead);
+        const ModelConfig& c = config_;
+        const int64_t E = c.n_embd, B = st.options.max_batch;
+        for (int64_t c0 = 0; c0 < n; c0 += B) {
+            const int64_t nc = std::min<int64_t>(B, n - c0);
+            rms_norm_rows(pool, st.x.f32() + (row + c0) * E, output_norm_.f32(), nc, E, c.rms_eps, st.xb.f32());
+            linear(pool, output(), st.xb.f32(), nc, logits + c0 * c.n_vocab, st.acts.data());
+        }
+    }
     const Tensor& nextn_embd() const { return nextn_.embd.empty() ? token_embd_ : nextn_.embd; }
     const Tensor& nextn_head() const { return nextn_.head.empty() ? output() : nextn_.head; }
 
@@ -502,10 +457,10 @@ private:
         RoutingTrace* trace = experts.routing_trace;
         experts.routing_trace = nullptr;
         PhaseTimer attn_time(time, Phase::Attention, L, attention_bytes(L));
-        attend(st, pool, rope, L, hx, m, 0, pos, cs, st.xb.f32(), st.y.f32());
+        run_attention(st, pool, rope, L, hx, m, 0, pos, cs, st.xb.f32(), st.y.f32());
         add_to(hx, st.y.f32(), m * E);
         attn_time.stop();
-        feed_forward(st, experts, pool, L, hx, m, false, time);
+        run_ffn(st, experts, pool, L, hx, m, false, time);
         experts.routing_trace = trace;
     }
 
@@ -517,7 +472,7 @@ private:
     }
 
     // Weight bytes of layer il's attention (or DeltaNet) half, for the time split.
-    uint64_t attention_bytes(int il) const {
+    uint64_t attention_bytes(int il) const override {
         if (!mla_.empty()) {
             const bool indexed = !indexer_.empty() && indexer_slot_[size_t(il)] >= 0;
             return mla_[size_t(il)].weight_bytes() + (indexed ? indexer_[size_t(il)].weight_bytes() : 0);
@@ -530,8 +485,8 @@ private:
     // sequence at positions pos..: xc its residual rows, xb gets them
     // normed, y the block's output. cs: the tokens' rope angles; c0: their
     // offset in the forward call (sparse attention keeps its selections by it).
-    void attend(DecoderState& st, ThreadPool& pool, const Rope& rope, int il, const float* xc, int nc, int c0,
-                int64_t pos, const float* cs, float* xb, float* y) const {
+    void run_attention(DecoderState& st, ThreadPool& pool, const Rope& rope, int il, const float* xc, int nc, int c0,
+                       int64_t pos, const float* cs, float* xb, float* y) const {
         const ModelConfig& c = config_;
         const int64_t E = c.n_embd, n_ctx = st.options.n_ctx;
         const AttentionLayer& a = attn_[size_t(il)];
@@ -573,8 +528,8 @@ private:
 
     // Layer il's feed-forward half over nc residual rows xc (in place), with
     // st's scratch; may_predict: whether to hint the next layer's experts.
-    void feed_forward(DecoderState& st, ExpertSource& experts, ThreadPool& pool, int il, float* xc, int nc,
-                      bool may_predict, TimeSplit* time) const {
+    void run_ffn(DecoderState& st, ExpertSource& experts, ThreadPool& pool, int il, float* xc, int nc, bool may_predict,
+                 TimeSplit* time) const {
         const ModelConfig& c = config_;
         const int64_t E = c.n_embd;
         const int K = c.n_expert_used;

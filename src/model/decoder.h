@@ -3,7 +3,9 @@
 // or MoE) -> residual; final RMSNorm and output head (tied to token_embd when
 // `output` is absent). A DecoderSpec says how a family's layers differ; each
 // family's file (model/<family>.cpp) fills one in from its metadata, so its
-// differences read in one screen.
+// differences read in one screen. The passes over the layers (a prompt layer
+// by layer, several sequences' decode steps together) are LayerMajorModel's
+// (model/layer_major.h), which gemma4 shares.
 #pragma once
 #include <memory>
 #include <string>

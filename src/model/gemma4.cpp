@@ -9,17 +9,16 @@
 // the E-series add a per-layer embedding to each layer's output, whose
 // table's rows (one per token) are read through the ExpertSource like
 // experts, not held resident. Embeddings scaled by sqrt(n_embd), tied
-// output, final logit soft-capping. Like the shared decoder
-// (model/decoder.cpp), a forward call runs layer by layer over all its
-// tokens (a long prompt reads each expert once), and forward_batch decodes
-// several sequences in one pass (each MoE layer reads their union once).
+// output, final logit soft-capping. The passes are the shared decoder's
+// (model/layer_major.h): a forward call layer by layer over all its tokens,
+// several sequences' decode steps in one pass.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
 
 #include "gguf/gguf.h"
-#include "model/model.h"
+#include "model/layer_major.h"
 #include "model/moe.h"
 #include "model/window_ring.h"
 #include "ops/activation.h"
@@ -83,9 +82,9 @@ public:
     int64_t rewind_limit(int64_t n) const override { return ring.rewind_limit(n); }
 };
 
-class Gemma4 : public Model {
+class Gemma4 : public LayerMajorModel {
 public:
-    Gemma4(const GgufFile& f, ModelConfig c) : Model(std::move(c)) {
+    Gemma4(const GgufFile& f, ModelConfig c) : LayerMajorModel(std::move(c)) {
         ModelConfig& cfg = config_;
         const std::string p = cfg.arch + ".";
         const GgufTensor* embd = f.tensor("token_embd.weight");
@@ -300,120 +299,70 @@ public:
         return st;
     }
 
-    void forward(ModelState& state, ExpertSource& experts, ThreadPool& pool, const int32_t* tokens, int n,
-                 float* logits, bool all_logits) const override {
-        Gemma4State& st = static_cast<Gemma4State&>(state);
-        const ModelConfig& c = config_;
-        const int64_t E = c.n_embd, pos0 = st.n_past, LP = int64_t(c.n_layer) * n_per_layer_;
-        float* x = st.x.f32();
-        experts.start_step(n);
-        st.ring.wrote(pos0, n);
-        const Rope full = full_rope();
-        pool.parallel_for(n, [&](int64_t b, int64_t e) {
-            for (int64_t t = b; t < e; t++) embed(st, full, tokens[t], pos0 + t, t);
-        });
-        if (n_per_layer_ > 0) per_layer_inputs(st, experts, pool, tokens, n);
-
-        TimeSplit* time = n == 1 ? &st.decode_time : &st.prefill_time;
-        time->calls++;
-        // Layer by layer over all n tokens, in pieces of max_batch: a layer's
-        // experts are read for its first piece and are still in the cache
-        // for the others, so a long prompt reads each expert it needs once
-        // (as model/decoder.cpp does).
-        const int B = st.options.max_batch;
-        for (int il = 0; il < c.n_layer; il++) {
-            const Layer& l = layers_[size_t(il)];
-            for (int c0 = 0; c0 < n; c0 += B) {
-                const int nc = std::min(B, n - c0);
-                float* xc = x + int64_t(c0) * E;
-                PhaseTimer attn_time(time, Phase::Attention, il, attention_bytes(l));
-                attention_block(st, pool, l, il, xc, nc, pos0 + c0, full, st, c0);
-                attn_time.stop();
-                // The next layer's experts are hinted from the layer's last piece.
-                feed_forward(st, experts, pool, il, xc, nc, c0 + nc == n, time);
-                finish_layer(st, pool, l, il, xc, st.ple.f32() + int64_t(c0) * LP, nc);
-            }
-        }
-        const int64_t first = all_logits ? 0 : n - 1;
-        head(st, pool, x + first * E, int(n - first), logits);
-        st.n_past += n;
-    }
-
-    // One decode step of n sequences (each with its own state) in one pass:
-    // each attends over its own cache at its own position, and the
-    // feed-forward half runs over the n rows together, so a MoE layer
-    // acquires the union of the sequences' experts once. The first state's
-    // scratch holds the rows.
-    void forward_batch(ModelState* const* states, int n, ExpertSource& experts, ThreadPool& pool,
-                       const int32_t* tokens, float* logits) const override {
-        Gemma4State& lead = static_cast<Gemma4State&>(*states[0]);
-        if (n > lead.options.max_batch) {
-            Model::forward_batch(states, n, experts, pool, tokens, logits);
-            return;
-        }
-        const ModelConfig& c = config_;
-        const int64_t E = c.n_embd;
-        float* x = lead.x.f32();
-        experts.start_decode_step(n);
-        for (int i = 0; i < n; i++) static_cast<Gemma4State&>(*states[i]).ring.wrote(states[i]->n_past, 1);
-        const Rope full = full_rope();
-        pool.parallel_for(n, [&](int64_t b, int64_t e) {
-            for (int64_t t = b; t < e; t++) embed(lead, full, tokens[t], states[t]->n_past, t);
-        });
-        if (n_per_layer_ > 0) per_layer_inputs(lead, experts, pool, tokens, n);
-
-        TimeSplit* time = &lead.decode_time;
-        time->calls++;
-        for (int il = 0; il < c.n_layer; il++) {
-            const Layer& l = layers_[size_t(il)];
-            PhaseTimer attn_time(time, Phase::Attention, il, attention_bytes(l));
-            for (int i = 0; i < n; i++) {
-                Gemma4State& st = static_cast<Gemma4State&>(*states[i]);
-                attention_block(st, pool, l, il, x + i * E, 1, st.n_past, full, lead, i);
-            }
-            attn_time.stop();
-            feed_forward(lead, experts, pool, il, x, n, true, time);
-            finish_layer(lead, pool, l, il, x, lead.ple.f32(), n);
-        }
-        head(lead, pool, x, n, logits);
-        for (int i = 0; i < n; i++) states[i]->n_past++;
-    }
-
-    bool layer_major() const override { return true; }
-
 private:
     const Tensor& output() const { return tied_output_ ? token_embd_ : output_; }
 
-    Rope full_rope() const {
-        Rope full = rope_full_;
-        if (have_rope_freqs_) full.freq_factors = rope_freqs_.f32();
-        return full;
+    int layers_run() const override { return config_.n_layer; }
+
+    void begin(ModelState& seq, ExpertSource&, ThreadPool&, const int32_t*, int n) const override {
+        static_cast<Gemma4State&>(seq).ring.wrote(seq.n_past, n);
     }
 
-    // Row t of st.x: the token's scaled embedding; row t of the rope
-    // angles: those of position pos.
-    void embed(Gemma4State& st, const Rope& full, int32_t token, int64_t pos, int64_t t) const {
+    void embed(ModelState& lead, int64_t t, int32_t token, int64_t pos) const override {
+        Gemma4State& st = static_cast<Gemma4State&>(lead);
         const int64_t E = config_.n_embd;
         const float embd_scale = std::sqrt(float(E));
         float* xt = st.x.f32() + t * E;
         dequantize_row(token_embd_.type, token_embd_.row(token), xt, E);
         for (int64_t i = 0; i < E; i++) xt[i] *= embd_scale;
         rope_angles(rope_swa_, pos, st.cos_sin_swa.f32() + t * rope_swa_.n_rot);
-        rope_angles(full, pos, st.cos_sin_full.f32() + t * full.n_rot);
+        rope_angles(full_rope(), pos, st.cos_sin_full.f32() + t * rope_full_.n_rot);
     }
 
-    uint64_t attention_bytes(const Layer& l) const {
+    void before_layers(ModelState& lead, ExpertSource& experts, ThreadPool& pool, const int32_t* tokens,
+                       int n) const override {
+        if (n_per_layer_ > 0) per_layer_inputs(static_cast<Gemma4State&>(lead), experts, pool, tokens, n);
+    }
+
+    void attend(ModelState& seq, ModelState& lead, ThreadPool& pool, int il, int row, int nc, int,
+                int64_t pos) const override {
+        Gemma4State& rows = static_cast<Gemma4State&>(lead);
+        attention_block(static_cast<Gemma4State&>(seq), pool, layers_[size_t(il)], il,
+                        rows.x.f32() + int64_t(row) * config_.n_embd, nc, pos, rows, row);
+    }
+
+    uint64_t attention_bytes(int il) const override {
+        const Layer& l = layers_[size_t(il)];
         return l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes();
     }
 
-    // Final norm, output head and soft-capping of n residual rows x, in
-    // pieces of max_batch.
-    void head(Gemma4State& st, ThreadPool& pool, const float* x, int n, float* logits) const {
+    // The FFN, then the per-layer embedding and layer_output_scale.
+    void feed_forward(ModelState& lead, ExpertSource& experts, ThreadPool& pool, int il, int row, int nc,
+                      bool may_predict, TimeSplit* time) const override {
+        Gemma4State& st = static_cast<Gemma4State&>(lead);
+        const Layer& l = layers_[size_t(il)];
+        float* x = st.x.f32() + int64_t(row) * config_.n_embd;
+        ffn(st, experts, pool, il, x, nc, may_predict, time);
+        if (n_per_layer_ > 0) {
+            const float* ple = st.ple.f32() + int64_t(row) * config_.n_layer * n_per_layer_;
+            per_layer_embedding(st, pool, l, il, x, ple, nc);
+        }
+        if (l.out_scale.rows) {
+            const float s = l.out_scale.f32()[0];
+            pool.parallel_for(int64_t(nc) * config_.n_embd, [&](int64_t b, int64_t e) {
+                for (int64_t i = b; i < e; i++) x[i] *= s;
+            });
+        }
+    }
+
+    // Final norm, output head and soft-capping, in pieces of max_batch.
+    void head(ModelState& lead, ThreadPool& pool, int row, int n, float* logits) const override {
+        Gemma4State& st = static_cast<Gemma4State&>(lead);
         const ModelConfig& c = config_;
         const int64_t E = c.n_embd, V = c.n_vocab;
         for (int c0 = 0; c0 < n; c0 += st.options.max_batch) {
             const int nc = std::min(st.options.max_batch, n - c0);
-            rms_norm_rows(pool, x + int64_t(c0) * E, output_norm_.f32(), nc, E, c.rms_eps, st.xb.f32());
+            rms_norm_rows(pool, st.x.f32() + int64_t(row + c0) * E, output_norm_.f32(), nc, E, c.rms_eps, st.xb.f32());
             linear(pool, output(), st.xb.f32(), nc, logits + int64_t(c0) * V, st.acts.data());
         }
         if (softcap_ > 0) {
@@ -424,6 +373,12 @@ private:
         }
     }
 
+    Rope full_rope() const {
+        Rope full = rope_full_;
+        if (have_rope_freqs_) full.freq_factors = rope_freqs_.f32();
+        return full;
+    }
+
     AttentionShape shape(const Layer& l, int64_t window) const {
         return AttentionShape{config_.n_head, l.n_head_kv, l.head_dim, l.head_dim, 1.0f, l.swa ? window : 0};
     }
@@ -432,7 +387,7 @@ private:
     // residual rows x of st's sequence at positions pos0..; their rope
     // angles are rows row0.. of `angles`; scratch from st.
     void attention_block(Gemma4State& st, ThreadPool& pool, const Layer& l, int il, float* x, int n, int64_t pos0,
-                         const Rope& full, const Gemma4State& angles, int row0) const {
+                         const Gemma4State& angles, int row0) const {
         const ModelConfig& c = config_;
         const int64_t E = c.n_embd, qd = l.q_dim(c.n_head), kvd = l.kv_dim(), n_ctx = st.options.n_ctx;
         const int hd = l.head_dim;
@@ -441,7 +396,7 @@ private:
         float* q = st.q.f32();
         float* k = st.k.f32();
         float* v = st.v.f32();
-        const Rope& rope = l.swa ? rope_swa_ : full;
+        const Rope rope = l.swa ? rope_swa_ : full_rope();
         const float* cos_sin = (l.swa ? angles.cos_sin_swa.f32() : angles.cos_sin_full.f32()) + row0 * rope.n_rot;
         const KvLayer& kv = st.kv[size_t(il)];
 
@@ -480,8 +435,8 @@ private:
     // the GELU MLP and, in MoE layers, the routed experts beside it, both
     // reading x (the residual after attention). may_predict: whether to
     // hint the next layer's experts.
-    void feed_forward(Gemma4State& st, ExpertSource& experts, ThreadPool& pool, int il, float* x, int n,
-                      bool may_predict, TimeSplit* time) const {
+    void ffn(Gemma4State& st, ExpertSource& experts, ThreadPool& pool, int il, float* x, int n, bool may_predict,
+             TimeSplit* time) const {
         const ModelConfig& c = config_;
         const int64_t E = c.n_embd;
         const int K = c.n_expert_used;
@@ -524,20 +479,6 @@ private:
         }
         rms_norm_rows(pool, y, l.post_ffw_norm.f32(), n, E, c.rms_eps, y);
         add_to(x, y, n * E);
-    }
-
-    // After the FFN: the per-layer embedding (ple: the rows' per-layer
-    // inputs) and layer_output_scale, over n residual rows x.
-    void finish_layer(Gemma4State& st, ThreadPool& pool, const Layer& l, int il, float* x, const float* ple,
-                      int n) const {
-        const int64_t E = config_.n_embd;
-        if (n_per_layer_ > 0) per_layer_embedding(st, pool, l, il, x, ple, n);
-        if (l.out_scale.rows) {
-            const float s = l.out_scale.f32()[0];
-            pool.parallel_for(n * E, [&](int64_t b, int64_t e) {
-                for (int64_t i = b; i < e; i++) x[i] *= s;
-            });
-        }
     }
 
     // Layer l's top-k experts and weights for each of n residual rows x: its

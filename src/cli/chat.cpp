@@ -1,7 +1,9 @@
 // moestream chat: an interactive conversation rendered with the model's own
 // chat template. The conversation stays in the KV cache: each turn only the
 // tokens after the longest common prefix with the cache are evaluated.
-// Ctrl-C stops the current reply; /exit or end of input quits.
+// Ctrl-C stops the current reply; /exit or end of input quits. With --tools,
+// the calls a reply writes in the template's own format are shown and kept in
+// the conversation as tool_calls; `/tool RESULT` answers the last one.
 #include <signal.h>
 
 #include <atomic>
@@ -15,6 +17,7 @@
 #include "cli/commands.h"
 #include "cli/session_flags.h"
 #include "runtime/chat_prompt.h"
+#include "server/tool_calls.h"
 
 namespace ms {
 
@@ -60,14 +63,17 @@ int cmd_chat(int argc, char** argv) {
     int n_predict = -1;
     a.option("--system", &system, "TEXT", "a system message that opens the conversation");
     a.option("-n,--n-predict", &n_predict, "N", "most tokens per reply (-1: until the end of the turn)");
-    std::string think, tools_file;
+    std::string think, tools_file, template_file;
+    bool verbose_prompt = false;
     a.option("--think", &think, "on|off",
              "the template's enable_thinking: on lets the model reason in its thinking channel first (Gemma 4's "
              "<|channel>thought, Qwen3's <think>), off asks it not to; unset, the template's default");
     a.option("--tools", &tools_file, "FILE.json",
              "function definitions (a JSON array, OpenAI style) the template lists for the model; its tool calls "
              "come back in its own format (Gemma 4: <|tool_call>call:NAME{...}<tool_call|>) and stay in the "
-             "conversation");
+             "conversation (shown as `tool call: NAME ARGUMENTS`); a line `/tool RESULT` answers the last call");
+    a.option("--chat-template-file", &template_file, "FILE", "a Jinja chat template to use instead of the model's");
+    a.flag("--verbose-prompt", &verbose_prompt, "print each turn's rendered prompt to stderr before the reply");
     flags.declare(a, true);
     if (!a.parse(argc, argv)) return 0;
     if (n_predict < -1 || n_predict == 0) throw std::runtime_error("-n must be -1 or > 0");
@@ -78,8 +84,12 @@ int cmd_chat(int argc, char** argv) {
         if (!tools.is_array()) throw std::runtime_error(tools_file + ": --tools expects a JSON array");
     }
 
+    const std::string template_source = template_file.empty() ? "" : read_chat_template(template_file);
+
     auto s = flags.open();
-    const ChatPrompt prompt(*s, tools, think.empty() ? -1 : think == "on");
+    const ChatPrompt prompt(*s, tools, think.empty() ? -1 : think == "on", template_source);
+    const ToolFormat tool_calls = tools.is_null() ? ToolFormat::None : tool_format(prompt.source());
+    std::string last_call;  // the name of the last tool call, which /tool answers
     const Tokenizer& tok = s->tokenizer();
 
     // No SA_RESTART: a Ctrl-C at the prompt interrupts the read instead of
@@ -106,9 +116,23 @@ int cmd_chat(int argc, char** argv) {
         if (line == "/exit" || line == "/quit") break;
         if (line.empty()) continue;
 
-        messages.push_back(message("user", line));
+        if (line.rfind("/tool ", 0) == 0) {
+            if (last_call.empty()) {
+                fputs("error: /tool answers a tool call, and there is none yet\n", stderr);
+                continue;
+            }
+            Json m = message("tool", line.substr(6));
+            m["name"] = last_call;
+            messages.push_back(m);
+        } else {
+            messages.push_back(message("user", line));
+        }
         std::vector<int32_t> tokens;
         try {
+            if (verbose_prompt) {
+                const std::string text = prompt.text(messages);
+                fprintf(stderr, "prompt (%zu bytes):\n%s\n", text.size(), text.c_str());
+            }
             tokens = prompt.tokens(messages);
             if (tokens.size() >= size_t(s->n_ctx())) {
                 throw std::runtime_error("the conversation (" + std::to_string(tokens.size()) +
@@ -140,8 +164,15 @@ int cmd_chat(int argc, char** argv) {
         fputs((text.flush() + "\n").c_str(), stdout);
         if (g_interrupted.load()) fputs("[stopped]\n", stderr);
         // The reply's exact bytes, so the next rendering re-tokenizes to what
-        // the cache holds.
-        messages.push_back(message("assistant", tok.decode(reply)));
+        // the cache holds; its tool calls as the template writes them back.
+        Json said = assistant_message(tool_calls, tok.decode(reply), tools);
+        if (const Json* calls = said.find("tool_calls")) {
+            for (const Json& c : calls->as_array()) {
+                last_call = c.at("function").at("name").as_string();
+                printf("tool call: %s %s\n", last_call.c_str(), c.at("function").at("arguments").dump().c_str());
+            }
+        }
+        messages.push_back(said);
     }
     fputc('\n', stdout);
     flags.finish("chat", *s);

@@ -84,10 +84,7 @@ int cmd_serve(int argc, char** argv) {
         so.api_key = read_key_file(key_file);
     }
     if (!template_file.empty()) {
-        std::ifstream f(template_file, std::ios::binary);
-        if (!f) throw std::runtime_error(template_file + ": cannot read the chat template");
-        so.chat_template.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-        if (so.chat_template.empty()) throw std::runtime_error(template_file + ": the chat template is empty");
+        so.chat_template = read_chat_template(template_file);
     }
     so.max_body_bytes = size_t(max_body);
     so.model_id = alias.empty() ? model_name(flags.model) : alias;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <stdexcept>
 #include <tuple>
@@ -261,6 +262,14 @@ void SessionFlags::finish(const char* command, const Session& s) const {
     if (!f) throw std::runtime_error(report + ": cannot write");
     f << report_json(command, s).dump(2) << "\n";
     if (!f) throw std::runtime_error(report + ": write failed");
+}
+
+std::string read_chat_template(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw std::runtime_error(path + ": cannot read the chat template");
+    std::string text(std::istreambuf_iterator<char>(f), {});
+    if (text.empty()) throw std::runtime_error(path + ": the chat template is empty");
+    return text;
 }
 
 }  // namespace ms

@@ -57,4 +57,8 @@ struct SessionFlags {
     void finish(const char* command, const Session& s) const;
 };
 
+// The text of a --chat-template-file (chat, serve); throws naming the file
+// when it cannot be read or is empty.
+std::string read_chat_template(const std::string& path);
+
 }  // namespace ms

@@ -24,15 +24,20 @@ ChatPrompt::ChatPrompt(const Session& session, const std::string& source)
     if (tok.eos() != Tokenizer::kNoToken) options_.eos_token = tok.text(tok.eos());
 }
 
-ChatPrompt::ChatPrompt(const Session& session, const Json& tools, int enable_thinking) : ChatPrompt(session) {
+ChatPrompt::ChatPrompt(const Session& session, const Json& tools, int enable_thinking, const std::string& source)
+    : ChatPrompt(session, source) {
     options_.tools = tools;
     options_.enable_thinking = enable_thinking;
 }
 
-std::vector<int32_t> ChatPrompt::tokens(const Json& messages, const Json& tools) const {
+std::string ChatPrompt::text(const Json& messages, const Json& tools) const {
     ChatContextOptions o = options_;
     if (!tools.is_null()) o.tools = tools;
-    const std::string text = template_.render(chat_context(messages, o));
+    return template_.render(chat_context(messages, o));
+}
+
+std::vector<int32_t> ChatPrompt::tokens(const Json& messages, const Json& tools) const {
+    const std::string text = this->text(messages, tools);
     const bool has_bos = !options_.bos_token.empty() && text.rfind(options_.bos_token, 0) == 0;
     return session_->tokenize(text, !has_bos);
 }

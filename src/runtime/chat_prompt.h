@@ -22,12 +22,14 @@ public:
     // definitions, null for none) and `enable_thinking` (-1: undefined, as
     // the template's default; 0 or 1): Gemma 4, Qwen3 and others switch
     // their reasoning channel and tool-call format on these.
-    ChatPrompt(const Session& session, const Json& tools, int enable_thinking);
+    ChatPrompt(const Session& session, const Json& tools, int enable_thinking, const std::string& source = "");
     // messages: [{"role", "content"}...]. Throws TemplateError when the
     // template refuses the conversation (e.g. roles out of order).
     // tools: the functions the template offers the model (null: those given
     // at construction, if any).
     std::vector<int32_t> tokens(const Json& messages, const Json& tools = Json()) const;
+    // The rendered text those tokens are made from.
+    std::string text(const Json& messages, const Json& tools = Json()) const;
     // The template's source (tool-call formats are read off it).
     const std::string& source() const { return source_; }
 

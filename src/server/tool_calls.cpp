@@ -257,6 +257,26 @@ ParsedReply parse_tool_calls(ToolFormat f, const std::string& text, const Json& 
     return r;
 }
 
+Json assistant_message(ToolFormat f, const std::string& reply, const Json& tools) {
+    const ParsedReply parsed = parse_tool_calls(f, reply, tools);
+    Json m = Json::object();
+    m["role"] = "assistant";
+    m["content"] = parsed.content;
+    if (parsed.calls.empty()) return m;
+    Json calls = Json::array();
+    for (const ToolCall& c : parsed.calls) {
+        Json fn = Json::object();
+        fn["name"] = c.name;
+        fn["arguments"] = Json::parse(c.arguments);
+        Json call = Json::object();
+        call["type"] = "function";
+        call["function"] = fn;
+        calls.push_back(std::move(call));
+    }
+    m["tool_calls"] = calls;
+    return m;
+}
+
 size_t tool_free_prefix(ToolFormat f, const std::string& text) {
     const Markers m = markers(f);
     if (!m.open) return text.size();

@@ -36,6 +36,12 @@ struct ParsedReply {
 // parse stays in content.
 ParsedReply parse_tool_calls(ToolFormat f, const std::string& text, const Json& tools);
 
+// A finished reply as the assistant message a chat template reads back
+// (`chat` keeps its conversation so): the text outside the calls as content
+// and the calls as tool_calls, each call's arguments an object; the reply's
+// exact text as content when it holds no call.
+Json assistant_message(ToolFormat f, const std::string& reply, const Json& tools);
+
 // How much of a reply still being written may be sent as content: up to the
 // first call's marker, and short of a tail that could be the start of one.
 size_t tool_free_prefix(ToolFormat f, const std::string& text);

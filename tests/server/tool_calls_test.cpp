@@ -9,6 +9,7 @@
 
 #include "json/json.h"
 #include "server/tool_calls.h"
+#include "tokenizer/chat_template.h"
 
 namespace ms {
 namespace {
@@ -50,6 +51,40 @@ TEST(ToolCalls, EachTemplatesOwnFormatParses) {
         parsed++;
     }
     EXPECT_GE(parsed, 7);
+}
+
+// What `chat` keeps of a Gemma 4 reply that calls a tool: the golden "tools"
+// case's call, as its model writes it, becomes an assistant message with
+// that call; rendered back in the golden conversation, it gives the golden
+// text byte for byte.
+TEST(ToolCalls, Gemma4ReplyRendersBackAsTheGoldenConversation) {
+    const std::string name = "google-gemma-4-31B-it.jinja";
+    const Json cases = Json::parse_file(kChat + "/cases.json");
+    for (const Json& c : cases.as_array()) {
+        if (c.at("template").as_string() != name || c.at("case").as_string() != "tools") continue;
+        const std::string source = read(kChat + "/templates/" + name);
+        const ToolFormat f = tool_format(source);
+        ASSERT_EQ(f, ToolFormat::Gemma4);
+        const std::string& expected = c.at("expected").as_string();
+        const size_t b = expected.find("<|tool_call>"), e = expected.find("<tool_call|>");
+        ASSERT_NE(b, std::string::npos);
+        ASSERT_NE(e, std::string::npos);
+        const std::string reply = expected.substr(b, e + std::string("<tool_call|>").size() - b);
+        Json ctx = c.at("context");
+        const Json m = assistant_message(f, reply, ctx.at("tools"));
+        const Json& want = ctx.at("messages")[1].at("tool_calls")[0].at("function");
+        ASSERT_EQ(m.at("tool_calls").as_array().size(), 1u);
+        EXPECT_EQ(m.at("tool_calls")[0].at("function").at("name").as_string(), want.at("name").as_string());
+        EXPECT_EQ(m.at("tool_calls")[0].at("function").at("arguments").dump(), want.at("arguments").dump());
+        EXPECT_EQ(m.at("content").as_string(), "");
+        ctx["messages"].as_array()[1] = m;
+        EXPECT_EQ(ChatTemplate(source).render(ctx), expected);
+        // Without a call, the reply's exact text.
+        EXPECT_EQ(assistant_message(f, "It is 18C.", ctx.at("tools")).at("content").as_string(), "It is 18C.");
+        EXPECT_EQ(assistant_message(f, "It is 18C.", ctx.at("tools")).find("tool_calls"), nullptr);
+        return;
+    }
+    FAIL() << "no Gemma 4 tools case";
 }
 
 TEST(ToolCalls, TextWithoutACallIsContent) {

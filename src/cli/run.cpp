@@ -37,7 +37,7 @@ int cmd_run(int argc, char** argv) {
     a.option("--trace", &trace_path, "FILE",
              "write a Chrome-trace timeline of prefill and decode to FILE (open it in ui.perfetto.dev): per "
              "layer attention, routing, experts with their io_wait spans; per expert read, queued to "
-             "completed. Holds up to 262,144 events (16 MiB, outside --mem)");
+             "completed. Holds up to 262,144 events (16 MiB, counted in --mem)");
     a.option("--routing-trace", &routing_path, "FILE",
              "write every token's chosen experts per layer (prompt and generated tokens) to FILE, for "
              "`moestream bench routing --trace FILE` (outside --mem: 4 bytes per expert choice)");
@@ -53,13 +53,15 @@ int cmd_run(int argc, char** argv) {
     if (random_prompt > 0 && (!prompt.empty() || !prompt_file.empty()))
         throw std::runtime_error("give either a prompt (-p/-f) or --random-prompt, not both");
 
+    // Made before the session: its buffer is then in the RSS the memory
+    // plan counts as the process's, so --mem bounds it too.
+    std::unique_ptr<Trace> trace;
+    if (!trace_path.empty()) trace = std::make_unique<Trace>();
     auto s = flags.open();
     const std::vector<int32_t> tokens =
         random_prompt > 0 ? s->random_tokens(random_prompt, s->sampler().params().seed) : s->tokenize(prompt);
     if (tokens.empty()) throw std::runtime_error("the prompt gives no tokens (give -p TEXT)");
-    std::unique_ptr<Trace> trace;
-    if (!trace_path.empty()) {
-        trace = std::make_unique<Trace>();
+    if (trace) {
         trace->name_lane(Trace::thread_lane(), "forward pass");
         set_active_trace(trace.get());
     }

@@ -69,9 +69,26 @@ size_t Trace::dropped() const {
 }
 
 std::string Trace::json() const {
-    const int pid = int(getpid());
     std::string out;
     out.reserve(size() * 120 + 256);
+    write_json(out, std::string::npos, [](std::string&) {});
+    return out;
+}
+
+void Trace::write(const std::string& path) const {
+    std::ofstream f(path, std::ios::binary);
+    if (!f) throw std::runtime_error(path + ": cannot write");
+    std::string chunk;
+    chunk.reserve((size_t(1) << 20) + 4096);
+    write_json(chunk, size_t(1) << 20, [&](std::string& out) {
+        f.write(out.data(), std::streamsize(out.size()));
+        out.clear();
+    });
+    if (!f.flush()) throw std::runtime_error(path + ": write failed");
+}
+
+void Trace::write_json(std::string& out, size_t chunk, const std::function<void(std::string&)>& flush) const {
+    const int pid = int(getpid());
     out += "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"moestream\",\"dropped_events\":";
     out += std::to_string(dropped());
     out += "},\"traceEvents\":[\n";
@@ -114,16 +131,10 @@ std::string Trace::json() const {
             out += "}";
         }
         out += "}";
+        if (out.size() >= chunk) flush(out);
     }
     out += "\n]}\n";
-    return out;
-}
-
-void Trace::write(const std::string& path) const {
-    std::ofstream f(path, std::ios::binary);
-    if (!f) throw std::runtime_error(path + ": cannot write");
-    f << json();
-    if (!f) throw std::runtime_error(path + ": write failed");
+    flush(out);
 }
 
 }  // namespace ms

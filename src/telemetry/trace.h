@@ -8,6 +8,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,7 +17,9 @@ namespace ms {
 
 class Trace {
 public:
-    // capacity: events held; 64 bytes each.
+    // capacity: events held; 64 bytes each, allocated and written (so
+    // resident) here: a program that makes its trace before planning its
+    // memory finds it in its RSS.
     explicit Trace(size_t capacity = size_t(1) << 18);
     Trace(const Trace&) = delete;
     Trace& operator=(const Trace&) = delete;
@@ -65,10 +68,15 @@ public:
 
     // The whole timeline as Chrome-trace JSON; call once recording is over.
     std::string json() const;
-    // Writes json() to path; throws "PATH: cannot write".
+    // Writes json() to path a MiB at a time (the whole text of a full trace
+    // would be tens of MB beside the budget); throws "PATH: cannot write".
     void write(const std::string& path) const;
 
 private:
+    // json() into out, handed to flush(out) (which empties it) whenever it
+    // passes chunk bytes, and at the end.
+    void write_json(std::string& out, size_t chunk, const std::function<void(std::string&)>& flush) const;
+
     struct Event {
         const char* name;
         const char* cat;

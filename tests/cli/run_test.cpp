@@ -33,20 +33,24 @@ protected:
         // (realistic routing reuses experts from token to token).
         budget_ = streaming_budget(model_, 24, prefix_ + ".probe.json");
         ASSERT_FALSE(budget_.empty());
+        // --trace's event buffer is counted in --mem: the same 24 slots
+        // beside it.
+        trace_budget_ = streaming_budget(model_, 24, prefix_ + ".probe.json", "--trace /dev/null");
+        ASSERT_FALSE(trace_budget_.empty());
     }
     static void TearDownTestSuite() {
         for (const char* ext : {".gguf", ".trace.json", ".report.json", ".r2.json"})
             std::remove((prefix_ + ext).c_str());
     }
-    static std::string prefix_, model_, budget_;
+    static std::string prefix_, model_, budget_, trace_budget_;
     static Json inspect_;
 };
-std::string RunCli::prefix_, RunCli::model_, RunCli::budget_;
+std::string RunCli::prefix_, RunCli::model_, RunCli::budget_, RunCli::trace_budget_;
 Json RunCli::inspect_;
 
 TEST_F(RunCli, TraceMatchesReportAndLayout) {
     const std::string trace = prefix_ + ".trace.json", report = prefix_ + ".report.json";
-    CliResult r = run_cli("run -m " + model_ + budget_ + "--seed 7 --random-prompt 40 -b 16 -n 40 --ignore-eos" +
+    CliResult r = run_cli("run -m " + model_ + trace_budget_ + "--seed 7 --random-prompt 40 -b 16 -n 40 --ignore-eos" +
                               " --trace " + trace + " --report " + report,
                           true);
     ASSERT_EQ(r.rc, 0) << r.out;
@@ -204,7 +208,9 @@ TEST_F(RunCli, TracingAndRandomPromptAreReproducible) {
     const std::string trace = prefix_ + ".trace.json";
     const std::string args = "run -m " + model_ + budget_ + "--seed 11 --random-prompt 25 -n 16 --ignore-eos";
     CliResult plain = run_cli(args, false);
-    CliResult traced = run_cli(args + " --trace " + trace, false);
+    CliResult traced = run_cli("run -m " + model_ + trace_budget_ + "--seed 11 --random-prompt 25 -n 16 --ignore-eos" +
+                                   " --trace " + trace,
+                               false);
     CliResult other_seed = run_cli("run -m " + model_ + budget_ + "--seed 12 --random-prompt 25 -n 16 --ignore-eos",
                                    false);
     ASSERT_EQ(plain.rc, 0);
@@ -222,7 +228,7 @@ TEST_F(RunCli, BadPromptFlagsAreOneLineErrors) {
     CliResult neg = run_cli("run -m " + model_ + " --random-prompt -3", true);
     EXPECT_NE(neg.rc, 0);
     EXPECT_NE(neg.out.find("--random-prompt"), std::string::npos) << neg.out;
-    CliResult dir = run_cli("run -m " + model_ + budget_ + "-p hi -n 2 --trace /nonexistent/dir/t.json", true);
+    CliResult dir = run_cli("run -m " + model_ + trace_budget_ + "-p hi -n 2 --trace /nonexistent/dir/t.json", true);
     EXPECT_NE(dir.rc, 0);
     EXPECT_NE(dir.out.find("/nonexistent/dir/t.json"), std::string::npos) << dir.out;
 }

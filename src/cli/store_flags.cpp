@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <stdexcept>
 
 #include "gguf/gguf.h"
 #include "store/store.h"
@@ -18,6 +19,9 @@ void StoreFlags::declare(Args& a) {
     a.option("--io-threads", &io_threads, "N", "pread/buffered: reader threads");
     a.option("--io-split", &io_split, "N", "pread/buffered: page-aligned chunks each expert read is cut into");
     a.option("--cache-policy", &cache_policy, "P", "expert cache eviction: lru, or lfu (with aging)");
+    a.option("--cache-slots", &cache_slots, "N",
+             "at most N expert slots, whatever --mem leaves (a smaller cache, exactly, for measuring one; at "
+             "least the experts a token uses)");
     a.option("--prefetch", &prefetch, "MODE",
              "next-layer prefetch: while a layer's experts are read and computed, read the experts the next "
              "layer's router picks from the current hidden state (low priority; only when the cache cannot "
@@ -73,6 +77,17 @@ std::unique_ptr<ExpertSource> StoreFlags::make(const GgufFile& file, const Model
                     format_bytes(double(need.budget)).c_str());
     }
     plan_ = plan_memory(need);
+    if (cache_slots < 0) throw std::runtime_error("--cache-slots must be > 0");
+    if (cache_slots > 0 && cache_slots < plan_.slots) {
+        if (cache_slots < need.min_slots) {
+            throw std::runtime_error("--cache-slots " + std::to_string(cache_slots) + " is fewer than the " +
+                                     std::to_string(need.min_slots) + " experts a token uses");
+        }
+        plan_.slots = cache_slots;
+        plan_.cache_bytes = uint64_t(cache_slots) * need.slot_bytes;
+        plan_.total_bytes = plan_.fixed_bytes + plan_.cache_bytes;
+        plan_.all_experts_fit = false;
+    }
 
     StoreOptions opt;
     opt.io = io;

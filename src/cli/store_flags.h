@@ -27,6 +27,7 @@ struct StoreFlags {
     std::string prefetch = "auto";
     std::string io_faults;
     int io_depth = 64, io_threads = 4, io_split = 1;
+    int cache_slots = 0;  // > 0: at most this many expert slots, whatever --mem leaves
     bool no_verify = false, verify_experts = false;
 
     void declare(Args& a);

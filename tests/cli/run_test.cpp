@@ -180,8 +180,6 @@ TEST_F(RunCli, ALongPromptReadsEachExpertOnceAndTheSplitIsReported) {
     for (int split = 0; split < 2; split++) {
         const std::string report = prefix_ + ".r2.json";
         const std::string b = split ? " -b 16 -ub 16" : " -ub 16";
-        // run_streamed keeps the cache near 24 slots: a few MiB less process
-        // RSS than the probe's once bought enough slots for every expert.
         CliResult r = run_streamed("run -m " + model_ + " --seed 3 --random-prompt 200 -n 0 --prefetch off" + b, model_,
                                    24, prefix_ + ".probe.json", report);
         ASSERT_EQ(r.rc, 0) << r.out;

@@ -362,6 +362,22 @@ __global__ void route_kernel(const float* logits, int n_expert, int k, bool reno
     route_warp(logits, n_expert, k, renorm, ids, weights);
 }
 
+// The sum over the block (at most 32 warps) of every thread's `sum`, in
+// double, warps' partial sums added in a fixed tree so every run gives the
+// same bits; returned to every thread. part: 32 doubles of shared memory.
+__device__ double block_sum(double sum, double* part) {
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = sum;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        double t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (threadIdx.x == 0) part[0] = t;
+    }
+    __syncthreads();
+    return part[0];
+}
+
 // out = x / sqrt(mean(x^2) + eps) * w by one block (sums of squares in
 // double), reading x through L2: other blocks of the grid wrote it. Loads
 // come kEpiPer a thread at a time, all in flight together.
@@ -380,16 +396,7 @@ __device__ void block_rms_norm(const float* x, const float* w, int64_t width, fl
 #pragma unroll
         for (int k = 0; k < kEpiPer; k++) sum += double(v[k] * v[k]);
     }
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = sum;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        double t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0;
-        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-        if (threadIdx.x == 0) part[0] = t;
-    }
-    __syncthreads();
-    const float scale = 1.0f / sqrtf(float(part[0] / double(width)) + eps);
+    const float scale = 1.0f / sqrtf(float(block_sum(sum, part) / double(width)) + eps);
     for (int64_t base = 0; base < width; base += int64_t(kEpiPer) * blockDim.x) {
         float v[kEpiPer], wv[kEpiPer];
 #pragma unroll
@@ -708,16 +715,7 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, 
     } else {
         for (int64_t i = threadIdx.x; i < width; i += blockDim.x) sum += double(x[i] * x[i]);
     }
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = sum;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        double t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0;
-        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-        if (threadIdx.x == 0) part[0] = t;
-    }
-    __syncthreads();
-    const float mean = float(part[0] / double(width));
+    const float mean = float(block_sum(sum, part) / double(width));
     const float scale = 1.0f / sqrtf(mean + eps);
     if (held) {
 #pragma unroll

@@ -230,6 +230,7 @@ private:
 
 class GpuQwen3 : public Model {
 public:
+    bool one_token_per_pass() const override { return true; }
     GpuQwen3(const GgufFile& f, ModelConfig c, const GpuOptions& o) : Model(std::move(c)), options_(o) {
         ModelConfig& cfg = config_;
         rope_ = config_rope(cfg, true);

@@ -109,6 +109,11 @@ public:
     // (StateOptions::max_tokens), so a long prompt reads each expert once.
     virtual bool layer_major() const { return false; }
 
+    // Whether forward() evaluates a call's tokens one after another (the GPU
+    // model's), so a speculative verify pass of K+1 tokens costs K+1 steps
+    // and drafts cannot pay.
+    virtual bool one_token_per_pass() const { return false; }
+
     // Routes each token to k experts instead of the file's expert_used_count
     // (Flash-MoE's speed knob: fewer experts, fewer bytes a token, other
     // logits): the router's top k, weighted as the family weights its top

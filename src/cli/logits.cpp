@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/session_flags.h"
 #include "json/json.h"
+#include "ops/activation.h"
 
 namespace ms {
 
@@ -35,14 +36,6 @@ std::vector<float> read_f32(const std::string& path, size_t n) {
     f.seekg(0);
     f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * sizeof(float)));
     return v;
-}
-
-int argmax(const float* x, int64_t n) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++) {
-        if (x[i] > x[best]) best = i;
-    }
-    return int(best);
 }
 
 }  // namespace

@@ -13,11 +13,4 @@ void nextn_input_row(const NextnBlock& b, const Tensor& embd, int32_t token, con
     rms_norm(h, b.hnorm.f32(), n_embd, eps, row + n_embd);
 }
 
-int32_t argmax(const float* logits, int64_t n) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (logits[i] > logits[best]) best = i;
-    return int32_t(best);
-}
-
 }  // namespace ms

@@ -25,7 +25,4 @@ struct NextnBlock {
 void nextn_input_row(const NextnBlock& b, const Tensor& embd, int32_t token, const float* h, int64_t n_embd,
                      float eps, float* row);
 
-// The id of the largest of n logits (the first on ties).
-int32_t argmax(const float* logits, int64_t n);
-
 }  // namespace ms

@@ -91,4 +91,11 @@ void add_to(float* y, const float* x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
 
+int32_t argmax(const float* x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return int32_t(best);
+}
+
 }  // namespace ms

@@ -11,6 +11,9 @@ namespace ms {
 // that takes probability mass but is not written.
 void softmax(float* x, int64_t n, float scale = 1.0f, float sink = -INFINITY);
 
+// The index of the largest of x[0..n) (the first on ties): greedy decoding.
+int32_t argmax(const float* x, int64_t n);
+
 // 1 / (1 + exp(-x))
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 

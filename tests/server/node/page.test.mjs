@@ -95,6 +95,16 @@ test('the chat page streams a reply in headless chromium', { skip: !chromium && 
       const exited = new Promise((r) => (b.proc.exitCode !== null ? r() : b.proc.on('exit', r)));
       b.proc.kill();
       await exited;
-      rmSync(profile, { recursive: true, force: true, maxRetries: 5 });
+      // Chromium's helper processes outlive the browser by a moment and
+      // still write into the profile (rmdir then fails with ENOTEMPTY).
+      for (let i = 0; ; i++) {
+        try {
+          rmSync(profile, { recursive: true, force: true });
+          break;
+        } catch (e) {
+          if (i >= 50) throw e;
+          await sleep(100);
+        }
+      }
     }
   });

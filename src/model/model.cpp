@@ -1,5 +1,8 @@
 #include "model/model.h"
 
+#include <atomic>
+#include <exception>
+#include <mutex>
 #include <stdexcept>
 
 #include "gguf/gguf.h"
@@ -182,18 +185,54 @@ void Model::need_experts(const GgufFile& f, int layer, int n_expert, int64_t n_e
     e.down = matrix("ffn_down_exps", n_ff, n_embd);
 }
 
-void Model::load_resident(const GgufFile& f, const std::function<void(uint64_t, uint64_t)>& progress) {
+void Model::load_resident(const GgufFile& f, const std::function<void(uint64_t, uint64_t)>& progress,
+                          ThreadPool* pool) {
+    // Pieces of at most 16 MiB, so the threads share even a few big tensors
+    // and progress moves; each piece's pages are faulted in by the thread
+    // that then writes them.
+    struct Piece {
+        int split;
+        uint64_t file_offset;
+        uint8_t* dst;
+        size_t bytes;
+    };
+    constexpr size_t kPiece = size_t(16) << 20;
     arena_.resize(resident_bytes_);
-    prefault(arena_.data(), arena_.size());
-    uint64_t done = 0;
+    std::vector<Piece> pieces;
     for (const Pending& p : pending_) {
         const GgufTensor* t = f.tensor(p.name);
         if (!t || t->nbytes != p.bytes) throw std::runtime_error(f.path() + ": tensor " + p.name + " changed");
-        f.read_tensor(*t, arena_.data() + p.offset);
+        for (uint64_t off = 0; off < p.bytes; off += kPiece)
+            pieces.push_back({t->split, t->offset + off, arena_.data() + p.offset + off,
+                              size_t(std::min<uint64_t>(kPiece, p.bytes - off))});
         p.out->data = arena_.data() + p.offset;
-        done += p.bytes;
-        if (progress) progress(done, resident_bytes_);
     }
+    std::atomic<uint64_t> done{0};
+    std::mutex failed_mutex;
+    std::exception_ptr failed;
+    auto load = [&](int64_t begin, int64_t end, int thread) {
+        for (int64_t i = begin; i < end; ++i) {
+            const Piece& pc = pieces[size_t(i)];
+            try {
+                prefault(pc.dst, pc.bytes);
+                f.read(pc.split, pc.file_offset, pc.dst, pc.bytes);
+            } catch (...) {
+                std::lock_guard<std::mutex> lock(failed_mutex);
+                if (!failed) failed = std::current_exception();
+                return;
+            }
+            const uint64_t now = done.fetch_add(pc.bytes) + pc.bytes;
+            if (progress && thread == 0) progress(now, resident_bytes_);
+        }
+    };
+    if (pool) {
+        // One piece a chunk: ThreadPool cuts n into a few chunks a thread.
+        pool->parallel_for(int64_t(pieces.size()), load);
+    } else {
+        load(0, int64_t(pieces.size()), 0);
+    }
+    if (failed) std::rethrow_exception(failed);
+    if (progress) progress(resident_bytes_, resident_bytes_);
 }
 
 }  // namespace ms

@@ -77,8 +77,12 @@ public:
     Model(const Model&) = delete;
     Model& operator=(const Model&) = delete;
 
-    // Reads the resident weights into RAM; progress(done, total) in bytes.
-    void load_resident(const GgufFile& file, const std::function<void(uint64_t, uint64_t)>& progress = {});
+    // Reads the resident weights into RAM; progress(done, total) in bytes,
+    // called on the calling thread. With a pool, its threads fault the fresh
+    // pages in and read pieces of the file side by side: on a VM whose fresh
+    // pages cost a hypervisor trap each, that is most of a cold start.
+    void load_resident(const GgufFile& file, const std::function<void(uint64_t, uint64_t)>& progress = {},
+                       ThreadPool* pool = nullptr);
     uint64_t resident_bytes() const { return resident_bytes_; }
 
     const ModelConfig& config() const { return config_; }

@@ -95,9 +95,12 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o, const ExpertSour
     so.n_threads = s->pool_->size();
     s->state_ = s->model_->new_state(so);
 
-    s->model_->load_resident(*s->file_, [&](uint64_t done, uint64_t total) {
-        if (progress) progress("resident weights", done, total);
-    });
+    s->model_->load_resident(
+        *s->file_,
+        [&](uint64_t done, uint64_t total) {
+            if (progress) progress("resident weights", done, total);
+        },
+        s->pool_.get());
     const uint64_t fixed = s->model_->resident_bytes() + s->state_->bytes();
     if (make_experts) {
         s->experts_ = make_experts(*s->file_, *s->model_, fixed);

@@ -50,16 +50,26 @@ inline void gather_pair(const float* p, Idx idx, Vec* a, Vec* b) {
     *b = _mm256_i32gather_ps(p + 1, idx, 4);
 }
 
-// Elements d and d + 1 of a row share one aligned 32-bit word (rows and d
-// are even): one gather, split into low and high halves.
-inline void gather_pair(const uint16_t* p, Idx idx, Vec* a, Vec* b) {
-    const __m256i w = _mm256_i32gather_epi32(reinterpret_cast<const int*>(p), idx, 2);
-    const __m256i lo = _mm256_and_si256(w, _mm256_set1_epi32(0xffff));
-    const __m256i hi = _mm256_srli_epi32(w, 16);
-    // Per 128-bit lane: lo0..3 hi0..3 | lo4..7 hi4..7 -> lo0..7 | hi0..7.
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), _MM_SHUFFLE(3, 1, 2, 0));
-    *a = _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
-    *b = _mm256_cvtph_ps(_mm256_extracti128_si256(packed, 1));
+// The 8 x 8 square in three rounds of unpacks: pairs of rows, then of
+// pairs, then of quads.
+inline void transpose_f16(const uint16_t* p, int64_t stride, int64_t n, uint16_t* tile) {
+    __m128i a[8], t[8];
+    for (int l = 0; l < 8; l++)
+        a[l] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + std::min<int64_t>(l, n - 1) * stride));
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm_unpacklo_epi16(a[i], a[i + 1]);
+        t[i + 1] = _mm_unpackhi_epi16(a[i], a[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        a[i] = _mm_unpacklo_epi32(t[i], t[i + 2]);
+        a[i + 1] = _mm_unpackhi_epi32(t[i], t[i + 2]);
+        a[i + 2] = _mm_unpacklo_epi32(t[i + 1], t[i + 3]);
+        a[i + 3] = _mm_unpackhi_epi32(t[i + 1], t[i + 3]);
+    }
+    for (int i = 0; i < 4; i++) {
+        _mm_store_si128(reinterpret_cast<__m128i*>(tile + (2 * i) * 8), _mm_unpacklo_epi64(a[i], a[i + 4]));
+        _mm_store_si128(reinterpret_cast<__m128i*>(tile + (2 * i + 1) * 8), _mm_unpackhi_epi64(a[i], a[i + 4]));
+    }
 }
 
 #include "ops/attention_x86.inc"

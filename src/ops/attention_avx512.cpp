@@ -50,12 +50,39 @@ inline void gather_pair(const float* p, Idx idx, Vec* a, Vec* b) {
     *b = _mm512_i32gather_ps(idx, p + 1, 4);
 }
 
-// Elements d and d + 1 of a row share one aligned 32-bit word (rows and d
-// are even): one gather, split into low and high halves.
-inline void gather_pair(const uint16_t* p, Idx idx, Vec* a, Vec* b) {
-    const __m512i w = _mm512_i32gather_epi32(idx, p, 2);
-    *a = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w));
-    *b = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(w, 16)));
+// The 16 x 16 square as four 8 x 8 ones side by side: register i holds row
+// i in its low 256 bits and row i + 8 in its high ones, so the three rounds of
+// 128-bit-lane unpacks transpose each quarter; the quarters are then put in
+// row order (rows 0-7 beside rows 8-15) for columns c and c + 8.
+inline void transpose_f16(const uint16_t* p, int64_t stride, int64_t n, uint16_t* tile) {
+    auto row = [&](int l) {
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + std::min<int64_t>(l, n - 1) * stride));
+    };
+    __m512i a[8], t[8];
+    for (int i = 0; i < 8; i++) a[i] = _mm512_inserti64x4(_mm512_castsi256_si512(row(i)), row(i + 8), 1);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm512_unpacklo_epi16(a[i], a[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi16(a[i], a[i + 1]);
+    }
+    // t0: rows 0,1 elements 0-3; t1: 4-7; t2, t3: rows 2,3; ...
+    for (int i = 0; i < 8; i += 4) {
+        a[i] = _mm512_unpacklo_epi32(t[i], t[i + 2]);
+        a[i + 1] = _mm512_unpackhi_epi32(t[i], t[i + 2]);
+        a[i + 2] = _mm512_unpacklo_epi32(t[i + 1], t[i + 3]);
+        a[i + 3] = _mm512_unpackhi_epi32(t[i + 1], t[i + 3]);
+    }
+    // a0: rows 0-3 elements 0,1; a1: 2,3; a2: 4,5; a3: 6,7; a4-a7: rows 4-7.
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm512_unpacklo_epi64(a[i], a[i + 4]);
+        t[2 * i + 1] = _mm512_unpackhi_epi64(a[i], a[i + 4]);
+    }
+    // t[c]: column c of rows 0-7, column c + 8 of rows 0-7, column c of rows
+    // 8-15, column c + 8 of rows 8-15, one per 128-bit lane.
+    for (int c = 0; c < 8; c++) {
+        const __m512i o = _mm512_shuffle_i64x2(t[c], t[c], _MM_SHUFFLE(3, 1, 2, 0));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(tile + c * 16), _mm512_castsi512_si256(o));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(tile + (c + 8) * 16), _mm512_extracti64x4_epi64(o, 1));
+    }
 }
 
 #include "ops/attention_x86.inc"

@@ -200,18 +200,22 @@ Rates measure_rates(size_t bytes, int reps) {
     float* y = static_cast<float*>(alloc(size_t(1) << 22));
     check(cudaMemset(x, 0x3c, 1 << 20), "cudaMemset");
     const int64_t cols = 4096;
+    // Quantized weights read 8-bit x, as the decode's kernels do.
+    void* xq = alloc(act_bytes(cols));
+    quantize_act(x, 1, cols, xq, nullptr);
     for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16}) {
         const int64_t rows = int64_t(bytes / row_bytes(t, cols));
         const size_t w = row_bytes(t, cols) * size_t(rows);
         // Two matrices in turn, so neither sits in L2 from the last run.
         const double ms = median_ms(reps, [&] {
-            matvec(t, d0, rows, cols, x, y, nullptr);
-            matvec(t, d1, rows, cols, x, y, nullptr);
+            matvec(t, d0, rows, cols, {x, xq}, y, nullptr);
+            matvec(t, d1, rows, cols, {x, xq}, y, nullptr);
         });
         check(cudaGetLastError(), "matvec");
         r.matvec.emplace_back(t, gbs(2 * w, ms));
     }
     release(x);
+    release(xq);
     release(y);
     release(d0);
     release(d1);

@@ -58,62 +58,65 @@ void fill(void* dst, int byte, size_t bytes, Stream s);
 // Throws if a kernel launched earlier failed.
 void check_last(const char* what);
 
-// What the last block of a launch does once all of the launch's outputs
-// are written, saving the launch that would follow: with counter (a device
-// int, 0 between launches, which the kernel leaves 0) set, either
-// out = x / sqrt(mean(x^2) + eps) * w over width values (k == 0: the next
-// stage's RMSNorm), or the top k of softmax over the launch's outputs as
-// route_softmax_topk chooses and weighs them (k > 0; width set by the call).
-struct Epilogue {
-    int* counter = nullptr;
-    const float* x = nullptr;
-    const float* w = nullptr;
-    float* out = nullptr;
-    int64_t width = 0;
-    float eps = 0;
-    int k = 0;
-    bool renorm = false;
-    int32_t* ids = nullptr;
-    float* weights = nullptr;
+// 8-bit activations, as the CPU's kernels take them (quant/dot.h): a row
+// of `width` floats quantized once into both of quant's block formats, Q8_K
+// (256 values a scale, for the K-quants) and Q8_0 (32 a scale, for Q8_0),
+// rounded as quant/dot.cpp rounds them, in act_bytes(width) bytes (rows
+// that far apart); then every matrix-vector product of quantized weights
+// reading it takes integer dot products. width: a multiple of 32 (of 256
+// for K-quant weights, as their rows are).
+size_t act_bytes(int64_t width);
+void quantize_act(const float* x, int64_t rows, int64_t width, void* act, Stream s);
+
+// The x of a matrix-vector product: float32 values (f) and, optionally,
+// the same values quantized by quantize_act (q). Kernels of F32 and F16
+// weights read f; of quantized weights q when given, else f (dequantizing
+// the weights to multiply float32 activations, as the exact/ golden runs).
+struct Act {
+    const float* f = nullptr;
+    const void* q = nullptr;
+    Act(const float* x) : f(x) {}  // NOLINT: a float vector is an Act
+    Act(const float* x, const void* quantized) : f(x), q(quantized) {}
 };
 
 // y[r] = dot(row r of w, x) for r < rows; w is rows rows of `cols` elements
 // of type t, laid out as in the GGUF (row_bytes(t, cols) apart); x and y
-// float32 on the device.
-// add: y[r] += the product instead. then: see Epilogue.
-void matvec(GgmlType t, const void* w, int64_t rows, int64_t cols, const float* x, float* y, Stream s,
-            bool add = false, const Epilogue& then = {});
+// on the device.
+// add: y[r] += the product instead.
+void matvec(GgmlType t, const void* w, int64_t rows, int64_t cols, Act x, float* y, Stream s, bool add = false);
 
 // Up to three matrices reading the same x in one launch (a layer's q, k and
 // v): matrix i, of type types[i] with rows[i] rows of `cols`, into y[i].
-void matvec_multi(int n, const GgmlType* types, const void* const* w, const int64_t* rows, int64_t cols,
-                  const float* x, float* const* y, Stream s);
+void matvec_multi(int n, const GgmlType* types, const void* const* w, const int64_t* rows, int64_t cols, Act x,
+                  float* const* y, Stream s);
 
 // The same matrix of n experts at once: expert i's weights are at
 // table[ids[i]] + offset (table: device array of device pointers, one per
 // expert of the layer; ids: n device ints; or ids null and table[i] expert
 // i's own), its input x + i * x_stride, its output y + i * rows. x_stride
-// 0: every expert reads the same x. The same table and ids below.
+// 0: every expert reads the same x (else cols: x's 8-bit rows too). The
+// same table and ids below.
 void matvec_experts(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset, int64_t rows,
-                    int64_t cols, const float* x, int64_t x_stride, float* y, Stream s);
+                    int64_t cols, Act x, int64_t x_stride, float* y, Stream s);
 
 // An expert FFN's first half for n experts in one launch: with expert i's
 // gate matrix at table[ids[i]] + offset and its up matrix at + offset2 (both
 // of type t, rows x cols), h[i * rows + r] = silu(gate_r . x) * (up_r . x).
 void expert_gate_up(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
-                    size_t offset2, int64_t rows, int64_t cols, const float* x, float* h, Stream s);
+                    size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s);
 
 // The second half, and the weighted sum into the residual, in one launch
 // (n <= 32): with expert i's down matrix at table[ids[i]] + offset (rows x
-// cols) and its input h + i * cols, x[r] += sum over i < n, in order, of
-// weights[i] * (down_r . h_i).
+// cols) and its input row i of h (n rows of cols), x[r] += sum over i < n,
+// in order, of weights[i] * (down_r . h_i).
 void expert_down_add(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
-                     int64_t rows, int64_t cols, const float* h, const float* weights, float* x, Stream s,
-                     const Epilogue& then = {});
+                     int64_t rows, int64_t cols, Act h, const float* weights, float* x, Stream s);
 
 // out[r*width + i] = x[r*width + i] / sqrt(mean(x_r^2) + eps) * w[i] over
-// `rows` rows (w may be null); out may alias x.
-void rms_norm(const float* x, const float* w, int64_t rows, int64_t width, float eps, float* out, Stream s);
+// `rows` rows (w may be null); out may alias x. act: also out's 8-bit
+// rows (quantize_act's), in the same launch.
+void rms_norm(const float* x, const float* w, int64_t rows, int64_t width, float eps, float* out, Stream s,
+              void* act = nullptr);
 
 // Decode attention of the token at position *pos (an int on the device, so
 // a captured graph serves every position): for each of n_head query heads

@@ -1,9 +1,10 @@
 // The CUDA kernels of gpu.h. Decode is memory-bound: each matrix-vector
-// kernel gives a warp one row, 8 lanes a block of 256 (K-quants) or 32
-// weights, dequantizes in registers and multiplies with float32 activations
-// (no activation rounding: the golden exact/ files are the reference).
-// Block layouts are quant/blocks.h's; the arithmetic follows
-// quant/dequant.cpp so results match the CPU to float rounding.
+// kernel gives a warp two rows, 8 lanes a block of 256 (K-quants) or 32
+// weights. Quantized weights meet 8-bit activations (quantize_act: Q8_K
+// blocks for the K-quants, Q8_0 for Q8_0, as quant/dot.cpp rounds them)
+// in integer dot products (dp4a), or, where the caller gives floats only,
+// float32 activations (dequantized in registers, as quant/dequant.cpp).
+// Block layouts are quant/blocks.h's.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -57,11 +58,13 @@ struct Unit;
 template <>
 struct Unit<GgmlType::Q4_K> {
     static constexpr int kWeights = 256, kBytes = sizeof(BlockQ4_K);
+    static constexpr bool kTail = false;
     struct X {
         float4 lo[4], hi[4];
         float sum_lo, sum_hi;
     };
-    __device__ static X load(const float* x, int p) {
+    __device__ static X load(const float* x, int64_t ib, int p) {
+        x += ib * kWeights;
         const int g = p / 2, l0 = (p % 2) * 16;
         X v;
         const float4* xl = reinterpret_cast<const float4*>(x + g * 64 + l0);
@@ -99,7 +102,8 @@ struct Unit<GgmlType::Q4_K> {
     }
     // The 6-bit scales and mins of sub-blocks 2g and 2g + 1 (quant's
     // get_scale_min_k4) from the block's first 16 bytes, held in registers.
-    __device__ static void scales_k4(const uint4& h, int g, float* sc0, float* m0, float* sc1, float* m1) {
+    template <class N>
+    __device__ static void scales_k4(const uint4& h, int g, N* sc0, N* m0, N* sc1, N* m1) {
         // scale bytes q[0..11] are h.y (q0..q3), h.z (q4..q7), h.w (q8..q11)
         const int j0 = 2 * g;
         auto q = [&](int i) -> uint32_t {
@@ -109,16 +113,16 @@ struct Unit<GgmlType::Q4_K> {
 #pragma unroll
         for (int k = 0; k < 2; k++) {
             const int j = j0 + k;
-            float sc, m;
+            uint32_t sc, m;
             if (j < 4) {
-                sc = float(q(j) & 63);
-                m = float(q(j + 4) & 63);
+                sc = q(j) & 63;
+                m = q(j + 4) & 63;
             } else {
-                sc = float((q(j + 4) & 0xF) | ((q(j - 4) >> 6) << 4));
-                m = float((q(j + 4) >> 4) | ((q(j) >> 6) << 4));
+                sc = (q(j + 4) & 0xF) | ((q(j - 4) >> 6) << 4);
+                m = (q(j + 4) >> 4) | ((q(j) >> 6) << 4);
             }
-            if (k == 0) *sc0 = sc, *m0 = m;
-            else *sc1 = sc, *m1 = m;
+            if (k == 0) *sc0 = N(sc), *m0 = N(m);
+            else *sc1 = N(sc), *m1 = N(m);
         }
     }
 };
@@ -128,8 +132,9 @@ struct Unit<GgmlType::Q4_K> {
 template <>
 struct Unit<GgmlType::Q5_K> {
     static constexpr int kWeights = 256, kBytes = sizeof(BlockQ5_K);
+    static constexpr bool kTail = false;
     using X = Unit<GgmlType::Q4_K>::X;
-    __device__ static X load(const float* x, int p) { return Unit<GgmlType::Q4_K>::load(x, p); }
+    __device__ static X load(const float* x, int64_t ib, int p) { return Unit<GgmlType::Q4_K>::load(x, ib, p); }
     __device__ static float dot(const uint8_t* block, int p, const X& v) {
         const int g = p / 2, l0 = (p % 2) * 16;
         const uint4 head = *reinterpret_cast<const uint4*>(block);
@@ -162,10 +167,12 @@ struct Unit<GgmlType::Q5_K> {
 template <>
 struct Unit<GgmlType::Q6_K> {
     static constexpr int kWeights = 256, kBytes = sizeof(BlockQ6_K);
+    static constexpr bool kTail = false;
     struct X {
         float4 v[4][2];  // [quarter][l0 .. l0 + 8)
     };
-    __device__ static X load(const float* x, int p) {
+    __device__ static X load(const float* x, int64_t ib, int p) {
+        x += ib * kWeights;
         const int n = p / 4, l0 = (p % 4) * 8;
         X v;
 #pragma unroll
@@ -211,8 +218,11 @@ struct Unit<GgmlType::Q6_K> {
 template <>
 struct Unit<GgmlType::Q8_0> {
     static constexpr int kWeights = 32, kBytes = sizeof(BlockQ8_0);
+    static constexpr bool kTail = false;
     using X = float4;
-    __device__ static X load(const float* x, int p) { return *reinterpret_cast<const float4*>(x + p * 4); }
+    __device__ static X load(const float* x, int64_t ib, int p) {
+        return *reinterpret_cast<const float4*>(x + ib * kWeights + p * 4);
+    }
     __device__ static float dot(const uint8_t* block, int p, const X& xv) {
         const uint16_t* q16 = reinterpret_cast<const uint16_t*>(block + 2 + p * 4);
         const uint32_t a = q16[0], b = q16[1];
@@ -228,12 +238,13 @@ struct Unit<GgmlType::Q8_0> {
 template <>
 struct Unit<GgmlType::F32> {
     static constexpr int kWeights = 256, kBytes = 256 * 4;
+    static constexpr bool kTail = true;
     struct X {
         float4 v[8];
     };
-    __device__ static X load(const float* x, int p) {
+    __device__ static X load(const float* x, int64_t ib, int p) {
         X v;
-        const float4* xv = reinterpret_cast<const float4*>(x + p * 32);
+        const float4* xv = reinterpret_cast<const float4*>(x + ib * kWeights + p * 32);
 #pragma unroll
         for (int j = 0; j < 8; j++) v.v[j] = xv[j];
         return v;
@@ -254,8 +265,9 @@ struct Unit<GgmlType::F32> {
 template <>
 struct Unit<GgmlType::F16> {
     static constexpr int kWeights = 256, kBytes = 256 * 2;
+    static constexpr bool kTail = true;
     using X = Unit<GgmlType::F32>::X;
-    __device__ static X load(const float* x, int p) { return Unit<GgmlType::F32>::load(x, p); }
+    __device__ static X load(const float* x, int64_t ib, int p) { return Unit<GgmlType::F32>::load(x, ib, p); }
     __device__ static float dot(const uint8_t* block, int p, const X& v) {
         const uint4* w = reinterpret_cast<const uint4*>(block) + p * 4;
         float s = 0;
@@ -278,36 +290,237 @@ struct Unit<GgmlType::F16> {
     }
 };
 
+// 8-bit activations (gpu.h's act_bytes layout): a row of n values holds
+// its Q8_K values (n bytes), its Q8_0 values (n bytes), the Q8_K scales (a
+// float per 256) and the Q8_0 scales (a float per 32, each an fp16 value).
+struct ActRow {
+    const int8_t* qk;
+    const int8_t* q0;
+    const float* dk;
+    const float* d0;
+};
+
+__host__ __device__ constexpr size_t act_row_bytes(int64_t n) {
+    return (size_t(2 * n + 4 * (n / 256) + 4 * ((n + 31) / 32)) + 15) & ~size_t(15);
+}
+
+__device__ __forceinline__ ActRow act_row(const uint8_t* base, int64_t n) {
+    const int8_t* q = reinterpret_cast<const int8_t*>(base);
+    const float* d = reinterpret_cast<const float*>(base + 2 * n);
+    return {q, q + n, d, d + n / 256};
+}
+
+// The sum of a word's four signed bytes, and of an int4's sixteen.
+__device__ __forceinline__ int byte_sum(int w, int c = 0) { return __dp4a(w, 0x01010101, c); }
+__device__ __forceinline__ int byte_sum(const int4& v) {
+    return byte_sum(v.x, byte_sum(v.y, byte_sum(v.z, byte_sum(v.w))));
+}
+
+// Lane `lane` of a warp quantizes values 8 lane .. 8 lane + 7 (v) of the
+// 256-value chunk b of a row of n values into act: the Q8_K block (its
+// scale from the signed value of largest magnitude, the first of equals,
+// which maps to -127) and the eight Q8_0 blocks (scale amax / 127 in fp16),
+// rounded to nearest even as quant/dot.cpp's quantize_q8_k and
+// quantize_q8_32 do. A chunk past n's last whole 256 writes no Q8_K scale.
+__device__ void quantize_chunk(const float (&v)[8], int lane, int64_t b, uint8_t* act, int64_t n) {
+    int8_t* qk = reinterpret_cast<int8_t*>(act);
+    int8_t* q0 = qk + n;
+    float* dk = reinterpret_cast<float*>(act + 2 * n);
+    float* d0 = dk + n / 256;
+    float amax = 0, mx = 0;
+    int idx = 0;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const float ax = fabsf(v[k]);
+        if (ax > amax) amax = ax, mx = v[k], idx = k;
+    }
+    idx += 8 * lane;
+    float a32 = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    a32 = fmaxf(a32, __shfl_xor_sync(0xffffffffu, a32, 2));
+    for (int o = 16; o > 0; o >>= 1) {
+        const float oa = __shfl_xor_sync(0xffffffffu, amax, o), om = __shfl_xor_sync(0xffffffffu, mx, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (oa > amax || (oa == amax && oi < idx)) amax = oa, mx = om, idx = oi;
+    }
+    const float iscale = amax != 0.0f ? -127.0f / mx : 0.0f;
+    const float d = a32 / 127.0f, id = a32 != 0.0f ? 127.0f / a32 : 0.0f;
+    uint32_t wk[2] = {0, 0}, w0[2] = {0, 0};
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const int qkv = min(127, __float2int_rn(__fmul_rn(iscale, v[k])));
+        const int q0v = __float2int_rn(__fmul_rn(v[k], id));
+        wk[k / 4] |= uint32_t(qkv & 0xFF) << (8 * (k % 4));
+        w0[k / 4] |= uint32_t(q0v & 0xFF) << (8 * (k % 4));
+    }
+    const int64_t i0 = b * 256 + 8 * lane;
+    if (i0 < n) {
+        *reinterpret_cast<uint2*>(qk + i0) = make_uint2(wk[0], wk[1]);
+        *reinterpret_cast<uint2*>(q0 + i0) = make_uint2(w0[0], w0[1]);
+        if (lane % 4 == 0) d0[i0 / 32] = __half2float(__float2half_rn(d));
+    }
+    if (lane == 0 && (b + 1) * 256 <= n) dk[b] = amax != 0.0f ? 1.0f / iscale : 0.0f;
+}
+
+// The same blocks against 8-bit activations: integer dot products, one
+// float scale step a block (as quant/dot.cpp's kernels). Lane part p takes
+// the weights Unit<T> gives it; x comes as the matching bytes of the row's
+// Q8_K (or Q8_0) values, whose sums stand in for the weights' offsets.
+template <GgmlType T>
+struct UnitQ;
+
+template <>
+struct UnitQ<GgmlType::Q4_K> {
+    static constexpr int kWeights = 256, kBytes = sizeof(BlockQ4_K);
+    static constexpr bool kTail = false;
+    struct X {
+        int4 lo, hi;  // sub-block 2g's 16 values from l0, sub-block 2g + 1's
+        int sum_lo, sum_hi;
+        float d;
+    };
+    __device__ static X load(const ActRow& a, int64_t ib, int p) {
+        const int8_t* q = a.qk + ib * 256 + (p / 2) * 64 + (p % 2) * 16;
+        X v;
+        v.lo = *reinterpret_cast<const int4*>(q);
+        v.hi = *reinterpret_cast<const int4*>(q + 32);
+        v.sum_lo = byte_sum(v.lo);
+        v.sum_hi = byte_sum(v.hi);
+        v.d = a.dk[ib];
+        return v;
+    }
+    // w's four 5-bit values (nibbles, plus bit `bit` of h's bytes as the fifth) against x's four bytes.
+    __device__ static int dot4(uint32_t nib, int x, int c) { return __dp4a(int(nib & 0x0F0F0F0Fu), x, c); }
+    __device__ static float finish(const uint4& head, int g, int lo, int hi, const X& v) {
+        int sc0, m0, sc1, m1;
+        Unit<GgmlType::Q4_K>::scales_k4(head, g, &sc0, &m0, &sc1, &m1);
+        const float d = __half2float(__ushort_as_half(uint16_t(head.x & 0xFFFF)));
+        const float dmin = __half2float(__ushort_as_half(uint16_t(head.x >> 16)));
+        return v.d * (d * float(sc0 * lo + sc1 * hi) - dmin * float(m0 * v.sum_lo + m1 * v.sum_hi));
+    }
+    __device__ static float dot(const uint8_t* block, int p, const X& v) {
+        const int g = p / 2, l0 = (p % 2) * 16;
+        const uint4 head = *reinterpret_cast<const uint4*>(block);
+        const uint4 qv = *reinterpret_cast<const uint4*>(block + 16 + 32 * g + l0);
+        int lo = dot4(qv.x, v.lo.x, 0), hi = dot4(qv.x >> 4, v.hi.x, 0);
+        lo = dot4(qv.y, v.lo.y, lo), hi = dot4(qv.y >> 4, v.hi.y, hi);
+        lo = dot4(qv.z, v.lo.z, lo), hi = dot4(qv.z >> 4, v.hi.z, hi);
+        lo = dot4(qv.w, v.lo.w, lo), hi = dot4(qv.w >> 4, v.hi.w, hi);
+        return finish(head, g, lo, hi, v);
+    }
+};
+
+template <>
+struct UnitQ<GgmlType::Q5_K> {
+    static constexpr int kWeights = 256, kBytes = sizeof(BlockQ5_K);
+    static constexpr bool kTail = false;
+    using Q4 = UnitQ<GgmlType::Q4_K>;
+    using X = Q4::X;
+    __device__ static X load(const ActRow& a, int64_t ib, int p) { return Q4::load(a, ib, p); }
+    // Four 5-bit values: the nibbles of q, the fifth bits from bit `bit` of h's bytes.
+    __device__ static int dot5(uint32_t q, uint32_t h, int bit, int x, int c) {
+        return __dp4a(int((q & 0x0F0F0F0Fu) | (((h >> bit) & 0x01010101u) << 4)), x, c);
+    }
+    __device__ static float dot(const uint8_t* block, int p, const X& v) {
+        const int g = p / 2, l0 = (p % 2) * 16;
+        const uint4 head = *reinterpret_cast<const uint4*>(block);
+        const uint4 hv = *reinterpret_cast<const uint4*>(block + 16 + l0);
+        const uint4 qv = *reinterpret_cast<const uint4*>(block + 48 + 32 * g + l0);
+        const int b0 = 2 * g, b1 = 2 * g + 1;
+        int lo = dot5(qv.x, hv.x, b0, v.lo.x, 0), hi = dot5(qv.x >> 4, hv.x, b1, v.hi.x, 0);
+        lo = dot5(qv.y, hv.y, b0, v.lo.y, lo), hi = dot5(qv.y >> 4, hv.y, b1, v.hi.y, hi);
+        lo = dot5(qv.z, hv.z, b0, v.lo.z, lo), hi = dot5(qv.z >> 4, hv.z, b1, v.hi.z, hi);
+        lo = dot5(qv.w, hv.w, b0, v.lo.w, lo), hi = dot5(qv.w >> 4, hv.w, b1, v.hi.w, hi);
+        return Q4::finish(head, g, lo, hi, v);
+    }
+};
+
+// Q6_K: part p's weights as in Unit<Q6_K> (half n = p / 4, l in [l0, l0 +
+// 8) of each quarter); the -32 offset comes in through the x sums.
+template <>
+struct UnitQ<GgmlType::Q6_K> {
+    static constexpr int kWeights = 256, kBytes = sizeof(BlockQ6_K);
+    static constexpr bool kTail = false;
+    struct X {
+        int2 q[4];  // [quarter]: values l0 .. l0 + 8
+        int sum[4];
+        float d;
+    };
+    __device__ static X load(const ActRow& a, int64_t ib, int p) {
+        const int8_t* q = a.qk + ib * 256 + 128 * (p / 4) + (p % 4) * 8;
+        X v;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            v.q[i] = *reinterpret_cast<const int2*>(q + 32 * i);
+            v.sum[i] = byte_sum(v.q[i].x, byte_sum(v.q[i].y));
+        }
+        v.d = a.dk[ib];
+        return v;
+    }
+    __device__ static float dot(const uint8_t* block, int p, const X& v) {
+        const BlockQ6_K* b = reinterpret_cast<const BlockQ6_K*>(block);
+        const int n = p / 4, l0 = (p % 4) * 8;
+        const int8_t* sc = b->scales + 8 * n + l0 / 16;
+        // 210-byte blocks: 2-byte loads are the widest aligned ones.
+        const uint16_t* lo16 = reinterpret_cast<const uint16_t*>(b->ql + 64 * n + l0);
+        const uint16_t* hi16 = reinterpret_cast<const uint16_t*>(b->ql + 64 * n + 32 + l0);
+        const uint16_t* h16 = reinterpret_cast<const uint16_t*>(b->qh + 32 * n + l0);
+        int a[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int w = 0; w < 2; w++) {
+            const uint32_t la = lo16[2 * w] | (uint32_t(lo16[2 * w + 1]) << 16);
+            const uint32_t lb = hi16[2 * w] | (uint32_t(hi16[2 * w + 1]) << 16);
+            const uint32_t hh = h16[2 * w] | (uint32_t(h16[2 * w + 1]) << 16);
+            const int x0 = w ? v.q[0].y : v.q[0].x, x1 = w ? v.q[1].y : v.q[1].x;
+            const int x2 = w ? v.q[2].y : v.q[2].x, x3 = w ? v.q[3].y : v.q[3].x;
+            a[0] = __dp4a(int((la & 0x0F0F0F0Fu) | ((hh & 0x03030303u) << 4)), x0, a[0]);
+            a[1] = __dp4a(int((lb & 0x0F0F0F0Fu) | (((hh >> 2) & 0x03030303u) << 4)), x1, a[1]);
+            a[2] = __dp4a(int(((la >> 4) & 0x0F0F0F0Fu) | (((hh >> 4) & 0x03030303u) << 4)), x2, a[2]);
+            a[3] = __dp4a(int(((lb >> 4) & 0x0F0F0F0Fu) | (((hh >> 6) & 0x03030303u) << 4)), x3, a[3]);
+        }
+        const int s = sc[0] * (a[0] - 32 * v.sum[0]) + sc[2] * (a[1] - 32 * v.sum[1]) +
+                      sc[4] * (a[2] - 32 * v.sum[2]) + sc[6] * (a[3] - 32 * v.sum[3]);
+        return half_at(reinterpret_cast<const uint8_t*>(&b->d)) * v.d * float(s);
+    }
+};
+
+// Q8_0 against Q8_0 activations: 8 lanes a block of 32, 4 weights each.
+template <>
+struct UnitQ<GgmlType::Q8_0> {
+    static constexpr int kWeights = 32, kBytes = sizeof(BlockQ8_0);
+    static constexpr bool kTail = false;
+    struct X {
+        int q;
+        float d;
+    };
+    __device__ static X load(const ActRow& a, int64_t ib, int p) {
+        return {*reinterpret_cast<const int*>(a.q0 + ib * 32 + 4 * p), a.d0[ib]};
+    }
+    __device__ static float dot(const uint8_t* block, int p, const X& v) {
+        const uint16_t* q16 = reinterpret_cast<const uint16_t*>(block + 2 + p * 4);
+        const uint32_t w = q16[0] | (uint32_t(q16[1]) << 16);
+        return half_at(block) * v.d * float(__dp4a(int(w), v.q, 0));
+    }
+};
+
+template <GgmlType T>
+constexpr bool kQuantized = T != GgmlType::F32 && T != GgmlType::F16;
+
 // Lane `lane`'s share, for each of R rows w[r], of dot(row, x) over `cols`
 // weights: lane groups of 8 take blocks ib = lane / 8 + 4 * part, stepping
-// 4 * nparts (nparts warps share the rows). Unroll: two blocks' loads in
-// flight at once, for more registers (fewer warps resident).
-template <GgmlType T, int R, bool Unroll = false>
-__device__ __forceinline__ void rows_dot(const uint8_t* const (&w)[R], int64_t cols, const float* x, int lane,
-                                         int part, int nparts, float (&s)[R]) {
-    using U = Unit<T>;
+// 4 * nparts (nparts warps share the rows). U is a Unit (x: floats) or a
+// UnitQ (x: an ActRow).
+template <class U, int R, class XS>
+__device__ __forceinline__ void rows_dot(const uint8_t* const (&w)[R], int64_t cols, const XS& x, int lane, int part,
+                                         int nparts, float (&s)[R]) {
     const int64_t nb = cols / U::kWeights;
     const int p = lane % 8;
 #pragma unroll
     for (int r = 0; r < R; r++) s[r] = 0;
-    int64_t ib = int64_t(part) * 4 + lane / 8;
-    if constexpr (Unroll) {
-        for (; ib + 4 * nparts < nb; ib += 8 * nparts) {
-            const typename U::X xa = U::load(x + ib * U::kWeights, p);
-            const typename U::X xb = U::load(x + (ib + 4 * nparts) * U::kWeights, p);
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                s[r] += U::dot(w[r] + ib * U::kBytes, p, xa);
-                s[r] += U::dot(w[r] + (ib + 4 * nparts) * U::kBytes, p, xb);
-            }
-        }
-    }
-    for (; ib < nb; ib += 4 * nparts) {
-        const typename U::X xs = U::load(x + ib * U::kWeights, p);
+    for (int64_t ib = int64_t(part) * 4 + lane / 8; ib < nb; ib += 4 * nparts) {
+        const typename U::X xs = U::load(x, ib, p);
 #pragma unroll
         for (int r = 0; r < R; r++) s[r] += U::dot(w[r] + ib * U::kBytes, p, xs);
     }
-    if constexpr (T == GgmlType::F32 || T == GgmlType::F16) {
+    if constexpr (U::kTail) {
         for (int64_t i = nb * U::kWeights + part * 32 + lane; i < cols; i += 32 * nparts) {
 #pragma unroll
             for (int r = 0; r < R; r++) s[r] += U::weight(w[r], i) * x[i];
@@ -315,13 +528,16 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const (&w)[R], int64_t c
     }
 }
 
-__device__ void route_warp(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights) {
+// One warp: k rounds of a warp-wide argmax over the logits (the lower id
+// on a tie), then the chosen probabilities from a softmax over all, as
+// model/moe.cpp does (its sum in double, in id order by lane strides here).
+__global__ void route_kernel(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights) {
     __shared__ uint32_t taken[32];
     __shared__ int32_t chosen[32];
     __shared__ float l[1024];  // the logits, read once (each round scans them)
     const int lane = threadIdx.x % 32;
     taken[lane] = 0;
-    for (int e = lane; e < n_expert; e += 32) l[e] = __ldcg(logits + e);  // written by other blocks
+    for (int e = lane; e < n_expert; e += 32) l[e] = logits[e];
     __syncwarp();
     for (int r = 0; r < k; r++) {
         float best = -INFINITY;
@@ -358,10 +574,6 @@ __device__ void route_warp(const float* logits, int n_expert, int k, bool renorm
     }
 }
 
-__global__ void route_kernel(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights) {
-    route_warp(logits, n_expert, k, renorm, ids, weights);
-}
-
 // The sum over the block (at most 32 warps) of every thread's `sum`, in
 // double, warps' partial sums added in a fixed tree so every run gives the
 // same bits; returned to every thread. part: 32 doubles of shared memory.
@@ -378,70 +590,11 @@ __device__ double block_sum(double sum, double* part) {
     return part[0];
 }
 
-// out = x / sqrt(mean(x^2) + eps) * w by one block (sums of squares in
-// double), reading x through L2: other blocks of the grid wrote it. Loads
-// come kEpiPer a thread at a time, all in flight together.
-constexpr int kEpiPer = 16;
-
-__device__ void block_rms_norm(const float* x, const float* w, int64_t width, float eps, float* out) {
-    __shared__ double part[32];
-    double sum = 0;
-    for (int64_t base = 0; base < width; base += int64_t(kEpiPer) * blockDim.x) {
-        float v[kEpiPer];
-#pragma unroll
-        for (int k = 0; k < kEpiPer; k++) {
-            const int64_t i = base + threadIdx.x + int64_t(k) * blockDim.x;
-            v[k] = i < width ? __ldcg(x + i) : 0.0f;
-        }
-#pragma unroll
-        for (int k = 0; k < kEpiPer; k++) sum += double(v[k] * v[k]);
-    }
-    const float scale = 1.0f / sqrtf(float(block_sum(sum, part) / double(width)) + eps);
-    for (int64_t base = 0; base < width; base += int64_t(kEpiPer) * blockDim.x) {
-        float v[kEpiPer], wv[kEpiPer];
-#pragma unroll
-        for (int k = 0; k < kEpiPer; k++) {
-            const int64_t i = base + threadIdx.x + int64_t(k) * blockDim.x;
-            v[k] = i < width ? __ldcg(x + i) : 0.0f;
-            wv[k] = i < width ? w[i] : 0.0f;
-        }
-#pragma unroll
-        for (int k = 0; k < kEpiPer; k++) {
-            const int64_t i = base + threadIdx.x + int64_t(k) * blockDim.x;
-            if (i < width) out[i] = (v[k] * scale) * wv[k];
-        }
-    }
-}
-
-// Whether this block is the grid's last to finish (every block calls it,
-// after writing its outputs): the blocks count themselves in *counter,
-// and the last sets it back to 0 for the next launch.
-__device__ bool last_block(int* counter) {
-    __shared__ bool is_last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const int total = int(gridDim.x * gridDim.y);
-        is_last = atomicAdd(counter, 1) == total - 1;
-        if (is_last) *counter = 0;
-    }
-    __syncthreads();
-    if (is_last) __threadfence();
-    return is_last;
-}
-
-__device__ void run_epilogue(const Epilogue& ep, const float* y) {
-    if (ep.k > 0) {
-        if (threadIdx.x < 32) route_warp(y, int(ep.width), ep.k, ep.renorm, ep.ids, ep.weights);
-    } else {
-        block_rms_norm(ep.x, ep.w, ep.width, ep.eps, ep.out);
-    }
-}
-
 // What a matvec launch computes: blockIdx.y picks a matrix (an expert's,
 // through table, when table is set; the second `pair` of them at offset2
 // writing after the first n outputs); y is written, or added to (add).
-// nparts warps (1 or 4) share each group of R rows.
+// nparts warps (1 or 4) share each group of 2 rows. x: floats, and, when
+// xq is set, its 8-bit rows (act_row_bytes(cols) apart where x_stride is).
 struct MatvecArgs {
     const uint8_t* w0;
     const uint8_t* const* table;
@@ -455,16 +608,29 @@ struct MatvecArgs {
     float* y;
     bool add;
     int nparts;
+    const uint8_t* xq;
+    size_t xq_stride;
 };
 
 constexpr int kWarps = 4;  // a matvec block's warps
 
-template <GgmlType T, int R, bool Unroll>
-__global__ void __launch_bounds__(32 * kWarps) matvec_kernel(const MatvecArgs a, const Epilogue ep) {
+// rows_dot over input row e of a (8-bit when Q).
+template <GgmlType T, bool Q, int R>
+__device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[R], const MatvecArgs& a, int e, int lane, int part,
+                                         int nparts, float (&s)[R]) {
+    if constexpr (Q) {
+        rows_dot<UnitQ<T>, R>(w, a.cols, act_row(a.xq + e * a.xq_stride, a.cols), lane, part, nparts, s);
+    } else {
+        rows_dot<Unit<T>, R>(w, a.cols, a.x + e * a.x_stride, lane, part, nparts, s);
+    }
+}
+
+template <GgmlType T, bool Q>
+__global__ void __launch_bounds__(32 * kWarps) matvec_kernel(const MatvecArgs a) {
+    constexpr int R = 2;
     __shared__ float part_sum[kWarps][R];
     const int e = blockIdx.y % a.n, second = blockIdx.y / a.n;
     const uint8_t* w = a.table ? (a.ids ? a.table[a.ids[e]] : a.table[e]) + (second ? a.offset2 : a.offset) : a.w0;
-    const float* x = a.x + e * a.x_stride;
     float* y = a.y + int64_t(blockIdx.y) * a.rows;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int groups = kWarps / a.nparts, part = warp % a.nparts;
@@ -473,7 +639,7 @@ __global__ void __launch_bounds__(32 * kWarps) matvec_kernel(const MatvecArgs a,
 #pragma unroll
     for (int r = 0; r < R; r++) rows[r] = w + min(r0 + r, a.rows - 1) * a.row_bytes;  // clamped: written below if < rows
     float s[R];
-    rows_dot<T, R, Unroll>(rows, a.cols, x, lane, part, a.nparts, s);
+    dot_rows<T, Q, R>(rows, a, e, lane, part, a.nparts, s);
 #pragma unroll
     for (int r = 0; r < R; r++) s[r] = warp_sum(s[r]);
     if (a.nparts > 1) {
@@ -497,7 +663,6 @@ __global__ void __launch_bounds__(32 * kWarps) matvec_kernel(const MatvecArgs a,
             if (r0 + r < a.rows) y[r0 + r] = a.add ? y[r0 + r] + s[r] : s[r];
         }
     }
-    if (ep.counter && last_block(ep.counter)) run_epilogue(ep, a.y);
 }
 
 // Up to three matrices of any of the types, all reading x (a layer's q, k
@@ -517,16 +682,21 @@ struct MultiArgs {
     int n;
     int64_t cols;
     const float* x;
+    const uint8_t* xq;
 };
 
-template <GgmlType T>
-__device__ void segment_rows(const MatvecSegment& g, int64_t cols, const float* x, unsigned block) {
+template <GgmlType T, bool Q>
+__device__ void segment_rows(const MatvecSegment& g, const MultiArgs& m, unsigned block) {
     const int lane = threadIdx.x % 32;
     const int64_t r0 = (int64_t(block) * kWarps + threadIdx.x / 32) * 2;
     if (r0 >= g.rows) return;
     const uint8_t* rows[2] = {g.w + r0 * g.row_bytes, g.w + min(r0 + 1, g.rows - 1) * g.row_bytes};
     float s[2];
-    rows_dot<T, 2>(rows, cols, x, lane, 0, 1, s);
+    if constexpr (Q) {
+        rows_dot<UnitQ<T>, 2>(rows, m.cols, act_row(m.xq, m.cols), lane, 0, 1, s);
+    } else {
+        rows_dot<Unit<T>, 2>(rows, m.cols, m.x, lane, 0, 1, s);
+    }
     s[0] = warp_sum(s[0]);
     s[1] = warp_sum(s[1]);
     if (lane == 0) {
@@ -535,18 +705,19 @@ __device__ void segment_rows(const MatvecSegment& g, int64_t cols, const float* 
     }
 }
 
+template <bool Q>
 __global__ void __launch_bounds__(32 * kWarps) matvec_multi_kernel(const MultiArgs a) {
     int i = 0;
     while (i + 1 < a.n && blockIdx.x >= a.seg[i + 1].first_block) i++;
     const MatvecSegment& g = a.seg[i];
     const unsigned block = blockIdx.x - g.first_block;
     switch (g.type) {
-        case GgmlType::F32: segment_rows<GgmlType::F32>(g, a.cols, a.x, block); break;
-        case GgmlType::F16: segment_rows<GgmlType::F16>(g, a.cols, a.x, block); break;
-        case GgmlType::Q8_0: segment_rows<GgmlType::Q8_0>(g, a.cols, a.x, block); break;
-        case GgmlType::Q4_K: segment_rows<GgmlType::Q4_K>(g, a.cols, a.x, block); break;
-        case GgmlType::Q5_K: segment_rows<GgmlType::Q5_K>(g, a.cols, a.x, block); break;
-        case GgmlType::Q6_K: segment_rows<GgmlType::Q6_K>(g, a.cols, a.x, block); break;
+        case GgmlType::F32: segment_rows<GgmlType::F32, false>(g, a, block); break;
+        case GgmlType::F16: segment_rows<GgmlType::F16, false>(g, a, block); break;
+        case GgmlType::Q8_0: segment_rows<GgmlType::Q8_0, Q>(g, a, block); break;
+        case GgmlType::Q4_K: segment_rows<GgmlType::Q4_K, Q>(g, a, block); break;
+        case GgmlType::Q5_K: segment_rows<GgmlType::Q5_K, Q>(g, a, block); break;
+        case GgmlType::Q6_K: segment_rows<GgmlType::Q6_K, Q>(g, a, block); break;
         default: break;
     }
 }
@@ -554,7 +725,7 @@ __global__ void __launch_bounds__(32 * kWarps) matvec_multi_kernel(const MultiAr
 // Gate and up of n experts with SwiGLU: warp computes gate and up rows r and
 // r + 1 of expert blockIdx.y (one read of x for the four) and writes
 // h[e * rows + r] = silu(gate) * up.
-template <GgmlType T, bool Unroll>
+template <GgmlType T, bool Q>
 __global__ void __launch_bounds__(32 * kWarps) gate_up_kernel(const MatvecArgs a) {
     const int e = blockIdx.y;
     const uint8_t* w = (a.ids ? a.table[a.ids[e]] : a.table[e]);
@@ -565,7 +736,7 @@ __global__ void __launch_bounds__(32 * kWarps) gate_up_kernel(const MatvecArgs a
                               w + a.offset2 + r0 * a.row_bytes, w + a.offset2 + r1 * a.row_bytes};
     if (r0 >= a.rows) return;
     float s[4];
-    rows_dot<T, 4, Unroll>(rows, a.cols, a.x, lane, 0, 1, s);
+    dot_rows<T, Q, 4>(rows, a, 0, lane, 0, 1, s);
 #pragma unroll
     for (int r = 0; r < 4; r++) s[r] = warp_sum(s[r]);
     if (lane == 0) {
@@ -576,18 +747,18 @@ __global__ void __launch_bounds__(32 * kWarps) gate_up_kernel(const MatvecArgs a
 }
 
 // Down of n experts and their weighted sum into the residual: warp e
-// computes rows r0, r0 + 1 of expert e (its input x + e * x_stride), then
+// computes rows r0, r0 + 1 of expert e (its input row e of x), then
 // y[r] += sum over e, in order, of weights[e] * that row: the same sum
 // whatever order the warps finish in.
-template <GgmlType T>
-__global__ void down_combine_kernel(const MatvecArgs a, const float* weights, const Epilogue ep) {
+template <GgmlType T, bool Q>
+__global__ void down_combine_kernel(const MatvecArgs a, const float* weights) {
     __shared__ float part_sum[32][2];
     const int lane = threadIdx.x % 32, e = threadIdx.x / 32;
     const uint8_t* w = (a.ids ? a.table[a.ids[e]] : a.table[e]) + a.offset;
     const int64_t r0 = int64_t(blockIdx.x) * 2, r1 = min(r0 + 1, a.rows - 1);
     const uint8_t* rows[2] = {w + r0 * a.row_bytes, w + r1 * a.row_bytes};
     float s[2];
-    rows_dot<T, 2>(rows, a.cols, a.x + e * a.x_stride, lane, 0, 1, s);
+    dot_rows<T, Q, 2>(rows, a, e, lane, 0, 1, s);
     s[0] = warp_sum(s[0]);
     s[1] = warp_sum(s[1]);
     if (lane == 0) part_sum[e][0] = s[0], part_sum[e][1] = s[1];
@@ -597,7 +768,6 @@ __global__ void down_combine_kernel(const MatvecArgs a, const float* weights, co
         for (int k = 0; k < a.n; k++) acc += weights[k] * part_sum[k][threadIdx.x];
         a.y[r0 + threadIdx.x] += acc;
     }
-    if (ep.counter && last_block(ep.counter)) run_epilogue(ep, a.y);
 }
 
 int sm_count() {
@@ -610,48 +780,19 @@ int sm_count() {
     return n;
 }
 
-// MOESTREAM_GPU_UNROLL=1: matvec and gate/up kernels keep two blocks'
-// loads in flight (to compare; off by default).
-bool unroll_blocks() {
-    static const bool u = [] {
-        const char* v = getenv("MOESTREAM_GPU_UNROLL");
-        return v && atoi(v) == 1;
-    }();
-    return u;
-}
-
-// Rows a warp computes (MOESTREAM_GPU_ROWS=1|2|4 to compare; 2 by default).
-int rows_per_warp() {
-    static const int r = [] {
-        const char* v = getenv("MOESTREAM_GPU_ROWS");
-        const int n = v ? atoi(v) : 2;
-        return n == 1 || n == 4 ? n : 2;
-    }();
-    return r;
-}
-
-template <GgmlType T, int R>
-void launch_matvec_r(MatvecArgs a, const Epilogue& ep, int n_launch, cudaStream_t s) {
-    // Four warps share each row group when one warp a group would leave
-    // the device short of blocks (the router's 128 rows, k and v).
-    const int64_t groups = (a.rows + R - 1) / R;
+template <GgmlType T>
+void launch_matvec(MatvecArgs a, int n_launch, cudaStream_t s) {
+    a.row_bytes = row_bytes(T, a.cols);
+    // Four warps share each row pair when one warp a pair would leave the
+    // device short of blocks (the router's 128 rows, k and v).
+    const int64_t groups = (a.rows + 1) / 2;
     a.nparts = groups * n_launch / kWarps < 2 * sm_count() ? kWarps : 1;
     const int64_t per_block = kWarps / a.nparts;
     const dim3 grid(unsigned((groups + per_block - 1) / per_block), unsigned(n_launch));
-    if (unroll_blocks()) {
-        matvec_kernel<T, R, true><<<grid, 32 * kWarps, 0, s>>>(a, ep);
+    if (kQuantized<T> && a.xq) {
+        matvec_kernel<T, kQuantized<T>><<<grid, 32 * kWarps, 0, s>>>(a);
     } else {
-        matvec_kernel<T, R, false><<<grid, 32 * kWarps, 0, s>>>(a, ep);
-    }
-}
-
-template <GgmlType T>
-void launch_matvec(MatvecArgs a, const Epilogue& ep, int n_launch, cudaStream_t s) {
-    a.row_bytes = row_bytes(T, a.cols);
-    switch (rows_per_warp()) {
-        case 1: launch_matvec_r<T, 1>(a, ep, n_launch, s); break;
-        case 4: launch_matvec_r<T, 4>(a, ep, n_launch, s); break;
-        default: launch_matvec_r<T, 2>(a, ep, n_launch, s); break;
+        matvec_kernel<T, false><<<grid, 32 * kWarps, 0, s>>>(a);
     }
 }
 
@@ -659,17 +800,22 @@ template <GgmlType T>
 void launch_gate_up(MatvecArgs a, cudaStream_t s) {
     a.row_bytes = row_bytes(T, a.cols);
     const dim3 grid(unsigned((a.rows + 2 * kWarps - 1) / (2 * kWarps)), unsigned(a.n));
-    if (unroll_blocks()) {
-        gate_up_kernel<T, true><<<grid, 32 * kWarps, 0, s>>>(a);
+    if (kQuantized<T> && a.xq) {
+        gate_up_kernel<T, kQuantized<T>><<<grid, 32 * kWarps, 0, s>>>(a);
     } else {
         gate_up_kernel<T, false><<<grid, 32 * kWarps, 0, s>>>(a);
     }
 }
 
 template <GgmlType T>
-void launch_down_combine(MatvecArgs a, const float* weights, const Epilogue& ep, cudaStream_t s) {
+void launch_down_combine(MatvecArgs a, const float* weights, cudaStream_t s) {
     a.row_bytes = row_bytes(T, a.cols);
-    down_combine_kernel<T><<<unsigned((a.rows + 1) / 2), 32 * a.n, 0, s>>>(a, weights, ep);
+    const unsigned grid = unsigned((a.rows + 1) / 2);
+    if (kQuantized<T> && a.xq) {
+        down_combine_kernel<T, kQuantized<T>><<<grid, 32 * a.n, 0, s>>>(a, weights);
+    } else {
+        down_combine_kernel<T, false><<<grid, 32 * a.n, 0, s>>>(a, weights);
+    }
 }
 
 #define MS_TYPE_SWITCH(t, CALL)                                   \
@@ -683,11 +829,27 @@ void launch_down_combine(MatvecArgs a, const float* weights, const Epilogue& ep,
         default: throw std::runtime_error(std::string("CUDA matvec: no kernel for ") + type_name(t)); \
     }
 
-void dispatch_matvec(GgmlType t, const MatvecArgs& a, int n_launch, cudaStream_t s, const Epilogue& ep = {}) {
-#define MS_CALL(T) launch_matvec<T>(a, ep, n_launch, s)
+void dispatch_matvec(GgmlType t, const MatvecArgs& a, int n_launch, cudaStream_t s) {
+#define MS_CALL(T) launch_matvec<T>(a, n_launch, s)
     MS_TYPE_SWITCH(t, MS_CALL)
 #undef MS_CALL
     launched("matvec");
+}
+
+// The 8-bit rows of x: a warp a 256-value chunk (quantize_chunk).
+__global__ void quantize_act_kernel(const float* x, int64_t n, uint8_t* act, size_t act_stride) {
+    const int lane = threadIdx.x % 32;
+    const int64_t b = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    if (b * 256 >= n) return;
+    x += int64_t(blockIdx.y) * n;
+    act += size_t(blockIdx.y) * act_stride;
+    const int64_t i0 = b * 256 + 8 * lane;
+    float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (i0 < n) {
+        const float4 lo = *reinterpret_cast<const float4*>(x + i0), hi = *reinterpret_cast<const float4*>(x + i0 + 4);
+        v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+    }
+    quantize_chunk(v, lane, b, act, n);
 }
 
 // One block a row; sums of squares in double as ops/norm.cpp does. A row of
@@ -696,7 +858,8 @@ void dispatch_matvec(GgmlType t, const MatvecArgs& a, int n_launch, cudaStream_t
 constexpr int kNormThreads = 512, kNormPer = 8;
 
 __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, const float* w, int64_t width,
-                                                                float eps, float* out) {
+                                                                float eps, float* out, uint8_t* act,
+                                                                size_t act_stride) {
     __shared__ double part[32];
     x += int64_t(blockIdx.x) * width;
     out += int64_t(blockIdx.x) * width;
@@ -725,6 +888,20 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, 
         }
     } else {
         for (int64_t i = threadIdx.x; i < width; i += blockDim.x) out[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
+    }
+    if (!act) return;
+    // The row's 8-bit form, a warp a chunk of 256, from the outputs above.
+    __syncthreads();
+    act += size_t(blockIdx.x) * act_stride;
+    const int lane = threadIdx.x % 32;
+    for (int64_t b = threadIdx.x / 32; b * 256 < width; b += blockDim.x / 32) {
+        const int64_t i0 = b * 256 + 8 * lane;
+        float v8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (i0 < width) {
+#pragma unroll
+            for (int k = 0; k < 8; k++) v8[k] = out[i0 + k];
+        }
+        quantize_chunk(v8, lane, b, act, width);
     }
 }
 
@@ -813,11 +990,7 @@ __global__ void qk_norm_rope_store_kernel(float* q, const float* k, const float*
         h[i] = src[i];
         sum += double(h[i] * h[i]);
     }
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = sum;
-    __syncthreads();
-    double total = 0;
-    for (int i = 0; i < int(blockDim.x / 32); i++) total += part[i];
+    const double total = block_sum(sum, part);
     const float scale = 1.0f / sqrtf(float(total / double(head_dim)) + eps);
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) h[i] = (h[i] * scale) * w[i];
     __syncthreads();
@@ -842,9 +1015,6 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, flo
     if (i < n) h[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
-// One warp: k rounds of a warp-wide argmax over the logits (the lower id
-// on a tie), then the chosen probabilities from a softmax over all, as
-// model/moe.cpp does (its sum in double, in id order by lane strides here).
 unsigned blocks(int64_t n, int per) { return unsigned((n + per - 1) / per); }
 
 }  // namespace
@@ -861,41 +1031,65 @@ bool supports(GgmlType t) {
     }
 }
 
-void matvec(GgmlType t, const void* w, int64_t rows, int64_t cols, const float* x, float* y, Stream s, bool add,
-            const Epilogue& then) {
-    if (then.k > 0 && (then.k > 32 || rows > 1024 || then.k > rows))
-        throw std::runtime_error("CUDA routing: k <= 32, n_expert <= 1024");
-    Epilogue ep = then;
-    if (ep.k > 0) ep.width = rows;
-    dispatch_matvec(t, {static_cast<const uint8_t*>(w), nullptr, nullptr, 1, 0, 0, rows, cols, 0, x, 0, y, add, 1},
-                    1, native(s), ep);
+size_t act_bytes(int64_t width) { return act_row_bytes(width); }
+
+void quantize_act(const float* x, int64_t rows, int64_t width, void* act, Stream s) {
+    if (width % 32 != 0) throw std::runtime_error("CUDA quantize_act: a width of 32s");
+    const dim3 grid(blocks((width + 255) / 256, 4), unsigned(rows));
+    quantize_act_kernel<<<grid, 128, 0, native(s)>>>(x, width, static_cast<uint8_t*>(act), act_row_bytes(width));
+    launched("quantize_act");
+}
+
+namespace {
+
+// The arguments common to every matvec launch; x's 8-bit rows, if any,
+// act_row_bytes(cols) apart where its float rows are (x_stride != 0).
+MatvecArgs matvec_args(const uint8_t* w0, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
+                       size_t offset2, int64_t rows, int64_t cols, Act x, int64_t x_stride, float* y, bool add) {
+    if (x.q && cols % 32 != 0) throw std::runtime_error("CUDA matvec: 8-bit x needs a width of 32s");
+    return {w0,   table, ids, n,   offset, offset2, rows, cols, 0, x.f, x_stride, y, add, 1,
+            static_cast<const uint8_t*>(x.q), x_stride ? act_row_bytes(cols) : 0};
+}
+
+}  // namespace
+
+void matvec(GgmlType t, const void* w, int64_t rows, int64_t cols, Act x, float* y, Stream s, bool add) {
+    dispatch_matvec(t, matvec_args(static_cast<const uint8_t*>(w), nullptr, nullptr, 1, 0, 0, rows, cols, x, 0, y, add),
+                    1, native(s));
 }
 
 void matvec_experts(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset, int64_t rows,
-                    int64_t cols, const float* x, int64_t x_stride, float* y, Stream s) {
-    dispatch_matvec(t, {nullptr, table, ids, n, offset, 0, rows, cols, 0, x, x_stride, y, false, 1}, n, native(s));
+                    int64_t cols, Act x, int64_t x_stride, float* y, Stream s) {
+    if (x.q && x_stride != 0 && x_stride != cols) throw std::runtime_error("CUDA matvec_experts: 8-bit x rows of cols");
+    dispatch_matvec(t, matvec_args(nullptr, table, ids, n, offset, 0, rows, cols, x, x_stride, y, false), n, native(s));
 }
 
-void matvec_multi(int n, const GgmlType* types, const void* const* w, const int64_t* rows, int64_t cols,
-                  const float* x, float* const* y, Stream s) {
+void matvec_multi(int n, const GgmlType* types, const void* const* w, const int64_t* rows, int64_t cols, Act x,
+                  float* const* y, Stream s) {
     if (n < 1 || n > 3) throw std::runtime_error("CUDA matvec_multi: 1 to 3 matrices");
+    if (x.q && cols % 32 != 0) throw std::runtime_error("CUDA matvec: 8-bit x needs a width of 32s");
     MultiArgs a{};
     a.n = n;
     a.cols = cols;
-    a.x = x;
+    a.x = x.f;
+    a.xq = static_cast<const uint8_t*>(x.q);
     unsigned blocks = 0;
     for (int i = 0; i < n; i++) {
         if (!supports(types[i])) throw std::runtime_error(std::string("CUDA matvec: no kernel for ") + type_name(types[i]));
         a.seg[i] = {static_cast<const uint8_t*>(w[i]), y[i], rows[i], row_bytes(types[i], cols), types[i], blocks};
         blocks += unsigned((rows[i] + 2 * kWarps - 1) / (2 * kWarps));
     }
-    matvec_multi_kernel<<<blocks, 32 * kWarps, 0, native(s)>>>(a);
+    if (a.xq) {
+        matvec_multi_kernel<true><<<blocks, 32 * kWarps, 0, native(s)>>>(a);
+    } else {
+        matvec_multi_kernel<false><<<blocks, 32 * kWarps, 0, native(s)>>>(a);
+    }
     launched("matvec_multi");
 }
 
 void expert_gate_up(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
-                    size_t offset2, int64_t rows, int64_t cols, const float* x, float* h, Stream s) {
-    const MatvecArgs a{nullptr, table, ids, n, offset, offset2, rows, cols, 0, x, 0, h, false, 1};
+                    size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s) {
+    const MatvecArgs a = matvec_args(nullptr, table, ids, n, offset, offset2, rows, cols, x, 0, h, false);
 #define MS_CALL(T) launch_gate_up<T>(a, native(s))
     MS_TYPE_SWITCH(t, MS_CALL)
 #undef MS_CALL
@@ -903,19 +1097,20 @@ void expert_gate_up(GgmlType t, const uint8_t* const* table, const int32_t* ids,
 }
 
 void expert_down_add(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
-                     int64_t rows, int64_t cols, const float* h, const float* weights, float* x, Stream s,
-                     const Epilogue& then) {
-    if (then.k > 0) throw std::runtime_error("CUDA expert_down_add: a norm, not routing, may follow");
+                     int64_t rows, int64_t cols, Act h, const float* weights, float* x, Stream s) {
     if (n > 32) throw std::runtime_error("CUDA expert_down_add: more than 32 experts");
-    const MatvecArgs a{nullptr, table, ids, n, offset, 0, rows, cols, 0, h, cols, x, true, 1};
-#define MS_CALL(T) launch_down_combine<T>(a, weights, then, native(s))
+    const MatvecArgs a = matvec_args(nullptr, table, ids, n, offset, 0, rows, cols, h, cols, x, true);
+#define MS_CALL(T) launch_down_combine<T>(a, weights, native(s))
     MS_TYPE_SWITCH(t, MS_CALL)
 #undef MS_CALL
     launched("expert_down_add");
 }
 
-void rms_norm(const float* x, const float* w, int64_t rows, int64_t width, float eps, float* out, Stream s) {
-    rms_norm_kernel<<<unsigned(rows), kNormThreads, 0, native(s)>>>(x, w, width, eps, out);
+void rms_norm(const float* x, const float* w, int64_t rows, int64_t width, float eps, float* out, Stream s,
+              void* act) {
+    if (act && width % 32 != 0) throw std::runtime_error("CUDA rms_norm: 8-bit rows need a width of 32s");
+    rms_norm_kernel<<<unsigned(rows), kNormThreads, 0, native(s)>>>(x, w, width, eps, out, static_cast<uint8_t*>(act),
+                                                                    act_row_bytes(width));
     launched("rms_norm");
 }
 

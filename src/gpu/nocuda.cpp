@@ -40,30 +40,29 @@ void copy_to_host(void*, const void*, size_t, Stream) { absent(); }
 void copy_on_device(void*, const void*, size_t, Stream) { absent(); }
 void fill(void*, int, size_t, Stream) { absent(); }
 void check_last(const char*) { absent(); }
-void matvec(GgmlType, const void*, int64_t, int64_t, const float*, float*, Stream, bool, const Epilogue&) {
+size_t act_bytes(int64_t) { absent(); }
+void quantize_act(const float*, int64_t, int64_t, void*, Stream) { absent(); }
+void matvec(GgmlType, const void*, int64_t, int64_t, Act, float*, Stream, bool) { absent(); }
+void matvec_multi(int, const GgmlType*, const void* const*, const int64_t*, int64_t, Act, float* const*, Stream) {
     absent();
 }
-void matvec_multi(int, const GgmlType*, const void* const*, const int64_t*, int64_t, const float*, float* const*,
-                  Stream) {
+void expert_gate_up(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, size_t, int64_t, int64_t, Act,
+                    float*, Stream) {
     absent();
 }
-void expert_gate_up(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, size_t, int64_t, int64_t,
-                    const float*, float*, Stream) {
-    absent();
-}
-void expert_down_add(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, int64_t, int64_t, const float*,
-                     const float*, float*, Stream, const Epilogue&) {
+void expert_down_add(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, int64_t, int64_t, Act,
+                     const float*, float*, Stream) {
     absent();
 }
 void qk_norm_rope_store(float*, const float*, const float*, const float*, const float*, int, int, int, int, float,
                         const float*, float*, float*, const int32_t*, Stream) {
     absent();
 }
-void matvec_experts(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, int64_t, int64_t, const float*,
-                    int64_t, float*, Stream) {
+void matvec_experts(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, int64_t, int64_t, Act, int64_t,
+                    float*, Stream) {
     absent();
 }
-void rms_norm(const float*, const float*, int64_t, int64_t, float, float*, Stream) { absent(); }
+void rms_norm(const float*, const float*, int64_t, int64_t, float, float*, Stream, void*) { absent(); }
 void prepare_attention(int, int) { absent(); }
 void attention(const float*, const float*, const float*, const int32_t*, int, int, int, float, float*, Stream) {
     absent();

@@ -1,5 +1,6 @@
 #include "model/gpu_decoder.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -42,12 +43,13 @@ class GpuState : public ModelState {
 public:
     DeviceMemory k_cache, v_cache;  // per layer n_ctx rows of kv_dim floats
     DeviceMemory x, xb, q, k, v, att, router, ids, weights, gate, hidden, logits;  // gate: gate | up
+    DeviceMemory xb8, att8, hidden8;  // xb, att and hidden as 8-bit rows (gpu::quantize_act)
+    DeviceMemory next_xb, next_router, next_weights;  // streaming: the next layer's routing, predicted
     DeviceMemory input;           // the token's embedded row, rope angles and position (an int)
     DeviceMemory slots;           // streaming: the VRAM address of each chosen expert of the layer, by rank
-    DeviceMemory counter;         // an int the fused launches count their blocks in (gpu::Epilogue)
     gpu::Graph graph = nullptr;   // one token's launches, when every expert is in VRAM
     float* host_input = nullptr;  // pinned: the embedded row and the rope angles of one token
-    int32_t* host_ids = nullptr;  // pinned: a layer's chosen experts
+    int32_t* host_ids = nullptr;  // pinned: a layer's chosen experts, then the next layer's predicted ones
     const uint8_t** host_slots = nullptr;  // pinned: their VRAM addresses
     float* host_logits = nullptr;  // pinned: copied at DMA speed, then to the caller's buffer
     uint64_t host_bytes = 0;
@@ -182,12 +184,10 @@ public:
         for (gpu::Event& e : events_) e = gpu::new_event();
     }
     ~StageProfile() {
-        // In brackets: what runs there unless MOESTREAM_GPU_FUSE=1 (the
-        // first norm: in layer 0 either way); after a "+": only with it.
-        static const char* names[kStages] = {"[norm] + q,k,v matvec", "q/k norm + rope + kv", "attention",
-                                             "output matvec + residual + norm", "[norm] router matvec + top-k",
-                                             "[top-k]", "expert copies (wait)", "experts gate/up + swiglu",
-                                             "experts down + sum + norm", "[norm] + output head"};
+        static const char* names[kStages] = {"norm + q,k,v matvec", "q/k norm + rope + kv", "attention",
+                                             "8-bit att + output matvec", "norm + router matvec", "top-k",
+                                             "expert copies (wait)", "experts gate/up + swiglu",
+                                             "8-bit h + experts down + sum", "norm + output head"};
         if (tokens_ > 0) {
             double total = 0;
             for (double t : ms_) total += t;
@@ -284,6 +284,14 @@ public:
                 vram_.n_slots(), gib, (unsigned long long)hits_, (unsigned long long)misses_,
                 100.0 * double(hits_) / double(std::max<uint64_t>(1, hits_ + misses_)), copied_bytes_ / 1e9,
                 copied_bytes_ / 1e6 / double(tokens_), (unsigned long long)tokens_, pinned_bytes_ / double(1 << 30));
+        if (predicted_ > 0) {
+            fprintf(stderr,
+                    "gpu: next-layer prediction: %.1f%% of %llu predicted experts chosen; %llu copied ahead, %.1f%% "
+                    "of them used\n",
+                    100.0 * double(predicted_right_) / double(predicted_), (unsigned long long)predicted_,
+                    (unsigned long long)prefetch_copies_,
+                    100.0 * double(prefetch_used_) / double(std::max<uint64_t>(1, prefetch_copies_)));
+        }
     }
 
     // add_gpu_report's object.
@@ -307,6 +315,10 @@ public:
         v["copied_bytes_per_token"] = tokens_ > 0 ? double(copied_bytes_) / double(tokens_) : 0.0;
         v["fill_seconds"] = fill_seconds_;
         v["tokens"] = tokens_;
+        v["predicted"] = predicted_;
+        v["predicted_right"] = predicted_right_;
+        v["prefetch_copies"] = prefetch_copies_;
+        v["prefetch_used"] = prefetch_used_;
         g["vram_tier"] = v;
         g["ram_tier_pinned_bytes"] = pinned_bytes_;
         (*report)["gpu"] = g;
@@ -329,19 +341,22 @@ public:
         st->v = DeviceMemory(size_t(c.kv_dim()) * 4);
         st->att = DeviceMemory(size_t(c.q_dim()) * 4);
         st->router = DeviceMemory(size_t(c.n_expert) * 4);
-        st->ids = DeviceMemory(K * 4);
+        st->ids = DeviceMemory(2 * K * 4);  // the layer's choice, the next layer's predicted
         st->weights = DeviceMemory(K * 4);
         st->gate = DeviceMemory(2 * K * F * 4);
         st->hidden = DeviceMemory(K * F * 4);
         st->logits = DeviceMemory(size_t(c.n_vocab) * 4);
+        st->xb8 = DeviceMemory(gpu::act_bytes(E));
+        st->att8 = DeviceMemory(gpu::act_bytes(c.q_dim()));
+        st->hidden8 = DeviceMemory(K * gpu::act_bytes(F));
         st->input = DeviceMemory((E + size_t(rope_.n_rot) + 1) * 4);
         st->host_input = static_cast<float*>(gpu::alloc_pinned((E + size_t(rope_.n_rot) + 1) * 4));
         gpu::prepare_attention(int(o.n_ctx), c.head_dim);
-        st->host_ids = static_cast<int32_t*>(gpu::alloc_pinned(K * 4));
+        st->host_ids = static_cast<int32_t*>(gpu::alloc_pinned(2 * K * 4));
+        st->next_xb = DeviceMemory(E * 4);
+        st->next_router = DeviceMemory(size_t(c.n_expert) * 4);
+        st->next_weights = DeviceMemory(K * 4);
         st->slots = DeviceMemory(K * sizeof(uint8_t*));
-        st->counter = DeviceMemory(sizeof(int));
-        gpu::fill(st->counter.data(), 0, sizeof(int), nullptr);
-        gpu::sync(nullptr);
         st->host_slots = static_cast<const uint8_t**>(gpu::alloc_pinned(K * sizeof(uint8_t*)));
         st->host_logits = static_cast<float*>(gpu::alloc_pinned(size_t(c.n_vocab) * 4));
         st->host_bytes = (E + size_t(rope_.n_rot) + 1 + K + size_t(c.n_vocab)) * 4 + K * sizeof(uint8_t*);
@@ -407,6 +422,7 @@ private:
         const float scale = 1.0f / std::sqrt(float(c.head_dim));
         float* x = st.x.f32();
         float* xb = st.xb.f32();
+        void* xb8 = act8_ ? st.xb8.data() : nullptr;  // xb's 8-bit rows
         const float* cos_sin = st.input.f32() + E;
         const int32_t* pos = reinterpret_cast<const int32_t*>(cos_sin + rope_.n_rot);
         StageProfile* prof = profile_.get();
@@ -414,29 +430,7 @@ private:
             if (prof) prof->mark(stage, bytes, s);
         };
         if (prof) prof->begin(s);
-        // Fused (fuse_): the norms and the routing run in the last block of
-        // the launch before them (gpu::Epilogue).
-        int* counter = reinterpret_cast<int*>(st.counter.data());
-        auto norm_then = [&](const float* w) {
-            gpu::Epilogue e;
-            if (!fuse_) return e;
-            e.counter = counter;
-            e.x = x;
-            e.w = w;
-            e.out = xb;
-            e.width = E;
-            e.eps = c.rms_eps;
-            return e;
-        };
         int32_t* ids = reinterpret_cast<int32_t*>(st.ids.data());
-        gpu::Epilogue route;
-        if (fuse_) {
-            route.counter = counter;
-            route.k = K;
-            route.renorm = true;
-            route.ids = ids;
-            route.weights = st.weights.f32();
-        }
         gpu::copy_on_device(x, st.input.data(), size_t(E) * 4, s);
         for (int il = 0; il < c.n_layer; il++) {
             const Layer& l = layers_[size_t(il)];
@@ -445,13 +439,13 @@ private:
                                  time ? l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes() : 0);
             float* kc = st.k_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
             float* vc = st.v_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
-            if (il == 0 || !fuse_) gpu::rms_norm(x, d.attn_norm, 1, E, c.rms_eps, xb, s);
+            gpu::rms_norm(x, d.attn_norm, 1, E, c.rms_eps, xb, s, xb8);
             {
                 const GgmlType types[3] = {l.wq.type, l.wk.type, l.wv.type};
                 const void* w[3] = {d.wq, d.wk, d.wv};
                 const int64_t rows[3] = {c.q_dim(), KV, KV};
                 float* y[3] = {st.q.f32(), st.k.f32(), st.v.f32()};
-                gpu::matvec_multi(3, types, w, rows, E, xb, y, s);
+                gpu::matvec_multi(3, types, w, rows, E, {xb, xb8}, y, s);
             }
             mark(StageProfile::kAttnIn, l.wq.bytes() + l.wk.bytes() + l.wv.bytes());
             gpu::qk_norm_rope_store(st.q.f32(), st.k.f32(), st.v.f32(), d.q_norm, d.k_norm, c.n_head, c.n_head_kv,
@@ -459,16 +453,26 @@ private:
             mark(StageProfile::kQkRope, 0);
             gpu::attention(st.q.f32(), kc, vc, pos, c.n_head, c.n_head_kv, c.head_dim, scale, st.att.f32(), s);
             mark(StageProfile::kAttention, uint64_t(st.n_past + 1) * uint64_t(KV) * 8);
-            // The residual add too, and the FFN's norm.
-            gpu::matvec(l.wo.type, d.wo, E, c.q_dim(), st.att.f32(), x, s, true, norm_then(d.ffn_norm));
+            // The residual add too.
+            if (act8_) gpu::quantize_act(st.att.f32(), 1, c.q_dim(), st.att8.data(), s);
+            gpu::matvec(l.wo.type, d.wo, E, c.q_dim(), {st.att.f32(), act8_ ? st.att8.data() : nullptr}, x, s, true);
             mark(StageProfile::kAttnOut, l.wo.bytes());
             attn_time.stop();
 
             PhaseTimer route_time(time, Phase::Routing, il, time ? l.router.bytes() : 0);
-            if (!fuse_) gpu::rms_norm(x, d.ffn_norm, 1, E, c.rms_eps, xb, s);
-            gpu::matvec(l.router.type, d.router, X, E, xb, st.router.f32(), s, false, route);
+            gpu::rms_norm(x, d.ffn_norm, 1, E, c.rms_eps, xb, s, xb8);
+            gpu::matvec(l.router.type, d.router, X, E, {xb, xb8}, st.router.f32(), s);
             mark(StageProfile::kRouter, l.router.bytes());
-            if (!fuse_) gpu::route_softmax_topk(st.router.f32(), int(X), K, true, ids, st.weights.f32(), s);
+            gpu::route_softmax_topk(st.router.f32(), int(X), K, true, ids, st.weights.f32(), s);
+            if (predicting(il)) {
+                // The next layer's router over this layer's FFN input (as the
+                // CPU path's predict_experts): its picks follow ids.
+                const DeviceLayer& nd = device_[size_t(il + 1)];
+                gpu::rms_norm(x, nd.ffn_norm, 1, E, c.rms_eps, st.next_xb.f32(), s);
+                gpu::matvec(layers_[size_t(il + 1)].router.type, nd.router, X, E, st.next_xb.f32(),
+                            st.next_router.f32(), s);
+                gpu::route_softmax_topk(st.next_router.f32(), int(X), K, true, ids + K, st.next_weights.f32(), s);
+            }
             mark(StageProfile::kTopK, 0);
             route_time.stop();
 
@@ -484,27 +488,28 @@ private:
             float* gate = st.gate.f32();
             float* up = gate + int64_t(K) * F;
             if (el.gate.type == el.up.type) {
-                gpu::expert_gate_up(el.gate.type, table, table_ids, K, 0, VramExperts::up_offset(el), F, E, xb,
-                                    st.hidden.f32(), s);
+                gpu::expert_gate_up(el.gate.type, table, table_ids, K, 0, VramExperts::up_offset(el), F, E,
+                                    {xb, xb8}, st.hidden.f32(), s);
             } else {
-                gpu::matvec_experts(el.gate.type, table, table_ids, K, 0, F, E, xb, 0, gate, s);
-                gpu::matvec_experts(el.up.type, table, table_ids, K, VramExperts::up_offset(el), F, E, xb, 0, up, s);
+                gpu::matvec_experts(el.gate.type, table, table_ids, K, 0, F, E, {xb, xb8}, 0, gate, s);
+                gpu::matvec_experts(el.up.type, table, table_ids, K, VramExperts::up_offset(el), F, E, {xb, xb8}, 0,
+                                    up, s);
                 gpu::swiglu(gate, up, int64_t(K) * F, st.hidden.f32(), s);
             }
             mark(StageProfile::kGateUp, uint64_t(K) * (el.gate.bytes + el.up.bytes));
-            // And the next layer's attention norm, or the output norm.
-            const float* next_norm = il + 1 < c.n_layer ? device_[size_t(il + 1)].attn_norm : output_norm_dev_;
+            if (act8_) gpu::quantize_act(st.hidden.f32(), K, F, st.hidden8.data(), s);
             gpu::expert_down_add(el.down.type, table, table_ids, K, VramExperts::down_offset(el), E, F,
-                                 st.hidden.f32(), st.weights.f32(), x, s, norm_then(next_norm));
+                                 {st.hidden.f32(), act8_ ? st.hidden8.data() : nullptr}, st.weights.f32(), x, s);
             mark(StageProfile::kDown, uint64_t(K) * el.down.bytes);
+            if (predicting(il)) prefetch_next(st, experts, il, K);
             const double ffn_s = ffn_time.stop();
             if (time) {
                 time->add(Phase::IoWait, io_wait);
                 time->add(Phase::ExpertCompute, ffn_s, uint64_t(K) * el.expert_bytes());
             }
         }
-        if (!fuse_) gpu::rms_norm(x, output_norm_dev_, 1, E, c.rms_eps, xb, s);
-        gpu::matvec(output().type, output_dev_, V, E, xb, st.logits.f32(), s);
+        gpu::rms_norm(x, output_norm_dev_, 1, E, c.rms_eps, xb, s, xb8);
+        gpu::matvec(output().type, output_dev_, V, E, {xb, xb8}, st.logits.f32(), s);
         mark(StageProfile::kHead, output().bytes());
     }
 
@@ -521,10 +526,23 @@ private:
     // st.host_slots, and the device's st.slots, to the chosen experts' slots
     // by rank. Returns the seconds the host spent on it after the routing.
     double fetch_experts(GpuState& st, ExpertSource& experts, int il, int K) const {
-        gpu::copy_to_host(st.host_ids, st.ids.data(), size_t(K) * 4, compute_);
+        gpu::copy_to_host(st.host_ids, st.ids.data(), size_t(predicting(il) ? 2 * K : K) * 4, compute_);
         gpu::sync(compute_);
         release_held(experts);
         const double t0 = now();
+        if (prefetched_layer_ == il) {
+            // The RAM tier held the prefetched experts until their copies end.
+            gpu::sync_event(prefetched_);
+            experts.release(il);
+            prefetched_layer_ = -1;
+            for (int i = 0; i < n_prefetched_; i++)
+                prefetch_used_ += uint64_t(std::count(st.host_ids, st.host_ids + K, prefetched_ids_[i]));
+        }
+        if (predicted_layer_ == il) {
+            for (int r = 0; r < K; r++)
+                predicted_right_ += uint64_t(std::count(st.host_ids, st.host_ids + K, predicted_ids_[r]));
+            predicted_ += uint64_t(K);
+        }
         int32_t miss[64], miss_rank[64];
         int n_miss = 0;
         for (int r = 0; r < K; r++) {
@@ -561,6 +579,44 @@ private:
         const double spent = now() - t0;
         fill_seconds_ += spent;
         return spent;
+    }
+
+    // Whether layer il predicts layer il + 1's experts (streaming only).
+    bool predicting(int il) const {
+        return prefetch_ && !vram_.holds_all() && il + 1 < config_.n_layer;
+    }
+
+    // After layer il's launches: layer il + 1's predicted experts (in
+    // st.host_ids after il's own) that the VRAM cache lacks, acquired from
+    // the RAM tier and copied on the copy stream behind il's misses, so the
+    // copies overlap layer il's experts and layer il + 1's attention. Wrong
+    // guesses cost their copies and the slots they take (LRU).
+    void prefetch_next(GpuState& st, ExpertSource& experts, int il, int K) const {
+        const int next = il + 1;
+        const int32_t* guess = st.host_ids + K;
+        predicted_layer_ = next;
+        std::copy(guess, guess + K, predicted_ids_);
+        n_prefetched_ = 0;
+        for (int r = 0; r < K; r++) {
+            if (vram_.find(next, guess[r]) < 0) prefetched_ids_[n_prefetched_++] = guess[r];
+        }
+        const int pinned = held_ >= 0 ? K : 0;  // at most il's misses
+        // Layer il's slots (the K most recently used, still being read) are
+        // never taken while the cache has 2K.
+        if (n_prefetched_ == 0 || pinned + n_prefetched_ > experts.capacity() || vram_.n_slots() < 2 * K) {
+            n_prefetched_ = 0;
+            return;
+        }
+        const ExpertLayer& el = expert_layers_[size_t(next)];
+        experts.acquire(next, prefetched_ids_, n_prefetched_);
+        ExpertView v;
+        for (int i; (i = experts.next_ready(next, &v)) >= 0;) {
+            vram_.copy(vram_.take(next, prefetched_ids_[i]), next, prefetched_ids_[i], el, v, copy_);
+        }
+        gpu::record(prefetched_, copy_);
+        prefetched_layer_ = next;
+        prefetch_copies_ += uint64_t(n_prefetched_);
+        copied_bytes_ += uint64_t(n_prefetched_) * el.expert_bytes();
     }
 
     // Releases the layer whose misses were copied last, once the compute
@@ -615,6 +671,7 @@ private:
         const char* prof = getenv("MOESTREAM_GPU_PROFILE");
         if (prof && strcmp(prof, "0") != 0) profile_ = std::make_unique<StageProfile>(config_.n_layer * 10 + 4);
         copied_ = gpu::new_event();
+        prefetched_ = gpu::new_event();
         uint64_t budget = options_.expert_bytes;
         if (budget == 0) {
             size_t free_b = 0, total_b = 0;
@@ -648,12 +705,11 @@ private:
     // MOESTREAM_GPU_GRAPHS=0 launches each kernel of a token itself (to
     // compare); otherwise a fully resident model replays a captured graph.
     const bool graphs_ = !getenv("MOESTREAM_GPU_GRAPHS") || strcmp(getenv("MOESTREAM_GPU_GRAPHS"), "0") != 0;
-    // MOESTREAM_GPU_FUSE=1 runs the norms and the routing in the last block
-    // of the launch before them (gpu::Epilogue) instead of as kernels of
-    // their own: 7 launches a layer instead of 10, but slower on the H200
-    // (219 against 235 tok/s, docs/gpu.md: the grid-wide fence and the one
-    // block's serial work cost more than the launch they save), so off.
-    const bool fuse_ = getenv("MOESTREAM_GPU_FUSE") && strcmp(getenv("MOESTREAM_GPU_FUSE"), "1") == 0;
+    // Quantized weights meet 8-bit activations, as on the CPU (the golden
+    // files' main logits are the reference); MOESTREAM_GPU_EXACT=1 keeps
+    // float32 activations throughout (the exact/ logits are then).
+    const bool act8_ = !(getenv("MOESTREAM_GPU_EXACT") && strcmp(getenv("MOESTREAM_GPU_EXACT"), "1") == 0) &&
+                       config_.n_embd % 32 == 0 && config_.q_dim() % 32 == 0 && config_.n_ff_exp % 32 == 0;
     Rope rope_;
     Tensor token_embd_, output_norm_, output_;
     bool tied_ = false;
@@ -671,6 +727,13 @@ private:
     mutable gpu::Event copied_ = nullptr;
     mutable std::unique_ptr<StageProfile> profile_;
     mutable int held_ = -1;  // the layer whose copied misses the RAM tier still holds
+    // Streaming: layer il's router predicts layer il + 1's experts, which are
+    // copied ahead (prefetch_next); MOESTREAM_GPU_PREFETCH=0 turns it off.
+    const bool prefetch_ = !getenv("MOESTREAM_GPU_PREFETCH") || strcmp(getenv("MOESTREAM_GPU_PREFETCH"), "0") != 0;
+    mutable gpu::Event prefetched_ = nullptr;
+    mutable int predicted_layer_ = -1, prefetched_layer_ = -1, n_prefetched_ = 0;
+    mutable int32_t predicted_ids_[64] = {}, prefetched_ids_[64] = {};
+    mutable uint64_t predicted_ = 0, predicted_right_ = 0, prefetch_copies_ = 0, prefetch_used_ = 0;
     mutable uint64_t copied_bytes_ = 0, hits_ = 0, misses_ = 0, tokens_ = 0;
     mutable double fill_seconds_ = 0;  // host time in fetch_experts
 };

@@ -1,10 +1,11 @@
 // The CUDA kernels against the CPU: quantized matrix-vector products against
-// quant's dequantization, norms, RoPE and SwiGLU against ops/, routing
+// quant's dequantization (float x) and quant's dot products (8-bit x), norms, RoPE and SwiGLU against ops/, routing
 // against model/moe's route_softmax_topk, attention against a double
 // reference. Skips, saying why, where no CUDA device is usable.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -17,6 +18,7 @@
 #include "ops/rope.h"
 #include "quant/blocks.h"
 #include "quant/dequant.h"
+#include "quant/dot.h"
 #include "quant/half.h"
 
 namespace ms {
@@ -115,6 +117,34 @@ double rel_err(const std::vector<float>& got, const std::vector<double>& ref) {
     return std::sqrt(num / den);
 }
 
+// 8-bit activations: the CPU's quantize_act (quant/dot.h) of the same x is
+// the reference for quantize_act and for the norm's 8-bit output; the CPU's
+// vec_dot of those bytes for every kernel that reads them.
+struct CpuAct {
+    std::shared_ptr<uint8_t> p;
+    size_t row = 0;
+    CpuAct(GgmlType weight, const float* x, int64_t n, int64_t rows) : row(act_bytes(weight, n)) {
+        p.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (row * size_t(rows) + 63) & ~size_t(63))), free);
+        quantize_acts(weight, x, p.get(), n, rows);
+    }
+    const uint8_t* at(int64_t r) const { return p.get() + size_t(r) * row; }
+};
+
+// y = W x from the CPU's kernels: x quantized for the weight type, then vec_dot.
+std::vector<double> cpu_matvec(GgmlType t, const std::vector<uint8_t>& w, int64_t rows, int64_t cols, const float* x) {
+    const CpuAct a(t, x, cols, 1);
+    std::vector<double> y(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; r++) y[size_t(r)] = vec_dot(t, w.data() + size_t(r) * row_bytes(t, cols), a.at(0), cols);
+    return y;
+}
+
+// The GPU's 8-bit rows of x (quantize_act), rows x n.
+std::unique_ptr<DeviceBuffer> gpu_act(const DeviceBuffer& x, int64_t rows, int64_t n) {
+    auto a = std::make_unique<DeviceBuffer>(gpu::act_bytes(n) * size_t(rows));
+    gpu::quantize_act(x.f(), rows, n, a->p, nullptr);
+    return a;
+}
+
 class Matvec : public ::testing::TestWithParam<GgmlType> {};
 
 TEST_P(Matvec, MatchesDequantizedReference) {
@@ -206,26 +236,12 @@ TEST_P(Matvec, ExpertGateUpAndDownAdd) {
         ref_h.insert(ref_h.end(), hf.begin(), hf.end());
     }
     EXPECT_LT(rel_err(h, ref_h), 1e-5) << "gate/up";
-    // With the next norm after it (gpu::Epilogue), checked against ops' norm
-    // of the sum it wrote.
-    DeviceBuffer counter(std::vector<int32_t>{0}), dnw(randoms(size_t(d), 13)), dnormed(size_t(d) * 4);
-    gpu::Epilogue then;
-    then.counter = static_cast<int*>(counter.p);
-    then.x = dres.f();
-    then.w = dnw.f();
-    then.out = dnormed.f();
-    then.width = d;
-    then.eps = 1e-6f;
-    gpu::expert_down_add(t, tp, ip, int(ids.size()), down_off, d, n_ff, dh.f(), dw.f(), dres.f(), nullptr, then);
+    gpu::expert_down_add(t, tp, ip, int(ids.size()), down_off, d, n_ff, dh.f(), dw.f(), dres.f(), nullptr);
     for (size_t i = 0; i < ids.size(); i++) {
         const std::vector<double> y = reference_matvec(t, downs[size_t(ids[i])], d, n_ff, h.data() + i * n_ff);
         for (int64_t r = 0; r < d; r++) ref_x[size_t(r)] += weights[i] * y[size_t(r)];
     }
-    const std::vector<float> sum = dres.get<float>(), nw = dnw.get<float>();
-    EXPECT_LT(rel_err(sum, ref_x), 1e-5) << "down + weighted sum";
-    std::vector<float> normed(sum.size());
-    rms_norm(sum.data(), nw.data(), d, 1e-6f, normed.data());
-    EXPECT_LT(rel_err(dnormed.get<float>(), std::vector<double>(normed.begin(), normed.end())), 1e-6) << "norm after";
+    EXPECT_LT(rel_err(dres.get<float>(), ref_x), 1e-5) << "down + weighted sum";
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, Matvec,
@@ -258,61 +274,138 @@ TEST(Kernels, MatvecMultiMatchesDequantizedReference) {
         const double e = rel_err(dy[size_t(i)]->get<float>(), reference_matvec(types[i], w[size_t(i)], rows[i], cols, x.data()));
         EXPECT_LT(e, 1e-5) << type_name(types[i]);
     }
+    // On 8-bit x, against the CPU's kernels.
+    const auto act = gpu_act(dx, 1, cols);
+    gpu::matvec_multi(3, types, wp, rows, cols, {dx.f(), act->p}, yp, nullptr);
+    for (int i = 0; i < 3; i++) {
+        const double e = rel_err(dy[size_t(i)]->get<float>(), cpu_matvec(types[i], w[size_t(i)], rows[i], cols, x.data()));
+        EXPECT_LT(e, 1e-5) << type_name(types[i]) << " on 8-bit x";
+    }
 }
 
-// The work a launch's last block does after it (gpu::Epilogue): the next
-// RMSNorm over the vector the launch added to, and top-k routing over the
-// logits it wrote, against ops' norm and model/moe's routing of what the
-// launch wrote; each launch twice, so the block counter must have gone back
-// to 0 (a second launch that ran no epilogue would leave the first's output).
-TEST(Kernels, EpiloguesMatchSeparateLaunches) {
-    SKIP_WITHOUT_GPU();
-    const int64_t rows = 2048, cols = 512;
-    DeviceBuffer counter(std::vector<int32_t>{0});
-    const std::vector<uint8_t> w = random_rows(GgmlType::Q4_K, rows, cols, 41);
-    const std::vector<float> nw = randoms(size_t(rows), 42);
-    DeviceBuffer dw(w), dnw(nw), dy(size_t(rows) * 4), dout(size_t(rows) * 4);
-    for (int round = 0; round < 2; round++) {
-        const std::vector<float> x = randoms(size_t(cols), uint32_t(43 + round)), y0 = randoms(size_t(rows), 45);
-        DeviceBuffer dx(x), dres(y0);
-        gpu::Epilogue e;
-        e.counter = static_cast<int*>(counter.p);
-        e.x = dres.f();
-        e.w = dnw.f();
-        e.out = dout.f();
-        e.width = rows;
-        e.eps = 1e-6f;
-        gpu::matvec(GgmlType::Q4_K, dw.p, rows, cols, dx.f(), dres.f(), nullptr, true, e);
-        const std::vector<float> y = dres.get<float>();
-        std::vector<double> ref = reference_matvec(GgmlType::Q4_K, w, rows, cols, x.data());
-        for (int64_t r = 0; r < rows; r++) ref[size_t(r)] += y0[size_t(r)];
-        EXPECT_LT(rel_err(y, ref), 1e-5) << "round " << round;
-        std::vector<float> normed(y.size());
-        rms_norm(y.data(), nw.data(), rows, 1e-6f, normed.data());
-        EXPECT_LT(rel_err(dout.get<float>(), std::vector<double>(normed.begin(), normed.end())), 1e-6) << round;
-        EXPECT_EQ(counter.get<int32_t>()[0], 0);
+
+// Whether a row of the GPU's 8-bit form holds the CPU's Q8_K and Q8_0
+// blocks of the same values: the scales bit for bit and the values equal,
+// but for the rare value that lands within a rounding of a half (the CPU
+// may fuse the multiply and the rounding's add) and so differs by one.
+void expect_same_quantization(const uint8_t* g, const float* x, int64_t n, const char* what) {
+    const CpuAct k(GgmlType::Q4_K, x, n, 1), z(GgmlType::Q8_0, x, n, 1);
+    const auto* kb = reinterpret_cast<const BlockQ8_K*>(k.at(0));
+    const auto* zb = reinterpret_cast<const BlockQ8_0*>(z.at(0));
+    const auto* qk = reinterpret_cast<const int8_t*>(g);
+    const auto* q0 = qk + n;
+    const auto* dk = reinterpret_cast<const float*>(g + 2 * n);
+    const auto* d0 = dk + n / 256;
+    int off_by_one = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int a = qk[i] - kb[i / 256].qs[i % 256], b = q0[i] - zb[i / 32].qs[i % 32];
+        ASSERT_LE(std::abs(a), 1) << what << " Q8_K value " << i;
+        ASSERT_LE(std::abs(b), 1) << what << " Q8_0 value " << i;
+        off_by_one += (a != 0) + (b != 0);
     }
-    // The router: F32 logits of 128 experts, then the top 8.
-    const int n_expert = 128, k = 8;
-    const std::vector<uint8_t> rw = random_rows(GgmlType::F32, n_expert, cols, 46);
-    DeviceBuffer drw(rw), dl(size_t(n_expert) * 4), dids(size_t(k) * 4), dwt(size_t(k) * 4);
-    for (int round = 0; round < 2; round++) {
-        DeviceBuffer dx(randoms(size_t(cols), uint32_t(47 + round)));
-        gpu::Epilogue e;
-        e.counter = static_cast<int*>(counter.p);
-        e.k = k;
-        e.renorm = true;
-        e.ids = static_cast<int32_t*>(dids.p);
-        e.weights = dwt.f();
-        gpu::matvec(GgmlType::F32, drw.p, n_expert, cols, dx.f(), dl.f(), nullptr, false, e);
-        const std::vector<float> logits = dl.get<float>();
-        std::vector<int32_t> ids(static_cast<size_t>(k));
-        std::vector<float> wt(static_cast<size_t>(k));
-        route_softmax_topk(logits.data(), 1, n_expert, k, true, ids.data(), wt.data());
-        EXPECT_EQ(dids.get<int32_t>(), ids) << round;
-        EXPECT_LT(rel_err(dwt.get<float>(), std::vector<double>(wt.begin(), wt.end())), 1e-6) << round;
+    EXPECT_LE(off_by_one, n / 1000) << what;
+    for (int64_t b = 0; b < n / 256; b++) EXPECT_EQ(dk[b], kb[b].d) << what << " Q8_K scale " << b;
+    for (int64_t b = 0; b < n / 32; b++) EXPECT_EQ(d0[b], fp16_to_fp32(zb[b].d)) << what << " Q8_0 scale " << b;
+}
+
+TEST(Kernels, QuantizeActMatchesCpu) {
+    SKIP_WITHOUT_GPU();
+    const int64_t rows = 3, n = 2048;
+    std::vector<float> x = randoms(size_t(rows * n), 51, 2.0f);
+    x[300] = 0;  // a block of zeros, and one whose largest magnitude is a tie of opposite signs
+    for (int i = 512; i < 768; i++) x[size_t(i)] = 0;
+    x[1100] = 9.0f, x[1101] = -9.0f;
+    DeviceBuffer dx(x);
+    const auto act = gpu_act(dx, rows, n);
+    const std::vector<uint8_t> got = act->get<uint8_t>();
+    for (int64_t r = 0; r < rows; r++)
+        expect_same_quantization(got.data() + size_t(r) * gpu::act_bytes(n), x.data() + r * n, n, "quantize_act");
+    // The norm's 8-bit output: the CPU's quantization of the norm's floats.
+    const std::vector<float> w = randoms(size_t(n), 52);
+    DeviceBuffer dw(w), dout(size_t(rows * n) * 4), dact(gpu::act_bytes(n) * size_t(rows));
+    gpu::rms_norm(dx.f(), dw.f(), rows, n, 1e-6f, dout.f(), nullptr, dact.p);
+    const std::vector<float> out = dout.get<float>();
+    const std::vector<uint8_t> nact = dact.get<uint8_t>();
+    for (int64_t r = 0; r < rows; r++)
+        expect_same_quantization(nact.data() + size_t(r) * gpu::act_bytes(n), out.data() + r * n, n, "rms_norm");
+}
+
+class Matvec8 : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(Matvec8, MatchesCpuKernels) {
+    SKIP_WITHOUT_GPU();
+    const GgmlType t = GetParam();
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {515, 2048}, {64, 4096}, {2201, 512}}) {
+        const std::vector<uint8_t> w = random_rows(t, rows, cols, uint32_t(rows * 7 + cols));
+        const std::vector<float> x = randoms(size_t(cols), uint32_t(cols));
+        DeviceBuffer dw(w), dx(x), dy(size_t(rows) * 4);
+        const auto act = gpu_act(dx, 1, cols);
+        gpu::fill(dy.p, 0xff, dy.n, nullptr);
+        gpu::matvec(t, dw.p, rows, cols, {dx.f(), act->p}, dy.f(), nullptr);
+        EXPECT_LT(rel_err(dy.get<float>(), cpu_matvec(t, w, rows, cols, x.data())), 1e-5)
+            << type_name(t) << " " << rows << "x" << cols;
     }
 }
+
+// The expert kernels on 8-bit rows: per-expert inputs through the slot
+// table, gate/up with SwiGLU, and down with the weighted sum.
+TEST_P(Matvec8, ExpertKernelsMatchCpuKernels) {
+    SKIP_WITHOUT_GPU();
+    const GgmlType t = GetParam();
+    const int64_t n_ff = 256, d = 512;
+    const size_t gate_bytes = row_bytes(t, d) * size_t(n_ff), down_bytes = row_bytes(t, n_ff) * size_t(d);
+    const size_t up_off = (gate_bytes + 255) & ~size_t(255), down_off = 2 * up_off, slot = down_off + down_bytes;
+    const int n_expert = 4;
+    std::vector<uint8_t> arena(slot * n_expert);
+    std::vector<std::vector<uint8_t>> gates, ups, downs;
+    for (int e = 0; e < n_expert; e++) {
+        gates.push_back(random_rows(t, n_ff, d, uint32_t(500 + e)));
+        ups.push_back(random_rows(t, n_ff, d, uint32_t(600 + e)));
+        downs.push_back(random_rows(t, d, n_ff, uint32_t(700 + e)));
+        memcpy(arena.data() + size_t(e) * slot, gates.back().data(), gate_bytes);
+        memcpy(arena.data() + size_t(e) * slot + up_off, ups.back().data(), gate_bytes);
+        memcpy(arena.data() + size_t(e) * slot + down_off, downs.back().data(), down_bytes);
+    }
+    DeviceBuffer darena(arena);
+    std::vector<const uint8_t*> table;
+    for (int e = 0; e < n_expert; e++) table.push_back(static_cast<const uint8_t*>(darena.p) + size_t(e) * slot);
+    const std::vector<int32_t> ids = {2, 0, 3};
+    const int n = int(ids.size());
+    const std::vector<float> weights = {0.5f, 0.3f, 0.2f};
+    const std::vector<float> x = randoms(size_t(d), 61), xs = randoms(size_t(d) * ids.size(), 62),
+                             resid = randoms(size_t(d), 63);
+    DeviceBuffer dtable(table), dids(ids), dw(weights), dx(x), dxs(xs), dres(resid), dh(size_t(n * n_ff) * 4),
+        dy(size_t(n * n_ff) * 4);
+    const auto* tp = static_cast<const uint8_t* const*>(dtable.p);
+    const auto* ip = static_cast<const int32_t*>(dids.p);
+    const auto x8 = gpu_act(dx, 1, d), xs8 = gpu_act(dxs, n, d);
+    gpu::matvec_experts(t, tp, ip, n, up_off, n_ff, d, {dxs.f(), xs8->p}, d, dy.f(), nullptr);
+    gpu::expert_gate_up(t, tp, ip, n, 0, up_off, n_ff, d, {dx.f(), x8->p}, dh.f(), nullptr);
+    const std::vector<float> y = dy.get<float>(), h = dh.get<float>();
+    std::vector<double> ref_y, ref_h, ref_x(resid.begin(), resid.end());
+    for (int i = 0; i < n; i++) {
+        const auto e = size_t(ids[size_t(i)]);
+        const std::vector<double> u = cpu_matvec(t, ups[e], n_ff, d, xs.data() + i * d);
+        ref_y.insert(ref_y.end(), u.begin(), u.end());
+        const std::vector<double> g = cpu_matvec(t, gates[e], n_ff, d, x.data()), u2 = cpu_matvec(t, ups[e], n_ff, d, x.data());
+        std::vector<float> gf(g.begin(), g.end()), uf(u2.begin(), u2.end()), hf(gf.size());
+        swiglu(gf.data(), uf.data(), int64_t(gf.size()), hf.data());
+        ref_h.insert(ref_h.end(), hf.begin(), hf.end());
+    }
+    EXPECT_LT(rel_err(y, ref_y), 1e-5) << "experts, a row of x each";
+    EXPECT_LT(rel_err(h, ref_h), 1e-5) << "gate/up";
+    const auto h8 = gpu_act(dh, n, n_ff);
+    gpu::expert_down_add(t, tp, ip, n, down_off, d, n_ff, {dh.f(), h8->p}, dw.f(), dres.f(), nullptr);
+    for (int i = 0; i < n; i++) {
+        const std::vector<double> r = cpu_matvec(t, downs[size_t(ids[size_t(i)])], d, n_ff, h.data() + i * n_ff);
+        for (int64_t j = 0; j < d; j++) ref_x[size_t(j)] += weights[size_t(i)] * r[size_t(j)];
+    }
+    EXPECT_LT(rel_err(dres.get<float>(), ref_x), 1e-5) << "down + weighted sum";
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, Matvec8,
+                         ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K),
+                         [](const auto& info) { return std::string(type_name(info.param)); });
 
 TEST(Kernels, RmsNormMatchesOps) {
     SKIP_WITHOUT_GPU();

@@ -60,11 +60,11 @@ void check_last(const char* what);
 
 // 8-bit activations, as the CPU's kernels take them (quant/dot.h): a row
 // of `width` floats quantized once into both of quant's block formats, Q8_K
-// (256 values a scale, for the K-quants) and Q8_0 (32 a scale, for Q8_0),
-// rounded as quant/dot.cpp rounds them, in act_bytes(width) bytes (rows
-// that far apart); then every matrix-vector product of quantized weights
-// reading it takes integer dot products. width: a multiple of 32 (of 256
-// for K-quant weights, as their rows are).
+// (256 values a scale, for the K-quants) and Q8_0 (32 a scale, for Q8_0 and
+// MXFP4), rounded as quant/dot.cpp rounds them, in act_bytes(width) bytes
+// (rows that far apart); then every matrix-vector product of quantized
+// weights reading it takes integer dot products. width: a multiple of 32
+// (of 256 for K-quant weights, as their rows are).
 size_t act_bytes(int64_t width);
 void quantize_act(const float* x, int64_t rows, int64_t width, void* act, Stream s);
 

@@ -1,7 +1,8 @@
 // The CUDA kernels of gpu.h. Decode is memory-bound: each matrix-vector
 // kernel gives a warp two rows, 8 lanes a block of 256 (K-quants) or 32
 // weights. Quantized weights meet 8-bit activations (quantize_act: Q8_K
-// blocks for the K-quants, Q8_0 for Q8_0, as quant/dot.cpp rounds them)
+// blocks for the K-quants, Q8_0 for Q8_0 and MXFP4, as quant/dot.cpp
+// rounds them)
 // in integer dot products (dp4a), or, where the caller gives floats only,
 // float32 activations (dequantized in registers, as quant/dequant.cpp).
 // Block layouts are quant/blocks.h's.
@@ -230,6 +231,44 @@ struct Unit<GgmlType::Q8_0> {
         const float q0 = small_float((a ^ 0x80) & 0xFF, 128.0f), q1 = small_float(((a >> 8) ^ 0x80) & 0xFF, 128.0f),
                     q2 = small_float((b ^ 0x80) & 0xFF, 128.0f), q3 = small_float(((b >> 8) ^ 0x80) & 0xFF, 128.0f);
         return half_at(block) * (q0 * xv.x + q1 * xv.y + q2 * xv.z + q3 * xv.w);
+    }
+};
+
+// MXFP4: blocks of 32 FP4 (E2M1) weights under an E8M0 scale, 17 bytes
+// (byte loads). Lane part p takes weights 4p .. 4p + 3: nibble p / 4 of
+// bytes 4 (p % 4) .. + 3 of qs. The codes become kMXFP4's int8 values
+// (twice the FP4 values) four at a time through two byte-permute tables,
+// and the scale is halved to match (quant's e8m0_half).
+__device__ __forceinline__ float e8m0_half(uint32_t e) {
+    return __int_as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
+}
+
+__device__ __forceinline__ int mxfp4_values(const uint8_t* block, int p) {
+    const uint8_t* q = block + 1 + 4 * (p % 4);
+    uint32_t w = q[0] | (uint32_t(q[1]) << 8) | (uint32_t(q[2]) << 16) | (uint32_t(q[3]) << 24);
+    w = (w >> (4 * (p / 4))) & 0x0F0F0F0Fu;
+    w |= w >> 4;
+    const uint32_t idx = (w & 0xFF) | ((w >> 8) & 0xFF00);  // code i in nibble i
+    // kMXFP4 by byte: codes 0-7 from the first pair of words, 8-15 (the
+    // negative ones) from the second, picked by each code's top bit.
+    const uint32_t pos = __byte_perm(0x03020100u, 0x0C080604u, idx & 0x7777u);
+    const uint32_t neg = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, idx & 0x7777u);
+    return int(__byte_perm(pos, neg, 0x3210u | ((idx & 0x8888u) >> 1)));
+}
+
+template <>
+struct Unit<GgmlType::MXFP4> {
+    static constexpr int kWeights = 32, kBytes = sizeof(BlockMXFP4);
+    static constexpr bool kTail = false;
+    using X = float4;
+    __device__ static X load(const float* x, int64_t ib, int p) {
+        return *reinterpret_cast<const float4*>(x + ib * kWeights + p * 4);
+    }
+    __device__ static float dot(const uint8_t* block, int p, const X& xv) {
+        const int v = mxfp4_values(block, p);
+        const float s = float(int8_t(v)) * xv.x + float(int8_t(v >> 8)) * xv.y + float(int8_t(v >> 16)) * xv.z +
+                        float(int8_t(v >> 24)) * xv.w;
+        return e8m0_half(block[0]) * s;
     }
 };
 
@@ -501,6 +540,18 @@ struct UnitQ<GgmlType::Q8_0> {
     }
 };
 
+// MXFP4 against Q8_0 activations (as the CPU's kernels take them).
+template <>
+struct UnitQ<GgmlType::MXFP4> {
+    static constexpr int kWeights = 32, kBytes = sizeof(BlockMXFP4);
+    static constexpr bool kTail = false;
+    using X = UnitQ<GgmlType::Q8_0>::X;
+    __device__ static X load(const ActRow& a, int64_t ib, int p) { return UnitQ<GgmlType::Q8_0>::load(a, ib, p); }
+    __device__ static float dot(const uint8_t* block, int p, const X& v) {
+        return e8m0_half(block[0]) * v.d * float(__dp4a(mxfp4_values(block, p), v.q, 0));
+    }
+};
+
 template <GgmlType T>
 constexpr bool kQuantized = T != GgmlType::F32 && T != GgmlType::F16;
 
@@ -718,6 +769,7 @@ __global__ void __launch_bounds__(32 * kWarps) matvec_multi_kernel(const MultiAr
         case GgmlType::Q4_K: segment_rows<GgmlType::Q4_K, Q>(g, a, block); break;
         case GgmlType::Q5_K: segment_rows<GgmlType::Q5_K, Q>(g, a, block); break;
         case GgmlType::Q6_K: segment_rows<GgmlType::Q6_K, Q>(g, a, block); break;
+        case GgmlType::MXFP4: segment_rows<GgmlType::MXFP4, Q>(g, a, block); break;
         default: break;
     }
 }
@@ -826,6 +878,7 @@ void launch_down_combine(MatvecArgs a, const float* weights, cudaStream_t s) {
         case GgmlType::Q4_K: CALL(GgmlType::Q4_K); break;         \
         case GgmlType::Q5_K: CALL(GgmlType::Q5_K); break;         \
         case GgmlType::Q6_K: CALL(GgmlType::Q6_K); break;         \
+        case GgmlType::MXFP4: CALL(GgmlType::MXFP4); break;       \
         default: throw std::runtime_error(std::string("CUDA matvec: no kernel for ") + type_name(t)); \
     }
 
@@ -1026,7 +1079,8 @@ bool supports(GgmlType t) {
         case GgmlType::Q8_0:
         case GgmlType::Q4_K:
         case GgmlType::Q5_K:
-        case GgmlType::Q6_K: return true;
+        case GgmlType::Q6_K:
+        case GgmlType::MXFP4: return true;
         default: return false;
     }
 }

@@ -87,6 +87,7 @@ std::vector<uint8_t> random_rows(GgmlType t, int64_t rows, int64_t cols, uint32_
             case GgmlType::Q4_K:
             case GgmlType::Q5_K: set_half(b), set_half(b + 2); break;  // d, dmin
             case GgmlType::Q6_K: set_half(b + offsetof(BlockQ6_K, d)); break;
+            case GgmlType::MXFP4: b[0] = uint8_t(118 + rng() % 12); break;  // E8M0: 2^-9 .. 2^2
             default: break;
         }
     }
@@ -246,7 +247,7 @@ TEST_P(Matvec, ExpertGateUpAndDownAdd) {
 
 INSTANTIATE_TEST_SUITE_P(Types, Matvec,
                          ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K,
-                                           GgmlType::Q5_K, GgmlType::Q6_K),
+                                           GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
 // Three matrices of different types and row counts in one launch (q, k, v).
@@ -404,7 +405,8 @@ TEST_P(Matvec8, ExpertKernelsMatchCpuKernels) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, Matvec8,
-                         ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K),
+                         ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                                           GgmlType::MXFP4),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
 TEST(Kernels, RmsNormMatchesOps) {

@@ -359,7 +359,7 @@ public:
         st->slots = DeviceMemory(K * sizeof(uint8_t*));
         st->host_slots = static_cast<const uint8_t**>(gpu::alloc_pinned(K * sizeof(uint8_t*)));
         st->host_logits = static_cast<float*>(gpu::alloc_pinned(size_t(c.n_vocab) * 4));
-        st->host_bytes = (E + size_t(rope_.n_rot) + 1 + K + size_t(c.n_vocab)) * 4 + K * sizeof(uint8_t*);
+        st->host_bytes = (E + size_t(rope_.n_rot) + 1 + 2 * K + size_t(c.n_vocab)) * 4 + K * sizeof(uint8_t*);
         return st;
     }
 

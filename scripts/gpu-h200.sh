@@ -6,6 +6,8 @@
 # relative to the source tree the tests were built from. Writes every log
 # and JSON report to OUT. STEPS picks what runs (default: all of them):
 # bounds tests runs profile exact ncu benchmodel cpu. DRAFT (default off): run's --draft.
+# On the device tool, point OUT elsewhere than the tool's $OUT and pack it
+# into one file there afterwards: the tool brings back at most 8 files.
 set -u -o pipefail
 BIN=${BIN:-build}
 OUT=${OUT:-gpu-out}

@@ -1,16 +1,14 @@
 // The CUDA kernels of gpu.h. Decode is memory-bound: each matrix-vector
 // kernel gives a warp two rows, 8 lanes a block of 256 (K-quants) or 32
 // weights. Quantized weights meet 8-bit activations (quantize_act: Q8_K
-// blocks for the K-quants, Q8_0 for Q8_0 and MXFP4, as quant/dot.cpp
-// rounds them)
-// in integer dot products (dp4a), or, where the caller gives floats only,
-// float32 activations (dequantized in registers, as quant/dequant.cpp).
-// Block layouts are quant/blocks.h's.
+// blocks for the K-quants, Q8_0 for Q8_0 and MXFP4, rounded as
+// quant/dot.cpp rounds them) in integer dot products (dp4a), or, where the
+// caller gives floats only, float32 activations (the weights dequantized in
+// registers as quant/dequant.cpp does). Block layouts are quant/blocks.h's.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 

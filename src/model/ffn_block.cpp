@@ -95,17 +95,33 @@ FfnCost ffn_block(ThreadPool& pool, ExpertSource& source, const ExpertLayer& exp
     biases.gate_bias = l.gate_bias.empty() ? nullptr : l.gate_bias.f32();
     biases.up_bias = l.up_bias.empty() ? nullptr : l.up_bias.f32();
     biases.down_bias = l.down_bias.empty() ? nullptr : l.down_bias.f32();
-    cost.moe = moe_forward(pool, source, experts, x, n, reinterpret_cast<const int32_t*>(s.ids.data()),
-                           s.weights.f32(), k, s.moe, out, next, biases);
-    if (l.shared.empty()) return cost;
-    // The routed sum first, then the shared expert added to it, as the
-    // reference adds them.
+    // The shared expert computes while the routed ones are read; its output
+    // is added after the routed sum, as the reference adds them.
     const int64_t E = experts.down.rows;
     float* sh = s.shared_out.f32();
-    dense_ffn(pool, l.shared, x, n, s, sh);
-    cost.dense_bytes = l.shared.weight_bytes() + l.shared_gate.bytes();
     const bool gated = !l.shared_gate.empty();
-    if (gated) linear(pool, l.shared_gate, x, n, s.shared_gate.f32(), s.acts);
+    struct Shared {
+        ThreadPool& pool;
+        const FfnLayer& l;
+        const float* x;
+        int n;
+        FfnScratch& s;
+        float* sh;
+        bool gated;
+    } shared{pool, l, x, n, s, sh, gated};
+    WhileReading while_reading;
+    if (!l.shared.empty()) {
+        while_reading.fn = [](void* ctx) {
+            Shared& c = *static_cast<Shared*>(ctx);
+            dense_ffn(c.pool, c.l.shared, c.x, c.n, c.s, c.sh);
+            if (c.gated) linear(c.pool, c.l.shared_gate, c.x, c.n, c.s.shared_gate.f32(), c.s.acts);
+        };
+        while_reading.ctx = &shared;
+    }
+    cost.moe = moe_forward(pool, source, experts, x, n, reinterpret_cast<const int32_t*>(s.ids.data()),
+                           s.weights.f32(), k, s.moe, out, next, biases, while_reading);
+    if (l.shared.empty()) return cost;
+    cost.dense_bytes = l.shared.weight_bytes() + l.shared_gate.bytes();
     pool.parallel_for(n, [&](int64_t b, int64_t e) {
         for (int64_t t = b; t < e; t++) {
             float* y = sh + t * E;

@@ -56,6 +56,7 @@ public:
     WindowRing ring;                       // the sliding-window layers' ring
     AlignedBuffer x;                       // residual: max_tokens rows (a forward call's tokens)
     AlignedBuffer xb, y, y2, q, k, v, att, gate, up;  // max_batch rows (one piece)
+    AlignedBuffer xm;                      // the routed experts' input rows, while xb feeds the MLP
     AlignedBuffer acts;                    // converted activations for one linear()
     AlignedBuffer cos_sin_swa, cos_sin_full;  // rope angles per token: max_tokens rows
     AlignedBuffer attn_scratch;
@@ -70,7 +71,7 @@ public:
 
     uint64_t bytes() const override {
         uint64_t b = moe.bytes() + kv.size() * sizeof(KvLayer);
-        for (const AlignedBuffer* p : {&k_cache, &v_cache, &x, &xb, &y, &y2, &q, &k, &v, &att, &gate, &up, &acts,
+        for (const AlignedBuffer* p : {&k_cache, &v_cache, &x, &xb, &xm, &y, &y2, &q, &k, &v, &att, &gate, &up, &acts,
                                        &cos_sin_swa, &cos_sin_full, &attn_scratch, &router, &ids, &weights,
                                        &next_ids, &next_weights, &next_union, &next_votes, &ple, &ple_h,
                                        &ple_row, &ple_ids}) {
@@ -273,7 +274,7 @@ public:
         // in pieces of B (layer_major()).
         const size_t T = size_t(st->max_tokens()), P = size_t(n_per_layer_);
         st->x.resize(T * size_t(E) * 4);
-        for (AlignedBuffer* b : {&st->xb, &st->y, &st->y2}) b->resize(B * size_t(E) * 4);
+        for (AlignedBuffer* b : {&st->xb, &st->xm, &st->y, &st->y2}) b->resize(B * size_t(E) * 4);
         st->q.resize(B * q_max * 4);
         st->att.resize(B * q_max * 4);
         st->k.resize(B * kv_max * 4);
@@ -441,13 +442,33 @@ private:
         const int64_t E = c.n_embd;
         const int K = c.n_expert_used;
         const Layer& l = layers_[size_t(il)];
-        float* xb = st.xb.f32();
         float* y = st.y.f32();
         float* y2 = st.y2.f32();
-        rms_norm_rows(pool, x, l.ffn_norm.f32(), n, E, c.rms_eps, xb);
-        mlp(st, pool, l, xb, n, y);
+        // y = post_mlp_norm(mlp(ffn_norm(x))) in MoE layers; run by
+        // moe_forward while the layer's expert reads land.
+        struct Mlp {
+            const Gemma4* model;
+            Gemma4State& st;
+            ThreadPool& pool;
+            const Layer& l;
+            const float* x;
+            int n;
+            double seconds = 0;
+        } job{this, st, pool, l, x, n};
+        auto run_mlp = [](void* ctx) {
+            Mlp& j = *static_cast<Mlp*>(ctx);
+            const int64_t t0 = Trace::now_ns();
+            const ModelConfig& c = j.model->config_;
+            const int64_t E = c.n_embd;
+            float* xb = j.st.xb.f32();
+            float* y = j.st.y.f32();
+            rms_norm_rows(j.pool, j.x, j.l.ffn_norm.f32(), j.n, E, c.rms_eps, xb);
+            j.model->mlp(j.st, j.pool, j.l, xb, j.n, y);
+            if (j.l.moe) rms_norm_rows(j.pool, y, j.l.post_mlp_norm.f32(), j.n, E, c.rms_eps, y);
+            j.seconds = double(Trace::now_ns() - t0) * 1e-9;
+        };
+        if (!l.moe) run_mlp(&job);
         if (l.moe) {
-            rms_norm_rows(pool, y, l.post_mlp_norm.f32(), n, E, c.rms_eps, y);
             const Layer* nl = may_predict && il + 1 < c.n_layer && experts.wants_prefetch() ? &layers_[size_t(il) + 1]
                                                                                             : nullptr;
             if (nl && !nl->moe) nl = nullptr;
@@ -464,16 +485,19 @@ private:
                 next = expert_hint(il + 1, next_ids, n, K, c.n_expert, reinterpret_cast<int32_t*>(st.next_votes.data()),
                                    reinterpret_cast<int32_t*>(st.next_union.data()));
             }
-            rms_norm_rows(pool, x, l.pre_moe_norm.f32(), n, E, c.rms_eps, xb);
+            float* xm = st.xm.f32();
+            rms_norm_rows(pool, x, l.pre_moe_norm.f32(), n, E, c.rms_eps, xm);
             route_time.stop();
 
+            // The MLP's time is not the experts': it stays in "other".
             PhaseTimer moe_time(nullptr, Phase::ExpertCompute, il);
-            const MoeCost cost = moe_forward(pool, experts, expert_layers_[size_t(il)], xb, n, ids, st.weights.f32(), K,
+            const MoeCost cost = moe_forward(pool, experts, expert_layers_[size_t(il)], xm, n, ids, st.weights.f32(), K,
                                              st.moe, y2, next,
-                                             {.scale = l.expert_scale.rows ? l.expert_scale.f32() : nullptr});
+                                             {.scale = l.expert_scale.rows ? l.expert_scale.f32() : nullptr},
+                                             WhileReading{run_mlp, &job});
             const double moe_s = moe_time.stop();
             time->add(Phase::IoWait, cost.io_wait_s);
-            time->add(Phase::ExpertCompute, moe_s - cost.io_wait_s, cost.expert_bytes);
+            time->add(Phase::ExpertCompute, moe_s - job.seconds - cost.io_wait_s, cost.expert_bytes);
             rms_norm_rows(pool, y2, l.post_moe_norm.f32(), n, E, c.rms_eps, y2);
             add_to(y, y2, n * E);
         }

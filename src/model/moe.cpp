@@ -236,7 +236,7 @@ void ExpertSource::start_decode_step(int n_seqs) {
 
 MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& layer, const float* x, int n_tok,
                     const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out,
-                    const ExpertHint& next, const ExpertVectors& vectors) {
+                    const ExpertHint& next, const ExpertVectors& vectors, const WhileReading& while_reading) {
     if (source.routing_trace) source.routing_trace->record(layer.layer, ids, n_tok, k);
     const int64_t n_embd = layer.gate.cols, n_ff = layer.gate.rows;
     const bool shared_acts = act_type(layer.gate.type) == act_type(layer.up.type);
@@ -283,6 +283,7 @@ MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& l
         source.acquire(layer.layer, s.used_.data() + g0, group);
         if (g0 == 0 && next.n > 0) source.prefetch(next.layer, next.ids, next.n);
         waited(a0);
+        if (g0 == 0 && while_reading.fn) while_reading.fn(while_reading.ctx);
         ExpertView v;
         int i;
         for (;;) {
@@ -354,6 +355,7 @@ MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& l
         }
         source.release(layer.layer);
     }
+    if (n_used == 0 && while_reading.fn) while_reading.fn(while_reading.ctx);
 
     // Combine in rank order: w0*e0 + w1*e1 + ..., each product rounded first,
     // as the reference's separate multiply and add steps do (weights already

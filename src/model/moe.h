@@ -81,6 +81,14 @@ struct ExpertVectors {
     const float* scale = nullptr;      // one per expert: the output times it, before down_bias (Gemma 4)
 };
 
+// Work of the same layer that needs none of its experts (a shared expert,
+// Gemma 4's MLP): moe_forward runs it once the first reads are issued, so it
+// computes while they land instead of before they start.
+struct WhileReading {
+    void (*fn)(void* ctx) = nullptr;
+    void* ctx = nullptr;
+};
+
 // What one moe_forward call cost: time blocked waiting for expert reads and
 // the expert weight bytes its kernels went through.
 struct MoeCost {
@@ -97,7 +105,8 @@ public:
 
 private:
     friend MoeCost moe_forward(ThreadPool&, ExpertSource&, const ExpertLayer&, const float*, int, const int32_t*,
-                               const float*, int, MoeScratch&, float*, const ExpertHint&, const ExpertVectors&);
+                               const float*, int, MoeScratch&, float*, const ExpertHint&, const ExpertVectors&,
+                               const WhileReading&);
     int max_batch_ = 0, k_ = 0;
     AlignedBuffer acts_gate_, acts_up_;  // every token's input, converted for gate / up
     AlignedBuffer scaled_;               // weight_input layers: one expert's weighted input rows
@@ -117,9 +126,11 @@ private:
 // `vectors` applied; for a layer.weight_input layer, the sum of expert
 // ids[t*k+r] applied to weights[t*k+r] * x[t]. x and out: n_tok rows of n_embd floats. Each wait for a
 // read longer than a few microseconds also goes to the active trace as an
-// "io_wait" span.
+// "io_wait" span. while_reading runs once, after the first acquire (its time
+// is in neither io_wait_s nor anything else of the cost).
 MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& layer, const float* x, int n_tok,
                     const int32_t* ids, const float* weights, int k, MoeScratch& s, float* out,
-                    const ExpertHint& next = {}, const ExpertVectors& vectors = {});
+                    const ExpertHint& next = {}, const ExpertVectors& vectors = {},
+                    const WhileReading& while_reading = {});
 
 }  // namespace ms

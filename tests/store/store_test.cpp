@@ -129,6 +129,7 @@ TEST(Store, EveryEngineLayoutAndCacheSizeServesFileBytes) {
                     StoreOptions opt;
                     opt.io = engine;
                     opt.io_options = {8, 2, 3};
+                    opt.cache_policy = "lru";  // its hits are counted against LruModel
                     StoreCounters c;
                     Store store(fx.layout(layout), slots, opt, &c);
                     EXPECT_EQ(store.capacity(), slots);

@@ -177,7 +177,7 @@ double replay_hit_rate(const RoutingTrace& trace, int64_t slots, ReplayPolicy po
     std::vector<int> pinned(static_cast<size_t>(k));
     int64_t hits = 0, total = 0;
     for (int64_t t = 0; t < trace.n_tokens(); t++) {
-        cache.begin_step();
+        cache.begin_step(1);
         for (int l = 0; l < trace.n_layer(); l++) {
             const int32_t* ids = trace.ids(t, l);
             int n = 0;

@@ -41,7 +41,7 @@ SlotCache::~SlotCache() {
 
 int SlotCache::victim(uint64_t keep_since) const {
     int best = -1;
-    if (policy_ == CachePolicy::Wlfu) {
+    if (policy_ == CachePolicy::Wlfu && !by_recency_) {
         // Outside the window before inside it; then the fewest uses; then
         // the least recent. (Inside, too, by uses: when the window covers
         // the whole cache, evicting by recency is LRU's cyclic worst case.)
@@ -68,7 +68,7 @@ int SlotCache::victim(uint64_t keep_since) const {
             continue;
         }
         const Slot& b = slots_[size_t(best)];
-        bool better = policy_ == CachePolicy::Lru
+        bool better = policy_ != CachePolicy::Lfu
                           ? s.last_use < b.last_use
                           : (s.freq < b.freq || (s.freq == b.freq && s.last_use < b.last_use));
         if (better) best = i;
@@ -128,7 +128,8 @@ void SlotCache::touch(int slot) {
     }
 }
 
-void SlotCache::begin_step() {
+void SlotCache::begin_step(int n_tokens) {
+    by_recency_ = n_tokens > 1;
     const uint64_t last = clock_ - step_start_;
     if (last > 0) window_ = last + last / 8;  // an eighth more: a step's touches vary a little
     step_start_ = clock_;

@@ -14,7 +14,10 @@ namespace ms {
 // eighth) is kept while others remain; the expert with the fewest uses
 // goes, ties to the least recent. Use counts live per (layer, expert), so an
 // expert evicted and read again keeps its history; all are halved every
-// 64 x slots touches. Each layer comes round once a token, so LRU evicts
+// 64 x slots touches. Within a step of several tokens (a prefill chunk) the
+// least recent goes, as in LRU: the chunk runs the layers in order, so that
+// is an expert of a layer it is done with, and counts there would evict the
+// current layer's experts before its later pieces use them. Each layer comes round once a token, so LRU evicts
 // the previous token's experts of the layers about to run (the next ones
 // needed); the window keeps exactly those, and the counts keep the
 // popular experts through the tokens that skip them (docs/routing.md).
@@ -62,9 +65,9 @@ public:
 
     // One use of the slot's expert: updates recency and frequency.
     void touch(int slot);
-    // A forward step (a token in decode) starts: the touches of the one
-    // before size WLFU's window.
-    void begin_step();
+    // A forward step of n_tokens tokens per sequence starts (1 in decode):
+    // the touches of the one before size WLFU's window.
+    void begin_step(int n_tokens);
     void pin(int slot) { slots_[size_t(slot)].pins++; }
     void unpin(int slot) { slots_[size_t(slot)].pins--; }
     int pins(int slot) const { return slots_[size_t(slot)].pins; }
@@ -99,6 +102,7 @@ private:
     std::vector<uint32_t> uses_;  // WLFU: key -> use count, kept across evictions
     uint64_t clock_ = 0, evictions_ = 0, aging_period_ = 0, since_aging_ = 0;
     uint64_t step_start_ = 0, window_ = 0;  // WLFU: clock when the step began; the window
+    bool by_recency_ = false;               // WLFU: this step is a prefill chunk
 };
 
 }  // namespace ms

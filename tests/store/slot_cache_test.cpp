@@ -106,15 +106,15 @@ TEST(SlotCache, WlfuKeepsTheLastStepAndEvictsTheLeastUsed) {
     SlotCache c(4, 4096, 1, 10, CachePolicy::Wlfu);
     EXPECT_EQ(c.aging_period(), 64u * 4u);
     int ev;
-    c.begin_step();                           // step A: 0 used 6 times, 1 once (clock 7)
+    c.begin_step(1);                           // step A: 0 used 6 times, 1 once (clock 7)
     use_new(c, 0, &ev);
     use_new(c, 1, &ev);
     for (int i = 0; i < 5; i++) c.touch(c.find(0, 0));
-    c.begin_step();                           // step B: 7 touches before, so the window is 7 + 7/8 = 7
+    c.begin_step(1);                           // step B: 7 touches before, so the window is 7 + 7/8 = 7
     EXPECT_EQ(c.window(), 7u);
     use_new(c, 2, &ev);                       // clock 8
     use_new(c, 3, &ev);                       // clock 9: the cache is full
-    c.begin_step();                           // step C: B made 2 touches: window 2 (clock 8 and 9 kept)
+    c.begin_step(1);                           // step C: B made 2 touches: window 2 (clock 8 and 9 kept)
     EXPECT_EQ(c.window(), 2u);
     use_new(c, 4, &ev);                       // outside the window: 0 (6 uses, at 7) and 1 (1 use, at 2)
     EXPECT_EQ(ev, 1);
@@ -128,14 +128,27 @@ TEST(SlotCache, WlfuKeepsTheLastStepAndEvictsTheLeastUsed) {
 TEST(SlotCache, WlfuInsideTheWindowStillGoesByCounts) {
     SlotCache c(3, 4096, 1, 10, CachePolicy::Wlfu);
     int ev;
-    c.begin_step();
+    c.begin_step(1);
     use_new(c, 0, &ev);
     for (int i = 0; i < 3; i++) c.touch(c.find(0, 0));  // 0: 4 uses
     use_new(c, 1, &ev);                                  // 1 use each, at clock 5 and 6
     use_new(c, 2, &ev);
-    c.begin_step();                                      // window 6: every slot is inside it
+    c.begin_step(1);                                      // window 6: every slot is inside it
     use_new(c, 3, &ev);
     EXPECT_EQ(ev, 1);  // fewest uses, the older of 1 and 2 (LRU would take 0)
+}
+
+TEST(SlotCache, WlfuEvictsTheLeastRecentWithinAPrefillChunk) {
+    SlotCache c(3, 4096, 1, 10, CachePolicy::Wlfu);
+    int ev;
+    c.begin_step(1);
+    use_new(c, 0, &ev);
+    for (int i = 0; i < 3; i++) c.touch(c.find(0, 0));  // 0: 4 uses, the least recent
+    use_new(c, 1, &ev);
+    use_new(c, 2, &ev);
+    c.begin_step(16);
+    use_new(c, 3, &ev);
+    EXPECT_EQ(ev, 0);  // by recency, not by count (a decode step would take 1)
 }
 
 TEST(SlotCache, WlfuCountsOutliveEviction) {

@@ -20,7 +20,7 @@ void StoreFlags::declare(Args& a) {
     a.option("--io-split", &io_split, "N", "pread/buffered: page-aligned chunks each expert read is cut into");
     a.option("--cache-policy", &cache_policy, "P",
              "expert cache eviction: lru; lfu (with aging); or wlfu (the experts of the last step kept, the "
-             "rest evicted by use count, ties by recency: docs/routing.md)");
+             "rest evicted by use count, ties by recency; by recency within a prefill chunk: docs/routing.md)");
     a.option("--cache-slots", &cache_slots, "N",
              "at most N expert slots, whatever --mem leaves (a smaller cache, exactly, for measuring one; at "
              "least the experts a token uses)");

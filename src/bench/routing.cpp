@@ -159,6 +159,7 @@ const char* replay_policy_name(ReplayPolicy p) {
     switch (p) {
         case ReplayPolicy::Lru: return "lru";
         case ReplayPolicy::Lfu: return "lfu";
+        case ReplayPolicy::Wlfu: return "wlfu";
         case ReplayPolicy::Belady: return "belady";
     }
     return "?";
@@ -169,11 +170,14 @@ double replay_hit_rate(const RoutingTrace& trace, int64_t slots, ReplayPolicy po
     if (policy == ReplayPolicy::Belady) return belady_hit_rate(trace, slots);
     // 4 KiB slots: the arena is reserved, never touched.
     SlotCache cache(int(slots), 4096, trace.n_layer(), trace.n_expert(),
-                    policy == ReplayPolicy::Lru ? CachePolicy::Lru : CachePolicy::Lfu);
+                    policy == ReplayPolicy::Lru   ? CachePolicy::Lru
+                    : policy == ReplayPolicy::Lfu ? CachePolicy::Lfu
+                                                  : CachePolicy::Wlfu);
     const int k = trace.k();
     std::vector<int> pinned(static_cast<size_t>(k));
     int64_t hits = 0, total = 0;
     for (int64_t t = 0; t < trace.n_tokens(); t++) {
+        cache.begin_step(1);
         for (int l = 0; l < trace.n_layer(); l++) {
             const int32_t* ids = trace.ids(t, l);
             int n = 0;
@@ -219,6 +223,7 @@ std::vector<CachePoint> replay_cache_sizes(const RoutingTrace& trace, const std:
         p.slots = int64_t(per) * routed;
         p.lru = replay_hit_rate(trace, p.slots, ReplayPolicy::Lru);
         p.lfu = replay_hit_rate(trace, p.slots, ReplayPolicy::Lfu);
+        p.wlfu = replay_hit_rate(trace, p.slots, ReplayPolicy::Wlfu);
         p.belady = replay_hit_rate(trace, p.slots, ReplayPolicy::Belady);
         out.push_back(p);
     }
@@ -243,6 +248,7 @@ Json routing_json(const RoutingStats& s, const std::vector<CachePoint>& cache) {
         o["fraction_of_experts"] = double(p.per_layer) / double(s.n_expert);
         o["lru"] = p.lru;
         o["lfu"] = p.lfu;
+        o["wlfu"] = p.wlfu;
         o["belady"] = p.belady;
         c.push_back(std::move(o));
     }
@@ -267,10 +273,11 @@ std::string routing_text(const RoutingStats& s, const std::vector<CachePoint>& c
     out += t.text();
     if (!cache.empty()) {
         Table c;
-        c.header = {"slots/layer", "% experts", "lru %", "lfu %", "belady %", "lru/belady"};
+        c.header = {"slots/layer", "% experts", "lru %", "lfu %", "wlfu %", "belady %", "lru/belady", "wlfu/belady"};
+        auto ratio = [](double v, double b) { return b > 0 ? strf("%.2f", v / b) : std::string("-"); };
         for (const CachePoint& p : cache)
             c.add({std::to_string(p.per_layer), pct(double(p.per_layer) / s.n_expert), pct(p.lru), pct(p.lfu),
-                   pct(p.belady), p.belady > 0 ? strf("%.2f", p.lru / p.belady) : "-"});
+                   pct(p.wlfu), pct(p.belady), ratio(p.lru, p.belady), ratio(p.wlfu, p.belady)});
         out += "\nexpert cache replay (decode order, cold start, one cache shared by all layers)\n" + c.text();
     }
     return out;
@@ -281,16 +288,17 @@ std::string plot_cache_curve(const std::vector<CachePoint>& cache, int n_expert,
     {
         std::ofstream f(data);
         if (!f) return data + ": cannot write";
-        f << "# fraction_of_experts\tlru\tlfu\tbelady\n";
+        f << "# fraction_of_experts\tlru\tlfu\tbelady\twlfu\n";
         for (const CachePoint& p : cache)
-            f << double(p.per_layer) / n_expert << '\t' << p.lru << '\t' << p.lfu << '\t' << p.belady << '\n';
+            f << double(p.per_layer) / n_expert << '\t' << p.lru << '\t' << p.lfu << '\t' << p.belady << '\t'
+              << p.wlfu << '\n';
     }
     const std::string prog =
         "set terminal pngcairo size 800,500 noenhanced; set output '" + png_path +
         "'; set title 'expert cache hit rate against cache size'; set xlabel 'cache size (share of all "
         "experts)'; set ylabel 'hit rate'; set xrange [0:1]; set yrange [0:1]; set grid; set key left top; "
         "plot '" + data + "' using 1:2 with linespoints title 'LRU', '' using 1:3 with linespoints title 'LFU', "
-        "'' using 1:4 with linespoints title 'Belady (optimum)'";
+        "'' using 1:5 with linespoints title 'WLFU', '' using 1:4 with linespoints title 'Belady (optimum)'";
     std::string err = run_gnuplot(prog, "", png_path + ".err");
     if (err.find("pngcairo") != std::string::npos) {
         // gnuplot-nox without cairo: the plain png terminal.

@@ -36,19 +36,20 @@ struct RoutingStats {
 RoutingStats routing_stats(const RoutingTrace& trace, int window);
 
 // Belady's optimum stands beside the store's policies in the replay.
-enum class ReplayPolicy { Lru, Lfu, Belady };
+enum class ReplayPolicy { Lru, Lfu, Wlfu, Belady };
 const char* replay_policy_name(ReplayPolicy p);
 
 // Hit rate of a cache of `slots` experts (all layers share it, as the
 // store's does) over the trace in decode order (token by token, layer by
-// layer), starting empty. A layer's experts stay pinned while it runs, as in
-// the store. Lru and Lfu replay through SlotCache itself.
+// layer), starting empty. A layer's experts stay pinned while it runs and
+// each token is a step, as in decode. Lru, Lfu and Wlfu replay through
+// SlotCache itself.
 double replay_hit_rate(const RoutingTrace& trace, int64_t slots, ReplayPolicy policy);
 
 struct CachePoint {
     int per_layer = 0;     // slots per routed layer
     int64_t slots = 0;     // per_layer x routed layers
-    double lru = 0, lfu = 0, belady = 0;
+    double lru = 0, lfu = 0, wlfu = 0, belady = 0;
 };
 
 // One point per entry of per_layer_slots (each at least k, at most n_expert).

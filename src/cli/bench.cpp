@@ -578,16 +578,17 @@ int bench_routing(int argc, char** argv) {
            "distinct experts, how few experts cover 50/80/90 % of the picks, the top expert's share, entropy, "
            "the share of a token's experts the previous token (and any of the previous --window tokens) also "
            "chose. Then the trace is replayed in decode order through an expert cache shared by all layers, "
-           "as the store's is, starting empty: the hit rate under LRU and LFU (the store's own policies) and "
-           "Belady's optimum (evict the expert used again furthest in the future: the ceiling at that size).");
+           "as the store's is, starting empty: the hit rate under LRU, LFU and WLFU (the store's own policies) "
+           "and Belady's optimum (evict the expert used again furthest in the future: the ceiling at that size).");
     flags.declare(a, false);
     a.option("-f,--file", &text_file, "TEXT", "the text to run the model over");
     a.option("--tokens", &max_tokens, "N", "use only the first N tokens of the text (0: all that fit the context)");
     a.option("--trace", &trace_in, "FILE", "analyse this routing trace instead of running a model");
     a.option("--save-trace", &trace_out, "FILE", "write the routing trace of the run to FILE");
     a.option("--window", &window, "N", "reuse window in tokens (the 'within N' column)");
-    a.option("--cache-slots", &sizes, "LIST",
-             "cache sizes to replay, in slots per routed layer (comma list; default 1/16 .. 7/8 of the experts)");
+    a.option("--replay-slots", &sizes, "LIST",
+             "cache sizes to replay, in slots per routed layer (comma list; default 1/16 .. 7/8 of the experts; "
+             "--cache-slots is the store's, for the run over the text)");
     a.option("--json", &json, "FILE", "write the statistics and the replay as JSON");
     a.option("--png", &png, "FILE", "plot hit rate against cache size per policy (gnuplot)");
     if (!a.parse(argc, argv, 3)) return 0;
@@ -633,7 +634,7 @@ int bench_routing(int argc, char** argv) {
     }
     const RoutingStats stats = routing_stats(*trace, window);
     const std::vector<int> per_layer =
-        sizes.empty() ? default_cache_sizes(trace->n_expert(), trace->k()) : parse_int_list("--cache-slots", sizes);
+        sizes.empty() ? default_cache_sizes(trace->n_expert(), trace->k()) : parse_int_list("--replay-slots", sizes);
     const std::vector<CachePoint> cache = replay_cache_sizes(*trace, per_layer);
     fputs(routing_text(stats, cache).c_str(), stdout);
     if (!json.empty()) write_json(json, routing_json(stats, cache));

@@ -18,7 +18,9 @@ void StoreFlags::declare(Args& a) {
     a.option("--io-depth", &io_depth, "N", "uring: reads in flight");
     a.option("--io-threads", &io_threads, "N", "pread/buffered: reader threads");
     a.option("--io-split", &io_split, "N", "pread/buffered: page-aligned chunks each expert read is cut into");
-    a.option("--cache-policy", &cache_policy, "P", "expert cache eviction: lru, or lfu (with aging)");
+    a.option("--cache-policy", &cache_policy, "P",
+             "expert cache eviction: lru; lfu (with aging); or wlfu (the experts of the last step kept, the "
+             "rest evicted by use count, ties by recency; by recency within a prefill chunk: docs/routing.md)");
     a.option("--cache-slots", &cache_slots, "N",
              "at most N expert slots, whatever --mem leaves (a smaller cache, exactly, for measuring one; at "
              "least the experts a token uses)");

@@ -23,7 +23,7 @@ class GgufFile;
 struct StoreFlags {
     std::string io = "uring";
     std::string layout = "auto";
-    std::string cache_policy = "lru";
+    std::string cache_policy = "wlfu";
     std::string prefetch = "auto";
     std::string io_faults;
     int io_depth = 64, io_threads = 4, io_split = 1;

@@ -11,7 +11,8 @@ namespace ms {
 CachePolicy parse_cache_policy(const std::string& s) {
     if (s == "lru") return CachePolicy::Lru;
     if (s == "lfu") return CachePolicy::Lfu;
-    throw std::runtime_error("--cache-policy: expected lru or lfu, got '" + s + "'");
+    if (s == "wlfu") return CachePolicy::Wlfu;
+    throw std::runtime_error("--cache-policy: expected lru, lfu or wlfu, got '" + s + "'");
 }
 
 SlotCache::SlotCache(int n_slots, uint64_t slot_bytes, int n_layers, int n_experts, CachePolicy policy)
@@ -28,6 +29,10 @@ SlotCache::SlotCache(int n_slots, uint64_t slot_bytes, int n_layers, int n_exper
     index_.assign(size_t(n_layers) * size_t(n_experts), -1);
     for (int i = n_slots - 1; i >= 0; i--) free_.push_back(i);
     aging_period_ = std::max<uint64_t>(64, 4 * uint64_t(n_slots));
+    if (policy == CachePolicy::Wlfu) {
+        uses_.assign(index_.size(), 0);
+        aging_period_ = 64 * uint64_t(n_slots);
+    }
 }
 
 SlotCache::~SlotCache() {
@@ -36,6 +41,25 @@ SlotCache::~SlotCache() {
 
 int SlotCache::victim(uint64_t keep_since) const {
     int best = -1;
+    if (policy_ == CachePolicy::Wlfu && !by_recency_) {
+        // Outside the window before inside it; then the fewest uses; then
+        // the least recent. (Inside, too, by uses: when the window covers
+        // the whole cache, evicting by recency is LRU's cyclic worst case.)
+        const uint64_t recent = clock_ > window_ ? clock_ - window_ : 0;
+        bool best_old = false;
+        uint32_t best_uses = 0;
+        for (int i = 0; i < int(slots_.size()); i++) {
+            const Slot& s = slots_[size_t(i)];
+            if (s.pins > 0 || s.state != State::Ready || s.last_use >= keep_since) continue;
+            const bool old = s.last_use <= recent;
+            const uint32_t u = uses_[key(s.layer, s.expert)];
+            bool better = best < 0 || (old && !best_old) ||
+                          (old == best_old &&
+                           (u < best_uses || (u == best_uses && s.last_use < slots_[size_t(best)].last_use)));
+            if (better) best = i, best_old = old, best_uses = u;
+        }
+        return best;
+    }
     for (int i = 0; i < int(slots_.size()); i++) {
         const Slot& s = slots_[size_t(i)];
         if (s.pins > 0 || s.state != State::Ready || s.last_use >= keep_since) continue;
@@ -44,7 +68,7 @@ int SlotCache::victim(uint64_t keep_since) const {
             continue;
         }
         const Slot& b = slots_[size_t(best)];
-        bool better = policy_ == CachePolicy::Lru
+        bool better = policy_ != CachePolicy::Lfu
                           ? s.last_use < b.last_use
                           : (s.freq < b.freq || (s.freq == b.freq && s.last_use < b.last_use));
         if (better) best = i;
@@ -95,6 +119,20 @@ void SlotCache::touch(int slot) {
         since_aging_ = 0;
         for (Slot& o : slots_) o.freq /= 2;
     }
+    if (policy_ == CachePolicy::Wlfu) {
+        uses_[key(s.layer, s.expert)]++;
+        if (++since_aging_ >= aging_period_) {
+            since_aging_ = 0;
+            for (uint32_t& u : uses_) u /= 2;
+        }
+    }
+}
+
+void SlotCache::begin_step(int n_tokens) {
+    by_recency_ = n_tokens > 1;
+    const uint64_t last = clock_ - step_start_;
+    if (last > 0) window_ = last + last / 8;  // an eighth more: a step's touches vary a little
+    step_start_ = clock_;
 }
 
 }  // namespace ms

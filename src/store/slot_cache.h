@@ -1,7 +1,8 @@
 // The expert cache: one 4 KiB-aligned arena cut into equal slots (each holds
 // the largest expert plus its alignment headroom), an index (layer, expert)
-// -> slot, and the eviction policy: LRU, or LFU with aging. Slots in use
-// (pinned) and slots still being read are never chosen as victims.
+// -> slot, and the eviction policy: LRU, LFU with aging, or WLFU (the last
+// step's experts kept, the rest by use count). Slots in use (pinned) and
+// slots still being read are never chosen as victims.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,8 +10,19 @@
 
 namespace ms {
 
-enum class CachePolicy { Lru, Lfu };
-// "lru" or "lfu"; throws on anything else.
+// Wlfu: a slot touched within the last step's worth of touches (plus an
+// eighth) is kept while others remain; the expert with the fewest uses
+// goes, ties to the least recent. Use counts live per (layer, expert), so an
+// expert evicted and read again keeps its history; all are halved every
+// 64 x slots touches. Within a step of several tokens (a prefill chunk) the
+// least recent goes, as in LRU: the chunk runs the layers in order, so that
+// is an expert of a layer it is done with, and counts there would evict the
+// current layer's experts before its later pieces use them. Each layer comes round once a token, so LRU evicts
+// the previous token's experts of the layers about to run (the next ones
+// needed); the window keeps exactly those, and the counts keep the
+// popular experts through the tokens that skip them (docs/routing.md).
+enum class CachePolicy { Lru, Lfu, Wlfu };
+// "lru", "lfu" or "wlfu"; throws on anything else.
 CachePolicy parse_cache_policy(const std::string& s);
 
 class SlotCache {
@@ -53,6 +65,9 @@ public:
 
     // One use of the slot's expert: updates recency and frequency.
     void touch(int slot);
+    // A forward step of n_tokens tokens per sequence starts (1 in decode):
+    // the touches of the one before size WLFU's window.
+    void begin_step(int n_tokens);
     void pin(int slot) { slots_[size_t(slot)].pins++; }
     void unpin(int slot) { slots_[size_t(slot)].pins--; }
     int pins(int slot) const { return slots_[size_t(slot)].pins; }
@@ -60,9 +75,11 @@ public:
     uint64_t evictions() const { return evictions_; }
     // The use clock: the number of touches so far.
     uint64_t clock() const { return clock_; }
-    // LFU halves every frequency after this many uses, so experts that were
-    // popular long ago do not squat in the cache forever.
+    // LFU and WLFU halve every frequency after this many uses, so experts
+    // that were popular long ago do not squat in the cache forever.
     uint64_t aging_period() const { return aging_period_; }
+    // WLFU: slots touched within this many touches are not victims.
+    uint64_t window() const { return window_; }
 
 private:
     struct Slot {
@@ -82,7 +99,10 @@ private:
     std::vector<Slot> slots_;
     std::vector<int> index_;  // key -> slot or -1
     std::vector<int> free_;   // empty slots
+    std::vector<uint32_t> uses_;  // WLFU: key -> use count, kept across evictions
     uint64_t clock_ = 0, evictions_ = 0, aging_period_ = 0, since_aging_ = 0;
+    uint64_t step_start_ = 0, window_ = 0;  // WLFU: clock when the step began; the window
+    bool by_recency_ = false;               // WLFU: this step is a prefill chunk
 };
 
 }  // namespace ms

@@ -89,6 +89,7 @@ void Store::begin_step(int n_tokens) {
         if (h.layer >= 0) release(h.layer);
     step_tokens_ = n_tokens;
     step_clock_ = cache_.clock() + 1;  // the first use of this step
+    cache_.begin_step(n_tokens);
     counters_->steps++;
     if (n_tokens == 1) counters_->decode_steps++;
     else counters_->prefill_tokens += uint64_t(n_tokens);

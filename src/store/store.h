@@ -23,7 +23,7 @@ namespace ms {
 struct StoreOptions {
     std::string io = "uring";           // uring | pread | buffered | mmap
     IoOptions io_options;
-    std::string cache_policy = "lru";   // lru | lfu
+    std::string cache_policy = "wlfu";  // lru | lfu | wlfu (docs/routing.md)
     bool verify_checksums = true;       // xxh3 of every expert read where the layout has checksums
     std::string prefetch = "auto";      // off | auto (take next-layer hints in prefill chunks) | next (always)
     std::string faults;                 // injected read faults (store/io.h parse_faults); empty: none

@@ -1,7 +1,7 @@
 // bench/routing: statistics checked on traces small enough to count by hand,
 // and the cache replay against independent implementations: LRU as a list,
-// and Belady's figure against an exhaustive search over every eviction
-// choice (the optimum by definition).
+// WLFU as its rule reads over std::map, and Belady's figure against an
+// exhaustive search over every eviction choice (the optimum by definition).
 #include "bench/routing.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +13,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 #include <vector>
 
 using namespace ms;
@@ -82,6 +83,48 @@ int exhaustive_misses(const std::vector<int64_t>& seq, size_t cap) {
     return misses + min_misses(seq, i, cache, cap);
 }
 
+// WLFU as docs/routing.md states it, written plainly: each token is a step
+// whose window is the previous step's touches plus an eighth; a victim is
+// never one of the current layer's experts; outside the window goes before
+// inside, then the fewest uses (counted per expert across evictions, all
+// halved every 64 x cap uses), then the least recent.
+double reference_wlfu(const RoutingTrace& tr, int64_t cap) {
+    std::map<int64_t, int64_t> last_use;  // resident key -> clock of its latest use
+    std::map<int64_t, uint32_t> uses;
+    int64_t clock = 0, step_start = 0, window = 0, since_aging = 0, hits = 0, total = 0;
+    for (int64_t t = 0; t < tr.n_tokens(); t++) {
+        if (clock > step_start) window = (clock - step_start) + (clock - step_start) / 8;
+        step_start = clock;
+        for (int l = 0; l < tr.n_layer(); l++) {
+            std::set<int64_t> this_layer;
+            for (int r = 0; r < tr.k() && tr.ids(t, l)[r] >= 0; r++) {
+                const int64_t key = int64_t(l) * tr.n_expert() + tr.ids(t, l)[r];
+                if (last_use.count(key)) {
+                    hits++;
+                } else if (int64_t(last_use.size()) == cap) {
+                    int64_t victim = -1;
+                    std::tuple<bool, uint32_t, int64_t> best;
+                    for (const auto& [k, at] : last_use) {
+                        if (this_layer.count(k)) continue;
+                        std::tuple<bool, uint32_t, int64_t> rank{at > clock - window, uses[k], at};
+                        if (victim < 0 || rank < best) victim = k, best = rank;
+                    }
+                    last_use.erase(victim);
+                }
+                last_use[key] = ++clock;
+                uses[key]++;
+                if (++since_aging >= 64 * cap) {
+                    since_aging = 0;
+                    for (auto& u : uses) u.second /= 2;
+                }
+                this_layer.insert(key);
+                total++;
+            }
+        }
+    }
+    return double(hits) / double(total);
+}
+
 }  // namespace
 
 TEST(RoutingStats, CountsMatchAHandCount) {
@@ -128,6 +171,17 @@ TEST(RoutingReplay, LruMatchesAListLru) {
     }
 }
 
+TEST(RoutingReplay, WlfuMatchesItsRuleWrittenPlainly) {
+    for (uint64_t seed : {5, 6}) {
+        // 12 uses a token: a window of 13. At 6 and 12 slots the window holds
+        // every slot; 6 x 64 < 3600 uses, so counts age too.
+        RoutingTrace tr = random_trace(4, 16, 3, 300, seed);
+        for (int64_t cap : {6, 12, 18, 40})
+            EXPECT_DOUBLE_EQ(replay_hit_rate(tr, cap, ReplayPolicy::Wlfu), reference_wlfu(tr, cap))
+                << "seed " << seed << " cap " << cap;
+    }
+}
+
 TEST(RoutingReplay, BeladyIsTheOptimum) {
     for (uint64_t seed : {1, 2, 3}) {
         RoutingTrace tr = random_trace(2, 6, 1, 7, seed);
@@ -147,6 +201,7 @@ TEST(RoutingReplay, PoliciesAreOrderedAndGrowWithSize) {
     for (size_t i = 0; i < pts.size(); i++) {
         EXPECT_GE(pts[i].belady + 1e-12, pts[i].lru);
         EXPECT_GE(pts[i].belady + 1e-12, pts[i].lfu);
+        EXPECT_GE(pts[i].belady + 1e-12, pts[i].wlfu);
         if (i) {
             EXPECT_GE(pts[i].belady + 1e-12, pts[i - 1].belady);
         }

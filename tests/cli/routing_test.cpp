@@ -28,7 +28,7 @@ const std::string kText = std::string(MOESTREAM_SOURCE_DIR) + "/bench/prompts/lo
 Json routing_of(const std::string& model, const std::string& flags, int tokens) {
     const std::string json = model + ".routing.json";
     CliResult r = run_cli("bench routing -m " + model + " -f " + kText + " --tokens " + std::to_string(tokens) +
-                              " --cache-slots 24 " + flags + " --json " + json,
+                              " --replay-slots 24 " + flags + " --json " + json,
                           true);
     EXPECT_EQ(r.rc, 0) << r.out;
     Json j = Json::parse_file(json);

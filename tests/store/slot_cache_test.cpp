@@ -1,7 +1,9 @@
 // Slot cache policies: LRU evicts the least recently used, LFU the least
 // frequently used (ties: least recent) with frequencies halved every aging
-// period; pinned and loading slots are never victims; the reuse-distance
-// tracker agrees with a brute-force count of distinct keys between uses.
+// period, WLFU keeps the last step's experts and evicts the rest by use count
+// kept across evictions; pinned and loading slots are never victims; the
+// reuse-distance tracker agrees with a brute-force count of distinct keys
+// between uses.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -31,6 +33,7 @@ TEST(SlotCache, ArenaIsAlignedAndSlotsAreDisjoint) {
     EXPECT_THROW(SlotCache(1, 1000, 1, 1, CachePolicy::Lru), std::runtime_error);  // not page sized
     EXPECT_THROW(SlotCache(0, 4096, 1, 1, CachePolicy::Lru), std::runtime_error);
     EXPECT_EQ(parse_cache_policy("lfu"), CachePolicy::Lfu);
+    EXPECT_EQ(parse_cache_policy("wlfu"), CachePolicy::Wlfu);
     EXPECT_THROW(parse_cache_policy("fifo"), std::runtime_error);
 }
 
@@ -87,6 +90,90 @@ TEST(SlotCache, LfuAgingLetsOldFavouritesGo) {
     d.touch(d.find(0, 1));
     d.claim(0, 2, nullptr, &ev);
     EXPECT_EQ(ev, 1);
+}
+
+// Claims (layer 0, e) into the cache, loaded and used once.
+int use_new(SlotCache& c, int e, int* evicted) {
+    int s = c.claim(0, e, nullptr, evicted);
+    if (s >= 0) {
+        c.set_ready(s);
+        c.touch(s);
+    }
+    return s;
+}
+
+TEST(SlotCache, WlfuKeepsTheLastStepAndEvictsTheLeastUsed) {
+    SlotCache c(4, 4096, 1, 10, CachePolicy::Wlfu);
+    EXPECT_EQ(c.aging_period(), 64u * 4u);
+    int ev;
+    c.begin_step(1);                           // step A: 0 used 6 times, 1 once (clock 7)
+    use_new(c, 0, &ev);
+    use_new(c, 1, &ev);
+    for (int i = 0; i < 5; i++) c.touch(c.find(0, 0));
+    c.begin_step(1);                           // step B: 7 touches before, so the window is 7 + 7/8 = 7
+    EXPECT_EQ(c.window(), 7u);
+    use_new(c, 2, &ev);                       // clock 8
+    use_new(c, 3, &ev);                       // clock 9: the cache is full
+    c.begin_step(1);                           // step C: B made 2 touches: window 2 (clock 8 and 9 kept)
+    EXPECT_EQ(c.window(), 2u);
+    use_new(c, 4, &ev);                       // outside the window: 0 (6 uses, at 7) and 1 (1 use, at 2)
+    EXPECT_EQ(ev, 1);
+    // Now 0 (at 7) and 2 (at 8) are outside the 2-touch window (clock 10).
+    // LRU would take 0; WLFU takes 2, used once against 0's six times.
+    use_new(c, 5, &ev);
+    EXPECT_EQ(ev, 2);
+    EXPECT_NE(c.find(0, 0), -1);
+}
+
+TEST(SlotCache, WlfuInsideTheWindowStillGoesByCounts) {
+    SlotCache c(3, 4096, 1, 10, CachePolicy::Wlfu);
+    int ev;
+    c.begin_step(1);
+    use_new(c, 0, &ev);
+    for (int i = 0; i < 3; i++) c.touch(c.find(0, 0));  // 0: 4 uses
+    use_new(c, 1, &ev);                                  // 1 use each, at clock 5 and 6
+    use_new(c, 2, &ev);
+    c.begin_step(1);                                      // window 6: every slot is inside it
+    use_new(c, 3, &ev);
+    EXPECT_EQ(ev, 1);  // fewest uses, the older of 1 and 2 (LRU would take 0)
+}
+
+TEST(SlotCache, WlfuEvictsTheLeastRecentWithinAPrefillChunk) {
+    SlotCache c(3, 4096, 1, 10, CachePolicy::Wlfu);
+    int ev;
+    c.begin_step(1);
+    use_new(c, 0, &ev);
+    for (int i = 0; i < 3; i++) c.touch(c.find(0, 0));  // 0: 4 uses, the least recent
+    use_new(c, 1, &ev);
+    use_new(c, 2, &ev);
+    c.begin_step(16);
+    use_new(c, 3, &ev);
+    EXPECT_EQ(ev, 0);  // by recency, not by count (a decode step would take 1)
+}
+
+TEST(SlotCache, WlfuCountsOutliveEviction) {
+    // No step begun: the window is empty and WLFU is LFU over counts kept
+    // per (layer, expert).
+    SlotCache c(3, 4096, 1, 10, CachePolicy::Wlfu);
+    int ev;
+    auto use = [&](int e, int times) {
+        use_new(c, e, &ev);
+        for (int i = 1; i < times; i++) c.touch(c.find(0, e));
+    };
+    use(0, 3);          // 0: 3 uses
+    use(1, 5);          // 1: 5
+    use(2, 5);          // 2: 5
+    use(3, 2);          // evicts 0 (3 uses); 3: 2
+    EXPECT_EQ(ev, 0);
+    use(0, 1);          // evicts 3; 0 comes back with 3 + 1 uses
+    EXPECT_EQ(ev, 3);
+    use(3, 1);          // evicts 0 (4); 3 comes back with 2 + 1
+    EXPECT_EQ(ev, 0);
+    use(0, 1);          // evicts 3 (3); 0: 5 uses, as many as 1 and 2
+    EXPECT_EQ(ev, 3);
+    use(8, 1);          // all at 5 uses: the least recent, 1, goes; 0 (just read, 1 use had
+    EXPECT_EQ(ev, 1);   // its count been reset) stays
+    EXPECT_NE(c.find(0, 0), -1);
 }
 
 TEST(SlotCache, PinnedAndLoadingSlotsAreNeverVictims) {

@@ -129,6 +129,7 @@ TEST(Store, EveryEngineLayoutAndCacheSizeServesFileBytes) {
                     StoreOptions opt;
                     opt.io = engine;
                     opt.io_options = {8, 2, 3};
+                    opt.cache_policy = "lru";  // its hits are counted against LruModel
                     StoreCounters c;
                     Store store(fx.layout(layout), slots, opt, &c);
                     EXPECT_EQ(store.capacity(), slots);
@@ -150,20 +151,22 @@ TEST(Store, EveryEngineLayoutAndCacheSizeServesFileBytes) {
     }
 }
 
-TEST(Store, LfuPolicyAndThreadedEnginesStayExact) {
+TEST(Store, LfuAndWlfuPoliciesAndThreadedEnginesStayExact) {
     Fixture fx("qwen3moe-Q4_K_M");
-    for (int threads : {1, 4})
-        for (int split : {1, 2}) {
-            StoreOptions opt;
-            opt.io = "pread";
-            opt.cache_policy = "lfu";
-            opt.io_options = {1, threads, split};
-            StoreCounters c;
-            Store store(fx.layout("packed"), 10, opt, &c);
-            run_steps(store, fx, 2, 20, uint64_t(threads * 10 + split), nullptr, c);
-            EXPECT_GT(c.total_hits(), 0u);
-            EXPECT_GT(c.checksum_bytes, 0u);
-        }
+    for (const char* policy : {"lfu", "wlfu"})
+        for (int threads : {1, 4})
+            for (int split : {1, 2}) {
+                SCOPED_TRACE(policy);
+                StoreOptions opt;
+                opt.io = "pread";
+                opt.cache_policy = policy;
+                opt.io_options = {1, threads, split};
+                StoreCounters c;
+                Store store(fx.layout("packed"), 10, opt, &c);
+                run_steps(store, fx, 2, 20, uint64_t(threads * 10 + split), nullptr, c);
+                EXPECT_GT(c.total_hits(), 0u);
+                EXPECT_GT(c.checksum_bytes, 0u);
+            }
 }
 
 TEST(Store, BytesAreCountedByReason) {

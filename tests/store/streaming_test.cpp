@@ -1,7 +1,8 @@
 // Bit-exact streaming: prompt logits, greedy tokens and every greedy step's
 // logits from the forward pass over the Store are identical, bit for bit, to
 // the same pass over RamExperts (everything in RAM), for every I/O engine x
-// layout x cache size (down to one token's experts) x thread count on two
+// layout x cache size (down to one token's experts) x thread count (LRU under
+// two engines, WLFU under the other two: the policy only chooses victims) on two
 // qwen3moe and two gemma4 models, and at the smallest cache for every file of
 // every other family the forward pass runs.
 #include <gtest/gtest.h>
@@ -87,6 +88,8 @@ TEST(Streaming, BitExactAcrossEnginesLayoutsCacheSizesAndThreads) {
                         StoreOptions opt;
                         opt.io = engine;
                         opt.io_options = {4, 2, 2};
+                        const std::string e = engine;
+                        opt.cache_policy = e == "pread" || e == "mmap" ? "wlfu" : "lru";
                         StoreCounters c;
                         Store store(std::move(lay), slots, opt, &c);
                         Outputs got = generate(*model, store, threads, prompt, 8);

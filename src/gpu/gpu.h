@@ -165,4 +165,26 @@ struct Rates {
 };
 Rates measure_rates(size_t bytes, int reps);
 
+// The operations of the families beyond qwen3moe's layer shape
+// (kernels_layers.cu). y[i] += b[i] over n values (biases).
+void add(float* y, const float* b, int64_t n, Stream s);
+
+// x[i] += y[i] * sigmoid(*gate) over n values (a shared expert's output
+// under its gate; gate: one float on the device).
+void add_sigmoid_gated(float* x, const float* y, const float* gate, int64_t n, Stream s);
+
+// qk_norm_rope_store without the norms, for either RoPE: q's n_head heads
+// rotated in place, k's n_kv_head heads rotated into row *pos of k_cache and
+// v's copied into row *pos of v_cache; the first n_rot dims of each head
+// rotate, in pairs (i, i + n_rot/2) when neox, else (2i, 2i + 1).
+void rope_store(float* q, const float* k, const float* v, int n_head, int n_kv_head, int head_dim, int n_rot,
+                bool neox, const float* cos_sin, float* k_cache, float* v_cache, const int32_t* pos, Stream s);
+
+// Sigmoid routing (k <= 32, n_expert <= 1024), as model/moe.cpp's
+// route_experts: the top k of sigmoid(logit) + selection_bias (n_expert
+// device floats, or null), weighed by the unbiased sigmoid; renorm: divided
+// by their sum; then times scale. One token.
+void route_sigmoid_topk(const float* logits, const float* selection_bias, int n_expert, int k, bool renorm,
+                        float scale, int32_t* ids, float* weights, Stream s);
+
 }  // namespace ms::gpu

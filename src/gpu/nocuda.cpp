@@ -75,4 +75,12 @@ void swiglu(const float*, const float*, int64_t, float*, Stream) { absent(); }
 void route_softmax_topk(const float*, int, int, bool, int32_t*, float*, Stream) { absent(); }
 Rates measure_rates(size_t, int) { absent(); }
 
+void add(float*, const float*, int64_t, Stream) { absent(); }
+void add_sigmoid_gated(float*, const float*, const float*, int64_t, Stream) { absent(); }
+void rope_store(float*, const float*, const float*, int, int, int, int, bool, const float*, float*, float*,
+                const int32_t*, Stream) {
+    absent();
+}
+void route_sigmoid_topk(const float*, const float*, int, int, bool, float, int32_t*, float*, Stream) { absent(); }
+
 }  // namespace ms::gpu

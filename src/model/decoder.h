@@ -76,9 +76,29 @@ struct DecoderSpec {
 // dimensions pair up (see Rope).
 Rope config_rope(const ModelConfig& c, bool neox);
 
+// The families built from a DecoderSpec, one file each (model/<family>.cpp):
+// the spec from the file's metadata (throwing, naming the file, where it
+// asks for what the family does not support). Model::open and the GPU
+// forward (model/gpu_decoder.h) take the same spec.
+DecoderSpec qwen3moe_spec(const GgufFile& file, const ModelConfig& config);
+DecoderSpec mixtral_spec(const GgufFile& file, const ModelConfig& config);
+DecoderSpec olmoe_spec(const GgufFile& file, const ModelConfig& config);
+DecoderSpec qwen2moe_spec(const GgufFile& file, const ModelConfig& config);
+DecoderSpec glm4moe_spec(const GgufFile& file, const ModelConfig& config);
+DecoderSpec gpt_oss_spec(const GgufFile& file, const ModelConfig& config);
+DecoderSpec qwen35moe_spec(const GgufFile& file, const ModelConfig& config);
+DecoderSpec qwen3next_spec(const GgufFile& file, const ModelConfig& config);
+DecoderSpec glm_dsa_spec(const GgufFile& file, const ModelConfig& config);
+DecoderSpec llama4_spec(const GgufFile& file, const ModelConfig& config);
+DecoderSpec minimax_m2_spec(const GgufFile& file, const ModelConfig& config);
 // DeepSeek V2/V3's layers from the metadata (model/deepseek2.cpp): MLA,
 // routing, dense lead and shared experts; glm-dsa adds its indexer to them.
 DecoderSpec deepseek2_spec(const GgufFile& file, const ModelConfig& config);
+
+// The spec of the file's architecture into *out; false where the family has
+// a forward pass of its own (gemma4, deepseek4). Throws on an unknown
+// architecture, as Model::open does.
+bool decoder_spec(const GgufFile& file, const ModelConfig& config, DecoderSpec* out);
 
 // Throws unless the file's expert_gating_func is absent (0) or 2, sigmoid:
 // the families that only route by sigmoid scores.

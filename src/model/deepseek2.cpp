@@ -75,9 +75,4 @@ DecoderSpec deepseek2_spec(const GgufFile& file, const ModelConfig& c) {
     return s;
 }
 
-std::unique_ptr<Model> open_deepseek2(const GgufFile& file, ModelConfig c) {
-    DecoderSpec s = deepseek2_spec(file, c);
-    return open_decoder(file, std::move(c), s);
-}
-
 }  // namespace ms

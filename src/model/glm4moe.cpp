@@ -11,7 +11,7 @@
 
 namespace ms {
 
-std::unique_ptr<Model> open_glm4moe(const GgufFile& file, ModelConfig c) {
+DecoderSpec glm4moe_spec(const GgufFile& file, const ModelConfig& c) {
     require_sigmoid_gating(file, c);
     DecoderSpec s;
     s.qkv_bias = true;
@@ -24,7 +24,7 @@ std::unique_ptr<Model> open_glm4moe(const GgufFile& file, ModelConfig c) {
     s.routing = {Gating::Sigmoid, c.expert_weights_norm, c.expert_weights_scale};
     s.selection_bias = true;
     s.n_ff_shared = c.n_ff_shexp > 0 ? c.n_ff_shexp : c.n_ff_exp * c.n_expert_shared;
-    return open_decoder(file, std::move(c), s);
+    return s;
 }
 
 }  // namespace ms

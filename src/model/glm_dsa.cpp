@@ -13,7 +13,7 @@
 
 namespace ms {
 
-std::unique_ptr<Model> open_glm_dsa(const GgufFile& file, ModelConfig c) {
+DecoderSpec glm_dsa_spec(const GgufFile& file, const ModelConfig& c) {
     const std::string p = c.arch + ".attention.indexer.";
     DecoderSpec s = deepseek2_spec(file, c);
     s.indexer.n_head = int(file.require_int(p + "head_count"));
@@ -26,7 +26,7 @@ std::unique_ptr<Model> open_glm_dsa(const GgufFile& file, ModelConfig c) {
     // Without the key every layer has its own indexer (the reference's rule
     // for contexts below 2^20 positions, as in the files at hand).
     for (int64_t t : file.get_ints(p + "types")) s.indexer_layers.push_back(t != 0);
-    return open_decoder(file, std::move(c), s);
+    return s;
 }
 
 }  // namespace ms

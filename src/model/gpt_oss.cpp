@@ -8,7 +8,7 @@
 
 namespace ms {
 
-std::unique_ptr<Model> open_gpt_oss(const GgufFile& file, ModelConfig c) {
+DecoderSpec gpt_oss_spec(const GgufFile&, const ModelConfig& c) {
     DecoderSpec s;
     s.qkv_bias = true;
     s.out_bias = true;
@@ -21,7 +21,7 @@ std::unique_ptr<Model> open_gpt_oss(const GgufFile& file, ModelConfig c) {
     s.router_bias = true;
     s.activation = GatedActivation::SwiGluOai;
     s.expert_biases = true;
-    return open_decoder(file, std::move(c), s);
+    return s;
 }
 
 }  // namespace ms

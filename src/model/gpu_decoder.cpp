@@ -13,6 +13,7 @@
 #include "gguf/gguf.h"
 #include "gpu/gpu.h"
 #include "model/decoder.h"
+#include "model/ffn_block.h"
 #include "quant/dequant.h"
 
 namespace ms {
@@ -43,7 +44,11 @@ class GpuState : public ModelState {
 public:
     DeviceMemory k_cache, v_cache;  // per layer n_ctx rows of kv_dim floats
     DeviceMemory x, xb, q, k, v, att, router, ids, weights, gate, hidden, logits;  // gate: gate | up
-    DeviceMemory xb8, att8, hidden8;  // xb, att and hidden as 8-bit rows (gpu::quantize_act)
+    // Dense and shared-expert FFNs: gate, up, their SwiGLU; the shared
+    // expert's output and its gate's logit.
+    DeviceMemory ffn_gate, ffn_up, ffn_hidden, shared_out, shared_logit;
+    // xb, att, hidden, ffn_hidden and next_xb as 8-bit rows (gpu::quantize_act)
+    DeviceMemory xb8, att8, hidden8, ffn_hidden8, next_xb8;
     DeviceMemory next_xb, next_router, next_weights;  // streaming: the next layer's routing, predicted
     DeviceMemory input;           // the token's embedded row, rope angles and position (an int)
     DeviceMemory slots;           // streaming: the VRAM address of each chosen expert of the layer, by rank
@@ -63,9 +68,42 @@ public:
     uint64_t bytes() const override { return host_bytes; }
 };
 
+// A layer's resident weights, in the CPU decoder's structures (the GPU
+// forward covers plain attention: missing_feature refuses the rest).
 struct Layer {
-    Tensor attn_norm, wq, wk, wv, wo, q_norm, k_norm, ffn_norm, router;
+    AttentionLayer attn;
+    FfnLayer ffn;
 };
+
+// The first feature of `s` (or shape of `c`) the GPU forward has no
+// operation for, in a few words; empty when it covers them all.
+std::string missing_feature(const DecoderSpec& s, const ModelConfig& c) {
+    auto any = [](const auto& v) { return std::any_of(v.begin(), v.end(), [](auto x) { return x != 0; }); };
+    if (s.mla.kv_lora > 0) return "multi-head latent attention (MLA)";
+    if (s.indexer.top_k > 0) return "the sparse-attention indexer";
+    if (s.full_attention_interval > 0) return "Gated DeltaNet layers";
+    if (s.sinks) return "attention sinks";
+    if (any(s.window)) return "sliding-window attention";
+    if (any(s.chunk)) return "chunked attention";
+    if (any(s.no_rope)) return "layers without RoPE";
+    if (s.q_gate) return "gated attention (q_gate)";
+    if (s.qk_norm == QkNorm::PlainAfterRope) return "q/k norm after RoPE";
+    if (s.qk_norm == QkNorm::PerHead && !s.rope.neox) return "per-head q/k norm with adjacent-pair RoPE";
+    if (s.rope.n_rot > c.head_dim || s.rope.n_rot % 2 != 0) return "rope.dimension_count odd or above key_length";
+    if (c.head_dim != c.head_dim_v) return "key_length != value_length";
+    if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0) return "query heads not a multiple of KV heads";
+    const Routing& r = s.routing;
+    if (r.n_group > 1) return "group-limited routing";
+    if (r.gating == Gating::SoftmaxChosen) return "softmax over the chosen experts' logits";
+    if (r.gating == Gating::SqrtSoftplus) return "sqrt-softplus routing";
+    if (r.gating == Gating::Softmax && r.scale != 1.0f) return "scaled softmax routing weights";
+    if (r.gating == Gating::Softmax && s.selection_bias) return "a selection bias on softmax routing";
+    if (s.activation != GatedActivation::SwiGlu) return "expert activations other than SwiGLU";
+    if (s.weight_input) return "router weights on the expert input";
+    if (s.expert_biases) return "expert biases";
+    if (c.n_expert_used > 32 || c.n_expert > 1024) return "more than 32 experts a token or 1024 a layer";
+    return "";
+}
 
 // The VRAM tier of the expert cache: equal slots, an LRU list, and a device
 // table of each (layer, expert)'s slot address that the expert kernels read.
@@ -76,7 +114,8 @@ public:
         for (const ExpertLayer& l : layers) {
             slot_bytes_ = std::max(slot_bytes_, align256(l.gate.bytes) + align256(l.up.bytes) + align256(l.down.bytes));
         }
-        const int64_t total = int64_t(layers.size()) * n_expert;
+        int64_t total = 0;  // the routed layers' experts (dense layers have none)
+        for (const ExpertLayer& l : layers) total += l.n_expert;
         n_slots_ = int(std::min<int64_t>(total, int64_t(budget / slot_bytes_)));
         if (n_slots_ < min_slots) {
             throw std::runtime_error("--gpu-mem: " + std::to_string(budget >> 20) + " MiB holds " +
@@ -85,9 +124,10 @@ public:
         }
         all_ = n_slots_ == total;
         arena_ = DeviceMemory(size_t(n_slots_) * slot_bytes_);
-        table_ = DeviceMemory(size_t(total) * sizeof(uint8_t*));
-        host_table_.assign(size_t(total), nullptr);
-        slot_of_.assign(size_t(total), -1);
+        const size_t keys = layers.size() * size_t(n_expert);
+        table_ = DeviceMemory(keys * sizeof(uint8_t*));
+        host_table_.assign(keys, nullptr);
+        slot_of_.assign(keys, -1);
         owner_.assign(size_t(n_slots_), -1);
         prev_.resize(size_t(n_slots_));
         next_.resize(size_t(n_slots_));
@@ -228,49 +268,77 @@ private:
     uint64_t tokens_ = 0;
 };
 
-class GpuQwen3 : public Model {
+class GpuDecoder : public Model {
 public:
     bool one_token_per_pass() const override { return true; }
-    GpuQwen3(const GgufFile& f, ModelConfig c, const GpuOptions& o) : Model(std::move(c)), options_(o) {
+    // The tensors `spec` names, as the CPU decoder (model/decoder.cpp)
+    // declares them for the features missing_feature() lets through.
+    GpuDecoder(const GgufFile& f, ModelConfig c, const DecoderSpec& spec, const GpuOptions& o)
+        : Model(std::move(c)), options_(o), spec_(spec), rope_(spec.rope) {
         ModelConfig& cfg = config_;
-        rope_ = config_rope(cfg, true);
         const GgufTensor* embd = f.tensor("token_embd.weight");
         if (!embd) throw std::runtime_error(f.path() + ": missing tensor token_embd.weight");
         cfg.n_vocab = embd->ne[1];
         const int64_t E = cfg.n_embd, V = cfg.n_vocab, X = cfg.n_expert;
+        if (cfg.n_expert <= 0 || cfg.n_expert_used <= 0 || spec.n_ff_exp <= 0) {
+            throw std::runtime_error(f.path() + ": " + cfg.arch + " needs expert_count, expert_used_count and an "
+                                     "expert feed_forward_length > 0");
+        }
+        if ((spec.n_dense_lead > 0 || spec.moe_step > 1) && spec.n_ff_dense <= 0) {
+            throw std::runtime_error(f.path() + ": " + cfg.arch + ": dense layers need feed_forward_length > 0");
+        }
         need(f, "token_embd.weight", {E, V}, &token_embd_);
         need(f, "output_norm.weight", {E}, &output_norm_);
         tied_ = !maybe(f, "output.weight", {E, V}, &output_);
-        if (cfg.n_nextn != 0 || cfg.n_expert <= 0 || cfg.n_expert_used <= 0 || cfg.n_ff_exp <= 0 ||
-            rope_.n_rot != cfg.head_dim || rope_.ext_factor != 0 || rope_.freq_scale != 1.0f) {
-            throw std::runtime_error("the GPU forward covers qwen3moe's plain shape only");
-        }
-        layers_.resize(size_t(cfg.n_layer));
-        for (int il = 0; il < cfg.n_layer; il++) {
+        if (spec.rope_freqs) maybe(f, "rope_freqs.weight", {spec.rope.n_rot / 2}, &rope_freqs_);
+        n_run_ = cfg.n_layer - cfg.n_nextn;  // the NextN blocks are not run (no --draft mtp here)
+        layers_.resize(size_t(n_run_));
+        expert_layers_.resize(size_t(n_run_));
+        for (int il = 0; il < n_run_; il++) {
+            expert_layers_[size_t(il)].layer = il;
             const std::string p = "blk." + std::to_string(il) + ".";
-            Layer& l = layers_[size_t(il)];
-            need(f, p + "attn_norm.weight", {E}, &l.attn_norm);
-            need(f, p + "attn_q.weight", {E, cfg.q_dim()}, &l.wq);
-            need(f, p + "attn_k.weight", {E, cfg.kv_dim()}, &l.wk);
-            need(f, p + "attn_v.weight", {E, cfg.v_dim()}, &l.wv);
-            need(f, p + "attn_output.weight", {int64_t(cfg.n_head) * cfg.head_dim_v, E}, &l.wo);
-            need(f, p + "attn_q_norm.weight", {cfg.head_dim}, &l.q_norm);
-            need(f, p + "attn_k_norm.weight", {cfg.head_dim}, &l.k_norm);
-            need(f, p + "ffn_norm.weight", {E}, &l.ffn_norm);
-            need(f, p + "ffn_gate_inp.weight", {E, X}, &l.router);
-            need_experts(f, il, cfg.n_expert, E, cfg.n_ff_exp);
-            for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.router}) require(t->type);
+            AttentionLayer& a = layers_[size_t(il)].attn;
+            need(f, p + "attn_norm.weight", {E}, &a.norm);
+            need(f, p + "attn_q.weight", {E, cfg.q_dim()}, &a.wq);
+            need(f, p + "attn_k.weight", {E, cfg.kv_dim()}, &a.wk);
+            need(f, p + "attn_v.weight", {E, cfg.v_dim()}, &a.wv);
+            need(f, p + "attn_output.weight", {int64_t(cfg.n_head) * cfg.head_dim_v, E}, &a.wo);
+            if (spec.qkv_bias) {
+                need(f, p + "attn_q.bias", {cfg.q_dim()}, &a.bq);
+                need(f, p + "attn_k.bias", {cfg.kv_dim()}, &a.bk);
+                need(f, p + "attn_v.bias", {cfg.v_dim()}, &a.bv);
+            }
+            if (spec.out_bias) need(f, p + "attn_output.bias", {E}, &a.bo);
+            a.qk_norm = spec.qk_norm;
+            if (spec.qk_norm != QkNorm::None) {
+                const bool whole = spec.qk_norm == QkNorm::Whole;
+                need(f, p + "attn_q_norm.weight", {whole ? cfg.q_dim() : cfg.head_dim}, &a.q_norm);
+                need(f, p + "attn_k_norm.weight", {whole ? cfg.kv_dim() : cfg.head_dim}, &a.k_norm);
+            }
+            for (const Tensor* t : {&a.wq, &a.wk, &a.wv, &a.wo}) require(t->type);
+
+            FfnLayer& m = layers_[size_t(il)].ffn;
+            need(f, p + spec.ffn_norm + ".weight", {E}, &m.norm);
+            if (il < spec.n_dense_lead || (spec.moe_step > 0 && (il + 1) % spec.moe_step != 0)) {
+                dense(f, p, "", spec.n_ff_dense, &m.dense);
+                continue;
+            }
+            need(f, p + "ffn_gate_inp.weight", {E, X}, &m.router);
+            if (spec.router_bias) need(f, p + "ffn_gate_inp.bias", {X}, &m.router_bias);
+            if (spec.selection_bias) need(f, p + "exp_probs_b.bias", {X}, &m.selection_bias);
+            m.routing = spec.routing;
+            need_experts(f, il, cfg.n_expert, E, spec.n_ff_exp);
+            if (spec.n_ff_shared > 0) dense(f, p, "_shexp", spec.n_ff_shared, &m.shared);
+            if (spec.shared_gate) need(f, p + "ffn_gate_inp_shexp.weight", {E}, &m.shared_gate);
+            require(m.router.type);
             const ExpertLayer& e = expert_layers_[size_t(il)];
-            for (const ExpertMatrix* m : {&e.gate, &e.up, &e.down}) require(m->type);
+            for (const ExpertMatrix* x : {&e.gate, &e.up, &e.down}) require(x->type);
         }
         require(output().type);
-        if (cfg.head_dim != cfg.head_dim_v || cfg.n_head % cfg.n_head_kv != 0) {
-            throw std::runtime_error("the GPU forward needs key_length == value_length");
-        }
     }
 
     // The VRAM tier's account, on stderr: what the run report does not hold yet.
-    ~GpuQwen3() override {
+    ~GpuDecoder() override {
         if (tokens_ == 0) return;
         const double gib = double(vram_.slot_bytes()) * vram_.n_slots() / double(1 << 30);
         if (vram_.holds_all()) {
@@ -329,11 +397,20 @@ public:
         check_state_options(o);
         auto st = std::make_unique<GpuState>();
         st->options = o;
-        const size_t kv = size_t(c.n_layer) * size_t(o.n_ctx) * size_t(c.kv_dim()) * 4;
+        const size_t kv = size_t(n_run_) * size_t(o.n_ctx) * size_t(c.kv_dim()) * 4;
         st->k_cache = DeviceMemory(kv);
         st->v_cache = DeviceMemory(kv);
-        st->kv_bytes_per_token = st->full_kv_bytes_per_token = int64_t(2 * c.n_layer * c.kv_dim() * 4);
-        const size_t E = size_t(c.n_embd), K = size_t(c.n_expert_used), F = size_t(c.n_ff_exp);
+        st->kv_bytes_per_token = st->full_kv_bytes_per_token = int64_t(2 * n_run_ * c.kv_dim() * 4);
+        const size_t E = size_t(c.n_embd), K = size_t(c.n_expert_used), F = size_t(spec_.n_ff_exp);
+        const size_t FD = size_t(std::max(spec_.n_ff_dense, spec_.n_ff_shared));
+        if (FD > 0) {
+            st->ffn_gate = DeviceMemory(FD * 4);
+            st->ffn_up = DeviceMemory(FD * 4);
+            st->ffn_hidden = DeviceMemory(FD * 4);
+            st->shared_out = DeviceMemory(E * 4);
+            st->shared_logit = DeviceMemory(4);
+            st->ffn_hidden8 = DeviceMemory(gpu::act_bytes(FD));
+        }
         st->x = DeviceMemory(E * 4);
         st->xb = DeviceMemory(E * 4);
         st->q = DeviceMemory(size_t(c.q_dim()) * 4);
@@ -354,6 +431,7 @@ public:
         gpu::prepare_attention(int(o.n_ctx), c.head_dim);
         st->host_ids = static_cast<int32_t*>(gpu::alloc_pinned(2 * K * 4));
         st->next_xb = DeviceMemory(E * 4);
+        st->next_xb8 = DeviceMemory(gpu::act_bytes(E));
         st->next_router = DeviceMemory(size_t(c.n_expert) * 4);
         st->next_weights = DeviceMemory(K * 4);
         st->slots = DeviceMemory(K * sizeof(uint8_t*));
@@ -377,7 +455,7 @@ public:
         for (int t = 0; t < n; t++) {
             // The token's embedding, rope angles and position in one copy.
             dequantize_row(token_embd_.type, token_embd_.row(tokens[t]), st.host_input, E);
-            rope_angles(rope_, st.n_past, st.host_input + E);
+            rope_angles(rope(), st.n_past, st.host_input + E);
             const int32_t pos = int32_t(st.n_past);
             memcpy(st.host_input + E + rope_.n_rot, &pos, 4);
             gpu::copy_to_device(st.input.data(), st.host_input, size_t(E + rope_.n_rot + 1) * 4, s);
@@ -405,10 +483,75 @@ public:
     }
 
 private:
+    // The layer's weights in VRAM (null where the layer has none).
+    struct DeviceFfn {
+        const uint8_t *gate, *up, *down;
+    };
     struct DeviceLayer {
         const uint8_t *wq, *wk, *wv, *wo, *router;
         const float *attn_norm, *q_norm, *k_norm, *ffn_norm;
+        const float *bq, *bk, *bv, *bo, *router_bias, *selection_bias, *shared_gate;
+        DeviceFfn dense, shared;
     };
+
+    // The rope angles' divisors are read with the weights.
+    Rope rope() const {
+        Rope r = rope_;
+        if (!rope_freqs_.empty()) r.freq_factors = rope_freqs_.f32();
+        return r;
+    }
+
+    void dense(const GgufFile& f, const std::string& p, const char* suffix, int64_t n_ff, DenseFfn* out) {
+        const int64_t E = config_.n_embd;
+        need(f, p + "ffn_gate" + suffix + ".weight", {E, n_ff}, &out->gate);
+        need(f, p + "ffn_up" + suffix + ".weight", {E, n_ff}, &out->up);
+        need(f, p + "ffn_down" + suffix + ".weight", {n_ff, E}, &out->down);
+        for (const Tensor* t : {&out->gate, &out->up, &out->down}) require(t->type);
+    }
+
+    // Whether a row of `width` floats meets quantized weights as 8-bit rows
+    // (quantized weights' rows are whole blocks of 32, so a width that is
+    // not a multiple only meets F32 / F16 weights, which read the floats).
+    bool act8(int64_t width) const { return act8_ && width % 32 == 0; }
+
+    // x's 8-bit rows in `act` (quantize_act), or null when act8(width) is not.
+    void* quantize(const float* x, int64_t rows, int64_t width, void* act) const {
+        if (!act8(width)) return nullptr;
+        gpu::quantize_act(x, rows, width, act, compute_);
+        return act;
+    }
+
+    // A dense SwiGLU FFN over xb: into out, or added to it.
+    void dense_ffn(GpuState& st, const DenseFfn& f, const DeviceFfn& d, gpu::Act xb, float* out, bool add) const {
+        const gpu::Stream s = compute_;
+        const int64_t n_ff = f.gate.rows;
+        const GgmlType types[2] = {f.gate.type, f.up.type};
+        const void* w[2] = {d.gate, d.up};
+        const int64_t rows[2] = {n_ff, n_ff};
+        float* y[2] = {st.ffn_gate.f32(), st.ffn_up.f32()};
+        gpu::matvec_multi(2, types, w, rows, config_.n_embd, xb, y, s);
+        gpu::swiglu(y[0], y[1], n_ff, st.ffn_hidden.f32(), s);
+        void* h8 = quantize(st.ffn_hidden.f32(), 1, n_ff, st.ffn_hidden8.data());
+        gpu::matvec(f.down.type, d.down, config_.n_embd, n_ff, {st.ffn_hidden.f32(), h8}, out, s, add);
+    }
+
+    // The MoE layer's router over xb chooses its experts into ids and
+    // weights (as model/ffn_block.cpp's route_tokens: the router's bias,
+    // then the layer's Routing).
+    void route(const FfnLayer& m, const DeviceLayer& d, gpu::Act xb, float* logits, int32_t* ids,
+               float* weights) const {
+        const gpu::Stream s = compute_;
+        const int64_t X = config_.n_expert;
+        const int K = config_.n_expert_used;
+        gpu::matvec(m.router.type, d.router, X, config_.n_embd, xb, logits, s);
+        if (d.router_bias) gpu::add(logits, d.router_bias, X, s);
+        if (m.routing.gating == Gating::Sigmoid) {
+            gpu::route_sigmoid_topk(logits, d.selection_bias, int(X), K, m.routing.renorm, m.routing.scale, ids,
+                                    weights, s);
+        } else {
+            gpu::route_softmax_topk(logits, int(X), K, m.routing.renorm, ids, weights, s);
+        }
+    }
 
     // Every launch of one token on the compute stream, from the input copied
     // to st.input to its logits in st.logits. The host waits only where the
@@ -416,13 +559,13 @@ private:
     // when `time` is given (their launches, not their execution).
     void token(GpuState& st, ExpertSource& experts, TimeSplit* time) const {
         const ModelConfig& c = config_;
-        const int64_t E = c.n_embd, KV = c.kv_dim(), V = c.n_vocab, X = c.n_expert, F = c.n_ff_exp;
+        const int64_t E = c.n_embd, KV = c.kv_dim(), V = c.n_vocab, F = spec_.n_ff_exp;
         const int K = c.n_expert_used;
         const gpu::Stream s = compute_;
         const float scale = 1.0f / std::sqrt(float(c.head_dim));
         float* x = st.x.f32();
         float* xb = st.xb.f32();
-        void* xb8 = act8_ ? st.xb8.data() : nullptr;  // xb's 8-bit rows
+        void* xb8 = act8(E) ? st.xb8.data() : nullptr;  // xb's 8-bit rows
         const float* cos_sin = st.input.f32() + E;
         const int32_t* pos = reinterpret_cast<const int32_t*>(cos_sin + rope_.n_rot);
         StageProfile* prof = profile_.get();
@@ -432,46 +575,71 @@ private:
         if (prof) prof->begin(s);
         int32_t* ids = reinterpret_cast<int32_t*>(st.ids.data());
         gpu::copy_on_device(x, st.input.data(), size_t(E) * 4, s);
-        for (int il = 0; il < c.n_layer; il++) {
-            const Layer& l = layers_[size_t(il)];
+        for (int il = 0; il < n_run_; il++) {
+            const AttentionLayer& a = layers_[size_t(il)].attn;
+            const FfnLayer& m = layers_[size_t(il)].ffn;
             const DeviceLayer& d = device_[size_t(il)];
-            PhaseTimer attn_time(time, Phase::Attention, il,
-                                 time ? l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes() : 0);
+            PhaseTimer attn_time(time, Phase::Attention, il, time ? a.weight_bytes() : 0);
             float* kc = st.k_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
             float* vc = st.v_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
+            float* q = st.q.f32();
+            float* k = st.k.f32();
+            float* v = st.v.f32();
             gpu::rms_norm(x, d.attn_norm, 1, E, c.rms_eps, xb, s, xb8);
             {
-                const GgmlType types[3] = {l.wq.type, l.wk.type, l.wv.type};
+                const GgmlType types[3] = {a.wq.type, a.wk.type, a.wv.type};
                 const void* w[3] = {d.wq, d.wk, d.wv};
                 const int64_t rows[3] = {c.q_dim(), KV, KV};
-                float* y[3] = {st.q.f32(), st.k.f32(), st.v.f32()};
+                float* y[3] = {q, k, v};
                 gpu::matvec_multi(3, types, w, rows, E, {xb, xb8}, y, s);
             }
-            mark(StageProfile::kAttnIn, l.wq.bytes() + l.wk.bytes() + l.wv.bytes());
-            gpu::qk_norm_rope_store(st.q.f32(), st.k.f32(), st.v.f32(), d.q_norm, d.k_norm, c.n_head, c.n_head_kv,
-                                    c.head_dim, rope_.n_rot, c.rms_eps, cos_sin, kc, vc, pos, s);
+            if (d.bq) {
+                gpu::add(q, d.bq, c.q_dim(), s);
+                gpu::add(k, d.bk, KV, s);
+                gpu::add(v, d.bv, KV, s);
+            }
+            mark(StageProfile::kAttnIn, a.wq.bytes() + a.wk.bytes() + a.wv.bytes());
+            if (a.qk_norm == QkNorm::PerHead) {
+                gpu::qk_norm_rope_store(q, k, v, d.q_norm, d.k_norm, c.n_head, c.n_head_kv, c.head_dim, rope_.n_rot,
+                                        c.rms_eps, cos_sin, kc, vc, pos, s);
+            } else {
+                if (a.qk_norm == QkNorm::Whole) {
+                    gpu::rms_norm(q, d.q_norm, 1, c.q_dim(), c.rms_eps, q, s);
+                    gpu::rms_norm(k, d.k_norm, 1, KV, c.rms_eps, k, s);
+                }
+                gpu::rope_store(q, k, v, c.n_head, c.n_head_kv, c.head_dim, rope_.n_rot, rope_.neox, cos_sin, kc, vc,
+                                pos, s);
+            }
             mark(StageProfile::kQkRope, 0);
-            gpu::attention(st.q.f32(), kc, vc, pos, c.n_head, c.n_head_kv, c.head_dim, scale, st.att.f32(), s);
+            gpu::attention(q, kc, vc, pos, c.n_head, c.n_head_kv, c.head_dim, scale, st.att.f32(), s);
             mark(StageProfile::kAttention, uint64_t(st.n_past + 1) * uint64_t(KV) * 8);
             // The residual add too.
-            if (act8_) gpu::quantize_act(st.att.f32(), 1, c.q_dim(), st.att8.data(), s);
-            gpu::matvec(l.wo.type, d.wo, E, c.q_dim(), {st.att.f32(), act8_ ? st.att8.data() : nullptr}, x, s, true);
-            mark(StageProfile::kAttnOut, l.wo.bytes());
+            void* att8 = quantize(st.att.f32(), 1, c.q_dim(), st.att8.data());
+            gpu::matvec(a.wo.type, d.wo, E, c.q_dim(), {st.att.f32(), att8}, x, s, true);
+            if (d.bo) gpu::add(x, d.bo, E, s);
+            mark(StageProfile::kAttnOut, a.wo.bytes());
             attn_time.stop();
 
-            PhaseTimer route_time(time, Phase::Routing, il, time ? l.router.bytes() : 0);
+            if (!m.moe()) {
+                PhaseTimer ffn_time(time, Phase::ExpertCompute, il, time ? m.dense.weight_bytes() : 0);
+                gpu::rms_norm(x, d.ffn_norm, 1, E, c.rms_eps, xb, s, xb8);
+                dense_ffn(st, m.dense, d.dense, {xb, xb8}, x, true);
+                mark(StageProfile::kDown, m.dense.weight_bytes());
+                continue;
+            }
+            PhaseTimer route_time(time, Phase::Routing, il, time ? m.router.bytes() : 0);
             gpu::rms_norm(x, d.ffn_norm, 1, E, c.rms_eps, xb, s, xb8);
-            gpu::matvec(l.router.type, d.router, X, E, {xb, xb8}, st.router.f32(), s);
-            mark(StageProfile::kRouter, l.router.bytes());
-            gpu::route_softmax_topk(st.router.f32(), int(X), K, true, ids, st.weights.f32(), s);
+            route(m, d, {xb, xb8}, st.router.f32(), ids, st.weights.f32());
+            mark(StageProfile::kRouter, m.router.bytes());
             if (predicting(il)) {
-                // The next layer's router over this layer's FFN input (as the
-                // CPU path's predict_experts): its picks follow ids.
+                // The next layer's router over this layer's FFN input, normed
+                // with its own weights (as the CPU path's predict_experts):
+                // its picks follow ids.
+                const FfnLayer& nm = layers_[size_t(il + 1)].ffn;
                 const DeviceLayer& nd = device_[size_t(il + 1)];
-                gpu::rms_norm(x, nd.ffn_norm, 1, E, c.rms_eps, st.next_xb.f32(), s);
-                gpu::matvec(layers_[size_t(il + 1)].router.type, nd.router, X, E, st.next_xb.f32(),
-                            st.next_router.f32(), s);
-                gpu::route_softmax_topk(st.next_router.f32(), int(X), K, true, ids + K, st.next_weights.f32(), s);
+                void* next8 = act8(E) ? st.next_xb8.data() : nullptr;
+                gpu::rms_norm(x, nd.ffn_norm, 1, E, c.rms_eps, st.next_xb.f32(), s, next8);
+                route(nm, nd, {st.next_xb.f32(), next8}, st.next_router.f32(), ids + K, st.next_weights.f32());
             }
             mark(StageProfile::kTopK, 0);
             route_time.stop();
@@ -497,15 +665,23 @@ private:
                 gpu::swiglu(gate, up, int64_t(K) * F, st.hidden.f32(), s);
             }
             mark(StageProfile::kGateUp, uint64_t(K) * (el.gate.bytes + el.up.bytes));
-            if (act8_) gpu::quantize_act(st.hidden.f32(), K, F, st.hidden8.data(), s);
+            void* hidden8 = quantize(st.hidden.f32(), K, F, st.hidden8.data());
             gpu::expert_down_add(el.down.type, table, table_ids, K, VramExperts::down_offset(el), E, F,
-                                 {st.hidden.f32(), act8_ ? st.hidden8.data() : nullptr}, st.weights.f32(), x, s);
-            mark(StageProfile::kDown, uint64_t(K) * el.down.bytes);
+                                 {st.hidden.f32(), hidden8}, st.weights.f32(), x, s);
+            // The routed sum first, then the shared expert on the same normed input.
+            if (!m.shared.empty() && d.shared_gate) {
+                dense_ffn(st, m.shared, d.shared, {xb, xb8}, st.shared_out.f32(), false);
+                gpu::matvec(m.shared_gate.type, d.shared_gate, 1, E, {xb, xb8}, st.shared_logit.f32(), s);
+                gpu::add_sigmoid_gated(x, st.shared_out.f32(), st.shared_logit.f32(), E, s);
+            } else if (!m.shared.empty()) {
+                dense_ffn(st, m.shared, d.shared, {xb, xb8}, x, true);
+            }
+            mark(StageProfile::kDown, uint64_t(K) * el.down.bytes + m.shared.weight_bytes());
             if (predicting(il)) prefetch_next(st, experts, il, K);
             const double ffn_s = ffn_time.stop();
             if (time) {
                 time->add(Phase::IoWait, io_wait);
-                time->add(Phase::ExpertCompute, ffn_s, uint64_t(K) * el.expert_bytes());
+                time->add(Phase::ExpertCompute, ffn_s, uint64_t(K) * el.expert_bytes() + m.shared.weight_bytes());
             }
         }
         gpu::rms_norm(x, output_norm_dev_, 1, E, c.rms_eps, xb, s, xb8);
@@ -582,8 +758,11 @@ private:
     }
 
     // Whether layer il predicts layer il + 1's experts (streaming only).
+    // Only between two MoE layers: the host reads the prediction where it
+    // waits for layer il's routing, and layer il + 1 must route.
     bool predicting(int il) const {
-        return prefetch_ && !vram_.holds_all() && il + 1 < config_.n_layer;
+        return prefetch_ && !vram_.holds_all() && il + 1 < n_run_ && layers_[size_t(il)].ffn.moe() &&
+               layers_[size_t(il + 1)].ffn.moe();
     }
 
     // After layer il's launches: layer il + 1's predicted experts (in
@@ -630,7 +809,19 @@ private:
         return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
     }
 
+    // The layer's tensors, each once (empty ones are skipped by to_device).
+    static std::vector<const Tensor*> tensors(const Layer& l) {
+        const AttentionLayer& a = l.attn;
+        const FfnLayer& m = l.ffn;
+        return {&a.norm,        &a.wq,         &a.wk,       &a.wv,           &a.wo,           &a.bq,
+                &a.bk,          &a.bv,         &a.bo,       &a.q_norm,       &a.k_norm,       &m.norm,
+                &m.router,      &m.router_bias, &m.selection_bias, &m.shared_gate, &m.dense.gate, &m.dense.up,
+                &m.dense.down,  &m.shared.gate, &m.shared.up, &m.shared.down};
+    }
+
+    // Null for an empty tensor.
     const uint8_t* to_device(const Tensor& t) const {
+        if (t.empty()) return nullptr;
         uint8_t* p = weights_.data() + weight_used_;
         gpu::copy_to_device(p, t.data, t.bytes(), nullptr);
         weight_used_ += align256(t.bytes());
@@ -642,24 +833,34 @@ private:
     void upload(ExpertSource& experts) const {
         size_t total = align256(output().bytes()) + align256(output_norm_.bytes());
         for (const Layer& l : layers_) {
-            for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.q_norm, &l.k_norm, &l.ffn_norm,
-                                    &l.router})
-                total += align256(t->bytes());
+            for (const Tensor* t : tensors(l)) total += align256(t->bytes());
         }
         weights_ = DeviceMemory(total);
         output_dev_ = to_device(output());
         output_norm_dev_ = reinterpret_cast<const float*>(to_device(output_norm_));
+        auto f32 = [&](const Tensor& t) { return reinterpret_cast<const float*>(to_device(t)); };
         for (const Layer& l : layers_) {
+            const AttentionLayer& a = l.attn;
+            const FfnLayer& m = l.ffn;
             DeviceLayer d{};
-            d.wq = to_device(l.wq);
-            d.wk = to_device(l.wk);
-            d.wv = to_device(l.wv);
-            d.wo = to_device(l.wo);
-            d.router = to_device(l.router);
-            d.attn_norm = reinterpret_cast<const float*>(to_device(l.attn_norm));
-            d.q_norm = reinterpret_cast<const float*>(to_device(l.q_norm));
-            d.k_norm = reinterpret_cast<const float*>(to_device(l.k_norm));
-            d.ffn_norm = reinterpret_cast<const float*>(to_device(l.ffn_norm));
+            d.wq = to_device(a.wq);
+            d.wk = to_device(a.wk);
+            d.wv = to_device(a.wv);
+            d.wo = to_device(a.wo);
+            d.attn_norm = f32(a.norm);
+            d.bq = f32(a.bq);
+            d.bk = f32(a.bk);
+            d.bv = f32(a.bv);
+            d.bo = f32(a.bo);
+            d.q_norm = f32(a.q_norm);
+            d.k_norm = f32(a.k_norm);
+            d.ffn_norm = f32(m.norm);
+            d.router = to_device(m.router);
+            d.router_bias = f32(m.router_bias);
+            d.selection_bias = f32(m.selection_bias);
+            d.shared_gate = f32(m.shared_gate);
+            d.dense = {to_device(m.dense.gate), to_device(m.dense.up), to_device(m.dense.down)};
+            d.shared = {to_device(m.shared.gate), to_device(m.shared.up), to_device(m.shared.down)};
             device_.push_back(d);
         }
         for (auto [p, bytes] : experts.host_memory()) {
@@ -669,7 +870,7 @@ private:
         compute_ = gpu::new_stream();
         copy_ = gpu::new_stream();
         const char* prof = getenv("MOESTREAM_GPU_PROFILE");
-        if (prof && strcmp(prof, "0") != 0) profile_ = std::make_unique<StageProfile>(config_.n_layer * 10 + 4);
+        if (prof && strcmp(prof, "0") != 0) profile_ = std::make_unique<StageProfile>(n_run_ * 12 + 4);
         copied_ = gpu::new_event();
         prefetched_ = gpu::new_event();
         uint64_t budget = options_.expert_bytes;
@@ -682,8 +883,9 @@ private:
         if (vram_.holds_all()) {
             // Every expert once, in groups the RAM tier can hold.
             std::vector<int32_t> ids(size_t(config_.n_expert));
-            for (int il = 0; il < config_.n_layer; il++) {
+            for (int il = 0; il < n_run_; il++) {
                 const ExpertLayer& el = expert_layers_[size_t(il)];
+                if (el.n_expert == 0) continue;  // a dense layer
                 for (int e0 = 0; e0 < config_.n_expert; e0 += experts.capacity()) {
                     const int m = std::min(experts.capacity(), config_.n_expert - e0);
                     for (int i = 0; i < m; i++) ids[size_t(i)] = e0 + i;
@@ -708,11 +910,12 @@ private:
     // Quantized weights meet 8-bit activations, as on the CPU (the golden
     // files' main logits are the reference); MOESTREAM_GPU_EXACT=1 keeps
     // float32 activations throughout (the exact/ logits are then).
-    const bool act8_ = !(getenv("MOESTREAM_GPU_EXACT") && strcmp(getenv("MOESTREAM_GPU_EXACT"), "1") == 0) &&
-                       config_.n_embd % 32 == 0 && config_.q_dim() % 32 == 0 && config_.n_ff_exp % 32 == 0;
+    const bool act8_ = !(getenv("MOESTREAM_GPU_EXACT") && strcmp(getenv("MOESTREAM_GPU_EXACT"), "1") == 0);
+    DecoderSpec spec_;
     Rope rope_;
-    Tensor token_embd_, output_norm_, output_;
+    Tensor token_embd_, output_norm_, output_, rope_freqs_;
     bool tied_ = false;
+    int n_run_ = 0;  // the layers run: n_layer less the NextN blocks
     std::vector<Layer> layers_;
     // Made at the first forward call, once load_resident has read the weights.
     mutable std::once_flag uploaded_;
@@ -741,18 +944,25 @@ private:
 }  // namespace
 
 void add_gpu_report(const Model& model, Json* report) {
-    if (const auto* m = dynamic_cast<const GpuQwen3*>(&model)) m->add_to_report(report);
+    if (const auto* m = dynamic_cast<const GpuDecoder*>(&model)) m->add_to_report(report);
 }
 
 std::unique_ptr<Model> open_gpu_model(const GgufFile& file, const GpuOptions& options, std::string* why) {
-    const std::string arch = file.require_string("general.architecture");
-    if (arch != "qwen3moe") {
-        *why = "the GPU forward pass covers qwen3moe only, not " + arch;
-        return nullptr;
-    }
     std::unique_ptr<Model> m;
     try {
-        m = std::make_unique<GpuQwen3>(file, read_config(file), options);
+        // The spec Model::open builds the CPU decoder from.
+        ModelConfig config = read_config(file);
+        DecoderSpec spec;
+        if (!decoder_spec(file, config, &spec)) {
+            *why = config.arch + " has a forward pass of its own, not a DecoderSpec";
+            return nullptr;
+        }
+        const std::string missing = missing_feature(spec, config);
+        if (!missing.empty()) {
+            *why = config.arch + ": no GPU operation for " + missing;
+            return nullptr;
+        }
+        m = std::make_unique<GpuDecoder>(file, std::move(config), spec, options);
     } catch (const std::runtime_error& e) {
         *why = e.what();
         return nullptr;

@@ -1,12 +1,16 @@
-// The decoder's forward pass on a CUDA device (gpu/gpu.h): resident weights,
-// KV cache and activations in VRAM; routed experts in a VRAM slot cache of
-// `expert_bytes`, filled from the ExpertSource (the RAM tier: RamExperts or
-// the store's slot cache, page-locked so copies are DMA), a layer's misses
-// copied as one batch on a copy stream. When the cache holds every expert,
-// they are all copied at the first forward call and routing never waits for
-// the host. Covers qwen3moe's layer shape today (GQA with per-head q/k
-// RMSNorm, NeoX RoPE, softmax top-k routing renormalized, SwiGLU experts,
-// weights F32/F16/Q8_0/Q4_K/Q5_K/Q6_K).
+// The decoder's forward pass on a CUDA device (gpu/gpu.h), driven by the
+// family's DecoderSpec (model/decoder.h), the same one the CPU decoder is
+// built from: resident weights, KV cache and activations in VRAM; routed
+// experts in a VRAM slot cache of `expert_bytes`, filled from the
+// ExpertSource (the RAM tier: RamExperts or the store's slot cache,
+// page-locked so copies are DMA), a layer's misses copied as one batch on a
+// copy stream. When the cache holds every expert, they are all copied at the
+// first forward call and routing never waits for the host. Covers plain
+// grouped-query attention (q/k/v and output biases, q/k RMSNorm per head or
+// whole, NeoX or adjacent-pair RoPE on some or all dims), softmax or sigmoid
+// routing (selection and router biases, renormalized, scaled), dense lead or
+// interleaved layers, shared experts (gated or not), SwiGLU; weights
+// F32/F16/Q8_0/Q4_K/Q5_K/Q6_K. Other features are refused at open, by name.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -22,7 +26,9 @@ struct GpuOptions {
 };
 
 // The model on the GPU, or nullptr with *why (one line) when there is no
-// usable device or the model's architecture, shape or types are not covered.
+// usable device, or the architecture is not a DecoderSpec family, or its
+// spec asks for a feature without a GPU operation (named), or a weight type
+// has no kernel.
 std::unique_ptr<Model> open_gpu_model(const GgufFile& file, const GpuOptions& options, std::string* why);
 
 // When `model` runs on the GPU, adds the report's "gpu" object: the device,

@@ -23,7 +23,7 @@ constexpr AttentionTemperature kTemperature{0.1f, 8192};
 
 }  // namespace
 
-std::unique_ptr<Model> open_llama4(const GgufFile& file, ModelConfig c) {
+DecoderSpec llama4_spec(const GgufFile& file, const ModelConfig& c) {
     const std::string step_key = c.arch + ".interleave_moe_layer_step";
     const int64_t step = file.get_int(step_key, 1);
     if (step < 1 || step > c.n_layer) {
@@ -50,7 +50,7 @@ std::unique_ptr<Model> open_llama4(const GgufFile& file, ModelConfig c) {
     s.routing = {Gating::Sigmoid, false};
     s.weight_input = true;
     s.n_ff_shared = c.n_ff_shexp > 0 ? c.n_ff_shexp : c.n_ff_exp;
-    return open_decoder(file, std::move(c), s);
+    return s;
 }
 
 }  // namespace ms

@@ -9,7 +9,7 @@
 
 namespace ms {
 
-std::unique_ptr<Model> open_minimax_m2(const GgufFile& file, ModelConfig c) {
+DecoderSpec minimax_m2_spec(const GgufFile& file, const ModelConfig& c) {
     require_sigmoid_gating(file, c);
     DecoderSpec s;
     s.qk_norm = QkNorm::Whole;
@@ -17,7 +17,7 @@ std::unique_ptr<Model> open_minimax_m2(const GgufFile& file, ModelConfig c) {
     s.n_ff_exp = c.n_ff > 0 ? c.n_ff : c.n_ff_exp;
     s.routing = {Gating::Sigmoid, true, 1.0f};
     s.selection_bias = true;
-    return open_decoder(file, std::move(c), s);
+    return s;
 }
 
 }  // namespace ms

@@ -5,12 +5,12 @@
 
 namespace ms {
 
-std::unique_ptr<Model> open_mixtral(const GgufFile& file, ModelConfig c) {
+DecoderSpec mixtral_spec(const GgufFile&, const ModelConfig& c) {
     DecoderSpec s;
     s.rope = config_rope(c, false);
     s.n_ff_exp = c.n_ff_exp > 0 ? c.n_ff_exp : c.n_ff;
     s.routing = {Gating::Softmax, true};
-    return open_decoder(file, std::move(c), s);
+    return s;
 }
 
 }  // namespace ms

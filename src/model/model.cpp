@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "gguf/gguf.h"
+#include "model/decoder.h"
 #include "quant/dequant.h"
 
 namespace ms {
@@ -58,21 +59,30 @@ namespace {
 
 struct Architecture {
     const char* name;  // general.architecture
-    std::unique_ptr<Model> (*open)(const GgufFile&, ModelConfig);
+    std::unique_ptr<Model> (*open)(const GgufFile&, ModelConfig);  // a forward pass of its own, or
+    DecoderSpec (*spec)(const GgufFile&, const ModelConfig&);      // the decoder's layers, as they differ
 };
 
 // `llama` with experts is Mixtral.
 const Architecture kArchitectures[] = {
-    {"qwen3moe", open_qwen3moe}, {"gemma4", open_gemma4},     {"llama", open_mixtral},
-    {"olmoe", open_olmoe},       {"qwen2moe", open_qwen2moe}, {"glm4moe", open_glm4moe},
-    {"gpt-oss", open_gpt_oss},
-    {"qwen35moe", open_qwen35moe}, {"qwen3next", open_qwen3next},
-    {"deepseek2", open_deepseek2},
-    {"glm-dsa", open_glm_dsa},
-    {"deepseek4", open_deepseek4},
-    {"llama4", open_llama4},
-    {"minimax-m2", open_minimax_m2},
+    {"qwen3moe", nullptr, qwen3moe_spec},     {"gemma4", open_gemma4, nullptr},
+    {"llama", nullptr, mixtral_spec},         {"olmoe", nullptr, olmoe_spec},
+    {"qwen2moe", nullptr, qwen2moe_spec},     {"glm4moe", nullptr, glm4moe_spec},
+    {"gpt-oss", nullptr, gpt_oss_spec},       {"qwen35moe", nullptr, qwen35moe_spec},
+    {"qwen3next", nullptr, qwen3next_spec},   {"deepseek2", nullptr, deepseek2_spec},
+    {"glm-dsa", nullptr, glm_dsa_spec},       {"deepseek4", open_deepseek4, nullptr},
+    {"llama4", nullptr, llama4_spec},         {"minimax-m2", nullptr, minimax_m2_spec},
 };
+
+const Architecture& find_architecture(const GgufFile& file) {
+    const std::string arch = file.require_string("general.architecture");
+    for (const Architecture& a : kArchitectures) {
+        if (arch == a.name) return a;
+    }
+    std::string list;
+    for (const std::string& a : Model::architectures()) list += (list.empty() ? "" : ", ") + a;
+    throw std::runtime_error(file.path() + ": unknown architecture '" + arch + "' (supported: " + list + ")");
+}
 
 }  // namespace
 
@@ -91,13 +101,18 @@ std::vector<std::string> Model::architectures() {
 }
 
 std::unique_ptr<Model> Model::open(const GgufFile& file) {
-    const std::string arch = file.require_string("general.architecture");
-    for (const Architecture& a : kArchitectures) {
-        if (arch == a.name) return a.open(file, read_config(file));
-    }
-    std::string list;
-    for (const std::string& a : architectures()) list += (list.empty() ? "" : ", ") + a;
-    throw std::runtime_error(file.path() + ": unknown architecture '" + arch + "' (supported: " + list + ")");
+    const Architecture& a = find_architecture(file);
+    ModelConfig c = read_config(file);
+    if (a.open) return a.open(file, std::move(c));
+    const DecoderSpec spec = a.spec(file, c);
+    return open_decoder(file, std::move(c), spec);
+}
+
+bool decoder_spec(const GgufFile& file, const ModelConfig& config, DecoderSpec* out) {
+    const Architecture& a = find_architecture(file);
+    if (!a.spec) return false;
+    *out = a.spec(file, config);
+    return true;
 }
 
 void Model::set_experts_per_token(int k) {

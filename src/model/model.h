@@ -196,20 +196,9 @@ private:
 // thread count are at least 1: what every new_state() needs.
 void check_state_options(const StateOptions& options);
 
-// Architecture constructors, one per file.
-std::unique_ptr<Model> open_qwen3moe(const GgufFile& file, ModelConfig config);
+// The architectures with forward passes of their own, one per file; the
+// others are DecoderSpecs (model/decoder.h).
 std::unique_ptr<Model> open_gemma4(const GgufFile& file, ModelConfig config);
-std::unique_ptr<Model> open_mixtral(const GgufFile& file, ModelConfig config);
-std::unique_ptr<Model> open_olmoe(const GgufFile& file, ModelConfig config);
-std::unique_ptr<Model> open_qwen2moe(const GgufFile& file, ModelConfig config);
-std::unique_ptr<Model> open_glm4moe(const GgufFile& file, ModelConfig config);
-std::unique_ptr<Model> open_gpt_oss(const GgufFile& file, ModelConfig config);
-std::unique_ptr<Model> open_qwen35moe(const GgufFile& file, ModelConfig config);
-std::unique_ptr<Model> open_qwen3next(const GgufFile& file, ModelConfig config);
-std::unique_ptr<Model> open_deepseek2(const GgufFile& file, ModelConfig config);
-std::unique_ptr<Model> open_glm_dsa(const GgufFile& file, ModelConfig config);
 std::unique_ptr<Model> open_deepseek4(const GgufFile& file, ModelConfig config);
-std::unique_ptr<Model> open_llama4(const GgufFile& file, ModelConfig config);
-std::unique_ptr<Model> open_minimax_m2(const GgufFile& file, ModelConfig config);
 
 }  // namespace ms

@@ -5,13 +5,13 @@
 
 namespace ms {
 
-std::unique_ptr<Model> open_olmoe(const GgufFile& file, ModelConfig c) {
+DecoderSpec olmoe_spec(const GgufFile&, const ModelConfig& c) {
     DecoderSpec s;
     s.qk_norm = QkNorm::Whole;
     s.rope = config_rope(c, true);
     s.n_ff_exp = c.n_ff_exp > 0 ? c.n_ff_exp : c.n_ff;
     s.routing = {Gating::Softmax, false};
-    return open_decoder(file, std::move(c), s);
+    return s;
 }
 
 }  // namespace ms

@@ -6,7 +6,7 @@
 
 namespace ms {
 
-std::unique_ptr<Model> open_qwen2moe(const GgufFile& file, ModelConfig c) {
+DecoderSpec qwen2moe_spec(const GgufFile&, const ModelConfig& c) {
     DecoderSpec s;
     s.qkv_bias = true;
     s.rope = config_rope(c, true);
@@ -14,7 +14,7 @@ std::unique_ptr<Model> open_qwen2moe(const GgufFile& file, ModelConfig c) {
     s.routing = {Gating::Softmax, false};
     s.n_ff_shared = c.n_ff_shexp > 0 ? c.n_ff_shexp : c.n_ff;
     s.shared_gate = true;
-    return open_decoder(file, std::move(c), s);
+    return s;
 }
 
 }  // namespace ms

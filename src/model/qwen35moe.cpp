@@ -16,7 +16,7 @@ namespace ms {
 
 namespace {
 
-std::unique_ptr<Model> open_hybrid(const GgufFile& file, ModelConfig c, bool qwen3next) {
+DecoderSpec hybrid_spec(const GgufFile& file, const ModelConfig& c, bool qwen3next) {
     DecoderSpec s;
     s.qk_norm = QkNorm::PerHead;
     s.q_gate = true;
@@ -44,13 +44,13 @@ std::unique_ptr<Model> open_hybrid(const GgufFile& file, ModelConfig c, bool qwe
     s.routing = {Gating::Softmax, true};
     s.n_ff_shared = c.n_ff_shexp > 0 ? c.n_ff_shexp : c.n_ff_exp;
     s.shared_gate = true;
-    return open_decoder(file, std::move(c), s);
+    return s;
 }
 
 }  // namespace
 
-std::unique_ptr<Model> open_qwen35moe(const GgufFile& file, ModelConfig c) { return open_hybrid(file, std::move(c), false); }
+DecoderSpec qwen35moe_spec(const GgufFile& file, const ModelConfig& c) { return hybrid_spec(file, c, false); }
 
-std::unique_ptr<Model> open_qwen3next(const GgufFile& file, ModelConfig c) { return open_hybrid(file, std::move(c), true); }
+DecoderSpec qwen3next_spec(const GgufFile& file, const ModelConfig& c) { return hybrid_spec(file, c, true); }
 
 }  // namespace ms

@@ -5,13 +5,13 @@
 
 namespace ms {
 
-std::unique_ptr<Model> open_qwen3moe(const GgufFile& file, ModelConfig c) {
+DecoderSpec qwen3moe_spec(const GgufFile&, const ModelConfig& c) {
     DecoderSpec s;
     s.qk_norm = QkNorm::PerHead;
     s.rope = config_rope(c, true);
     s.n_ff_exp = c.n_ff_exp;
     s.routing = {Gating::Softmax, true};
-    return open_decoder(file, std::move(c), s);
+    return s;
 }
 
 }  // namespace ms

@@ -1,7 +1,9 @@
 // The CUDA kernels against the CPU: quantized matrix-vector products against
-// quant's dequantization (float x) and quant's dot products (8-bit x), norms, RoPE and SwiGLU against ops/, routing
-// against model/moe's route_softmax_topk, attention against a double
-// reference. Skips, saying why, where no CUDA device is usable.
+// quant's dequantization (float x) and quant's dot products (8-bit x),
+// norms, RoPE and SwiGLU against ops/, routing against model/moe's
+// route_softmax_topk and route_experts, attention against a double
+// reference; biases and the shared expert's gate. Skips, saying why, where
+// no CUDA device is usable.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -505,6 +507,67 @@ TEST(Kernels, RoutingMatchesModel) {
         EXPECT_EQ(dids.get<int32_t>(), ids) << n_expert;
         EXPECT_LT(rel_err(dw.get<float>(), std::vector<double>(w.begin(), w.end())), 1e-6);
     }
+}
+
+// The operations kernels_layers.cu adds for the families beyond qwen3moe.
+TEST(Kernels, RopeStoreMatchesOps) {
+    SKIP_WITHOUT_GPU();
+    const int n_head = 4, n_kv = 2, hd = 32, pos = 5;
+    for (bool neox : {true, false}) {
+        for (int n_rot : {hd, hd / 2}) {
+            const Rope rope{n_rot, 1e4f, neox};
+            std::vector<float> q = randoms(size_t(n_head * hd), 1, 2.0f), k = randoms(size_t(n_kv * hd), 2, 2.0f),
+                               v = randoms(size_t(n_kv * hd), 3);
+            std::vector<float> cs(static_cast<size_t>(n_rot));
+            rope_angles(rope, pos, cs.data());
+            DeviceBuffer dq(q), dk(k), dv(v), dcs(cs), dpos(std::vector<int32_t>{pos}),
+                kc(size_t((pos + 1) * n_kv * hd) * 4), vc(size_t((pos + 1) * n_kv * hd) * 4);
+            gpu::rope_store(dq.f(), dk.f(), dv.f(), n_head, n_kv, hd, n_rot, neox, dcs.f(), kc.f(), vc.f(),
+                            static_cast<const int32_t*>(dpos.p), nullptr);
+            rope_apply(rope, cs.data(), q.data(), n_head, hd);
+            rope_apply(rope, cs.data(), k.data(), n_kv, hd);
+            EXPECT_LT(rel_err(dq.get<float>(), std::vector<double>(q.begin(), q.end())), 1e-6) << neox << n_rot;
+            const std::vector<float> krow = kc.get<float>(), vrow = vc.get<float>();
+            const size_t at = size_t(pos * n_kv * hd);
+            EXPECT_LT(rel_err(std::vector<float>(krow.begin() + long(at), krow.end()),
+                              std::vector<double>(k.begin(), k.end())),
+                      1e-6)
+                << neox << n_rot;
+            EXPECT_EQ(std::vector<float>(vrow.begin() + long(at), vrow.end()), v);
+        }
+    }
+}
+
+TEST(Kernels, SigmoidRoutingMatchesModel) {
+    SKIP_WITHOUT_GPU();
+    for (auto [n_expert, k] : {std::pair<int, int>{8, 2}, {16, 4}, {256, 8}}) {
+        for (bool renorm : {false, true}) {
+            const std::vector<float> logits = randoms(size_t(n_expert), uint32_t(n_expert)),
+                                     bias = randoms(size_t(n_expert), 7, 0.1f);
+            DeviceBuffer dl(logits), db(bias), dids(size_t(k) * 4), dw(size_t(k) * 4);
+            gpu::route_sigmoid_topk(dl.f(), db.f(), n_expert, k, renorm, 2.5f, static_cast<int32_t*>(dids.p), dw.f(),
+                                    nullptr);
+            std::vector<float> scores = logits, w(static_cast<size_t>(k));
+            std::vector<int32_t> ids(static_cast<size_t>(k));
+            route_experts(Routing{Gating::Sigmoid, renorm, 2.5f}, scores.data(), bias.data(), 1, n_expert, k,
+                          ids.data(), w.data());
+            EXPECT_EQ(dids.get<int32_t>(), ids) << n_expert;
+            EXPECT_LT(rel_err(dw.get<float>(), std::vector<double>(w.begin(), w.end())), 1e-6) << n_expert;
+        }
+    }
+}
+
+TEST(Kernels, BiasAndSigmoidGatedAddMatchCpu) {
+    SKIP_WITHOUT_GPU();
+    const int64_t n = 1000;
+    const std::vector<float> x = randoms(size_t(n), 1), b = randoms(size_t(n), 2), y = randoms(size_t(n), 3),
+                             g = randoms(1, 4);
+    DeviceBuffer dx(x), db(b), dy(y), dg(g);
+    gpu::add(dx.f(), db.f(), n, nullptr);
+    gpu::add_sigmoid_gated(dx.f(), dy.f(), dg.f(), n, nullptr);
+    std::vector<double> ref(static_cast<size_t>(n));
+    for (size_t i = 0; i < size_t(n); i++) ref[i] = double(x[i] + b[i]) + double(y[i]) * double(sigmoid(g[0]));
+    EXPECT_LT(rel_err(dx.get<float>(), ref), 1e-6);
 }
 
 }  // namespace

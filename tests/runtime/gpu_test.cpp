@@ -1,9 +1,11 @@
-// The CUDA forward pass (--gpu) on the golden qwen3moe files: prompt logits
-// and greedy tokens against the reference's (8-bit activations, as its
-// run: within 2e-2) and, with float32 activations, against its exact/ run
-// (1e-3); and experts streamed through a VRAM cache of a few slots give the
-// same logits, bit for bit, as every expert resident. Skips, saying why,
-// without a CUDA device.
+// The CUDA forward pass (--gpu), driven by each family's DecoderSpec, on the
+// golden files of the families it covers: prompt logits and greedy tokens
+// against the reference's (quantized weights meet 8-bit activations, as in
+// its run: within 2e-2) and, with float32 activations, against its exact/
+// run (1e-3); experts streamed through a VRAM cache of a few slots give the
+// same logits, bit for bit, as every expert resident. Those skip, saying
+// why, without a CUDA device; which families open_gpu_model covers, and the
+// feature it names for the others, is checked everywhere.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -11,7 +13,9 @@
 #include <filesystem>
 
 #include "../model/golden.h"
+#include "gguf/gguf.h"
 #include "gpu/gpu.h"
+#include "model/gpu_decoder.h"
 #include "runtime/session.h"
 
 namespace ms {
@@ -29,21 +33,44 @@ std::unique_ptr<Session> open_gpu(const std::string& gguf, uint64_t gpu_mem) {
     return Session::open(o);
 }
 
+// The golden families whose DecoderSpec features all have GPU operations.
+const char* const kCovered[] = {"qwen3moe", "olmoe", "qwen2moe", "mixtral", "glm4moe", "minimax-m2"};
+
+// Their files of types the kernels take (F32, F16, Q8_0 and the K-quants
+// but Q2_K and Q3_K).
+std::vector<std::string> covered_files() {
+    std::vector<std::string> out;
+    for (const char* f : kCovered) {
+        for (const std::string& m : golden::family(f)) {
+            const std::string type = m.substr(std::string(f).size() + 1);
+            for (const char* t : {"F32", "F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M"}) {
+                if (type == t) out.push_back(m);
+            }
+        }
+    }
+    return out;
+}
+
+bool is_type(const std::string& name, const std::string& type) {
+    return name.size() > type.size() && name.compare(name.size() - type.size() - 1, std::string::npos, "-" + type) == 0;
+}
+
 class GpuGolden : public ::testing::TestWithParam<std::string> {};
 
-// Prompt logits and greedy tokens of golden file qwen3moe-<type> on the GPU
-// against the reference: its float32-activation run (exact/, bound 1e-3)
-// when `exact`, else the file's own logits (2e-2 where weights are
-// quantized, 1e-3 for F32).
-void check_golden(const std::string& type, bool exact) {
-    const std::string name = "qwen3moe-" + type;
+// Prompt logits and greedy tokens of golden file `name` on the GPU against
+// the reference: its float32-activation run (exact/, bound 1e-3) when
+// `exact`, else the file's own logits (2e-2 where weights are quantized,
+// 1e-3 for F32).
+void check_golden(const std::string& name, bool exact) {
+    const std::string base = golden::models_dir() + "/" + name;
+    if (!std::filesystem::exists(base + ".gguf")) GTEST_SKIP() << base << ".gguf is not here";
     const golden::Case g = golden::load(name);
     std::vector<float> ref = exact ? golden::exact_logits(name) : g.logits;
     std::vector<int32_t> greedy = g.greedy;
     if (exact && ref.empty()) ref = g.logits;  // F32: the file's own run is float32 throughout
     else if (exact)
         greedy = golden::ints(Json::parse_file(golden::models_dir() + "/exact/" + name + ".json").at("greedy_tokens"));
-    const double bound = exact || type == "F32" ? 1e-3 : 2e-2;
+    const double bound = exact || is_type(name, "F32") ? 1e-3 : 2e-2;
     auto s = open_gpu(g.gguf, 0);
     ASSERT_EQ(s->backend().rfind("GPU", 0), 0u) << s->backend();
     const int64_t V = g.n_vocab;
@@ -61,32 +88,61 @@ void check_golden(const std::string& type, bool exact) {
     EXPECT_EQ(out, greedy);
 }
 
-bool have_golden(const std::string& type, std::string* why) {
-    if (!gpu::available(why)) return false;
-    const std::string gguf = golden::models_dir() + "/qwen3moe-" + type + ".gguf";
-    *why = gguf + " is not here";
-    return std::filesystem::exists(gguf);
-}
-
 // The default: quantized weights meet 8-bit activations, as in the
 // reference's own run, so its logits are the reference; F32 and F16
 // weights read float32 activations, so exact/ is.
 TEST_P(GpuGolden, LogitsAndGreedyTokens) {
     std::string why;
-    if (!have_golden(GetParam(), &why)) GTEST_SKIP() << why;
-    check_golden(GetParam(), GetParam() == "F16");
+    if (!gpu::available(&why)) GTEST_SKIP() << why;
+    check_golden(GetParam(), is_type(GetParam(), "F16"));
 }
 
 // MOESTREAM_GPU_EXACT=1: float32 activations throughout, against exact/.
 TEST_P(GpuGolden, FloatActivationsMatchExact) {
     std::string why;
-    if (!have_golden(GetParam(), &why)) GTEST_SKIP() << why;
+    if (!gpu::available(&why)) GTEST_SKIP() << why;
     setenv("MOESTREAM_GPU_EXACT", "1", 1);
     check_golden(GetParam(), true);
     unsetenv("MOESTREAM_GPU_EXACT");
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, GpuGolden, ::testing::Values("F32", "F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M"));
+INSTANTIATE_TEST_SUITE_P(Files, GpuGolden, ::testing::ValuesIn(covered_files()),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return golden::identifier(i.param); });
+
+// open_gpu_model takes every covered family as far as the device (on a
+// machine without one, the device's reason is the only one given) and
+// refuses the others naming what their spec needs that the GPU lacks.
+TEST(GpuOpen, CoversSpecFamiliesAndNamesWhatOthersLack) {
+    std::string no_device;
+    const bool device = gpu::available(&no_device);
+    for (const char* f : kCovered) {
+        const std::string gguf = golden::models_dir() + "/" + f + "-F32.gguf";
+        if (!std::filesystem::exists(gguf)) continue;
+        std::string why;
+        const std::unique_ptr<Model> m = open_gpu_model(GgufFile::open(gguf), GpuOptions{}, &why);
+        EXPECT_EQ(m != nullptr, device) << f << ": " << why;
+        if (!device) {
+            EXPECT_EQ(why, no_device) << f;
+        }
+    }
+    const std::pair<const char*, const char*> refused[] = {
+        {"gpt-oss", "attention sinks"},
+        {"llama4", "chunked attention"},
+        {"deepseek2-lite", "multi-head latent attention"},
+        {"glm-dsa", "multi-head latent attention"},
+        {"qwen35moe", "Gated DeltaNet"},
+        {"gemma4", "a forward pass of its own"},
+        {"deepseek4", "a forward pass of its own"},
+    };
+    for (const auto& [f, feature] : refused) {
+        const std::string gguf = golden::models_dir() + "/" + f + "-F32.gguf";
+        if (!std::filesystem::exists(gguf)) continue;
+        std::string why;
+        EXPECT_EQ(open_gpu_model(GgufFile::open(gguf), GpuOptions{}, &why), nullptr) << f;
+        EXPECT_NE(why.find(feature), std::string::npos) << f << ": " << why;
+        printf("%s on the GPU: refused: %s\n", f, why.c_str());
+    }
+}
 
 TEST(GpuStreaming, FewVramSlotsMatchResidentBitForBit) {
     std::string why;

@@ -35,7 +35,8 @@ void SessionFlags::declare(Args& a, bool sampling) {
                   "if that fits in 80% of available memory)");
     a.option("--gpu", &gpu, "auto|off",
              "auto: run the forward pass on the CUDA device when there is one and it covers the model "
-             "(qwen3moe today); off: the CPU. The run says which, and why not the GPU");
+             "(qwen3moe, olmoe, qwen2moe, mixtral, glm4moe, minimax-m2); off: the CPU. The run says which, "
+             "and why not the GPU");
     a.size_option("--gpu-mem", &gpu_mem, "SIZE",
                   "VRAM for the GPU's expert cache (e.g. 8G); experts beyond it are copied from the RAM tier "
                   "(--mem) as each layer needs them (0: all free VRAM but 1 GiB)");

@@ -1,7 +1,12 @@
 #!/bin/bash
-# The spec-driven GPU forward's device checks (docs/gpu.md, "Families on the GPU"): kernel tests, golden files of every family the
-# spec-driven GPU forward covers, and the 30B synth's resident decode against
-# the last session's binary (moestream-base, fusion off as main's default).
+# The spec-driven GPU forward's device checks (docs/gpu.md, "Families on
+# the GPU"), run by the device tool from the repository root with
+# .gpuwork/gpu-spec carried: bin.txz (moestream, runtime_gpu_test,
+# gpu_kernels_test built here with nvcc, moestream-base the last session's
+# binary, lib/), golden/ (the covered families' files and the tokenizer).
+# Kernel tests, golden files of every covered family, and the 30B synth's
+# resident decode against moestream-base (fusion off, as main's default).
+# DEMO=0 skips the two `run` demos; SKIP_Q30=1 the 30B part.
 set -u -o pipefail
 D=.gpuwork/gpu-spec
 LOG=$OUT/run.log

@@ -134,8 +134,10 @@ TEST(GpuOpen, CoversSpecFamiliesAndNamesWhatOthersLack) {
         {"gpt-oss", "attention sinks"},
         {"llama4", "chunked attention"},
         {"deepseek2-lite", "multi-head latent attention"},
+        {"deepseek3", "multi-head latent attention"},
         {"glm-dsa", "multi-head latent attention"},
         {"qwen35moe", "Gated DeltaNet"},
+        {"qwen3next", "Gated DeltaNet"},
         {"gemma4", "a forward pass of its own"},
         {"deepseek4", "a forward pass of its own"},
     };

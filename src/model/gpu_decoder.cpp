@@ -45,8 +45,9 @@ public:
     DeviceMemory k_cache, v_cache;  // per layer n_ctx rows of kv_dim floats
     DeviceMemory x, xb, q, k, v, att, router, ids, weights, gate, hidden, logits;  // gate: gate | up
     // Dense and shared-expert FFNs: gate, up, their SwiGLU; the shared
-    // expert's output and its gate's logit.
-    DeviceMemory ffn_gate, ffn_up, ffn_hidden, shared_out, shared_logit;
+    // expert's output and its gate's logit; with a shared expert, the
+    // routed sum it is added to before the residual.
+    DeviceMemory ffn_gate, ffn_up, ffn_hidden, shared_out, shared_logit, moe_out;
     // xb, att, hidden, ffn_hidden and next_xb as 8-bit rows (gpu::quantize_act)
     DeviceMemory xb8, att8, hidden8, ffn_hidden8, next_xb8;
     DeviceMemory next_xb, next_router, next_weights;  // streaming: the next layer's routing, predicted
@@ -409,6 +410,7 @@ public:
             st->ffn_hidden = DeviceMemory(FD * 4);
             st->shared_out = DeviceMemory(E * 4);
             st->shared_logit = DeviceMemory(4);
+            st->moe_out = DeviceMemory(E * 4);
             st->ffn_hidden8 = DeviceMemory(gpu::act_bytes(FD));
         }
         st->x = DeviceMemory(E * 4);
@@ -666,16 +668,23 @@ private:
             }
             mark(StageProfile::kGateUp, uint64_t(K) * (el.gate.bytes + el.up.bytes));
             void* hidden8 = quantize(st.hidden.f32(), K, F, st.hidden8.data());
+            // With a shared expert: the routed sum first (into zeros: the
+            // same bits), the shared expert's output added to it, then the
+            // residual, in the CPU's order (model/ffn_block.cpp). Adding
+            // each to x in turn rounds differently: 4.6e-3 from
+            // qwen2moe-Q8_0's logits where 8-bit rows amplify it.
+            float* moe_out = m.shared.empty() ? x : st.moe_out.f32();
+            if (moe_out != x) gpu::fill(moe_out, 0, size_t(E) * 4, s);
             gpu::expert_down_add(el.down.type, table, table_ids, K, VramExperts::down_offset(el), E, F,
-                                 {st.hidden.f32(), hidden8}, st.weights.f32(), x, s);
-            // The routed sum first, then the shared expert on the same normed input.
+                                 {st.hidden.f32(), hidden8}, st.weights.f32(), moe_out, s);
             if (!m.shared.empty() && d.shared_gate) {
                 dense_ffn(st, m.shared, d.shared, {xb, xb8}, st.shared_out.f32(), false);
                 gpu::matvec(m.shared_gate.type, d.shared_gate, 1, E, {xb, xb8}, st.shared_logit.f32(), s);
-                gpu::add_sigmoid_gated(x, st.shared_out.f32(), st.shared_logit.f32(), E, s);
+                gpu::add_sigmoid_gated(moe_out, st.shared_out.f32(), st.shared_logit.f32(), E, s);
             } else if (!m.shared.empty()) {
-                dense_ffn(st, m.shared, d.shared, {xb, xb8}, x, true);
+                dense_ffn(st, m.shared, d.shared, {xb, xb8}, moe_out, true);
             }
+            if (moe_out != x) gpu::add(x, moe_out, E, s);
             mark(StageProfile::kDown, uint64_t(K) * el.down.bytes + m.shared.weight_bytes());
             if (predicting(il)) prefetch_next(st, experts, il, K);
             const double ffn_s = ffn_time.stop();

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "gpu/gpu.h"
+#include "gpu/warp_topk.cuh"
 #include "quant/blocks.h"
 
 namespace ms::gpu {
@@ -213,15 +214,20 @@ struct Unit<GgmlType::Q6_K> {
     }
 };
 
-// Q8_0: 8 lanes a block of 32, 4 weights each (34-byte blocks: 2-byte loads).
-template <>
-struct Unit<GgmlType::Q8_0> {
-    static constexpr int kWeights = 32, kBytes = sizeof(BlockQ8_0);
-    static constexpr bool kTail = false;
+// Blocks of 32 weights read 4 a lane (Q8_0, MXFP4): lane part p's x is
+// one float4.
+struct Float4Part {
     using X = float4;
     __device__ static X load(const float* x, int64_t ib, int p) {
-        return *reinterpret_cast<const float4*>(x + ib * kWeights + p * 4);
+        return *reinterpret_cast<const float4*>(x + ib * 32 + p * 4);
     }
+};
+
+// Q8_0: 8 lanes a block of 32, 4 weights each (34-byte blocks: 2-byte loads).
+template <>
+struct Unit<GgmlType::Q8_0> : Float4Part {
+    static constexpr int kWeights = 32, kBytes = sizeof(BlockQ8_0);
+    static constexpr bool kTail = false;
     __device__ static float dot(const uint8_t* block, int p, const X& xv) {
         const uint16_t* q16 = reinterpret_cast<const uint16_t*>(block + 2 + p * 4);
         const uint32_t a = q16[0], b = q16[1];
@@ -255,13 +261,9 @@ __device__ __forceinline__ int mxfp4_values(const uint8_t* block, int p) {
 }
 
 template <>
-struct Unit<GgmlType::MXFP4> {
+struct Unit<GgmlType::MXFP4> : Float4Part {
     static constexpr int kWeights = 32, kBytes = sizeof(BlockMXFP4);
     static constexpr bool kTail = false;
-    using X = float4;
-    __device__ static X load(const float* x, int64_t ib, int p) {
-        return *reinterpret_cast<const float4*>(x + ib * kWeights + p * 4);
-    }
     __device__ static float dot(const uint8_t* block, int p, const X& xv) {
         const int v = mxfp4_values(block, p);
         const float s = float(int8_t(v)) * xv.x + float(int8_t(v >> 8)) * xv.y + float(int8_t(v >> 16)) * xv.z +
@@ -585,28 +587,9 @@ __global__ void route_kernel(const float* logits, int n_expert, int k, bool reno
     __shared__ int32_t chosen[32];
     __shared__ float l[1024];  // the logits, read once (each round scans them)
     const int lane = threadIdx.x % 32;
-    taken[lane] = 0;
     for (int e = lane; e < n_expert; e += 32) l[e] = logits[e];
     __syncwarp();
-    for (int r = 0; r < k; r++) {
-        float best = -INFINITY;
-        int arg = n_expert;
-        for (int e = lane; e < n_expert; e += 32) {
-            if (taken[e / 32] & (1u << (e % 32))) continue;
-            if (arg == n_expert || l[e] > best) best = l[e], arg = e;
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-            const int oa = __shfl_xor_sync(0xffffffffu, arg, o);
-            if (oa < n_expert && (arg == n_expert || ob > best || (ob == best && oa < arg))) best = ob, arg = oa;
-        }
-        if (lane == 0) {
-            taken[arg / 32] |= 1u << (arg % 32);
-            chosen[r] = arg;
-            ids[r] = arg;
-        }
-        __syncwarp();
-    }
+    warp_topk(l, n_expert, k, taken, chosen, ids);
     const float mx = l[chosen[0]];
     double sum = 0;
     for (int e = lane; e < n_expert; e += 32) sum += double(expf(l[e] - mx));

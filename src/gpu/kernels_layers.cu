@@ -9,6 +9,7 @@
 #include <string>
 
 #include "gpu/gpu.h"
+#include "gpu/warp_topk.cuh"
 
 namespace ms::gpu {
 
@@ -70,31 +71,12 @@ __global__ void route_sigmoid_kernel(const float* logits, const float* bias, int
     __shared__ int32_t chosen[32];
     __shared__ float score[1024], biased[1024];
     const int lane = threadIdx.x % 32;
-    taken[lane] = 0;
     for (int e = lane; e < n_expert; e += 32) {
         score[e] = 1.0f / (1.0f + expf(-logits[e]));
         biased[e] = bias ? score[e] + bias[e] : score[e];
     }
     __syncwarp();
-    for (int r = 0; r < k; r++) {
-        float best = -INFINITY;
-        int arg = n_expert;
-        for (int e = lane; e < n_expert; e += 32) {
-            if (taken[e / 32] & (1u << (e % 32))) continue;
-            if (arg == n_expert || biased[e] > best) best = biased[e], arg = e;
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-            const int oa = __shfl_xor_sync(0xffffffffu, arg, o);
-            if (oa < n_expert && (arg == n_expert || ob > best || (ob == best && oa < arg))) best = ob, arg = oa;
-        }
-        if (lane == 0) {
-            taken[arg / 32] |= 1u << (arg % 32);
-            chosen[r] = arg;
-            ids[r] = arg;
-        }
-        __syncwarp();
-    }
+    warp_topk(biased, n_expert, k, taken, chosen, ids);
     if (lane != 0) return;
     double sum = 0;
     for (int r = 0; r < k; r++) sum += double(score[chosen[r]]);

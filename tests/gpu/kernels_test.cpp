@@ -197,6 +197,34 @@ TEST_P(Matvec, ExpertsThroughSlotTable) {
     }
 }
 
+// Expert slots as the VRAM cache lays them out: per expert, its gate
+// matrix (n_ff x d), its up matrix and its down matrix (d x n_ff), each part
+// 256-byte aligned; random rows from seeds base, base + 100, base + 200.
+struct ExpertSlots {
+    size_t gate_bytes, down_bytes, up_off, down_off, slot;
+    std::vector<std::vector<uint8_t>> gates, ups, downs;
+    std::vector<uint8_t> arena;
+    ExpertSlots(GgmlType t, int64_t n_ff, int64_t d, int n_expert, uint32_t base)
+        : gate_bytes(row_bytes(t, d) * size_t(n_ff)), down_bytes(row_bytes(t, n_ff) * size_t(d)),
+          up_off((gate_bytes + 255) & ~size_t(255)), down_off(2 * up_off), slot(down_off + down_bytes),
+          arena(slot * size_t(n_expert)) {
+        for (int e = 0; e < n_expert; e++) {
+            gates.push_back(random_rows(t, n_ff, d, base + uint32_t(e)));
+            ups.push_back(random_rows(t, n_ff, d, base + 100 + uint32_t(e)));
+            downs.push_back(random_rows(t, d, n_ff, base + 200 + uint32_t(e)));
+            memcpy(arena.data() + size_t(e) * slot, gates.back().data(), gate_bytes);
+            memcpy(arena.data() + size_t(e) * slot + up_off, ups.back().data(), gate_bytes);
+            memcpy(arena.data() + size_t(e) * slot + down_off, downs.back().data(), down_bytes);
+        }
+    }
+    // Each expert's slot address once the arena is at `device`.
+    std::vector<const uint8_t*> table(const void* device) const {
+        std::vector<const uint8_t*> t;
+        for (size_t e = 0; e < arena.size() / slot; e++) t.push_back(static_cast<const uint8_t*>(device) + e * slot);
+        return t;
+    }
+};
+
 // The fused expert FFN halves against ops' SwiGLU and a double weighted sum
 // of the dequantized products: gate and up are two slots' matrices (the
 // table's slots hold one matrix each, so "up" is the next slot's), down a
@@ -205,23 +233,11 @@ TEST_P(Matvec, ExpertGateUpAndDownAdd) {
     SKIP_WITHOUT_GPU();
     const GgmlType t = GetParam();
     const int64_t n_ff = 256, d = 512;  // gate/up: n_ff x d; down: d x n_ff
-    const size_t gate_bytes = row_bytes(t, d) * size_t(n_ff), down_bytes = row_bytes(t, n_ff) * size_t(d);
-    const size_t up_off = (gate_bytes + 255) & ~size_t(255), down_off = up_off + ((gate_bytes + 255) & ~size_t(255));
-    const size_t slot = down_off + down_bytes;
-    const int n_expert = 5;
-    std::vector<uint8_t> arena(slot * n_expert);
-    std::vector<std::vector<uint8_t>> gates, ups, downs;
-    for (int e = 0; e < n_expert; e++) {
-        gates.push_back(random_rows(t, n_ff, d, uint32_t(200 + e)));
-        ups.push_back(random_rows(t, n_ff, d, uint32_t(300 + e)));
-        downs.push_back(random_rows(t, d, n_ff, uint32_t(400 + e)));
-        memcpy(arena.data() + size_t(e) * slot, gates.back().data(), gate_bytes);
-        memcpy(arena.data() + size_t(e) * slot + up_off, ups.back().data(), gate_bytes);
-        memcpy(arena.data() + size_t(e) * slot + down_off, downs.back().data(), down_bytes);
-    }
-    DeviceBuffer darena(arena);
-    std::vector<const uint8_t*> table;
-    for (int e = 0; e < n_expert; e++) table.push_back(static_cast<const uint8_t*>(darena.p) + size_t(e) * slot);
+    const ExpertSlots ex(t, n_ff, d, 5, 200);
+    const auto &gates = ex.gates, &ups = ex.ups, &downs = ex.downs;
+    const size_t up_off = ex.up_off, down_off = ex.down_off;
+    DeviceBuffer darena(ex.arena);
+    const std::vector<const uint8_t*> table = ex.table(darena.p);
     const std::vector<int32_t> ids = {3, 0, 4};
     const std::vector<float> weights = {0.5f, 0.3f, 0.2f};
     const std::vector<float> x = randoms(size_t(d), 11), resid = randoms(size_t(d), 12);
@@ -356,22 +372,11 @@ TEST_P(Matvec8, ExpertKernelsMatchCpuKernels) {
     SKIP_WITHOUT_GPU();
     const GgmlType t = GetParam();
     const int64_t n_ff = 256, d = 512;
-    const size_t gate_bytes = row_bytes(t, d) * size_t(n_ff), down_bytes = row_bytes(t, n_ff) * size_t(d);
-    const size_t up_off = (gate_bytes + 255) & ~size_t(255), down_off = 2 * up_off, slot = down_off + down_bytes;
-    const int n_expert = 4;
-    std::vector<uint8_t> arena(slot * n_expert);
-    std::vector<std::vector<uint8_t>> gates, ups, downs;
-    for (int e = 0; e < n_expert; e++) {
-        gates.push_back(random_rows(t, n_ff, d, uint32_t(500 + e)));
-        ups.push_back(random_rows(t, n_ff, d, uint32_t(600 + e)));
-        downs.push_back(random_rows(t, d, n_ff, uint32_t(700 + e)));
-        memcpy(arena.data() + size_t(e) * slot, gates.back().data(), gate_bytes);
-        memcpy(arena.data() + size_t(e) * slot + up_off, ups.back().data(), gate_bytes);
-        memcpy(arena.data() + size_t(e) * slot + down_off, downs.back().data(), down_bytes);
-    }
-    DeviceBuffer darena(arena);
-    std::vector<const uint8_t*> table;
-    for (int e = 0; e < n_expert; e++) table.push_back(static_cast<const uint8_t*>(darena.p) + size_t(e) * slot);
+    const ExpertSlots ex(t, n_ff, d, 4, 500);
+    const auto &gates = ex.gates, &ups = ex.ups, &downs = ex.downs;
+    const size_t up_off = ex.up_off, down_off = ex.down_off;
+    DeviceBuffer darena(ex.arena);
+    const std::vector<const uint8_t*> table = ex.table(darena.p);
     const std::vector<int32_t> ids = {2, 0, 3};
     const int n = int(ids.size());
     const std::vector<float> weights = {0.5f, 0.3f, 0.2f};

@@ -84,9 +84,15 @@ void release_pinned(void* p) {
 }
 
 bool pin_host(void* p, size_t bytes) {
-    if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess) return true;
+    if (cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable) == cudaSuccess) return true;
     cudaGetLastError();
     return false;
+}
+const uint8_t* device_view(const void* p) {
+    void* d = nullptr;
+    if (cudaHostGetDevicePointer(&d, const_cast<void*>(p), 0) == cudaSuccess) return static_cast<const uint8_t*>(d);
+    cudaGetLastError();
+    return nullptr;
 }
 void unpin_host(void* p) {
     if (p) cudaHostUnregister(p);

@@ -13,19 +13,13 @@
 #include <string>
 
 #include "gpu/gpu.h"
+#include "gpu/launch.cuh"
 #include "gpu/warp_topk.cuh"
 #include "quant/blocks.h"
 
 namespace ms::gpu {
 
 namespace {
-
-cudaStream_t native(Stream s) { return reinterpret_cast<cudaStream_t>(s); }
-
-void launched(const char* what) {
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
-}
 
 __device__ __forceinline__ float half_at(const uint8_t* p) {
     uint16_t h;
@@ -583,6 +577,7 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const (&w)[R], int64_t c
 // on a tie), then the chosen probabilities from a softmax over all, as
 // model/moe.cpp does (its sum in double, in id order by lane strides here).
 __global__ void route_kernel(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights) {
+    chain_start();
     __shared__ uint32_t taken[32];
     __shared__ int32_t chosen[32];
     __shared__ float l[1024];  // the logits, read once (each round scans them)
@@ -642,6 +637,7 @@ struct MatvecArgs {
     int nparts;
     const uint8_t* xq;
     size_t xq_stride;
+    size_t ahead_offset, ahead_bytes;  // gate/up: what the down launch reads of each expert (expert_gate_up)
 };
 
 constexpr int kWarps = 4;  // a matvec block's warps
@@ -662,10 +658,15 @@ __global__ void __launch_bounds__(32 * kWarps) matvec_kernel(const MatvecArgs a)
     constexpr int R = 2;
     __shared__ float part_sum[kWarps][R];
     const int e = blockIdx.y % a.n, second = blockIdx.y / a.n;
-    const uint8_t* w = a.table ? (a.ids ? a.table[a.ids[e]] : a.table[e]) + (second ? a.offset2 : a.offset) : a.w0;
-    float* y = a.y + int64_t(blockIdx.y) * a.rows;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int groups = kWarps / a.nparts, part = warp % a.nparts;
+    if (!a.table && threadIdx.x == 0) {  // a matrix of its own, which no kernel writes: its block's rows
+        const int64_t first = int64_t(blockIdx.x) * groups * R;
+        prefetch_l2(a.w0 + first * a.row_bytes, size_t(min(int64_t(groups * R), a.rows - first)) * a.row_bytes);
+    }
+    chain_start();
+    const uint8_t* w = a.table ? (a.ids ? a.table[a.ids[e]] : a.table[e]) + (second ? a.offset2 : a.offset) : a.w0;
+    float* y = a.y + int64_t(blockIdx.y) * a.rows;
     const int64_t r0 = (int64_t(blockIdx.x) * groups + warp / a.nparts) * R;
     const uint8_t* rows[R];
 #pragma unroll
@@ -743,6 +744,11 @@ __global__ void __launch_bounds__(32 * kWarps) matvec_multi_kernel(const MultiAr
     while (i + 1 < a.n && blockIdx.x >= a.seg[i + 1].first_block) i++;
     const MatvecSegment& g = a.seg[i];
     const unsigned block = blockIdx.x - g.first_block;
+    const int64_t first = int64_t(block) * kWarps * 2;  // the block's rows (segment_rows)
+    if (threadIdx.x == 0 && first < g.rows) {
+        prefetch_l2(g.w + first * g.row_bytes, size_t(min(int64_t(kWarps * 2), g.rows - first)) * g.row_bytes);
+    }
+    chain_start();
     switch (g.type) {
         case GgmlType::F32: segment_rows<GgmlType::F32, false>(g, a, block); break;
         case GgmlType::F16: segment_rows<GgmlType::F16, false>(g, a, block); break;
@@ -760,8 +766,13 @@ __global__ void __launch_bounds__(32 * kWarps) matvec_multi_kernel(const MultiAr
 // h[e * rows + r] = silu(gate) * up.
 template <GgmlType T, bool Q>
 __global__ void __launch_bounds__(32 * kWarps) gate_up_kernel(const MatvecArgs a) {
+    chain_start();
     const int e = blockIdx.y;
     const uint8_t* w = (a.ids ? a.table[a.ids[e]] : a.table[e]);
+    if (a.ahead_bytes > 0 && threadIdx.x == 0) {  // this block's share of the expert's down matrix
+        const size_t share = (a.ahead_bytes + gridDim.x - 1) / gridDim.x, first = size_t(blockIdx.x) * share;
+        if (first < a.ahead_bytes) prefetch_l2(w + a.ahead_offset + first, min(share, a.ahead_bytes - first));
+    }
     const int lane = threadIdx.x % 32;
     const int64_t r0 = (int64_t(blockIdx.x) * kWarps + threadIdx.x / 32) * 2;
     const int64_t r1 = min(r0 + 1, a.rows - 1);
@@ -785,6 +796,7 @@ __global__ void __launch_bounds__(32 * kWarps) gate_up_kernel(const MatvecArgs a
 // whatever order the warps finish in.
 template <GgmlType T, bool Q>
 __global__ void down_combine_kernel(const MatvecArgs a, const float* weights) {
+    chain_start();
     __shared__ float part_sum[32][2];
     const int lane = threadIdx.x % 32, e = threadIdx.x / 32;
     const uint8_t* w = (a.ids ? a.table[a.ids[e]] : a.table[e]) + a.offset;
@@ -823,9 +835,9 @@ void launch_matvec(MatvecArgs a, int n_launch, cudaStream_t s) {
     const int64_t per_block = kWarps / a.nparts;
     const dim3 grid(unsigned((groups + per_block - 1) / per_block), unsigned(n_launch));
     if (kQuantized<T> && a.xq) {
-        matvec_kernel<T, kQuantized<T>><<<grid, 32 * kWarps, 0, s>>>(a);
+        launch("matvec", matvec_kernel<T, kQuantized<T>>, grid, 32 * kWarps, 0, s, a);
     } else {
-        matvec_kernel<T, false><<<grid, 32 * kWarps, 0, s>>>(a);
+        launch("matvec", matvec_kernel<T, false>, grid, 32 * kWarps, 0, s, a);
     }
 }
 
@@ -834,9 +846,9 @@ void launch_gate_up(MatvecArgs a, cudaStream_t s) {
     a.row_bytes = row_bytes(T, a.cols);
     const dim3 grid(unsigned((a.rows + 2 * kWarps - 1) / (2 * kWarps)), unsigned(a.n));
     if (kQuantized<T> && a.xq) {
-        gate_up_kernel<T, kQuantized<T>><<<grid, 32 * kWarps, 0, s>>>(a);
+        launch("expert_gate_up", gate_up_kernel<T, kQuantized<T>>, grid, 32 * kWarps, 0, s, a);
     } else {
-        gate_up_kernel<T, false><<<grid, 32 * kWarps, 0, s>>>(a);
+        launch("expert_gate_up", gate_up_kernel<T, false>, grid, 32 * kWarps, 0, s, a);
     }
 }
 
@@ -845,9 +857,9 @@ void launch_down_combine(MatvecArgs a, const float* weights, cudaStream_t s) {
     a.row_bytes = row_bytes(T, a.cols);
     const unsigned grid = unsigned((a.rows + 1) / 2);
     if (kQuantized<T> && a.xq) {
-        down_combine_kernel<T, kQuantized<T>><<<grid, 32 * a.n, 0, s>>>(a, weights);
+        launch("expert_down_add", down_combine_kernel<T, kQuantized<T>>, grid, 32 * a.n, 0, s, a, weights);
     } else {
-        down_combine_kernel<T, false><<<grid, 32 * a.n, 0, s>>>(a, weights);
+        launch("expert_down_add", down_combine_kernel<T, false>, grid, 32 * a.n, 0, s, a, weights);
     }
 }
 
@@ -867,11 +879,11 @@ void dispatch_matvec(GgmlType t, const MatvecArgs& a, int n_launch, cudaStream_t
 #define MS_CALL(T) launch_matvec<T>(a, n_launch, s)
     MS_TYPE_SWITCH(t, MS_CALL)
 #undef MS_CALL
-    launched("matvec");
 }
 
 // The 8-bit rows of x: a warp a 256-value chunk (quantize_chunk).
 __global__ void quantize_act_kernel(const float* x, int64_t n, uint8_t* act, size_t act_stride) {
+    chain_start();
     const int lane = threadIdx.x % 32;
     const int64_t b = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     if (b * 256 >= n) return;
@@ -894,6 +906,7 @@ constexpr int kNormThreads = 512, kNormPer = 8;
 __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, const float* w, int64_t width,
                                                                 float eps, float* out, uint8_t* act,
                                                                 size_t act_stride) {
+    chain_start();
     __shared__ double part[32];
     x += int64_t(blockIdx.x) * width;
     out += int64_t(blockIdx.x) * width;
@@ -948,6 +961,7 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_kernel(const floa
                                                                      const float* v_cache, const int32_t* pos,
                                                                      int n_head, int n_kv_head, int head_dim,
                                                                      float scale, float* out) {
+    chain_start();
     const int n_pos = *pos + 1;
     extern __shared__ float smem[];
     float* qs = smem;                 // head_dim
@@ -1013,6 +1027,7 @@ __global__ void qk_norm_rope_store_kernel(float* q, const float* k, const float*
                                           const float* k_norm, int n_head, int head_dim, int n_rot, float eps,
                                           const float* cos_sin, float* k_cache, float* v_cache, int64_t kv_width,
                                           const int32_t* pos) {
+    chain_start();
     __shared__ float h[512];
     __shared__ double part[32];
     const bool is_q = int(blockIdx.x) < n_head;
@@ -1045,11 +1060,10 @@ __global__ void qk_norm_rope_store_kernel(float* q, const float* k, const float*
 }
 
 __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float* h) {
+    chain_start();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i < n) h[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
-
-unsigned blocks(int64_t n, int per) { return unsigned((n + per - 1) / per); }
 
 }  // namespace
 
@@ -1071,8 +1085,8 @@ size_t act_bytes(int64_t width) { return act_row_bytes(width); }
 void quantize_act(const float* x, int64_t rows, int64_t width, void* act, Stream s) {
     if (width % 32 != 0) throw std::runtime_error("CUDA quantize_act: a width of 32s");
     const dim3 grid(blocks((width + 255) / 256, 4), unsigned(rows));
-    quantize_act_kernel<<<grid, 128, 0, native(s)>>>(x, width, static_cast<uint8_t*>(act), act_row_bytes(width));
-    launched("quantize_act");
+    launch("quantize_act", quantize_act_kernel, grid, 128, 0, native(s), x, width, static_cast<uint8_t*>(act),
+           act_row_bytes(width));
 }
 
 namespace {
@@ -1083,7 +1097,7 @@ MatvecArgs matvec_args(const uint8_t* w0, const uint8_t* const* table, const int
                        size_t offset2, int64_t rows, int64_t cols, Act x, int64_t x_stride, float* y, bool add) {
     if (x.q && cols % 32 != 0) throw std::runtime_error("CUDA matvec: 8-bit x needs a width of 32s");
     return {w0,   table, ids, n,   offset, offset2, rows, cols, 0, x.f, x_stride, y, add, 1,
-            static_cast<const uint8_t*>(x.q), x_stride ? act_row_bytes(cols) : 0};
+            static_cast<const uint8_t*>(x.q), x_stride ? act_row_bytes(cols) : 0, 0, 0};
 }
 
 }  // namespace
@@ -1115,20 +1129,21 @@ void matvec_multi(int n, const GgmlType* types, const void* const* w, const int6
         blocks += unsigned((rows[i] + 2 * kWarps - 1) / (2 * kWarps));
     }
     if (a.xq) {
-        matvec_multi_kernel<true><<<blocks, 32 * kWarps, 0, native(s)>>>(a);
+        launch("matvec_multi", matvec_multi_kernel<true>, blocks, 32 * kWarps, 0, native(s), a);
     } else {
-        matvec_multi_kernel<false><<<blocks, 32 * kWarps, 0, native(s)>>>(a);
+        launch("matvec_multi", matvec_multi_kernel<false>, blocks, 32 * kWarps, 0, native(s), a);
     }
-    launched("matvec_multi");
 }
 
 void expert_gate_up(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
-                    size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s) {
-    const MatvecArgs a = matvec_args(nullptr, table, ids, n, offset, offset2, rows, cols, x, 0, h, false);
+                    size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s, size_t ahead_offset,
+                    size_t ahead_bytes) {
+    MatvecArgs a = matvec_args(nullptr, table, ids, n, offset, offset2, rows, cols, x, 0, h, false);
+    a.ahead_offset = ahead_offset;
+    a.ahead_bytes = ahead_bytes;
 #define MS_CALL(T) launch_gate_up<T>(a, native(s))
     MS_TYPE_SWITCH(t, MS_CALL)
 #undef MS_CALL
-    launched("expert_gate_up");
 }
 
 void expert_down_add(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
@@ -1138,15 +1153,13 @@ void expert_down_add(GgmlType t, const uint8_t* const* table, const int32_t* ids
 #define MS_CALL(T) launch_down_combine<T>(a, weights, native(s))
     MS_TYPE_SWITCH(t, MS_CALL)
 #undef MS_CALL
-    launched("expert_down_add");
 }
 
 void rms_norm(const float* x, const float* w, int64_t rows, int64_t width, float eps, float* out, Stream s,
               void* act) {
     if (act && width % 32 != 0) throw std::runtime_error("CUDA rms_norm: 8-bit rows need a width of 32s");
-    rms_norm_kernel<<<unsigned(rows), kNormThreads, 0, native(s)>>>(x, w, width, eps, out, static_cast<uint8_t*>(act),
-                                                                    act_row_bytes(width));
-    launched("rms_norm");
+    launch("rms_norm", rms_norm_kernel, unsigned(rows), kNormThreads, 0, native(s), x, w, width, eps, out,
+           static_cast<uint8_t*>(act), act_row_bytes(width));
 }
 
 static size_t attention_smem = 0;  // dynamic shared memory of every attention launch (prepare_attention)
@@ -1166,31 +1179,27 @@ void prepare_attention(int max_pos, int head_dim) {
 
 void attention(const float* q, const float* k_cache, const float* v_cache, const int32_t* pos, int n_head,
                int n_kv_head, int head_dim, float scale, float* out, Stream s) {
-    attention_kernel<<<unsigned(n_head), kAttentionThreads, attention_smem, native(s)>>>(q, k_cache, v_cache, pos, n_head,
-                                                                           n_kv_head, head_dim, scale, out);
-    launched("attention");
+    launch("attention", attention_kernel, unsigned(n_head), kAttentionThreads, attention_smem, native(s), q, k_cache,
+           v_cache, pos, n_head, n_kv_head, head_dim, scale, out);
 }
 
 void qk_norm_rope_store(float* q, const float* k, const float* v, const float* q_norm, const float* k_norm,
                         int n_head, int n_kv_head, int head_dim, int n_rot, float eps, const float* cos_sin,
                         float* k_cache, float* v_cache, const int32_t* pos, Stream s) {
     if (head_dim > 512) throw std::runtime_error("CUDA qk_norm_rope_store: head_dim > 512");
-    qk_norm_rope_store_kernel<<<unsigned(n_head + n_kv_head), 128, 0, native(s)>>>(
-        q, k, v, q_norm, k_norm, n_head, head_dim, n_rot, eps, cos_sin, k_cache, v_cache,
-        int64_t(n_kv_head) * head_dim, pos);
-    launched("qk_norm_rope_store");
+    launch("qk_norm_rope_store", qk_norm_rope_store_kernel, unsigned(n_head + n_kv_head), 128, 0, native(s), q, k, v,
+           q_norm, k_norm, n_head, head_dim, n_rot, eps, cos_sin, k_cache, v_cache, int64_t(n_kv_head) * head_dim,
+           pos);
 }
 
 void swiglu(const float* gate, const float* up, int64_t n, float* h, Stream s) {
-    swiglu_kernel<<<blocks(n, 256), 256, 0, native(s)>>>(gate, up, n, h);
-    launched("swiglu");
+    launch("swiglu", swiglu_kernel, blocks(n, 256), 256, 0, native(s), gate, up, n, h);
 }
 
 void route_softmax_topk(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights,
                         Stream s) {
     if (k > 32 || n_expert > 1024 || k > n_expert) throw std::runtime_error("CUDA routing: k <= 32, n_expert <= 1024");
-    route_kernel<<<1, 32, 0, native(s)>>>(logits, n_expert, k, renorm, ids, weights);
-    launched("route_softmax_topk");
+    launch("route_softmax_topk", route_kernel, 1, 32, 0, native(s), logits, n_expert, k, renorm, ids, weights);
 }
 
 }  // namespace ms::gpu

@@ -9,27 +9,21 @@
 #include <string>
 
 #include "gpu/gpu.h"
+#include "gpu/launch.cuh"
 #include "gpu/warp_topk.cuh"
 
 namespace ms::gpu {
 
 namespace {
 
-cudaStream_t native(Stream s) { return reinterpret_cast<cudaStream_t>(s); }
-
-void launched(const char* what) {
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
-}
-
-unsigned blocks(int64_t n, int per) { return unsigned((n + per - 1) / per); }
-
 __global__ void add_kernel(float* y, const float* b, int64_t n) {
+    chain_start();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i < n) y[i] += b[i];
 }
 
 __global__ void add_sigmoid_gated_kernel(float* x, const float* y, const float* gate, int64_t n) {
+    chain_start();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i < n) x[i] += y[i] * (1.0f / (1.0f + expf(-*gate)));
 }
@@ -41,6 +35,7 @@ __global__ void add_sigmoid_gated_kernel(float* x, const float* y, const float* 
 __global__ void rope_store_kernel(float* q, const float* k, const float* v, int n_head, int head_dim, int n_rot,
                                   bool neox, const float* cos_sin, float* k_cache, float* v_cache, int64_t kv_width,
                                   const int32_t* pos) {
+    chain_start();
     const bool is_q = int(blockIdx.x) < n_head;
     const int head = is_q ? blockIdx.x : blockIdx.x - n_head;
     const float* src = is_q ? q + int64_t(head) * head_dim : k + int64_t(head) * head_dim;
@@ -67,6 +62,7 @@ __global__ void rope_store_kernel(float* q, const float* k, const float* v, int 
 // CPU does) and scaled.
 __global__ void route_sigmoid_kernel(const float* logits, const float* bias, int n_expert, int k, bool renorm,
                                      float scale, int32_t* ids, float* weights) {
+    chain_start();
     __shared__ uint32_t taken[32];
     __shared__ int32_t chosen[32];
     __shared__ float score[1024], biased[1024];
@@ -90,28 +86,25 @@ __global__ void route_sigmoid_kernel(const float* logits, const float* bias, int
 }  // namespace
 
 void add(float* y, const float* b, int64_t n, Stream s) {
-    add_kernel<<<blocks(n, 256), 256, 0, native(s)>>>(y, b, n);
-    launched("add");
+    launch("add", add_kernel, blocks(n, 256), 256, 0, native(s), y, b, n);
 }
 
 void add_sigmoid_gated(float* x, const float* y, const float* gate, int64_t n, Stream s) {
-    add_sigmoid_gated_kernel<<<blocks(n, 256), 256, 0, native(s)>>>(x, y, gate, n);
-    launched("add_sigmoid_gated");
+    launch("add_sigmoid_gated", add_sigmoid_gated_kernel, blocks(n, 256), 256, 0, native(s), x, y, gate, n);
 }
 
 void rope_store(float* q, const float* k, const float* v, int n_head, int n_kv_head, int head_dim, int n_rot,
                 bool neox, const float* cos_sin, float* k_cache, float* v_cache, const int32_t* pos, Stream s) {
     if (n_rot > head_dim || n_rot % 2 != 0) throw std::runtime_error("CUDA rope_store: n_rot even, <= head_dim");
-    rope_store_kernel<<<unsigned(n_head + n_kv_head), 64, 0, native(s)>>>(
-        q, k, v, n_head, head_dim, n_rot, neox, cos_sin, k_cache, v_cache, int64_t(n_kv_head) * head_dim, pos);
-    launched("rope_store");
+    launch("rope_store", rope_store_kernel, unsigned(n_head + n_kv_head), 64, 0, native(s), q, k, v, n_head, head_dim,
+           n_rot, neox, cos_sin, k_cache, v_cache, int64_t(n_kv_head) * head_dim, pos);
 }
 
 void route_sigmoid_topk(const float* logits, const float* selection_bias, int n_expert, int k, bool renorm,
                         float scale, int32_t* ids, float* weights, Stream s) {
     if (k > 32 || n_expert > 1024 || k > n_expert) throw std::runtime_error("CUDA routing: k <= 32, n_expert <= 1024");
-    route_sigmoid_kernel<<<1, 32, 0, native(s)>>>(logits, selection_bias, n_expert, k, renorm, scale, ids, weights);
-    launched("route_sigmoid_topk");
+    launch("route_sigmoid_topk", route_sigmoid_kernel, 1, 32, 0, native(s), logits, selection_bias, n_expert, k,
+           renorm, scale, ids, weights);
 }
 
 }  // namespace ms::gpu

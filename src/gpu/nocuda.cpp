@@ -26,6 +26,7 @@ void* alloc_pinned(size_t) { absent(); }
 void release_pinned(void*) {}
 bool pin_host(void*, size_t) { return false; }
 void unpin_host(void*) {}
+const uint8_t* device_view(const void*) { return nullptr; }
 Stream new_stream() { absent(); }
 void delete_stream(Stream) {}
 Event new_event() { absent(); }
@@ -47,7 +48,7 @@ void matvec_multi(int, const GgmlType*, const void* const*, const int64_t*, int6
     absent();
 }
 void expert_gate_up(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, size_t, int64_t, int64_t, Act,
-                    float*, Stream) {
+                    float*, Stream, size_t, size_t) {
     absent();
 }
 void expert_down_add(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, int64_t, int64_t, Act,

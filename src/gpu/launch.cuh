@@ -1,0 +1,95 @@
+// How the kernels of kernels.cu and kernels_layers.cu are launched: every
+// launch may start before the kernel ahead of it on the stream has finished
+// (programmatic dependent launch, sm_90), so a decode token's chain of small
+// kernels does not pay each one's launch latency after the last one's tail.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "gpu/gpu.h"
+
+namespace ms::gpu {
+
+inline cudaStream_t native(Stream s) { return reinterpret_cast<cudaStream_t>(s); }
+
+inline void launched(const char* what) {
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
+}
+
+inline unsigned blocks(int64_t n, int per) { return unsigned((n + per - 1) / per); }
+
+// Every kernel calls this before its first read of anything an earlier
+// kernel writes, and before its first write: it returns once the kernel
+// ahead of it has finished and its writes are visible. Reads of what no
+// kernel writes (weights) may come before it. A no-op for a kernel launched
+// the usual way.
+__device__ __forceinline__ void wait_for_previous() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next kernel on the stream be launched now; its blocks then wait
+// in wait_for_previous() for this one to finish. Called by every block right
+// after its own wait, so at most two kernels of the chain are resident.
+__device__ __forceinline__ void allow_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+// The two together, at the top of a kernel.
+__device__ __forceinline__ void chain_start() {
+    wait_for_previous();
+    allow_next();
+}
+
+// Asks L2 to fetch the bytes [p, p + bytes) ahead of their use (the
+// 16-byte pieces wholly inside: the bulk prefetch takes no others): weights,
+// before wait_for_previous(), while the kernel ahead still runs.
+__device__ __forceinline__ void prefetch_l2(const void* p, size_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const uintptr_t first = (reinterpret_cast<uintptr_t>(p) + 15) & ~uintptr_t(15);
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~uintptr_t(15);
+    if (end > first) {
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(first), "r"(uint32_t(end - first))
+                     : "memory");
+    }
+#endif
+}
+
+// MOESTREAM_GPU_PDL=0 launches each kernel only after the one ahead of it
+// has finished (to compare).
+inline bool overlapped_launches() {
+    static const bool on = !getenv("MOESTREAM_GPU_PDL") || strcmp(getenv("MOESTREAM_GPU_PDL"), "0") != 0;
+    return on;
+}
+
+// kernel<<<grid, block, smem, s>>>(args...), allowed to start early (see
+// wait_for_previous); throws, naming `what`, when the launch fails.
+template <class... Params, class... Args>
+void launch(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+            Args&&... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = overlapped_launches() ? 1 : 0;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+    if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
+    launched(what);
+}
+
+}  // namespace ms::gpu

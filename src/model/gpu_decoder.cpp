@@ -13,6 +13,7 @@
 #include "gguf/gguf.h"
 #include "gpu/gpu.h"
 #include "model/decoder.h"
+#include "model/decoder_weights.h"
 #include "model/ffn_block.h"
 #include "quant/dequant.h"
 
@@ -70,13 +71,6 @@ public:
         gpu::release_pinned(host_layer_ids);
     }
     uint64_t bytes() const override { return host_bytes; }
-};
-
-// A layer's resident weights, in the CPU decoder's structures (the GPU
-// forward covers plain attention: missing_feature refuses the rest).
-struct Layer {
-    AttentionLayer attn;
-    FfnLayer ffn;
 };
 
 // The first feature of `s` (or shape of `c`) the GPU forward has no
@@ -301,68 +295,24 @@ private:
     uint64_t tokens_ = 0;
 };
 
-class GpuDecoder : public Model {
+class GpuDecoder : public DecoderWeights<Model> {
 public:
     bool one_token_per_pass() const override { return true; }
-    // The tensors `spec` names, as the CPU decoder (model/decoder.cpp)
-    // declares them for the features missing_feature() lets through.
+    // The tensors `spec` names, declared as for the CPU decoder
+    // (model/decoder_weights.h), of which missing_feature() has let through
+    // only what the GPU runs; each weight a kernel reads must be of a type
+    // it takes.
     GpuDecoder(const GgufFile& f, ModelConfig c, const DecoderSpec& spec, const GpuOptions& o)
-        : Model(std::move(c)), options_(o), spec_(spec), rope_(spec.rope) {
-        ModelConfig& cfg = config_;
-        const GgufTensor* embd = f.tensor("token_embd.weight");
-        if (!embd) throw std::runtime_error(f.path() + ": missing tensor token_embd.weight");
-        cfg.n_vocab = embd->ne[1];
-        const int64_t E = cfg.n_embd, V = cfg.n_vocab, X = cfg.n_expert;
-        if (cfg.n_expert <= 0 || cfg.n_expert_used <= 0 || spec.n_ff_exp <= 0) {
-            throw std::runtime_error(f.path() + ": " + cfg.arch + " needs expert_count, expert_used_count and an "
-                                     "expert feed_forward_length > 0");
-        }
-        if ((spec.n_dense_lead > 0 || spec.moe_step > 1) && spec.n_ff_dense <= 0) {
-            throw std::runtime_error(f.path() + ": " + cfg.arch + ": dense layers need feed_forward_length > 0");
-        }
-        need(f, "token_embd.weight", {E, V}, &token_embd_);
-        need(f, "output_norm.weight", {E}, &output_norm_);
-        tied_ = !maybe(f, "output.weight", {E, V}, &output_);
-        if (spec.rope_freqs) maybe(f, "rope_freqs.weight", {spec.rope.n_rot / 2}, &rope_freqs_);
-        n_run_ = cfg.n_layer - cfg.n_nextn;  // the NextN blocks are not run (no --draft mtp here)
-        layers_.resize(size_t(n_run_));
-        expert_layers_.resize(size_t(n_run_));
+        : DecoderWeights(f, std::move(c), spec), options_(o) {
         for (int il = 0; il < n_run_; il++) {
-            expert_layers_[size_t(il)].layer = il;
-            const std::string p = "blk." + std::to_string(il) + ".";
-            AttentionLayer& a = layers_[size_t(il)].attn;
-            need(f, p + "attn_norm.weight", {E}, &a.norm);
-            need(f, p + "attn_q.weight", {E, cfg.q_dim()}, &a.wq);
-            need(f, p + "attn_k.weight", {E, cfg.kv_dim()}, &a.wk);
-            need(f, p + "attn_v.weight", {E, cfg.v_dim()}, &a.wv);
-            need(f, p + "attn_output.weight", {int64_t(cfg.n_head) * cfg.head_dim_v, E}, &a.wo);
-            if (spec.qkv_bias) {
-                need(f, p + "attn_q.bias", {cfg.q_dim()}, &a.bq);
-                need(f, p + "attn_k.bias", {cfg.kv_dim()}, &a.bk);
-                need(f, p + "attn_v.bias", {cfg.v_dim()}, &a.bv);
-            }
-            if (spec.out_bias) need(f, p + "attn_output.bias", {E}, &a.bo);
-            a.qk_norm = spec.qk_norm;
-            if (spec.qk_norm != QkNorm::None) {
-                const bool whole = spec.qk_norm == QkNorm::Whole;
-                need(f, p + "attn_q_norm.weight", {whole ? cfg.q_dim() : cfg.head_dim}, &a.q_norm);
-                need(f, p + "attn_k_norm.weight", {whole ? cfg.kv_dim() : cfg.head_dim}, &a.k_norm);
-            }
+            const AttentionLayer& a = attn_[size_t(il)];
+            const FfnLayer& m = ffn_[size_t(il)];
             for (const Tensor* t : {&a.wq, &a.wk, &a.wv, &a.wo}) require(t->type);
-
-            FfnLayer& m = layers_[size_t(il)].ffn;
-            need(f, p + spec.ffn_norm + ".weight", {E}, &m.norm);
-            if (il < spec.n_dense_lead || (spec.moe_step > 0 && (il + 1) % spec.moe_step != 0)) {
-                dense(f, p, "", spec.n_ff_dense, &m.dense);
-                continue;
+            for (const DenseFfn* d : {&m.dense, &m.shared}) {
+                if (d->empty()) continue;
+                for (const Tensor* t : {&d->gate, &d->up, &d->down}) require(t->type);
             }
-            need(f, p + "ffn_gate_inp.weight", {E, X}, &m.router);
-            if (spec.router_bias) need(f, p + "ffn_gate_inp.bias", {X}, &m.router_bias);
-            if (spec.selection_bias) need(f, p + "exp_probs_b.bias", {X}, &m.selection_bias);
-            m.routing = spec.routing;
-            need_experts(f, il, cfg.n_expert, E, spec.n_ff_exp);
-            if (spec.n_ff_shared > 0) dense(f, p, "_shexp", spec.n_ff_shared, &m.shared);
-            if (spec.shared_gate) need(f, p + "ffn_gate_inp_shexp.weight", {E}, &m.shared_gate);
+            if (!m.moe()) continue;
             require(m.router.type);
             const ExpertLayer& e = expert_layers_[size_t(il)];
             for (const ExpertMatrix* x : {&e.gate, &e.up, &e.down}) require(x->type);
@@ -547,21 +497,6 @@ private:
         DeviceFfn dense, shared;
     };
 
-    // The rope angles' divisors are read with the weights.
-    Rope rope() const {
-        Rope r = rope_;
-        if (!rope_freqs_.empty()) r.freq_factors = rope_freqs_.f32();
-        return r;
-    }
-
-    void dense(const GgufFile& f, const std::string& p, const char* suffix, int64_t n_ff, DenseFfn* out) {
-        const int64_t E = config_.n_embd;
-        need(f, p + "ffn_gate" + suffix + ".weight", {E, n_ff}, &out->gate);
-        need(f, p + "ffn_up" + suffix + ".weight", {E, n_ff}, &out->up);
-        need(f, p + "ffn_down" + suffix + ".weight", {n_ff, E}, &out->down);
-        for (const Tensor* t : {&out->gate, &out->up, &out->down}) require(t->type);
-    }
-
     // Whether a row of `width` floats meets quantized weights as 8-bit rows
     // (quantized weights' rows are whole blocks of 32, so a width that is
     // not a multiple only meets F32 / F16 weights, which read the floats).
@@ -632,8 +567,8 @@ private:
             // reads them after the token).
             int32_t* ids = device_routed() ? reinterpret_cast<int32_t*>(st.layer_ids.data()) + int64_t(il) * K
                                            : reinterpret_cast<int32_t*>(st.ids.data());
-            const AttentionLayer& a = layers_[size_t(il)].attn;
-            const FfnLayer& m = layers_[size_t(il)].ffn;
+            const AttentionLayer& a = attn_[size_t(il)];
+            const FfnLayer& m = ffn_[size_t(il)];
             const DeviceLayer& d = device_[size_t(il)];
             PhaseTimer attn_time(time, Phase::Attention, il, time ? a.weight_bytes() : 0);
             float* kc = st.k_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
@@ -691,7 +626,7 @@ private:
                 // The next layer's router over this layer's FFN input, normed
                 // with its own weights (as the CPU path's predict_experts):
                 // its picks follow ids.
-                const FfnLayer& nm = layers_[size_t(il + 1)].ffn;
+                const FfnLayer& nm = ffn_[size_t(il + 1)];
                 const DeviceLayer& nd = device_[size_t(il + 1)];
                 void* next8 = act8(E) ? st.next_xb8.data() : nullptr;
                 gpu::rms_norm(x, nd.ffn_norm, 1, E, c.rms_eps, st.next_xb.f32(), s, next8);
@@ -752,9 +687,6 @@ private:
         gpu::matvec(output().type, output_dev_, V, E, {xb, xb8}, st.logits.f32(), s);
         mark(StageProfile::kHead, output().bytes());
     }
-
-    // token_embd when the file has no output head (tied); read only after load_resident.
-    const Tensor& output() const { return tied_ ? token_embd_ : output_; }
 
     static void require(GgmlType t) {
         if (!gpu::supports(t)) throw std::runtime_error(std::string("no CUDA kernel for ") + type_name(t) + " weights");
@@ -825,8 +757,8 @@ private:
     // Only between two MoE layers: the host reads the prediction where it
     // waits for layer il's routing, and layer il + 1 must route.
     bool predicting(int il) const {
-        return prefetch_ && !device_routed() && il + 1 < n_run_ && layers_[size_t(il)].ffn.moe() &&
-               layers_[size_t(il + 1)].ffn.moe();
+        return prefetch_ && !device_routed() && il + 1 < n_run_ && ffn_[size_t(il)].moe() &&
+               ffn_[size_t(il + 1)].moe();
     }
 
     // After layer il's launches: layer il + 1's predicted experts (in
@@ -874,9 +806,9 @@ private:
     }
 
     // The layer's tensors, each once (empty ones are skipped by to_device).
-    static std::vector<const Tensor*> tensors(const Layer& l) {
-        const AttentionLayer& a = l.attn;
-        const FfnLayer& m = l.ffn;
+    std::vector<const Tensor*> tensors(int il) const {
+        const AttentionLayer& a = attn_[size_t(il)];
+        const FfnLayer& m = ffn_[size_t(il)];
         return {&a.norm,        &a.wq,         &a.wk,       &a.wv,           &a.wo,           &a.bq,
                 &a.bk,          &a.bv,         &a.bo,       &a.q_norm,       &a.k_norm,       &m.norm,
                 &m.router,      &m.router_bias, &m.selection_bias, &m.shared_gate, &m.dense.gate, &m.dense.up,
@@ -897,16 +829,16 @@ private:
     void upload(ExpertSource& experts) const {
         const double t0 = now();
         size_t total = align256(output().bytes()) + align256(output_norm_.bytes());
-        for (const Layer& l : layers_) {
-            for (const Tensor* t : tensors(l)) total += align256(t->bytes());
+        for (int il = 0; il < n_run_; il++) {
+            for (const Tensor* t : tensors(il)) total += align256(t->bytes());
         }
         weights_ = DeviceMemory(total);
         output_dev_ = to_device(output());
         output_norm_dev_ = reinterpret_cast<const float*>(to_device(output_norm_));
         auto f32 = [&](const Tensor& t) { return reinterpret_cast<const float*>(to_device(t)); };
-        for (const Layer& l : layers_) {
-            const AttentionLayer& a = l.attn;
-            const FfnLayer& m = l.ffn;
+        for (int il = 0; il < n_run_; il++) {
+            const AttentionLayer& a = attn_[size_t(il)];
+            const FfnLayer& m = ffn_[size_t(il)];
             DeviceLayer d{};
             d.wq = to_device(a.wq);
             d.wk = to_device(a.wk);
@@ -1075,12 +1007,6 @@ private:
     // The experts' gate/up launch asks L2 for their down matrices
     // (MOESTREAM_GPU_L2=0: not, to compare).
     const bool down_ahead_ = !getenv("MOESTREAM_GPU_L2") || strcmp(getenv("MOESTREAM_GPU_L2"), "0") != 0;
-    DecoderSpec spec_;
-    Rope rope_;
-    Tensor token_embd_, output_norm_, output_, rope_freqs_;
-    bool tied_ = false;
-    int n_run_ = 0;  // the layers run: n_layer less the NextN blocks
-    std::vector<Layer> layers_;
     // Made at the first forward call, once load_resident has read the weights.
     mutable std::once_flag uploaded_;
     mutable DeviceMemory weights_;

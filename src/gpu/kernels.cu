@@ -952,35 +952,47 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, 
     }
 }
 
-// One block a query head. Scores: a warp a position, its lanes across the
-// head (coalesced rows of the cache); then the softmax; then the weighted
-// sum of v rows, a thread a dimension.
-constexpr int kAttentionThreads = 256;
+// Decode attention in two launches (split over positions, as in
+// flash-decoding): the positions p <= *pos are dealt round-robin to
+// kAttentionSplits blocks of each query head, so the work spreads over
+// n_head x kAttentionSplits blocks at any length (a block a head alone kept
+// three quarters of the device idle and grew a chain of dependent loads
+// with the context). Split j of head h: its scores (a warp a position, its
+// lanes across the head), their maximum m, l = sum exp(score - m) and the
+// unnormalized sum of exp(score - m) * v rows, into part; then a block a
+// head rescales the splits to their common maximum and divides.
+constexpr int kAttentionThreads = 256, kAttentionSplits = 16;
 
-__global__ void __launch_bounds__(kAttentionThreads) attention_kernel(const float* q, const float* k_cache,
-                                                                     const float* v_cache, const int32_t* pos,
-                                                                     int n_head, int n_kv_head, int head_dim,
-                                                                     float scale, float* out) {
+__global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(const float* q, const float* k_cache,
+                                                                           const float* v_cache, const int32_t* pos,
+                                                                           int n_head, int n_kv_head, int head_dim,
+                                                                           float scale, float* part) {
     chain_start();
     const int n_pos = *pos + 1;
+    const int h = blockIdx.x, split = blockIdx.y, S = gridDim.y, kvh = h / (n_head / n_kv_head);
+    const int mine = n_pos > split ? (n_pos - split + S - 1) / S : 0;  // positions split, split + S, ...
+    float* out = part + (int64_t(h) * S + split) * (head_dim + 2);
     extern __shared__ float smem[];
     float* qs = smem;                 // head_dim
-    float* scores = smem + head_dim;  // n_pos
+    float* scores = smem + head_dim;  // mine
     __shared__ float red[32];
-    const int h = blockIdx.x, kvh = h / (n_head / n_kv_head);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+    if (mine == 0) {
+        if (threadIdx.x == 0) out[0] = -INFINITY, out[1] = 0;
+        return;
+    }
     const int64_t row = int64_t(n_kv_head) * head_dim;
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) qs[i] = q[int64_t(h) * head_dim + i];
     __syncthreads();
     const float* kh = k_cache + int64_t(kvh) * head_dim;
     float mx = -INFINITY;
 #pragma unroll 4
-    for (int p = warp; p < n_pos; p += n_warps) {
-        const float* k = kh + p * row;
+    for (int j = warp; j < mine; j += n_warps) {
+        const float* k = kh + int64_t(split + j * S) * row;
         float s = 0;
         for (int i = lane; i < head_dim; i += 32) s += qs[i] * k[i];
         s = warp_sum(s) * scale;
-        if (lane == 0) scores[p] = s;
+        if (lane == 0) scores[j] = s;
         mx = fmaxf(mx, s);
     }
     if (lane == 0) red[warp] = mx;
@@ -989,9 +1001,9 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_kernel(const floa
     for (int i = 1; i < n_warps; i++) mx = fmaxf(mx, red[i]);
     __syncthreads();
     float sum = 0;
-    for (int p = threadIdx.x; p < n_pos; p += blockDim.x) {
-        const float e = expf(scores[p] - mx);
-        scores[p] = e;
+    for (int j = threadIdx.x; j < mine; j += blockDim.x) {
+        const float e = expf(scores[j] - mx);
+        scores[j] = e;
         sum += e;
     }
     sum = warp_sum(sum);
@@ -999,22 +1011,44 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_kernel(const floa
     __syncthreads();
     sum = 0;
     for (int i = 0; i < n_warps; i++) sum += red[i];
-    const float inv = 1.0f / sum;
-    // v: head_dim threads a position group; blockDim / head_dim groups split
-    // the positions, then add up in group order.
+    // v: head_dim threads a group of positions; blockDim / head_dim groups
+    // take every other one, then add up in group order.
     const int groups = max(1, int(blockDim.x) / head_dim), grp = threadIdx.x / head_dim;
-    float* partial = scores + n_pos;  // groups x head_dim
+    float* partial = scores + mine;  // groups x head_dim
     const float* vh = v_cache + int64_t(kvh) * head_dim;
     for (int i = threadIdx.x % head_dim; grp < groups && i < head_dim; i += blockDim.x) {
         float acc = 0;
 #pragma unroll 4
-        for (int p = grp; p < n_pos; p += groups) acc += scores[p] * vh[p * row + i];
+        for (int j = grp; j < mine; j += groups) acc += scores[j] * vh[int64_t(split + j * S) * row + i];
         partial[grp * head_dim + i] = acc;
     }
     __syncthreads();
+    if (threadIdx.x == 0) out[0] = mx, out[1] = sum;
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
         float acc = 0;
         for (int g = 0; g < groups; g++) acc += partial[g * head_dim + i];
+        out[2 + i] = acc;
+    }
+}
+
+__global__ void attention_combine_kernel(const float* part, int head_dim, int splits, float* out) {
+    chain_start();
+    const int h = blockIdx.x;
+    const float* p = part + int64_t(h) * splits * (head_dim + 2);
+    float m = -INFINITY;
+    for (int j = 0; j < splits; j++) m = fmaxf(m, p[j * (head_dim + 2)]);
+    float l = 0;
+    for (int j = 0; j < splits; j++) {
+        const float mj = p[j * (head_dim + 2)];
+        if (mj != -INFINITY) l += p[j * (head_dim + 2) + 1] * expf(mj - m);
+    }
+    const float inv = 1.0f / l;
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+        float acc = 0;
+        for (int j = 0; j < splits; j++) {
+            const float mj = p[j * (head_dim + 2)];
+            if (mj != -INFINITY) acc += p[j * (head_dim + 2) + 2 + i] * expf(mj - m);
+        }
         out[int64_t(h) * head_dim + i] = acc * inv;
     }
 }
@@ -1166,10 +1200,11 @@ static size_t attention_smem = 0;  // dynamic shared memory of every attention l
 
 void prepare_attention(int max_pos, int head_dim) {
     const int groups = std::max(1, kAttentionThreads / head_dim);
-    const size_t smem = size_t(head_dim + max_pos + groups * head_dim) * sizeof(float);
+    const int per_split = (max_pos + kAttentionSplits - 1) / kAttentionSplits;
+    const size_t smem = size_t(head_dim + per_split + groups * head_dim) * sizeof(float);
     if (smem <= attention_smem) return;
-    if (smem > (48 << 10) &&
-        cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess) {
+    if (smem > (48 << 10) && cudaFuncSetAttribute(attention_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  int(smem)) != cudaSuccess) {
         cudaGetLastError();
         throw std::runtime_error("CUDA attention: a context of " + std::to_string(max_pos) +
                                  " positions needs more shared memory than the device has");
@@ -1177,10 +1212,16 @@ void prepare_attention(int max_pos, int head_dim) {
     attention_smem = smem;
 }
 
+size_t attention_scratch_bytes(int n_head, int head_dim) {
+    return size_t(n_head) * kAttentionSplits * size_t(head_dim + 2) * sizeof(float);
+}
+
 void attention(const float* q, const float* k_cache, const float* v_cache, const int32_t* pos, int n_head,
-               int n_kv_head, int head_dim, float scale, float* out, Stream s) {
-    launch("attention", attention_kernel, unsigned(n_head), kAttentionThreads, attention_smem, native(s), q, k_cache,
-           v_cache, pos, n_head, n_kv_head, head_dim, scale, out);
+               int n_kv_head, int head_dim, float scale, float* scratch, float* out, Stream s) {
+    launch("attention", attention_split_kernel, dim3(unsigned(n_head), kAttentionSplits), kAttentionThreads,
+           attention_smem, native(s), q, k_cache, v_cache, pos, n_head, n_kv_head, head_dim, scale, scratch);
+    launch("attention", attention_combine_kernel, unsigned(n_head), std::min(head_dim, 256), 0, native(s),
+           static_cast<const float*>(scratch), head_dim, kAttentionSplits, out);
 }
 
 void qk_norm_rope_store(float* q, const float* k, const float* v, const float* q_norm, const float* k_norm,

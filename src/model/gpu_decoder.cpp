@@ -44,6 +44,7 @@ private:
 class GpuState : public ModelState {
 public:
     DeviceMemory k_cache, v_cache;  // per layer n_ctx rows of kv_dim floats
+    DeviceMemory att_part;  // attention's partial sums (gpu::attention_scratch_bytes)
     DeviceMemory x, xb, q, k, v, att, router, ids, weights, gate, hidden, logits;  // gate: gate | up
     // Dense and shared-expert FFNs: gate, up, their SwiGLU; the shared
     // expert's output and its gate's logit; with a shared expert, the
@@ -198,13 +199,29 @@ public:
 
     const uint8_t* address(int s) const { return arena_.data() + size_t(s) * slot_bytes_; }
 
-    // Copies an expert's three matrices into slot s on `stream`.
-    void copy(int s, int layer, int id, const ExpertLayer& l, const ExpertView& v, gpu::Stream stream) {
+    // Copies an expert's three matrices into slot s on `stream`; the table
+    // points at the slot from now on, or, when !visible, once commit() says
+    // the copy is done (until then, at the fallback).
+    void copy(int s, int layer, int id, const ExpertLayer& l, const ExpertView& v, gpu::Stream stream,
+              bool visible = true) {
         uint8_t* dst = arena_.data() + size_t(s) * slot_bytes_;
         gpu::copy_to_device(dst, v.gate, l.gate.bytes, stream);
         gpu::copy_to_device(dst + up_offset(layer), v.up, l.up.bytes, stream);
         gpu::copy_to_device(dst + down_offset(layer), v.down, l.down.bytes, stream);
-        host_table_[size_t(int64_t(layer) * n_expert_ + id)] = dst;
+        if (visible) host_table_[size_t(int64_t(layer) * n_expert_ + id)] = dst;
+    }
+
+    // A copy made with !visible has finished: the table points at its slot,
+    // if (layer, id) still has it.
+    void commit(int layer, int id) {
+        const size_t key = size_t(int64_t(layer) * n_expert_ + id);
+        if (slot_of_[key] >= 0) host_table_[key] = address(slot_of_[key]);
+    }
+
+    // Whether the table sends (layer, id) to its slot.
+    bool visible(int layer, int id) const {
+        const size_t key = size_t(int64_t(layer) * n_expert_ + id);
+        return slot_of_[key] >= 0 && host_table_[key] == address(slot_of_[key]);
     }
 
     // The device table, as the slots and fallbacks stand, on `stream`
@@ -411,6 +428,7 @@ public:
         st->k = DeviceMemory(size_t(c.kv_dim()) * 4);
         st->v = DeviceMemory(size_t(c.kv_dim()) * 4);
         st->att = DeviceMemory(size_t(c.q_dim()) * 4);
+        st->att_part = DeviceMemory(gpu::attention_scratch_bytes(c.n_head, c.head_dim));
         st->router = DeviceMemory(size_t(c.n_expert) * 4);
         st->ids = DeviceMemory(2 * K * 4);  // the layer's choice, the next layer's predicted
         st->weights = DeviceMemory(K * 4);
@@ -602,7 +620,8 @@ private:
                                 pos, s);
             }
             mark(StageProfile::kQkRope, 0);
-            gpu::attention(q, kc, vc, pos, c.n_head, c.n_head_kv, c.head_dim, scale, st.att.f32(), s);
+            gpu::attention(q, kc, vc, pos, c.n_head, c.n_head_kv, c.head_dim, scale, st.att_part.f32(), st.att.f32(),
+                           s);
             mark(StageProfile::kAttention, uint64_t(st.n_past + 1) * uint64_t(KV) * 8);
             // The residual add too.
             void* att8 = quantize(st.att.f32(), 1, c.q_dim(), st.att8.data());
@@ -868,6 +887,7 @@ private:
         if (prof && strcmp(prof, "0") != 0) profile_ = std::make_unique<StageProfile>(n_run_ * 12 + 4);
         copied_ = gpu::new_event();
         prefetched_ = gpu::new_event();
+        tabled_ = gpu::new_event();
         uint64_t budget = options_.expert_bytes;
         if (budget == 0) {
             size_t free_b = 0, total_b = 0;
@@ -968,28 +988,45 @@ private:
     // counted against the VRAM slots; those it read from the RAM tier
     // copied into the least recently used slots, and the table updated, on
     // the compute stream, so before the next token's launches.
+    //
+    // The copies overlap the next token: they go on the copy stream once
+    // the table no longer sends anything to the slots they overwrite (the
+    // evicted experts read from the RAM tier again), and the table sends
+    // the copied experts to their slots from the token after, once the
+    // host has seen the copies end (committed at the next refresh).
     void refresh_vram(const GpuState& st) const {
         const int K = config_.n_expert_used;
-        bool changed = false;
+        gpu::sync_event(copied_);
+        bool changed = !pending_.empty();
+        for (auto [il, id] : pending_) vram_.commit(il, id);
+        pending_.clear();
         for (int il = 0; il < n_run_; il++) {
             const ExpertLayer& el = expert_layers_[size_t(il)];
             if (el.n_expert == 0) continue;
             const int32_t* ids = st.host_layer_ids + int64_t(il) * K;
-            int32_t miss[64];
-            int n_miss = 0;
             for (int r = 0; r < K; r++) {
-                if (vram_.find(il, ids[r]) < 0) miss[n_miss++] = ids[r];
+                const bool hit = vram_.visible(il, ids[r]);
+                hits_ += hit;
+                misses_ += !hit;
+                if (vram_.find(il, ids[r]) < 0) pending_.emplace_back(il, ids[r]);
             }
-            for (int i = 0; i < n_miss; i++) {
-                vram_.copy(vram_.take(il, miss[i]), il, miss[i], el,
-                           host_views_[size_t(il) * config_.n_expert + miss[i]], compute_);
-            }
-            hits_ += uint64_t(K - n_miss);
-            misses_ += uint64_t(n_miss);
-            copied_bytes_ += uint64_t(n_miss) * el.expert_bytes();
-            changed = changed || n_miss > 0;
         }
-        if (changed) vram_.upload_table(compute_);
+        // Each copy takes the least recently used slot: never more than half
+        // of them, so none is taken twice (the rest wait for a later token).
+        pending_.resize(std::min(pending_.size(), size_t(vram_.n_slots() / 2)));
+        if (pending_.empty() && !changed) return;
+        std::vector<int> slots(pending_.size());
+        for (size_t i = 0; i < pending_.size(); i++) slots[i] = vram_.take(pending_[i].first, pending_[i].second);
+        vram_.upload_table(compute_);
+        gpu::record(tabled_, compute_);
+        gpu::wait(copy_, tabled_);
+        for (size_t i = 0; i < pending_.size(); i++) {
+            const auto [il, id] = pending_[i];
+            vram_.copy(slots[i], il, id, expert_layers_[size_t(il)], host_views_[size_t(il) * config_.n_expert + id],
+                       copy_, false);
+            copied_bytes_ += expert_layers_[size_t(il)].expert_bytes();
+        }
+        gpu::record(copied_, copy_);
     }
 
     // Whether the expert kernels find every chosen expert through the device
@@ -1021,6 +1058,11 @@ private:
     const bool map_wanted_ = !getenv("MOESTREAM_GPU_MAPPED") || strcmp(getenv("MOESTREAM_GPU_MAPPED"), "0") != 0;
     mutable bool mapped_ = false;
     mutable std::vector<ExpertView> host_views_;
+    // Mapped: the experts being copied into VRAM slots during the token (by
+    // layer and id), and the event the copy stream waits for: the table
+    // without their slots' old owners.
+    mutable std::vector<std::pair<int, int>> pending_;
+    mutable gpu::Event tabled_ = nullptr;
     mutable uint64_t pinned_bytes_ = 0;  // of the RAM tier, page-locked
     mutable gpu::Stream compute_ = nullptr, copy_ = nullptr;
     mutable gpu::Event copied_ = nullptr;

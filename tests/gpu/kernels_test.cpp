@@ -463,10 +463,11 @@ TEST(Kernels, AttentionMatchesDoubleReference) {
         const std::vector<float> q = randoms(size_t(n_head * hd), 1),
                                  k = randoms(size_t(n_pos) * n_kv * hd, 2), v = randoms(size_t(n_pos) * n_kv * hd, 3);
         const float scale = 1.0f / std::sqrt(float(hd));
-        DeviceBuffer dq(q), dk(k), dv(v), dout(size_t(n_head * hd) * 4), dpos(std::vector<int32_t>{n_pos - 1});
+        DeviceBuffer dq(q), dk(k), dv(v), dout(size_t(n_head * hd) * 4), dpos(std::vector<int32_t>{n_pos - 1}),
+            scratch(gpu::attention_scratch_bytes(n_head, hd));
         gpu::prepare_attention(n_pos, hd);
         gpu::attention(dq.f(), dk.f(), dv.f(), static_cast<const int32_t*>(dpos.p), n_head, n_kv, hd, scale,
-                       dout.f(), nullptr);
+                       scratch.f(), dout.f(), nullptr);
         std::vector<double> ref(size_t(n_head * hd));
         for (int h = 0; h < n_head; h++) {
             const int kvh = h / (n_head / n_kv);

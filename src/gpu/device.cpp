@@ -83,9 +83,11 @@ void release_pinned(void* p) {
     if (p) cudaFreeHost(p);
 }
 
-bool pin_host(void* p, size_t bytes) {
-    if (cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable) == cudaSuccess) return true;
+bool pin_host(void* p, size_t bytes, std::string* why) {
+    const cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
+    if (e == cudaSuccess) return true;
     cudaGetLastError();
+    if (why) *why = cudaGetErrorString(e);
     return false;
 }
 const uint8_t* device_view(const void* p) {

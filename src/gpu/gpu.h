@@ -34,8 +34,9 @@ void release(void* p);
 void* alloc_pinned(size_t bytes);  // page-locked host memory, so copies are DMA
 void release_pinned(void* p);
 // Page-locks existing host memory (cudaHostRegister) so copies from it are
-// DMA; false when the driver refuses (then copies are staged).
-bool pin_host(void* p, size_t bytes);
+// DMA; false when the driver refuses (then copies are staged), with *why
+// (when given) saying why.
+bool pin_host(void* p, size_t bytes, std::string* why = nullptr);
 void unpin_host(void* p);
 // The address at which kernels read page-locked host memory (over the bus,
 // without a copy); null where p is not page-locked or cannot be mapped.

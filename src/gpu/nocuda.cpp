@@ -24,7 +24,7 @@ void* alloc(size_t) { absent(); }
 void release(void*) {}
 void* alloc_pinned(size_t) { absent(); }
 void release_pinned(void*) {}
-bool pin_host(void*, size_t) { return false; }
+bool pin_host(void*, size_t, std::string*) { return false; }
 void unpin_host(void*) {}
 const uint8_t* device_view(const void*) { return nullptr; }
 Stream new_stream() { absent(); }

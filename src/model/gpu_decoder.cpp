@@ -909,7 +909,13 @@ private:
         std::vector<SlotLayout> host_layout;
         if (uint64_t(n_experts) * slot > budget) {
             for (auto [p, bytes] : experts.host_memory()) {
-                if (bytes > 0 && gpu::pin_host(p, bytes)) pinned_bytes_ += bytes;
+                std::string why;
+                if (bytes > 0 && gpu::pin_host(p, bytes, &why)) {
+                    pinned_bytes_ += bytes;
+                } else if (bytes > 0) {
+                    fprintf(stderr, "gpu: %.1f MiB of the RAM tier not page-locked (%s): its copies are staged\n",
+                            double(bytes) / (1 << 20), why.c_str());
+                }
             }
             if (pinned_bytes_ > 0) experts.unpin = [](uint8_t* p) { gpu::unpin_host(p); };
             if (map_wanted_ && pinned_bytes_ > 0 && experts.capacity() >= n_experts) host_layout = map_ram_tier(experts);

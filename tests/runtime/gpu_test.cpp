@@ -17,14 +17,16 @@
 #include "gpu/gpu.h"
 #include "model/gpu_decoder.h"
 #include "runtime/session.h"
+#include "../store/test_util.h"
 #include "store/store.h"
 
 namespace ms {
 namespace {
 
-// through_store: the experts come through the store (slots for all of
-// them), as `run` has them, instead of RamExperts.
-std::unique_ptr<Session> open_gpu(const std::string& gguf, uint64_t gpu_mem, bool through_store = false) {
+// sidecar: the experts come through the store (slots for all of them), read
+// from this packed sidecar (every expert's gate, up and down at the same
+// offsets, which the mapped RAM tier needs), instead of RamExperts.
+std::unique_ptr<Session> open_gpu(const std::string& gguf, uint64_t gpu_mem, const std::string& sidecar = "") {
     SessionOptions o;
     o.model_path = gguf;
     o.n_ctx = 64;
@@ -34,15 +36,15 @@ std::unique_ptr<Session> open_gpu(const std::string& gguf, uint64_t gpu_mem, boo
     o.gpu = "auto";
     o.gpu_mem = gpu_mem;
     ExpertSourceFactory experts;
-    if (through_store) {
-        experts = [](const GgufFile& f, const Model& m, uint64_t) -> std::unique_ptr<ExpertSource> {
+    if (!sidecar.empty()) {
+        experts = [sidecar](const GgufFile& f, const Model& m, uint64_t) -> std::unique_ptr<ExpertSource> {
             static StoreCounters counters;
             int n = 0;
             for (const ExpertLayer& l : m.expert_layers()) n += l.n_expert;
             StoreOptions so;
             so.io = "pread";
             so.io_options = {4, 2, 2};
-            return std::make_unique<Store>(ExpertLayout::gguf(f, m.expert_layers()), n, so, &counters);
+            return std::make_unique<Store>(ExpertLayout::packed(f, m.expert_layers(), sidecar), n, so, &counters);
         };
     }
     return Session::open(o, experts);
@@ -180,6 +182,9 @@ TEST_P(GpuStreaming, FewVramSlotsMatchResidentBitForBit) {
     if (!std::filesystem::exists(gguf)) GTEST_SKIP() << gguf << " is not here";
     const golden::Case g = golden::load(name);
     const int64_t V = g.n_vocab;
+    test::TempDir dir;
+    const std::string sidecar = dir.file("m.experts");
+    write_sidecar(GgufFile::open(g.gguf), find_expert_layers(GgufFile::open(g.gguf)), sidecar);
     std::vector<std::vector<float>> logits;
     std::vector<std::vector<int32_t>> text;
     // Resident; then streamed with the RAM tier mapped (misses read by the
@@ -187,7 +192,7 @@ TEST_P(GpuStreaming, FewVramSlotsMatchResidentBitForBit) {
     // layer's misses copied while the host waits.
     for (const auto& [gpu_mem, mapped] : {std::pair{uint64_t(0), "1"}, std::pair{few, "1"}, std::pair{few, "0"}}) {
         setenv("MOESTREAM_GPU_MAPPED", mapped, 1);
-        auto s = open_gpu(g.gguf, gpu_mem, true);
+        auto s = open_gpu(g.gguf, gpu_mem, sidecar);
         logits.emplace_back(g.prompt.size() * size_t(V));
         s->prefill_all(g.prompt, logits.back().data());
         text.emplace_back();

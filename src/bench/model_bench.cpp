@@ -149,6 +149,16 @@ std::vector<MdColumn> model_md_columns(const ModelBenchOptions& opt) {
     c.push_back({"MB/tok", [](const Json& r) { return num_cell(r, "mb_read_per_token", "%.1f"); }});
     c.push_back({"stall ms/tok", [](const Json& r) { return num_cell(r, "io_stall_ms_per_token", "%.2f"); }});
     c.push_back({"read amp", [](const Json& r) { return num_cell(r, "read_amplification", "%.3f"); }});
+    // The GPU's own tier: the store's columns above count the RAM tier's
+    // uses, which a run whose routing stays on the device does not make.
+    bool gpu = false;
+    for (const ModelSweep& s : opt.sweeps) {
+        for (const std::string& v : s.values) gpu = gpu || ((s.flag == "--gpu" || s.flag == "--gpu-mem") && v != "off");
+    }
+    if (gpu) {
+        c.push_back({"VRAM hit %", [](const Json& r) { return num_cell(r, "vram_hit_rate", "%.1f", 100); }});
+        c.push_back({"PCIe MB/tok", [](const Json& r) { return num_cell(r, "pcie_mb_per_token", "%.1f"); }});
+    }
     c.push_back({"peak RSS", [](const Json& r) {
                      const Json& v = r.at("peak_rss_bytes");
                      return v.is_number() ? size_label(uint64_t(v.as_int())) : std::string("-");
@@ -265,7 +275,7 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
         r["test"] = c.test.name();
         r["test_time"] = time_now("%Y-%m-%dT%H:%M:%SZ", true);
 
-        std::vector<double> ns, ts, hit, mbt, stall, amp;
+        std::vector<double> ns, ts, hit, mbt, stall, amp, vram_hit, pcie;
         int64_t prompt_run = 0, gen_run = 0;
         uint64_t peak_rss = 0, dev_bytes = 0;
         bool has_dev = false;
@@ -338,6 +348,8 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
             if (!std::isnan(f.mb_read_per_token) && f.decode_tokens > 0) mbt.push_back(f.mb_read_per_token);
             if (!std::isnan(f.phases.io_wait) && toks > 0) stall.push_back(f.phases.io_wait * 1e3 / double(toks));
             if (!std::isnan(f.read_amplification)) amp.push_back(f.read_amplification);
+            if (!std::isnan(f.vram_hit_rate)) vram_hit.push_back(f.vram_hit_rate);
+            if (!std::isnan(f.pcie_mb_per_token)) pcie.push_back(f.pcie_mb_per_token);
             peak_rss = std::max(peak_rss, f.peak_rss_bytes);
             dev_bytes += f.device_read_bytes;
             has_dev = has_dev || f.has_device;
@@ -371,6 +383,8 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
         r["mb_read_per_token"] = avg_or_null(mbt);
         r["io_stall_ms_per_token"] = avg_or_null(stall);
         r["read_amplification"] = avg_or_null(amp);
+        r["vram_hit_rate"] = avg_or_null(vram_hit);
+        r["pcie_mb_per_token"] = avg_or_null(pcie);
         r["peak_rss_bytes"] = peak_rss ? Json(peak_rss) : Json(nullptr);
         r["device_read_bytes"] = has_dev ? Json(dev_bytes) : Json(nullptr);
         r["cgroup_peak_bytes"] = cg ? Json(cg->peak_bytes()) : Json(nullptr);

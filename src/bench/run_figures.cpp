@@ -150,6 +150,12 @@ RunFigures read_run_figures(const Json& report, const std::string& what) {
         f.mb_read_per_token = number_or_nan(s->find("mb_read_per_token"));
         f.read_amplification = number_or_nan(s->find("read_amplification"));
     }
+    if (const Json* g = report.find("gpu"); g && g->is_object()) {
+        if (const Json* v = g->find("vram_tier"); v && v->is_object()) {
+            f.vram_hit_rate = number_or_nan(v->find("hit_rate"));
+            f.pcie_mb_per_token = number_or_nan(v->find("copied_bytes_per_token")) / 1e6;
+        }
+    }
     f.cpu_idle = number_or_nan(report.find("cpu_idle"));
     f.wall_s = number_or_nan(report.find("wall_s"));
     if (const Json* p = report.find("peak_rss_bytes"); p && p->is_number()) f.peak_rss_bytes = uint64_t(p->as_number());

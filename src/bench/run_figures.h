@@ -62,6 +62,10 @@ struct RunFigures {
     double prefill_seconds = 0, decode_seconds = 0;
     double hit_rate = NAN;
     double mb_read_per_token = NAN;
+    // A run on the GPU (gpu.vram_tier): the share of chosen experts its
+    // kernels found in VRAM, and what it moved host to device a token.
+    double vram_hit_rate = NAN;
+    double pcie_mb_per_token = NAN;
     double read_amplification = NAN;
     double cpu_idle = NAN;
     double wall_s = NAN;

@@ -98,29 +98,32 @@ TEST(RunArgs, LlamaBenchStyleRequest) {
 }
 
 // A stand-in for `moestream run`: prefill at exactly 1000 tok/s, decode at
-// 100 tok/s (as reported), a store with fixed figures, threads from -t.
+// 100 tok/s (as reported), a store with fixed figures, threads from -t;
+// with --gpu-mem, a GPU backend and its VRAM tier's figures.
 const char* kFakeRun = R"(#!/bin/sh
 if [ "$1 $2" = "run --help" ]; then echo "--random-prompt N --ignore-eos"; exit 0; fi
 if [ "$1" = "tokenize" ]; then
   # one token per word, plus BOS
   echo 1 $(cat "$5"); exit 0
 fi
-report=""; n=0; g=0; threads=4
+report=""; n=0; g=0; threads=4; gm=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --report) report="$2"; shift;;
     --random-prompt) n="$2"; shift;;
     -n) g="$2"; shift;;
     -t) threads="$2"; shift;;
+    --gpu-mem) gm="$2"; shift;;
     --fail) echo "fake failure: $2" >&2; exit 3;;
     "") echo "unexpected argument ''" >&2; exit 4;;
   esac
   shift
 done
-awk -v n="$n" -v g="$g" -v t="$threads" 'BEGIN {
+awk -v n="$n" -v g="$g" -v t="$threads" -v gm="$gm" 'BEGIN {
   printf "{\"settings\":{\"threads\":%d},\"results\":{\"prefill_tokens\":%d,\"prefill_seconds\":%.6f,", t, n, n / 1000
   printf "\"decode_tokens\":%d,\"decode_seconds\":%.6f},", g, g / 100
   printf "\"store\":{\"hit_rate\":0.75,\"mb_read_per_token\":12.5,\"read_amplification\":1.25},\"time_split\":{\"io_wait\":0.02},"
+  if (gm != "") printf "\"backend\":\"GPU: Fake\",\"gpu\":{\"vram_tier\":{\"hit_rate\":0.9,\"copied_bytes_per_token\":2500000}},"
   printf "\"peak_rss_bytes\":1048576,\"disk\":{\"device\":\"vda\",\"read_bytes\":4096}}\n"
 }' > "$report"
 echo "generated text"
@@ -202,6 +205,31 @@ TEST_F(FakeRun, RecordsHoldLlamaBenchFieldsAndOurs) {
     ms::Json j = ms::Json::parse(r.json.dump());
     EXPECT_EQ(j.at("records").size(), 6u);
     EXPECT_TRUE(j.at("machine").contains("cpu"));
+}
+
+// A run on the GPU: llama-bench's backend name, and the VRAM tier's hit
+// rate and bytes over the bus a token in their own columns.
+TEST_F(FakeRun, GpuRowsCarryTheVramTier) {
+    ms::ModelBenchOptions o;
+    o.binary = binary;
+    o.models = {model};
+    o.tests = {{0, 16}};
+    o.sweeps = {{"--gpu-mem", {"8G"}}};
+    o.repetitions = 2;
+    o.work_dir = (dir / "work").string();
+    ms::ModelBenchReport r = ms::run_model_bench(o);
+    ASSERT_TRUE(r.errors.empty()) << r.errors[0];
+    ASSERT_EQ(r.records.size(), 1u);
+    const ms::Json& tg = r.records[0];
+    EXPECT_EQ(tg.at("backends").as_string(), "CUDA");
+    EXPECT_DOUBLE_EQ(tg.at("vram_hit_rate").as_number(), 0.9);
+    EXPECT_DOUBLE_EQ(tg.at("pcie_mb_per_token").as_number(), 2.5);
+    const std::string md = ms::format_records("md", r.records, ms::model_md_columns(o));
+    EXPECT_NE(md.find("| VRAM hit % | PCIe MB/tok |"), std::string::npos) << md;
+    EXPECT_NE(md.find("| 90.0 | 2.5 |"), std::string::npos) << md;
+    // Without a GPU sweep there are no such columns.
+    o.sweeps = {{"-t", {"1"}}};
+    EXPECT_EQ(ms::format_records("md", r.records, ms::model_md_columns(o)).find("VRAM hit"), std::string::npos);
 }
 
 TEST_F(FakeRun, FailingRunIsReportedNotFatal) {

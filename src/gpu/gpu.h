@@ -135,11 +135,13 @@ void rms_norm(const float* x, const float* w, int64_t rows, int64_t width, float
 // n_kv_head * head_dim floats. out: n_head * head_dim floats. *pos <
 // max_pos, for which prepare_attention was called. scratch: device memory
 // of attention_scratch_bytes (the positions are split over several blocks a
-// head, whose partial sums meet there).
+// head, whose partial sums meet there). act: also out's 8-bit row
+// (quantize_act's), in the launch that writes out where the heads fill
+// whole 256-value blocks.
 void prepare_attention(int max_pos, int head_dim);
 size_t attention_scratch_bytes(int n_head, int head_dim);
 void attention(const float* q, const float* k_cache, const float* v_cache, const int32_t* pos, int n_head,
-               int n_kv_head, int head_dim, float scale, float* scratch, float* out, Stream s);
+               int n_kv_head, int head_dim, float scale, float* scratch, float* out, Stream s, void* act = nullptr);
 
 // Per head: q's n_head heads RMS-normed with q_norm and NeoX-rotated in
 // place; k's n_kv_head heads normed with k_norm and rotated into row *pos of

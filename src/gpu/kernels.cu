@@ -1031,26 +1031,37 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(cons
     }
 }
 
-__global__ void attention_combine_kernel(const float* part, int head_dim, int splits, float* out) {
+// A block a run of 256 / head_dim heads when act is given (a thread a value:
+// the 256 values one Q8_K block holds, written 8-bit too, as quantize_act
+// would, so the output matrix reads them without a launch of its own), else
+// a block a head.
+__global__ void attention_combine_kernel(const float* part, int head_dim, int splits, int64_t width, float* out,
+                                         uint8_t* act) {
     chain_start();
-    const int h = blockIdx.x;
+    const int per = int(blockDim.x) / head_dim;
+    const int h = int(blockIdx.x) * per + int(threadIdx.x) / head_dim, i = int(threadIdx.x) % head_dim;
     const float* p = part + int64_t(h) * splits * (head_dim + 2);
     float m = -INFINITY;
     for (int j = 0; j < splits; j++) m = fmaxf(m, p[j * (head_dim + 2)]);
-    float l = 0;
+    float l = 0, acc = 0;
     for (int j = 0; j < splits; j++) {
         const float mj = p[j * (head_dim + 2)];
-        if (mj != -INFINITY) l += p[j * (head_dim + 2) + 1] * expf(mj - m);
+        if (mj == -INFINITY) continue;
+        const float f = expf(mj - m);
+        l += p[j * (head_dim + 2) + 1] * f;
+        acc += p[j * (head_dim + 2) + 2 + i] * f;
     }
-    const float inv = 1.0f / l;
-    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
-        float acc = 0;
-        for (int j = 0; j < splits; j++) {
-            const float mj = p[j * (head_dim + 2)];
-            if (mj != -INFINITY) acc += p[j * (head_dim + 2) + 2 + i] * expf(mj - m);
-        }
-        out[int64_t(h) * head_dim + i] = acc * inv;
-    }
+    const float value = acc * (1.0f / l);
+    out[int64_t(h) * head_dim + i] = value;
+    if (!act) return;
+    __shared__ float chunk[256];
+    chunk[threadIdx.x] = value;
+    __syncthreads();
+    if (threadIdx.x >= 32) return;
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] = chunk[8 * threadIdx.x + k];
+    quantize_chunk(v, int(threadIdx.x), blockIdx.x, act, width);
 }
 
 // One block a head: blocks [0, n_head) are q heads (normed and rotated in
@@ -1217,11 +1228,17 @@ size_t attention_scratch_bytes(int n_head, int head_dim) {
 }
 
 void attention(const float* q, const float* k_cache, const float* v_cache, const int32_t* pos, int n_head,
-               int n_kv_head, int head_dim, float scale, float* scratch, float* out, Stream s) {
+               int n_kv_head, int head_dim, float scale, float* scratch, float* out, Stream s, void* act) {
+    if (head_dim > 1024) throw std::runtime_error("CUDA attention: head_dim > 1024");
     launch("attention", attention_split_kernel, dim3(unsigned(n_head), kAttentionSplits), kAttentionThreads,
            attention_smem, native(s), q, k_cache, v_cache, pos, n_head, n_kv_head, head_dim, scale, scratch);
-    launch("attention", attention_combine_kernel, unsigned(n_head), std::min(head_dim, 256), 0, native(s),
-           static_cast<const float*>(scratch), head_dim, kAttentionSplits, out);
+    const int64_t width = int64_t(n_head) * head_dim;
+    const bool fused = act && 256 % head_dim == 0 && width % 256 == 0;
+    const int per = fused ? 256 / head_dim : 1;
+    launch("attention", attention_combine_kernel, unsigned(n_head / per), unsigned(per * head_dim), 0, native(s),
+           static_cast<const float*>(scratch), head_dim, kAttentionSplits, width, out,
+           static_cast<uint8_t*>(fused ? act : nullptr));
+    if (act && !fused) quantize_act(out, 1, width, act, s);
 }
 
 void qk_norm_rope_store(float* q, const float* k, const float* v, const float* q_norm, const float* k_norm,

@@ -67,7 +67,7 @@ void rms_norm(const float*, const float*, int64_t, int64_t, float, float*, Strea
 void prepare_attention(int, int) { absent(); }
 size_t attention_scratch_bytes(int, int) { return 0; }
 void attention(const float*, const float*, const float*, const int32_t*, int, int, int, float, float*, float*,
-               Stream) {
+               Stream, void*) {
     absent();
 }
 void capture_begin(Stream) { absent(); }

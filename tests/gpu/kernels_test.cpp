@@ -464,10 +464,14 @@ TEST(Kernels, AttentionMatchesDoubleReference) {
                                  k = randoms(size_t(n_pos) * n_kv * hd, 2), v = randoms(size_t(n_pos) * n_kv * hd, 3);
         const float scale = 1.0f / std::sqrt(float(hd));
         DeviceBuffer dq(q), dk(k), dv(v), dout(size_t(n_head * hd) * 4), dpos(std::vector<int32_t>{n_pos - 1}),
-            scratch(gpu::attention_scratch_bytes(n_head, hd));
+            scratch(gpu::attention_scratch_bytes(n_head, hd)), act(gpu::act_bytes(n_head * hd)),
+            want_act(gpu::act_bytes(n_head * hd));
         gpu::prepare_attention(n_pos, hd);
         gpu::attention(dq.f(), dk.f(), dv.f(), static_cast<const int32_t*>(dpos.p), n_head, n_kv, hd, scale,
-                       scratch.f(), dout.f(), nullptr);
+                       scratch.f(), dout.f(), nullptr, act.p);
+        // The 8-bit row written with the output is quantize_act's of it.
+        gpu::quantize_act(dout.f(), 1, n_head * hd, want_act.p, nullptr);
+        EXPECT_EQ(act.get<uint8_t>(), want_act.get<uint8_t>()) << n_pos << " positions";
         std::vector<double> ref(size_t(n_head * hd));
         for (int h = 0; h < n_head; h++) {
             const int kvh = h / (n_head / n_kv);

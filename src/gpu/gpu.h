@@ -138,10 +138,26 @@ void rms_norm(const float* x, const float* w, int64_t rows, int64_t width, float
 // head, whose partial sums meet there). act: also out's 8-bit row
 // (quantize_act's), in the launch that writes out where the heads fill
 // whole 256-value blocks.
+//
+// fresh.k set: q and the new position's k and v rows come as the q/k/v
+// matrices gave them, and attention does qk_norm_rope_store's work in its
+// own launch: q's heads and the k row's RMS-normed per head (q_norm,
+// k_norm) and NeoX-rotated (cos_sin, n_rot dims), the k and v rows written
+// into row *pos of the caches (q itself is left as it was).
+struct FreshRow {
+    const float* k = nullptr;
+    const float* v = nullptr;
+    const float* q_norm = nullptr;
+    const float* k_norm = nullptr;
+    float eps = 0;
+    const float* cos_sin = nullptr;
+    int n_rot = 0;
+};
 void prepare_attention(int max_pos, int head_dim);
 size_t attention_scratch_bytes(int n_head, int head_dim);
-void attention(const float* q, const float* k_cache, const float* v_cache, const int32_t* pos, int n_head,
-               int n_kv_head, int head_dim, float scale, float* scratch, float* out, Stream s, void* act = nullptr);
+void attention(const float* q, float* k_cache, float* v_cache, const int32_t* pos, int n_head, int n_kv_head,
+               int head_dim, float scale, float* scratch, float* out, Stream s, void* act = nullptr,
+               const FreshRow& fresh = {});
 
 // Per head: q's n_head heads RMS-normed with q_norm and NeoX-rotated in
 // place; k's n_kv_head heads normed with k_norm and rotated into row *pos of

@@ -952,6 +952,28 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, 
     }
 }
 
+// A head of head_dim values in shared memory h, RMS-normed with w (its sum
+// of squares in double, as ops/norm.cpp) and NeoX-rotated on its first n_rot
+// dims; each thread must have written the h[i] it reads first (i =
+// threadIdx.x, stepping blockDim.x). Every thread of the block calls it.
+__device__ void norm_rope_head(float* h, const float* w, int head_dim, int n_rot, float eps, const float* cos_sin,
+                               double* part) {
+    double sum = 0;
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) sum += double(h[i] * h[i]);
+    const double total = block_sum(sum, part);
+    const float scale = 1.0f / sqrtf(float(total / double(head_dim)) + eps);
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) h[i] = (h[i] * scale) * w[i];
+    __syncthreads();
+    const int half = n_rot / 2;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const float c = cos_sin[2 * i], sn = cos_sin[2 * i + 1];
+        const float a = h[i], b = h[i + half];
+        h[i] = a * c - b * sn;
+        h[i + half] = a * sn + b * c;
+    }
+    __syncthreads();
+}
+
 // Decode attention in two launches (split over positions, as in
 // flash-decoding): the positions p <= *pos are dealt round-robin to
 // kAttentionSplits blocks of each query head, so the work spreads over
@@ -963,19 +985,22 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, 
 // head rescales the splits to their common maximum and divides.
 constexpr int kAttentionThreads = 256, kAttentionSplits = 16;
 
-__global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(const float* q, const float* k_cache,
-                                                                           const float* v_cache, const int32_t* pos,
+__global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(const float* q, float* k_cache,
+                                                                           float* v_cache, const int32_t* pos,
                                                                            int n_head, int n_kv_head, int head_dim,
-                                                                           float scale, float* part) {
+                                                                           float scale, float* part,
+                                                                           const FreshRow fresh) {
     chain_start();
     const int n_pos = *pos + 1;
     const int h = blockIdx.x, split = blockIdx.y, S = gridDim.y, kvh = h / (n_head / n_kv_head);
     const int mine = n_pos > split ? (n_pos - split + S - 1) / S : 0;  // positions split, split + S, ...
     float* out = part + (int64_t(h) * S + split) * (head_dim + 2);
     extern __shared__ float smem[];
-    float* qs = smem;                 // head_dim
-    float* scores = smem + head_dim;  // mine
+    float* qs = smem;                     // head_dim
+    float* kp = smem + head_dim;          // head_dim: fresh, this position's k row of the head's KV head
+    float* scores = smem + 2 * head_dim;  // mine
     __shared__ float red[32];
+    __shared__ double sums[32];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
     if (mine == 0) {
         if (threadIdx.x == 0) out[0] = -INFINITY, out[1] = 0;
@@ -983,12 +1008,33 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(cons
     }
     const int64_t row = int64_t(n_kv_head) * head_dim;
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) qs[i] = q[int64_t(h) * head_dim + i];
+    // Fresh: this split holds the new position when (n_pos - 1) % S ==
+    // split; its blocks norm and rotate that k row themselves (the cache's
+    // row is written by the first query head of the group, and read by
+    // none of this launch).
+    const bool here = fresh.k && (n_pos - 1) % S == split;
+    if (here) {
+        for (int i = threadIdx.x; i < head_dim; i += blockDim.x) kp[i] = fresh.k[int64_t(kvh) * head_dim + i];
+    }
+    if (fresh.k) norm_rope_head(qs, fresh.q_norm, head_dim, fresh.n_rot, fresh.eps, fresh.cos_sin, sums);
+    if (here) {
+        norm_rope_head(kp, fresh.k_norm, head_dim, fresh.n_rot, fresh.eps, fresh.cos_sin, sums);
+        if (h % (n_head / n_kv_head) == 0) {
+            float* kd = k_cache + int64_t(n_pos - 1) * row + int64_t(kvh) * head_dim;
+            float* vd = v_cache + int64_t(n_pos - 1) * row + int64_t(kvh) * head_dim;
+            for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+                kd[i] = kp[i];
+                vd[i] = fresh.v[int64_t(kvh) * head_dim + i];
+            }
+        }
+    }
     __syncthreads();
     const float* kh = k_cache + int64_t(kvh) * head_dim;
     float mx = -INFINITY;
 #pragma unroll 4
     for (int j = warp; j < mine; j += n_warps) {
-        const float* k = kh + int64_t(split + j * S) * row;
+        const int p = split + j * S;
+        const float* k = here && p == n_pos - 1 ? kp : kh + int64_t(p) * row;
         float s = 0;
         for (int i = lane; i < head_dim; i += 32) s += qs[i] * k[i];
         s = warp_sum(s) * scale;
@@ -1016,10 +1062,14 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(cons
     const int groups = max(1, int(blockDim.x) / head_dim), grp = threadIdx.x / head_dim;
     float* partial = scores + mine;  // groups x head_dim
     const float* vh = v_cache + int64_t(kvh) * head_dim;
+    const float* vp = here ? fresh.v + int64_t(kvh) * head_dim : nullptr;  // the new position's v row
     for (int i = threadIdx.x % head_dim; grp < groups && i < head_dim; i += blockDim.x) {
         float acc = 0;
 #pragma unroll 4
-        for (int j = grp; j < mine; j += groups) acc += scores[j] * vh[int64_t(split + j * S) * row + i];
+        for (int j = grp; j < mine; j += groups) {
+            const int p = split + j * S;
+            acc += scores[j] * (here && p == n_pos - 1 ? vp[i] : vh[int64_t(p) * row + i]);
+        }
         partial[grp * head_dim + i] = acc;
     }
     __syncthreads();
@@ -1078,24 +1128,8 @@ __global__ void qk_norm_rope_store_kernel(float* q, const float* k, const float*
     const bool is_q = int(blockIdx.x) < n_head;
     const int head = is_q ? blockIdx.x : blockIdx.x - n_head;
     const float* src = is_q ? q + int64_t(head) * head_dim : k + int64_t(head) * head_dim;
-    const float* w = is_q ? q_norm : k_norm;
-    double sum = 0;
-    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
-        h[i] = src[i];
-        sum += double(h[i] * h[i]);
-    }
-    const double total = block_sum(sum, part);
-    const float scale = 1.0f / sqrtf(float(total / double(head_dim)) + eps);
-    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) h[i] = (h[i] * scale) * w[i];
-    __syncthreads();
-    const int half = n_rot / 2;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        const float c = cos_sin[2 * i], sn = cos_sin[2 * i + 1];
-        const float a = h[i], b = h[i + half];
-        h[i] = a * c - b * sn;
-        h[i + half] = a * sn + b * c;
-    }
-    __syncthreads();
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) h[i] = src[i];
+    norm_rope_head(h, is_q ? q_norm : k_norm, head_dim, n_rot, eps, cos_sin, part);
     float* dst = is_q ? q + int64_t(head) * head_dim : k_cache + int64_t(*pos) * kv_width + int64_t(head) * head_dim;
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) dst[i] = h[i];
     if (!is_q) {
@@ -1212,7 +1246,7 @@ static size_t attention_smem = 0;  // dynamic shared memory of every attention l
 void prepare_attention(int max_pos, int head_dim) {
     const int groups = std::max(1, kAttentionThreads / head_dim);
     const int per_split = (max_pos + kAttentionSplits - 1) / kAttentionSplits;
-    const size_t smem = size_t(head_dim + per_split + groups * head_dim) * sizeof(float);
+    const size_t smem = size_t(2 * head_dim + per_split + groups * head_dim) * sizeof(float);
     if (smem <= attention_smem) return;
     if (smem > (48 << 10) && cudaFuncSetAttribute(attention_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                   int(smem)) != cudaSuccess) {
@@ -1227,11 +1261,14 @@ size_t attention_scratch_bytes(int n_head, int head_dim) {
     return size_t(n_head) * kAttentionSplits * size_t(head_dim + 2) * sizeof(float);
 }
 
-void attention(const float* q, const float* k_cache, const float* v_cache, const int32_t* pos, int n_head,
-               int n_kv_head, int head_dim, float scale, float* scratch, float* out, Stream s, void* act) {
+void attention(const float* q, float* k_cache, float* v_cache, const int32_t* pos, int n_head, int n_kv_head,
+               int head_dim, float scale, float* scratch, float* out, Stream s, void* act, const FreshRow& fresh) {
     if (head_dim > 1024) throw std::runtime_error("CUDA attention: head_dim > 1024");
+    if (fresh.k && (fresh.n_rot > head_dim || fresh.n_rot % 2 != 0)) {
+        throw std::runtime_error("CUDA attention: n_rot even, <= head_dim");
+    }
     launch("attention", attention_split_kernel, dim3(unsigned(n_head), kAttentionSplits), kAttentionThreads,
-           attention_smem, native(s), q, k_cache, v_cache, pos, n_head, n_kv_head, head_dim, scale, scratch);
+           attention_smem, native(s), q, k_cache, v_cache, pos, n_head, n_kv_head, head_dim, scale, scratch, fresh);
     const int64_t width = int64_t(n_head) * head_dim;
     const bool fused = act && 256 % head_dim == 0 && width % 256 == 0;
     const int per = fused ? 256 / head_dim : 1;

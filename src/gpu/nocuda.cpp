@@ -66,8 +66,8 @@ void matvec_experts(GgmlType, const uint8_t* const*, const int32_t*, int, size_t
 void rms_norm(const float*, const float*, int64_t, int64_t, float, float*, Stream, void*) { absent(); }
 void prepare_attention(int, int) { absent(); }
 size_t attention_scratch_bytes(int, int) { return 0; }
-void attention(const float*, const float*, const float*, const int32_t*, int, int, int, float, float*, float*,
-               Stream, void*) {
+void attention(const float*, float*, float*, const int32_t*, int, int, int, float, float*, float*, Stream, void*,
+               const FreshRow&) {
     absent();
 }
 void capture_begin(Stream) { absent(); }

@@ -610,9 +610,11 @@ private:
                 gpu::add(v, d.bv, KV, s);
             }
             mark(StageProfile::kAttnIn, a.wq.bytes() + a.wk.bytes() + a.wv.bytes());
+            // Per-head q/k norms: attention norms and rotates q and the new k
+            // row itself, and stores k and v (one launch less).
+            gpu::FreshRow fresh;
             if (a.qk_norm == QkNorm::PerHead) {
-                gpu::qk_norm_rope_store(q, k, v, d.q_norm, d.k_norm, c.n_head, c.n_head_kv, c.head_dim, rope_.n_rot,
-                                        c.rms_eps, cos_sin, kc, vc, pos, s);
+                fresh = {k, v, d.q_norm, d.k_norm, c.rms_eps, cos_sin, rope_.n_rot};
             } else {
                 if (a.qk_norm == QkNorm::Whole) {
                     gpu::rms_norm(q, d.q_norm, 1, c.q_dim(), c.rms_eps, q, s);
@@ -625,7 +627,7 @@ private:
             // With its 8-bit row, which the output matrix reads.
             void* att8 = act8(c.q_dim()) ? st.att8.data() : nullptr;
             gpu::attention(q, kc, vc, pos, c.n_head, c.n_head_kv, c.head_dim, scale, st.att_part.f32(), st.att.f32(),
-                           s, att8);
+                           s, att8, fresh);
             mark(StageProfile::kAttention, uint64_t(st.n_past + 1) * uint64_t(KV) * 8);
             // The residual add too.
             gpu::matvec(a.wo.type, d.wo, E, c.q_dim(), {st.att.f32(), att8}, x, s, true);

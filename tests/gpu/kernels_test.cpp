@@ -456,6 +456,41 @@ TEST(Kernels, QkNormRopeStoreMatchesOps) {
     EXPECT_EQ(std::vector<float>(vrow.begin() + long(at), vrow.end()), v);
 }
 
+// Attention that norms, rotates and stores the new position's rows itself
+// (FreshRow) against qk_norm_rope_store then attention: the same output and
+// cache rows, q left as the q/k/v matrices gave it; at positions 0 and 40
+// (the new row in the first and in the ninth of the 16 splits).
+TEST(Kernels, AttentionWithFreshRowMatchesTwoLaunches) {
+    SKIP_WITHOUT_GPU();
+    const int n_head = 8, n_kv = 2, hd = 128, rows = 48;
+    const Rope rope{hd, 1e6f, true};
+    for (int pos : {0, 40}) {
+        const std::vector<float> q = randoms(size_t(n_head * hd), 1, 2.0f), k = randoms(size_t(n_kv * hd), 2, 2.0f),
+                                 v = randoms(size_t(n_kv * hd), 3), qn = randoms(size_t(hd), 4),
+                                 kn = randoms(size_t(hd), 5), cache = randoms(size_t(rows * n_kv * hd), 6);
+        std::vector<float> cs(hd);
+        rope_angles(rope, pos, cs.data());
+        DeviceBuffer dq(q), dq2(q), dk(k), dv(v), dqn(qn), dkn(kn), dcs(cs), dpos(std::vector<int32_t>{pos}),
+            kc(cache), vc(cache), kc2(cache), vc2(cache), out(size_t(n_head * hd) * 4), out2(size_t(n_head * hd) * 4),
+            scratch(gpu::attention_scratch_bytes(n_head, hd));
+        const int32_t* p = static_cast<const int32_t*>(dpos.p);
+        const float scale = 1.0f / std::sqrt(float(hd));
+        gpu::prepare_attention(rows, hd);
+        gpu::qk_norm_rope_store(dq.f(), dk.f(), dv.f(), dqn.f(), dkn.f(), n_head, n_kv, hd, hd, 1e-6f, dcs.f(),
+                                kc.f(), vc.f(), p, nullptr);
+        gpu::attention(dq.f(), kc.f(), vc.f(), p, n_head, n_kv, hd, scale, scratch.f(), out.f(), nullptr);
+        const gpu::FreshRow fresh{dk.f(), dv.f(), dqn.f(), dkn.f(), 1e-6f, dcs.f(), hd};
+        gpu::attention(dq2.f(), kc2.f(), vc2.f(), p, n_head, n_kv, hd, scale, scratch.f(), out2.f(), nullptr, nullptr,
+                       fresh);
+        const std::vector<float> want = out.get<float>();
+        EXPECT_LT(rel_err(out2.get<float>(), std::vector<double>(want.begin(), want.end())), 1e-6) << pos;
+        const std::vector<float> kw = kc.get<float>(), kg = kc2.get<float>();
+        EXPECT_LT(rel_err(kg, std::vector<double>(kw.begin(), kw.end())), 1e-6) << pos;
+        EXPECT_EQ(vc2.get<float>(), vc.get<float>()) << pos;
+        EXPECT_EQ(dq2.get<float>(), q) << pos;
+    }
+}
+
 TEST(Kernels, AttentionMatchesDoubleReference) {
     SKIP_WITHOUT_GPU();
     const int n_head = 8, n_kv = 2, hd = 64;

@@ -38,8 +38,10 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "(qwen3moe, olmoe, qwen2moe, mixtral, glm4moe, minimax-m2); off: the CPU. The run says which, "
              "and why not the GPU");
     a.size_option("--gpu-mem", &gpu_mem, "SIZE",
-                  "VRAM for the GPU's expert cache (e.g. 8G); experts beyond it are copied from the RAM tier "
-                  "(--mem) as each layer needs them (0: all free VRAM but 1 GiB)");
+                  "VRAM for the GPU's expert cache (e.g. 8G; 0: all free VRAM but 1 GiB). Experts beyond it "
+                  "come from the RAM tier (--mem, page-locked): when it holds every expert, the kernels read a "
+                  "token's misses from it over the bus and the cache is refilled between tokens "
+                  "(MOESTREAM_GPU_MAPPED=0: not); otherwise each layer's misses are copied as it needs them");
     a.option("--report", &report, "FILE", "write settings, timings and peak RSS as JSON to FILE");
     store.declare(a);
     if (!sampling) return;

@@ -52,6 +52,19 @@ if step gpumem; then
   for r in gm8_copied gm2_mapped gm2_copied; do cmp $O/gm8_mapped.txt $O/$r.txt && echo "$r: same text as gm8_mapped"; done
   cmp $O/gm8_mapped.txt $O/res_512.txt && echo "gm8 mapped text == resident"
 fi
+if step final; then
+  [ -f $M ] || $ms synth --preset qwen3-30b-a3b --type Q4_K_M -o $M 2>&1 | tail -1
+  MODEL=$M
+  A="--random-prompt 32 --ignore-eos --seed 3 --temp 0 --gpu auto --mem 24G --io buffered"
+  run f_res_256 $A -n 256
+  run f_res_512 $A -n 512
+  run f_res_1024 $A -n 1024 -c 2048
+  run f_gm8 $A -n 512 --gpu-mem 8G
+  run f_gm2 $A -n 512 --gpu-mem 2G
+  cmp $O/f_res_512.txt $O/f_gm8.txt && echo "gm8 text == resident"
+  cmp $O/f_res_512.txt $O/f_gm2.txt && echo "gm2 text == resident"
+  timeout 120 $ms bench model -m $M -p 0 -n 128 -r 2 --gpu auto --gpu-mem 0,8G --mem 24G --io buffered --run-args "--draft off" --json $O/bench-model.json 2>&1 | grep -v "^\s*$" | tail -5
+fi
 if step benchmodel; then
   [ -f $M ] || $ms synth --preset qwen3-30b-a3b --type Q4_K_M -o $M 2>&1 | tail -1
   echo "== bench model"

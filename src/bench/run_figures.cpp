@@ -153,7 +153,10 @@ RunFigures read_run_figures(const Json& report, const std::string& what) {
     if (const Json* g = report.find("gpu"); g && g->is_object()) {
         if (const Json* v = g->find("vram_tier"); v && v->is_object()) {
             f.vram_hit_rate = number_or_nan(v->find("hit_rate"));
-            f.pcie_mb_per_token = number_or_nan(v->find("copied_bytes_per_token")) / 1e6;
+            // Copies, plus what a mapped run's kernels read over the bus.
+            const Json* bus = v->find("bus_read_bytes_per_token");
+            f.pcie_mb_per_token = (number_or_nan(v->find("copied_bytes_per_token")) +
+                                   (bus && bus->is_number() ? bus->as_number() : 0.0)) / 1e6;
         }
     }
     f.cpu_idle = number_or_nan(report.find("cpu_idle"));

@@ -63,7 +63,8 @@ struct RunFigures {
     double hit_rate = NAN;
     double mb_read_per_token = NAN;
     // A run on the GPU (gpu.vram_tier): the share of chosen experts its
-    // kernels found in VRAM, and what it moved host to device a token.
+    // kernels found in VRAM, and what it moved host to device a token
+    // (copies, and a mapped RAM tier's reads by the kernels).
     double vram_hit_rate = NAN;
     double pcie_mb_per_token = NAN;
     double read_amplification = NAN;

@@ -358,6 +358,10 @@ public:
                 100.0 * double(hits_) / double(std::max<uint64_t>(1, hits_ + misses_)), copied_bytes_ / 1e9,
                 copied_bytes_ / 1e6 / double(tokens_), (unsigned long long)tokens_, pinned_bytes_ / double(1 << 30),
                 mapped_ ? ", mapped: misses read from it by the kernels, a CUDA graph a token" : "");
+        if (mapped_) {
+            fprintf(stderr, "gpu: mapped RAM tier: %.1f MB a token read by the kernels over the bus\n",
+                    bus_read_bytes_ / 1e6 / double(tokens_));
+        }
         if (predicted_ > 0) {
             fprintf(stderr,
                     "gpu: next-layer prediction: %.1f%% of %llu predicted experts chosen; %llu copied ahead, %.1f%% "
@@ -388,6 +392,9 @@ public:
         v["hit_rate"] = hits_ + misses_ > 0 ? double(hits_) / double(hits_ + misses_) : 1.0;
         v["copied_bytes"] = copied_bytes_;
         v["copied_bytes_per_token"] = tokens_ > 0 ? double(copied_bytes_) / double(tokens_) : 0.0;
+        // Mapped: the misses' matrices, which the kernels read from the RAM tier over the bus.
+        v["bus_read_bytes"] = bus_read_bytes_;
+        v["bus_read_bytes_per_token"] = tokens_ > 0 ? double(bus_read_bytes_) / double(tokens_) : 0.0;
         v["fill_seconds"] = fill_seconds_;
         v["tokens"] = tokens_;
         v["predicted"] = predicted_;
@@ -1009,18 +1016,26 @@ private:
     // host has seen the copies end (committed at the next refresh).
     void refresh_vram(const GpuState& st) const {
         const int K = config_.n_expert_used;
-        gpu::sync_event(copied_);
-        bool changed = !pending_.empty();
-        for (auto [il, id] : pending_) vram_.commit(il, id);
-        pending_.clear();
+        // What the token found in VRAM: the table as it ran, before this
+        // refresh commits the copies made during it.
         for (int il = 0; il < n_run_; il++) {
-            const ExpertLayer& el = expert_layers_[size_t(il)];
-            if (el.n_expert == 0) continue;
+            if (expert_layers_[size_t(il)].n_expert == 0) continue;
             const int32_t* ids = st.host_layer_ids + int64_t(il) * K;
             for (int r = 0; r < K; r++) {
                 const bool hit = vram_.visible(il, ids[r]);
                 hits_ += hit;
                 misses_ += !hit;
+                if (!hit) bus_read_bytes_ += expert_layers_[size_t(il)].expert_bytes();
+            }
+        }
+        gpu::sync_event(copied_);
+        bool changed = !pending_.empty();
+        for (auto [il, id] : pending_) vram_.commit(il, id);
+        pending_.clear();
+        for (int il = 0; il < n_run_; il++) {
+            if (expert_layers_[size_t(il)].n_expert == 0) continue;
+            const int32_t* ids = st.host_layer_ids + int64_t(il) * K;
+            for (int r = 0; r < K; r++) {
                 if (vram_.find(il, ids[r]) < 0) pending_.emplace_back(il, ids[r]);
             }
         }
@@ -1088,7 +1103,7 @@ private:
     mutable int predicted_layer_ = -1, prefetched_layer_ = -1, n_prefetched_ = 0;
     mutable int32_t predicted_ids_[64] = {}, prefetched_ids_[64] = {};
     mutable uint64_t predicted_ = 0, predicted_right_ = 0, prefetch_copies_ = 0, prefetch_used_ = 0;
-    mutable uint64_t copied_bytes_ = 0, hits_ = 0, misses_ = 0, tokens_ = 0;
+    mutable uint64_t copied_bytes_ = 0, bus_read_bytes_ = 0, hits_ = 0, misses_ = 0, tokens_ = 0;
     mutable double fill_seconds_ = 0;  // host time in fetch_experts
     // The first call's setup: resident weights copied; the RAM tier
     // page-locked (and, mapped, every expert read into it); the expert

@@ -1,4 +1,14 @@
 #!/bin/bash
+# The fourth session's H200 device calls (docs/gpu.md, "Fourth session"):
+# beside this script, bin.txz (bin/: moestream, gpu_kernels_test,
+# runtime_gpu_test, lib/ with the shared libraries the device lacks),
+# golden.txz (the covered families' golden files and their exact/ logits)
+# and tok.txz (tokenizer/qwen3-vocab.gguf, for synth); unpacked where the
+# tests were compiled to look (../shared/golden of the source tree). Each
+# call's STEPS: call 1-2 "tests resident gpumem", 3-4 and 6 the same with
+# the steps then in the script, 7 "stest big", 8 "tests benchmodel", 9
+# "tests final" ("last" never ran: no device time was left). Output:
+# $OUT/s4.tgz, unpacked here as callN/.
 # Device call of session 4: unpack binaries + golden subset, run tests, A/B runs, 235B drive-bound run.
 # STEPS: tests resident gpumem big ; OUTDIR packed into $OUT/s4.tgz at the end.
 set -u -o pipefail
@@ -51,6 +61,14 @@ if step gpumem; then
   MOESTREAM_GPU_MAPPED=0 run gm2_copied $A --gpu-mem 2G
   for r in gm8_copied gm2_mapped gm2_copied; do cmp $O/gm8_mapped.txt $O/$r.txt && echo "$r: same text as gm8_mapped"; done
   cmp $O/gm8_mapped.txt $O/res_512.txt && echo "gm8 mapped text == resident"
+fi
+if step last; then
+  $ms synth --preset qwen3-30b-a3b --type Q4_K_M -o $M 2>&1 | tail -1
+  MODEL=$M
+  A="--random-prompt 32 --ignore-eos --seed 3 --temp 0 --gpu auto --mem 24G --io buffered -n 512"
+  run l_gm8 $A --gpu-mem 8G; pack
+  run l_gm2 $A --gpu-mem 2G; pack
+  echo "== streaming tests"; $BIN/runtime_gpu_test --gtest_filter='*Streaming*' > $O/stest.log 2>&1; echo "exit $?"; grep -E "PASSED|FAILED" $O/stest.log
 fi
 if step final; then
   [ -f $M ] || $ms synth --preset qwen3-30b-a3b --type Q4_K_M -o $M 2>&1 | tail -1

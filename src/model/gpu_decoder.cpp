@@ -464,6 +464,10 @@ public:
         return st;
     }
 
+    void attach(ExpertSource& experts) const override {
+        std::call_once(uploaded_, [&] { upload(experts); });
+    }
+
     void forward(ModelState& state, ExpertSource& experts, ThreadPool&, const int32_t* tokens, int n, float* logits,
                  bool all_logits) const override {
         GpuState& st = static_cast<GpuState&>(state);
@@ -1072,7 +1076,7 @@ private:
     // The experts' gate/up launch asks L2 for their down matrices
     // (MOESTREAM_GPU_L2=0: not, to compare).
     const bool down_ahead_ = !getenv("MOESTREAM_GPU_L2") || strcmp(getenv("MOESTREAM_GPU_L2"), "0") != 0;
-    // Made at the first forward call, once load_resident has read the weights.
+    // Made by attach() (or the first forward call), once load_resident has read the weights.
     mutable std::once_flag uploaded_;
     mutable DeviceMemory weights_;
     mutable size_t weight_used_ = 0;

@@ -109,6 +109,13 @@ public:
     virtual void forward_batch(ModelState* const* states, int n, ExpertSource& experts, ThreadPool& pool,
                                const int32_t* tokens, float* logits) const;
 
+    // Called once the session's expert source exists, before any forward
+    // call: what a model sets up against it. The GPU model copies its
+    // weights to VRAM and page-locks or fills from the source here, so that
+    // the first forward call's time is the forward's own (it does this at
+    // the first forward call when nothing called attach). Default: nothing.
+    virtual void attach(ExpertSource& experts) const { (void)experts; }
+
     // Whether forward() runs layer by layer over more than max_batch tokens
     // (StateOptions::max_tokens), so a long prompt reads each expert once.
     virtual bool layer_major() const { return false; }

@@ -110,6 +110,7 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o, const ExpertSour
                                                        if (progress) progress("experts", done, total);
                                                    });
     }
+    s->model_->attach(*s->experts_);
     s->tokens_.reserve(size_t(so.n_ctx));
     s->logits_.resize(size_t(c.n_vocab));
     return s;

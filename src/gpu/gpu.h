@@ -106,13 +106,8 @@ void matvec_experts(GgmlType t, const uint8_t* const* table, const int32_t* ids,
 // An expert FFN's first half for n experts in one launch: with expert i's
 // gate matrix at table[ids[i]] + offset and its up matrix at + offset2 (both
 // of type t, rows x cols), h[i * rows + r] = silu(gate_r . x) * (up_r . x).
-// ahead_bytes > 0: the launch also asks L2 for the ahead_bytes at each
-// expert's table[ids[i]] + ahead_offset (its down matrix, which the next
-// launch reads), spread over its blocks, so they are on their way while
-// gate and up are computed.
 void expert_gate_up(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
-                    size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s, size_t ahead_offset = 0,
-                    size_t ahead_bytes = 0);
+                    size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s);
 
 // The second half, and the weighted sum into the residual, in one launch
 // (n <= 32): with expert i's down matrix at table[ids[i]] + offset (rows x

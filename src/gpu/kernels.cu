@@ -637,7 +637,6 @@ struct MatvecArgs {
     int nparts;
     const uint8_t* xq;
     size_t xq_stride;
-    size_t ahead_offset, ahead_bytes;  // gate/up: what the down launch reads of each expert (expert_gate_up)
 };
 
 constexpr int kWarps = 4;  // a matvec block's warps
@@ -769,10 +768,6 @@ __global__ void __launch_bounds__(32 * kWarps) gate_up_kernel(const MatvecArgs a
     chain_start();
     const int e = blockIdx.y;
     const uint8_t* w = (a.ids ? a.table[a.ids[e]] : a.table[e]);
-    if (a.ahead_bytes > 0 && threadIdx.x == 0) {  // this block's share of the expert's down matrix
-        const size_t share = (a.ahead_bytes + gridDim.x - 1) / gridDim.x, first = size_t(blockIdx.x) * share;
-        if (first < a.ahead_bytes) prefetch_l2(w + a.ahead_offset + first, min(share, a.ahead_bytes - first));
-    }
     const int lane = threadIdx.x % 32;
     const int64_t r0 = (int64_t(blockIdx.x) * kWarps + threadIdx.x / 32) * 2;
     const int64_t r1 = min(r0 + 1, a.rows - 1);
@@ -1176,7 +1171,7 @@ MatvecArgs matvec_args(const uint8_t* w0, const uint8_t* const* table, const int
                        size_t offset2, int64_t rows, int64_t cols, Act x, int64_t x_stride, float* y, bool add) {
     if (x.q && cols % 32 != 0) throw std::runtime_error("CUDA matvec: 8-bit x needs a width of 32s");
     return {w0,   table, ids, n,   offset, offset2, rows, cols, 0, x.f, x_stride, y, add, 1,
-            static_cast<const uint8_t*>(x.q), x_stride ? act_row_bytes(cols) : 0, 0, 0};
+            static_cast<const uint8_t*>(x.q), x_stride ? act_row_bytes(cols) : 0};
 }
 
 }  // namespace
@@ -1215,11 +1210,8 @@ void matvec_multi(int n, const GgmlType* types, const void* const* w, const int6
 }
 
 void expert_gate_up(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
-                    size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s, size_t ahead_offset,
-                    size_t ahead_bytes) {
-    MatvecArgs a = matvec_args(nullptr, table, ids, n, offset, offset2, rows, cols, x, 0, h, false);
-    a.ahead_offset = ahead_offset;
-    a.ahead_bytes = ahead_bytes;
+                    size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s) {
+    const MatvecArgs a = matvec_args(nullptr, table, ids, n, offset, offset2, rows, cols, x, 0, h, false);
 #define MS_CALL(T) launch_gate_up<T>(a, native(s))
     MS_TYPE_SWITCH(t, MS_CALL)
 #undef MS_CALL

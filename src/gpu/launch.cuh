@@ -18,42 +18,25 @@ namespace ms::gpu {
 
 inline cudaStream_t native(Stream s) { return reinterpret_cast<cudaStream_t>(s); }
 
-inline void launched(const char* what) {
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
-}
-
 inline unsigned blocks(int64_t n, int per) { return unsigned((n + per - 1) / per); }
 
-// Every kernel calls this before its first read of anything an earlier
+// Called by every kernel before its first read of anything an earlier
 // kernel writes, and before its first write: it returns once the kernel
-// ahead of it has finished and its writes are visible. Reads of what no
-// kernel writes (weights) may come before it. A no-op for a kernel launched
-// the usual way.
-__device__ __forceinline__ void wait_for_previous() {
+// ahead of it has finished and its writes are visible (reads of what no
+// kernel writes, the weights, may come before it). Then it lets the next
+// kernel on the stream be launched at once; that one's blocks wait here in
+// turn, so at most two kernels of the chain are resident. A no-op for a
+// kernel launched the usual way.
+__device__ __forceinline__ void chain_start() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-// Lets the next kernel on the stream be launched now; its blocks then wait
-// in wait_for_previous() for this one to finish. Called by every block right
-// after its own wait, so at most two kernels of the chain are resident.
-__device__ __forceinline__ void allow_next() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;");
 #endif
 }
 
-// The two together, at the top of a kernel.
-__device__ __forceinline__ void chain_start() {
-    wait_for_previous();
-    allow_next();
-}
-
 // Asks L2 to fetch the bytes [p, p + bytes) ahead of their use (the
 // 16-byte pieces wholly inside: the bulk prefetch takes no others): weights,
-// before wait_for_previous(), while the kernel ahead still runs.
+// before chain_start(), while the kernel ahead still runs.
 __device__ __forceinline__ void prefetch_l2(const void* p, size_t bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const uintptr_t first = (reinterpret_cast<uintptr_t>(p) + 15) & ~uintptr_t(15);
@@ -73,7 +56,8 @@ inline bool overlapped_launches() {
 }
 
 // kernel<<<grid, block, smem, s>>>(args...), allowed to start early (see
-// wait_for_previous); throws, naming `what`, when the launch fails.
+// chain_start); throws, naming `what`, when the launch (or an earlier
+// kernel's run) failed.
 template <class... Params, class... Args>
 void launch(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
             Args&&... args) {
@@ -87,9 +71,10 @@ void launch(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, 
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = overlapped_launches() ? 1 : 0;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+    const cudaError_t sent = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+    const cudaError_t last = cudaGetLastError();  // also an earlier kernel's failure; clears both
+    const cudaError_t e = sent != cudaSuccess ? sent : last;
     if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
-    launched(what);
 }
 
 }  // namespace ms::gpu

@@ -48,7 +48,7 @@ void matvec_multi(int, const GgmlType*, const void* const*, const int64_t*, int6
     absent();
 }
 void expert_gate_up(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, size_t, int64_t, int64_t, Act,
-                    float*, Stream, size_t, size_t) {
+                    float*, Stream) {
     absent();
 }
 void expert_down_add(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, int64_t, int64_t, Act,

@@ -108,6 +108,12 @@ std::string missing_feature(const DecoderSpec& s, const ModelConfig& c) {
 // layer): in VRAM as in the RAM tier's slots when the kernels read both.
 struct SlotLayout {
     size_t up = 0, down = 0;
+    // Gate, up and down one after another, each 256-byte aligned.
+    static SlotLayout aligned(const ExpertLayer& l) {
+        return {align256(l.gate.bytes), align256(l.gate.bytes) + align256(l.up.bytes)};
+    }
+    // The bytes a slot of layer l takes.
+    size_t bytes(const ExpertLayer& l) const { return align256(down + l.down.bytes); }
 };
 
 // The VRAM tier of the expert cache: equal slots, an LRU list, and a device
@@ -123,15 +129,8 @@ public:
         n_expert_ = n_expert;
         layout_.resize(layers.size());
         for (size_t il = 0; il < layers.size(); il++) {
-            const ExpertLayer& l = layers[il];
-            SlotLayout& o = layout_[il];
-            if (host.empty()) {
-                o.up = align256(l.gate.bytes);
-                o.down = o.up + align256(l.up.bytes);
-            } else {
-                o = host[il];
-            }
-            slot_bytes_ = std::max(slot_bytes_, align256(o.down + l.down.bytes));
+            layout_[il] = host.empty() ? SlotLayout::aligned(layers[il]) : host[il];
+            slot_bytes_ = std::max<uint64_t>(slot_bytes_, layout_[il].bytes(layers[il]));
         }
         int64_t total = 0;  // the routed layers' experts (dense layers have none)
         for (const ExpertLayer& l : layers) total += l.n_expert;
@@ -344,8 +343,8 @@ public:
         fprintf(stderr,
                 "gpu: setup %.2f s: resident weights %.2f s, RAM tier page-locked (and filled, mapped) %.2f s, "
                 "expert cache %.2f s\n",
-                upload_seconds_[0] + upload_seconds_[1] + upload_seconds_[2], upload_seconds_[0], upload_seconds_[1],
-                upload_seconds_[2]);
+                setup_.resident_weights + setup_.ram_tier + setup_.expert_cache, setup_.resident_weights,
+                setup_.ram_tier, setup_.expert_cache);
         if (vram_.holds_all()) {
             fprintf(stderr, "gpu: every expert in VRAM (%d slots, %.2f GiB)%s; RAM tier page-locked: %.2f GiB\n",
                     vram_.n_slots(), gib, graphs_ ? ", a CUDA graph a token" : "", pinned_bytes_ / double(1 << 30));
@@ -404,9 +403,9 @@ public:
         g["vram_tier"] = v;
         g["ram_tier_pinned_bytes"] = pinned_bytes_;
         Json up = Json::object();
-        up["resident_weights_seconds"] = upload_seconds_[0];
-        up["ram_tier_seconds"] = upload_seconds_[1];  // page-locking it; mapped, also reading every expert
-        up["expert_cache_seconds"] = upload_seconds_[2];
+        up["resident_weights_seconds"] = setup_.resident_weights;
+        up["ram_tier_seconds"] = setup_.ram_tier;  // page-locking it; mapped, also reading every expert
+        up["expert_cache_seconds"] = setup_.expert_cache;
         g["setup"] = up;
         (*report)["gpu"] = g;
     }
@@ -684,7 +683,7 @@ private:
             float* up = gate + int64_t(K) * F;
             if (el.gate.type == el.up.type) {
                 gpu::expert_gate_up(el.gate.type, table, table_ids, K, 0, vram_.up_offset(il), F, E, {xb, xb8},
-                                    st.hidden.f32(), s, vram_.down_offset(il), down_ahead_ ? el.down.bytes : 0);
+                                    st.hidden.f32(), s);
             } else {
                 gpu::matvec_experts(el.gate.type, table, table_ids, K, 0, F, E, {xb, xb8}, 0, gate, s);
                 gpu::matvec_experts(el.up.type, table, table_ids, K, vram_.up_offset(il), F, E, {xb, xb8}, 0,
@@ -920,7 +919,7 @@ private:
         uint64_t slot = 0;
         for (const ExpertLayer& l : expert_layers_) {
             n_experts += l.n_expert;
-            slot = std::max<uint64_t>(slot, align256(l.gate.bytes) + align256(l.up.bytes) + align256(l.down.bytes));
+            slot = std::max<uint64_t>(slot, SlotLayout::aligned(l).bytes(l));
         }
         std::vector<SlotLayout> host_layout;
         if (uint64_t(n_experts) * slot > budget) {
@@ -939,8 +938,8 @@ private:
             }
         }
         const double t2 = now();
-        upload_seconds_[0] = t1 - t0;
-        upload_seconds_[1] = t2 - t1;
+        setup_.resident_weights = t1 - t0;
+        setup_.ram_tier = t2 - t1;
         vram_.init(expert_layers_, config_.n_expert, budget, config_.n_expert_used, host_layout);
         if (!host_layout.empty() && !vram_.holds_all()) {
             mapped_ = true;
@@ -974,7 +973,7 @@ private:
             vram_.upload_table(nullptr);
         }
         gpu::sync(nullptr);
-        upload_seconds_[2] = now() - t2;
+        setup_.expert_cache = now() - t2;
     }
 
     // Every expert acquired from the RAM tier and kept (host_views_), with
@@ -1034,29 +1033,27 @@ private:
         }
         gpu::sync_event(copied_);
         bool changed = !pending_.empty();
-        for (auto [il, id] : pending_) vram_.commit(il, id);
+        for (const PendingCopy& p : pending_) vram_.commit(p.layer, p.id);
         pending_.clear();
+        // Each copy takes the least recently used slot: never more than half
+        // of them, so none is taken twice (the rest wait for a later token).
+        const size_t most = size_t(vram_.n_slots() / 2);
         for (int il = 0; il < n_run_; il++) {
             if (expert_layers_[size_t(il)].n_expert == 0) continue;
             const int32_t* ids = st.host_layer_ids + int64_t(il) * K;
             for (int r = 0; r < K; r++) {
-                if (vram_.find(il, ids[r]) < 0) pending_.emplace_back(il, ids[r]);
+                if (vram_.find(il, ids[r]) < 0 && pending_.size() < most) pending_.push_back({il, ids[r], -1});
             }
         }
-        // Each copy takes the least recently used slot: never more than half
-        // of them, so none is taken twice (the rest wait for a later token).
-        pending_.resize(std::min(pending_.size(), size_t(vram_.n_slots() / 2)));
         if (pending_.empty() && !changed) return;
-        std::vector<int> slots(pending_.size());
-        for (size_t i = 0; i < pending_.size(); i++) slots[i] = vram_.take(pending_[i].first, pending_[i].second);
+        for (PendingCopy& p : pending_) p.slot = vram_.take(p.layer, p.id);
         vram_.upload_table(compute_);
         gpu::record(tabled_, compute_);
         gpu::wait(copy_, tabled_);
-        for (size_t i = 0; i < pending_.size(); i++) {
-            const auto [il, id] = pending_[i];
-            vram_.copy(slots[i], il, id, expert_layers_[size_t(il)], host_views_[size_t(il) * config_.n_expert + id],
-                       copy_, false);
-            copied_bytes_ += expert_layers_[size_t(il)].expert_bytes();
+        for (const PendingCopy& p : pending_) {
+            const ExpertLayer& el = expert_layers_[size_t(p.layer)];
+            vram_.copy(p.slot, p.layer, p.id, el, host_views_[size_t(p.layer) * config_.n_expert + p.id], copy_, false);
+            copied_bytes_ += el.expert_bytes();
         }
         gpu::record(copied_, copy_);
     }
@@ -1073,9 +1070,6 @@ private:
     // files' main logits are the reference); MOESTREAM_GPU_EXACT=1 keeps
     // float32 activations throughout (the exact/ logits are then).
     const bool act8_ = !(getenv("MOESTREAM_GPU_EXACT") && strcmp(getenv("MOESTREAM_GPU_EXACT"), "1") == 0);
-    // The experts' gate/up launch asks L2 for their down matrices
-    // (MOESTREAM_GPU_L2=0: not, to compare).
-    const bool down_ahead_ = !getenv("MOESTREAM_GPU_L2") || strcmp(getenv("MOESTREAM_GPU_L2"), "0") != 0;
     // Made by attach() (or the first forward call), once load_resident has read the weights.
     mutable std::once_flag uploaded_;
     mutable DeviceMemory weights_;
@@ -1090,10 +1084,13 @@ private:
     const bool map_wanted_ = !getenv("MOESTREAM_GPU_MAPPED") || strcmp(getenv("MOESTREAM_GPU_MAPPED"), "0") != 0;
     mutable bool mapped_ = false;
     mutable std::vector<ExpertView> host_views_;
-    // Mapped: the experts being copied into VRAM slots during the token (by
-    // layer and id), and the event the copy stream waits for: the table
-    // without their slots' old owners.
-    mutable std::vector<std::pair<int, int>> pending_;
+    // Mapped: the experts being copied into VRAM slots during the token,
+    // and the event the copy stream waits for: the table without their
+    // slots' old owners.
+    struct PendingCopy {
+        int layer, id, slot;
+    };
+    mutable std::vector<PendingCopy> pending_;
     mutable gpu::Event tabled_ = nullptr;
     mutable uint64_t pinned_bytes_ = 0;  // of the RAM tier, page-locked
     mutable gpu::Stream compute_ = nullptr, copy_ = nullptr;
@@ -1109,10 +1106,13 @@ private:
     mutable uint64_t predicted_ = 0, predicted_right_ = 0, prefetch_copies_ = 0, prefetch_used_ = 0;
     mutable uint64_t copied_bytes_ = 0, bus_read_bytes_ = 0, hits_ = 0, misses_ = 0, tokens_ = 0;
     mutable double fill_seconds_ = 0;  // host time in fetch_experts
-    // The first call's setup: resident weights copied; the RAM tier
-    // page-locked (and, mapped, every expert read into it); the expert
-    // cache made (and filled, when it holds all).
-    mutable double upload_seconds_[3] = {};
+    // The setup's parts (upload), in seconds: resident weights copied; the
+    // RAM tier page-locked (and, mapped, every expert read into it); the
+    // expert cache made (and filled, when it holds every expert).
+    struct SetupSeconds {
+        double resident_weights = 0, ram_tier = 0, expert_cache = 0;
+    };
+    mutable SetupSeconds setup_;
 };
 
 }  // namespace

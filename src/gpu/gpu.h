@@ -116,6 +116,42 @@ void expert_gate_up(GgmlType t, const uint8_t* const* table, const int32_t* ids,
 void expert_down_add(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
                      int64_t rows, int64_t cols, Act h, const float* weights, float* x, Stream s);
 
+// Prefill's matrix products: one matrix (or each expert's) over many
+// inputs, each output bit for bit what the one-input kernel above gives
+// for that input (the same lanes take the same blocks and add in the same
+// order), so a prompt prefilled in one pass leaves the logits and KV cache
+// that a token-by-token pass leaves, at whatever VRAM tier its experts are.
+// Inputs: x.f rows of `cols` floats, x.q their 8-bit rows (act_bytes(cols)
+// apart); outputs rows of `rows` floats. parts_of: the matrices of the
+// one-input launch the call stands for, as matvec's 1 and matvec_experts'
+// n (the split of each row among warps depends on it); 0 for
+// matvec_multi's, expert_gate_up's and expert_down_add's products.
+//
+// y row t = w . x row t for t < n (add: added to y).
+void matmul(GgmlType t, const void* w, int64_t rows, int64_t cols, int n, Act x, float* y, Stream s, bool add,
+            int parts_of);
+
+// Experts' products over the tokens routed to each: tiles (device arrays
+// the host fills): three ints a tile (the expert's id in the table, its
+// first pair, its pairs, at most 8) for n_tiles tiles; pair j reads input
+// row in_row[j] and writes output row out_row[j].
+struct ExpertTiles {
+    const int32_t* tiles = nullptr;
+    int n_tiles = 0;
+    const int32_t* in_row = nullptr;
+    const int32_t* out_row = nullptr;
+};
+constexpr int kExpertTile = 8;  // pairs a tile
+void matmul_experts(GgmlType t, const uint8_t* const* table, const ExpertTiles& tiles, size_t offset, int64_t rows,
+                    int64_t cols, Act x, float* y, Stream s, int parts_of);
+// expert_gate_up over the tiles' pairs: h's output rows silu(gate . x) * (up . x).
+void expert_gate_up_tokens(GgmlType t, const uint8_t* const* table, const ExpertTiles& tiles, size_t offset,
+                           size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s);
+// expert_down_add's weighted sum over n tokens of k experts each, once the
+// down products are in `out` (row t * k + i: token t's expert of rank i):
+// x row t += sum over i < k, in rank order, of weights[t * k + i] * that row.
+void combine_experts(const float* out, const float* weights, int n, int k, int64_t width, float* x, Stream s);
+
 // out[r*width + i] = x[r*width + i] / sqrt(mean(x_r^2) + eps) * w[i] over
 // `rows` rows (w may be null); out may alias x. act: also out's 8-bit
 // rows (quantize_act's), in the same launch.
@@ -150,17 +186,23 @@ struct FreshRow {
 };
 void prepare_attention(int max_pos, int head_dim);
 size_t attention_scratch_bytes(int n_head, int head_dim);
+//
+// n > 1 (prefill; fresh not set): n tokens at positions *pos .. *pos + n -
+// 1, whose k and v rows are in the caches already; q, out and act n rows,
+// scratch n times attention_scratch_bytes. Each token's output is the bits
+// the one-token call gives it.
 void attention(const float* q, float* k_cache, float* v_cache, const int32_t* pos, int n_head, int n_kv_head,
                int head_dim, float scale, float* scratch, float* out, Stream s, void* act = nullptr,
-               const FreshRow& fresh = {});
+               const FreshRow& fresh = {}, int n = 1);
 
 // Per head: q's n_head heads RMS-normed with q_norm and NeoX-rotated in
 // place; k's n_kv_head heads normed with k_norm and rotated into row *pos of
 // k_cache, v's heads copied into row *pos of v_cache (rows of n_kv_head *
 // head_dim): the norms, NeoX RoPE and the cache write in one launch.
+// n > 1: n tokens (q, k, v and cos_sin n rows) into rows *pos .. *pos + n - 1.
 void qk_norm_rope_store(float* q, const float* k, const float* v, const float* q_norm, const float* k_norm,
                         int n_head, int n_kv_head, int head_dim, int n_rot, float eps, const float* cos_sin,
-                        float* k_cache, float* v_cache, const int32_t* pos, Stream s);
+                        float* k_cache, float* v_cache, const int32_t* pos, Stream s, int n = 1);
 
 // A CUDA graph: the launches issued on a stream between capture_begin and
 // capture_end, replayed by launch() with one call.
@@ -175,9 +217,9 @@ void swiglu(const float* gate, const float* up, int64_t n, float* h, Stream s);
 
 // The top k of softmax(logits) over n_expert (k <= 32, n_expert <= 1024),
 // best first, as route_softmax_topk chooses and weighs them; renorm: the k
-// weights divided by their sum. One token.
+// weights divided by their sum. n tokens (rows of logits, ids, weights).
 void route_softmax_topk(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights,
-                        Stream s);
+                        Stream s, int n = 1);
 
 // Copy and kernel rates (GB/s, medians of `reps` timed repetitions after a
 // warm-up) over buffers of `bytes`: device to device (bytes read plus bytes
@@ -191,25 +233,29 @@ struct Rates {
 Rates measure_rates(size_t bytes, int reps);
 
 // The operations of the families beyond qwen3moe's layer shape
-// (kernels_layers.cu). y[i] += b[i] over n values (biases).
-void add(float* y, const float* b, int64_t n, Stream s);
+// (kernels_layers.cu). y[i] += b[i] over n values (biases), in each of
+// `rows` rows of y.
+void add(float* y, const float* b, int64_t n, Stream s, int rows = 1);
 
 // x[i] += y[i] * sigmoid(*gate) over n values (a shared expert's output
-// under its gate; gate: one float on the device).
-void add_sigmoid_gated(float* x, const float* y, const float* gate, int64_t n, Stream s);
+// under its gate; gate: one float on the device); rows > 1: row r of x and
+// y (n values each) under gate[r].
+void add_sigmoid_gated(float* x, const float* y, const float* gate, int64_t n, Stream s, int rows = 1);
 
 // qk_norm_rope_store without the norms, for either RoPE: q's n_head heads
 // rotated in place, k's n_kv_head heads rotated into row *pos of k_cache and
 // v's copied into row *pos of v_cache; the first n_rot dims of each head
 // rotate, in pairs (i, i + n_rot/2) when neox, else (2i, 2i + 1).
+// n > 1: n tokens, as qk_norm_rope_store's.
 void rope_store(float* q, const float* k, const float* v, int n_head, int n_kv_head, int head_dim, int n_rot,
-                bool neox, const float* cos_sin, float* k_cache, float* v_cache, const int32_t* pos, Stream s);
+                bool neox, const float* cos_sin, float* k_cache, float* v_cache, const int32_t* pos, Stream s,
+                int n = 1);
 
 // Sigmoid routing (k <= 32, n_expert <= 1024), as model/moe.cpp's
 // route_experts: the top k of sigmoid(logit) + selection_bias (n_expert
 // device floats, or null), weighed by the unbiased sigmoid; renorm: divided
-// by their sum; then times scale. One token.
+// by their sum; then times scale. n tokens, as route_softmax_topk's.
 void route_sigmoid_topk(const float* logits, const float* selection_bias, int n_expert, int k, bool renorm,
-                        float scale, int32_t* ids, float* weights, Stream s);
+                        float scale, int32_t* ids, float* weights, Stream s, int n = 1);
 
 }  // namespace ms::gpu

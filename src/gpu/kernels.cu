@@ -549,28 +549,50 @@ struct UnitQ<GgmlType::MXFP4> {
 template <GgmlType T>
 constexpr bool kQuantized = T != GgmlType::F32 && T != GgmlType::F16;
 
-// Lane `lane`'s share, for each of R rows w[r], of dot(row, x) over `cols`
-// weights: lane groups of 8 take blocks ib = lane / 8 + 4 * part, stepping
-// 4 * nparts (nparts warps share the rows). U is a Unit (x: floats) or a
-// UnitQ (x: an ActRow).
-template <class U, int R, class XS>
-__device__ __forceinline__ void rows_dot(const uint8_t* const (&w)[R], int64_t cols, const XS& x, int lane, int part,
-                                         int nparts, float (&s)[R]) {
+// Lane `lane`'s share, for each of R rows w[r] and each of NT inputs x[t],
+// of dot(row, x[t]) over `cols` weights: lane groups of 8 take blocks ib =
+// lane / 8 + 4 * part, stepping 4 * nparts (nparts warps share the rows).
+// U is a Unit (x: floats) or a UnitQ (x: an ActRow). Each input's sums
+// take the same steps whatever NT is, so a prefill pass over many tokens
+// gives each the bits a decode step gives it.
+template <class U, int R, int NT, class XS>
+__device__ __forceinline__ void rows_dot_tokens(const uint8_t* const (&w)[R], int64_t cols, const XS (&x)[NT],
+                                                int lane, int part, int nparts, float (&s)[NT][R]) {
     const int64_t nb = cols / U::kWeights;
     const int p = lane % 8;
 #pragma unroll
-    for (int r = 0; r < R; r++) s[r] = 0;
-    for (int64_t ib = int64_t(part) * 4 + lane / 8; ib < nb; ib += 4 * nparts) {
-        const typename U::X xs = U::load(x, ib, p);
+    for (int t = 0; t < NT; t++) {
 #pragma unroll
-        for (int r = 0; r < R; r++) s[r] += U::dot(w[r] + ib * U::kBytes, p, xs);
+        for (int r = 0; r < R; r++) s[t][r] = 0;
+    }
+    for (int64_t ib = int64_t(part) * 4 + lane / 8; ib < nb; ib += 4 * nparts) {
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const typename U::X xs = U::load(x[t], ib, p);
+#pragma unroll
+            for (int r = 0; r < R; r++) s[t][r] += U::dot(w[r] + ib * U::kBytes, p, xs);
+        }
     }
     if constexpr (U::kTail) {
         for (int64_t i = nb * U::kWeights + part * 32 + lane; i < cols; i += 32 * nparts) {
 #pragma unroll
-            for (int r = 0; r < R; r++) s[r] += U::weight(w[r], i) * x[i];
+            for (int t = 0; t < NT; t++) {
+#pragma unroll
+                for (int r = 0; r < R; r++) s[t][r] += U::weight(w[r], i) * x[t][i];
+            }
         }
     }
+}
+
+// rows_dot_tokens of one input.
+template <class U, int R, class XS>
+__device__ __forceinline__ void rows_dot(const uint8_t* const (&w)[R], int64_t cols, const XS& x, int lane, int part,
+                                         int nparts, float (&s)[R]) {
+    const XS xs[1] = {x};
+    float st[1][R];
+    rows_dot_tokens<U, R, 1>(w, cols, xs, lane, part, nparts, st);
+#pragma unroll
+    for (int r = 0; r < R; r++) s[r] = st[0][r];
 }
 
 // One warp: k rounds of a warp-wide argmax over the logits (the lower id
@@ -578,6 +600,9 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const (&w)[R], int64_t c
 // model/moe.cpp does (its sum in double, in id order by lane strides here).
 __global__ void route_kernel(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights) {
     chain_start();
+    logits += int64_t(blockIdx.x) * n_expert;  // prefill: a block a token
+    ids += int64_t(blockIdx.x) * k;
+    weights += int64_t(blockIdx.x) * k;
     __shared__ uint32_t taken[32];
     __shared__ int32_t chosen[32];
     __shared__ float l[1024];  // the logits, read once (each round scans them)
@@ -810,6 +835,130 @@ __global__ void down_combine_kernel(const MatvecArgs a, const float* weights) {
     }
 }
 
+// Prefill: one matrix (or each expert's) over many inputs. Each warp
+// takes rows r0, r0 + 1 (and, for gate/up, the up matrix's too: R = 4) of
+// a tile of up to NT inputs, with the lanes, the parts and the additions
+// of the decode kernel that computes them one input at a time
+// (matvec_kernel with the same nparts, segment_rows with nparts 1,
+// gate_up_kernel, down_combine_kernel's dot products), so every output is
+// bit for bit the decode step's. Tiles: dense, NT consecutive inputs and
+// outputs; experts, `tiles` holds three ints a tile (the expert, its first
+// pair, its pairs) and pair j reads input row in_row[j] and writes output
+// row out_row[j].
+struct BatchArgs {
+    const uint8_t* w0;
+    const uint8_t* const* table;
+    const int32_t* tiles;
+    const int32_t* in_row;
+    const int32_t* out_row;
+    int n;  // dense: inputs
+    size_t offset, offset2;
+    int64_t rows, cols;
+    size_t row_bytes;
+    const float* x;  // input rows of cols floats
+    const uint8_t* xq;  // and their 8-bit rows (act_row_bytes(cols) apart), when set
+    float* y;  // output rows of `rows` floats
+    bool add;
+    int nparts;
+};
+
+template <GgmlType T, bool Q, int R>
+__global__ void __launch_bounds__(32 * kWarps) batch_kernel(const BatchArgs a) {
+    constexpr int NT = kExpertTile;
+    __shared__ float part_sum[kWarps][NT][R];
+    chain_start();
+    int first = int(blockIdx.y) * NT, count = min(NT, a.n - first);
+    const uint8_t* w = a.w0;
+    if (a.tiles) {
+        const int32_t* tile = a.tiles + 3 * blockIdx.y;
+        w = a.table[tile[0]];
+        first = tile[1];
+        count = tile[2];
+    }
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int groups = kWarps / a.nparts, part = warp % a.nparts;
+    const int64_t r0 = (int64_t(blockIdx.x) * groups + warp / a.nparts) * 2;
+    const int64_t r1 = min(r0 + 1, a.rows - 1);
+    const int64_t rc = min(r0, a.rows - 1);  // clamped: written below only if < rows
+    const uint8_t* rows[R];
+    rows[0] = w + a.offset + rc * a.row_bytes;
+    rows[1] = w + a.offset + r1 * a.row_bytes;
+    if constexpr (R == 4) {
+        rows[2] = w + a.offset2 + rc * a.row_bytes;
+        rows[3] = w + a.offset2 + r1 * a.row_bytes;
+    }
+    int in[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const int j = first + min(t, count - 1);  // past count: the last again, not written
+        in[t] = a.tiles ? a.in_row[j] : j;
+    }
+    float s[NT][R];
+    if constexpr (Q) {
+        ActRow xs[NT];
+        const size_t stride = act_row_bytes(a.cols);
+#pragma unroll
+        for (int t = 0; t < NT; t++) xs[t] = act_row(a.xq + in[t] * stride, a.cols);
+        rows_dot_tokens<UnitQ<T>, R, NT>(rows, a.cols, xs, lane, part, a.nparts, s);
+    } else {
+        const float* xs[NT];
+#pragma unroll
+        for (int t = 0; t < NT; t++) xs[t] = a.x + int64_t(in[t]) * a.cols;
+        rows_dot_tokens<Unit<T>, R, NT>(rows, a.cols, xs, lane, part, a.nparts, s);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+#pragma unroll
+        for (int r = 0; r < R; r++) s[t][r] = warp_sum(s[t][r]);
+    }
+    if (a.nparts > 1) {
+        if (lane == 0) {
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+#pragma unroll
+                for (int r = 0; r < R; r++) part_sum[warp][t][r] = s[t][r];
+            }
+        }
+        __syncthreads();
+        if (part == 0) {
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float v = part_sum[warp][t][r];
+                    for (int q = 1; q < a.nparts; q++) v += part_sum[warp + q][t][r];
+                    s[t][r] = v;
+                }
+            }
+        }
+    }
+    if (lane != 0 || part != 0 || r0 >= a.rows) return;
+    for (int t = 0; t < count; t++) {
+        const int64_t out = a.tiles ? a.out_row[first + t] : first + t;
+        float* y = a.y + out * a.rows;
+        if constexpr (R == 4) {
+            y[r0] = s[t][0] / (1.0f + expf(-s[t][0])) * s[t][2];
+            if (r0 + 1 < a.rows) y[r0 + 1] = s[t][1] / (1.0f + expf(-s[t][1])) * s[t][3];
+        } else {
+            y[r0] = a.add ? y[r0] + s[t][0] : s[t][0];
+            if (r0 + 1 < a.rows) y[r0 + 1] = a.add ? y[r0 + 1] + s[t][1] : s[t][1];
+        }
+    }
+}
+
+// x[t * width + r] += the sum over i < k, in order, of weights[t * k + i] *
+// out[(t * k + i) * width + r]: down_combine_kernel's sum, of n tokens.
+__global__ void combine_experts_kernel(const float* out, const float* weights, int n, int k, int64_t width,
+                                       float* x) {
+    chain_start();
+    const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int t = blockIdx.y;
+    if (r >= width || t >= n) return;
+    float acc = 0;
+    for (int i = 0; i < k; i++) acc += weights[int64_t(t) * k + i] * out[(int64_t(t) * k + i) * width + r];
+    x[int64_t(t) * width + r] += acc;
+}
+
 int sm_count() {
     static const int n = [] {
         int d = 0, v = 0;
@@ -820,13 +969,19 @@ int sm_count() {
     return n;
 }
 
+// The warps that share each row pair of a matvec launch of n_launch
+// matrices of `rows` rows: four when one warp a pair would leave the device
+// short of blocks (the router's 128 rows, k and v), else one.
+int matvec_parts(int64_t rows, int n_launch) {
+    const int64_t groups = (rows + 1) / 2;
+    return groups * n_launch / kWarps < 2 * sm_count() ? kWarps : 1;
+}
+
 template <GgmlType T>
 void launch_matvec(MatvecArgs a, int n_launch, cudaStream_t s) {
     a.row_bytes = row_bytes(T, a.cols);
-    // Four warps share each row pair when one warp a pair would leave the
-    // device short of blocks (the router's 128 rows, k and v).
     const int64_t groups = (a.rows + 1) / 2;
-    a.nparts = groups * n_launch / kWarps < 2 * sm_count() ? kWarps : 1;
+    a.nparts = matvec_parts(a.rows, n_launch);
     const int64_t per_block = kWarps / a.nparts;
     const dim3 grid(unsigned((groups + per_block - 1) / per_block), unsigned(n_launch));
     if (kQuantized<T> && a.xq) {
@@ -855,6 +1010,20 @@ void launch_down_combine(MatvecArgs a, const float* weights, cudaStream_t s) {
         launch("expert_down_add", down_combine_kernel<T, kQuantized<T>>, grid, 32 * a.n, 0, s, a, weights);
     } else {
         launch("expert_down_add", down_combine_kernel<T, false>, grid, 32 * a.n, 0, s, a, weights);
+    }
+}
+
+// A batch_kernel launch of n_tiles tiles; a.nparts set.
+template <GgmlType T, int R>
+void launch_batch(const char* what, BatchArgs a, unsigned n_tiles, cudaStream_t s) {
+    if (n_tiles == 0) return;
+    a.row_bytes = row_bytes(T, a.cols);
+    const int64_t groups = (a.rows + 1) / 2, per_block = kWarps / a.nparts;
+    const dim3 grid(unsigned((groups + per_block - 1) / per_block), n_tiles);
+    if (kQuantized<T> && a.xq) {
+        launch(what, batch_kernel<T, kQuantized<T>, R>, grid, 32 * kWarps, 0, s, a);
+    } else {
+        launch(what, batch_kernel<T, false, R>, grid, 32 * kWarps, 0, s, a);
     }
 }
 
@@ -986,10 +1155,12 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(cons
                                                                            float scale, float* part,
                                                                            const FreshRow fresh) {
     chain_start();
-    const int n_pos = *pos + 1;
+    // Prefill: blockIdx.z is the token, at position *pos + blockIdx.z.
+    const int n_pos = *pos + 1 + int(blockIdx.z);
     const int h = blockIdx.x, split = blockIdx.y, S = gridDim.y, kvh = h / (n_head / n_kv_head);
     const int mine = n_pos > split ? (n_pos - split + S - 1) / S : 0;  // positions split, split + S, ...
-    float* out = part + (int64_t(h) * S + split) * (head_dim + 2);
+    const int64_t qh = int64_t(blockIdx.z) * n_head + h;  // the token's query head
+    float* out = part + (qh * S + split) * (head_dim + 2);
     extern __shared__ float smem[];
     float* qs = smem;                     // head_dim
     float* kp = smem + head_dim;          // head_dim: fresh, this position's k row of the head's KV head
@@ -1002,7 +1173,7 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(cons
         return;
     }
     const int64_t row = int64_t(n_kv_head) * head_dim;
-    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) qs[i] = q[int64_t(h) * head_dim + i];
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) qs[i] = q[qh * head_dim + i];
     // Fresh: this split holds the new position when (n_pos - 1) % S ==
     // split; its blocks norm and rotate that k row themselves (the cache's
     // row is written by the first query head of the group, and read by
@@ -1085,6 +1256,10 @@ __global__ void attention_combine_kernel(const float* part, int head_dim, int sp
     chain_start();
     const int per = int(blockDim.x) / head_dim;
     const int h = int(blockIdx.x) * per + int(threadIdx.x) / head_dim, i = int(threadIdx.x) % head_dim;
+    // Prefill: blockIdx.y is the token.
+    part += int64_t(blockIdx.y) * (width / head_dim) * splits * (head_dim + 2);
+    out += int64_t(blockIdx.y) * width;
+    if (act) act += blockIdx.y * act_row_bytes(width);
     const float* p = part + int64_t(h) * splits * (head_dim + 2);
     float m = -INFINITY;
     for (int j = 0; j < splits; j++) m = fmaxf(m, p[j * (head_dim + 2)]);
@@ -1120,15 +1295,22 @@ __global__ void qk_norm_rope_store_kernel(float* q, const float* k, const float*
     chain_start();
     __shared__ float h[512];
     __shared__ double part[32];
+    // Prefill: blockIdx.y is the token, at position *pos + blockIdx.y.
+    const int64_t t = blockIdx.y;
+    q += t * n_head * head_dim;
+    k += t * kv_width;
+    v += t * kv_width;
+    cos_sin += t * n_rot;
+    const int64_t at = *pos + t;
     const bool is_q = int(blockIdx.x) < n_head;
     const int head = is_q ? blockIdx.x : blockIdx.x - n_head;
     const float* src = is_q ? q + int64_t(head) * head_dim : k + int64_t(head) * head_dim;
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) h[i] = src[i];
     norm_rope_head(h, is_q ? q_norm : k_norm, head_dim, n_rot, eps, cos_sin, part);
-    float* dst = is_q ? q + int64_t(head) * head_dim : k_cache + int64_t(*pos) * kv_width + int64_t(head) * head_dim;
+    float* dst = is_q ? q + int64_t(head) * head_dim : k_cache + at * kv_width + int64_t(head) * head_dim;
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) dst[i] = h[i];
     if (!is_q) {
-        float* vd = v_cache + int64_t(*pos) * kv_width + int64_t(head) * head_dim;
+        float* vd = v_cache + at * kv_width + int64_t(head) * head_dim;
         for (int i = threadIdx.x; i < head_dim; i += blockDim.x) vd[i] = v[int64_t(head) * head_dim + i];
     }
 }
@@ -1226,6 +1408,63 @@ void expert_down_add(GgmlType t, const uint8_t* const* table, const int32_t* ids
 #undef MS_CALL
 }
 
+namespace {
+
+BatchArgs batch_args(const uint8_t* w0, const uint8_t* const* table, const ExpertTiles* tiles, int n, size_t offset,
+                     size_t offset2, int64_t rows, int64_t cols, Act x, float* y, bool add, int nparts) {
+    if (x.q && cols % 32 != 0) throw std::runtime_error("CUDA matmul: 8-bit x needs a width of 32s");
+    BatchArgs a{};
+    a.w0 = w0;
+    a.table = table;
+    if (tiles) a.tiles = tiles->tiles, a.in_row = tiles->in_row, a.out_row = tiles->out_row;
+    a.n = n;
+    a.offset = offset;
+    a.offset2 = offset2;
+    a.rows = rows;
+    a.cols = cols;
+    a.x = x.f;
+    a.xq = static_cast<const uint8_t*>(x.q);
+    a.y = y;
+    a.add = add;
+    a.nparts = nparts;
+    return a;
+}
+
+}  // namespace
+
+void matmul(GgmlType t, const void* w, int64_t rows, int64_t cols, int n, Act x, float* y, Stream s, bool add,
+            int parts_of) {
+    const BatchArgs a = batch_args(static_cast<const uint8_t*>(w), nullptr, nullptr, n, 0, 0, rows, cols, x, y, add,
+                                   parts_of > 0 ? matvec_parts(rows, parts_of) : 1);
+    const unsigned tiles = unsigned((n + kExpertTile - 1) / kExpertTile);
+#define MS_CALL(T) launch_batch<T, 2>("matmul", a, tiles, native(s))
+    MS_TYPE_SWITCH(t, MS_CALL)
+#undef MS_CALL
+}
+
+void matmul_experts(GgmlType t, const uint8_t* const* table, const ExpertTiles& tiles, size_t offset, int64_t rows,
+                    int64_t cols, Act x, float* y, Stream s, int parts_of) {
+    const BatchArgs a = batch_args(nullptr, table, &tiles, 0, offset, 0, rows, cols, x, y, false,
+                                   parts_of > 0 ? matvec_parts(rows, parts_of) : 1);
+#define MS_CALL(T) launch_batch<T, 2>("matmul_experts", a, unsigned(tiles.n_tiles), native(s))
+    MS_TYPE_SWITCH(t, MS_CALL)
+#undef MS_CALL
+}
+
+void expert_gate_up_tokens(GgmlType t, const uint8_t* const* table, const ExpertTiles& tiles, size_t offset,
+                           size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s) {
+    const BatchArgs a = batch_args(nullptr, table, &tiles, 0, offset, offset2, rows, cols, x, h, false, 1);
+#define MS_CALL(T) launch_batch<T, 4>("expert_gate_up_tokens", a, unsigned(tiles.n_tiles), native(s))
+    MS_TYPE_SWITCH(t, MS_CALL)
+#undef MS_CALL
+}
+
+void combine_experts(const float* out, const float* weights, int n, int k, int64_t width, float* x, Stream s) {
+    if (n < 1) return;
+    launch("combine_experts", combine_experts_kernel, dim3(blocks(width, 256), unsigned(n)), 256, 0, native(s), out,
+           weights, n, k, width, x);
+}
+
 void rms_norm(const float* x, const float* w, int64_t rows, int64_t width, float eps, float* out, Stream s,
               void* act) {
     if (act && width % 32 != 0) throw std::runtime_error("CUDA rms_norm: 8-bit rows need a width of 32s");
@@ -1254,27 +1493,30 @@ size_t attention_scratch_bytes(int n_head, int head_dim) {
 }
 
 void attention(const float* q, float* k_cache, float* v_cache, const int32_t* pos, int n_head, int n_kv_head,
-               int head_dim, float scale, float* scratch, float* out, Stream s, void* act, const FreshRow& fresh) {
+               int head_dim, float scale, float* scratch, float* out, Stream s, void* act, const FreshRow& fresh,
+               int n) {
     if (head_dim > 1024) throw std::runtime_error("CUDA attention: head_dim > 1024");
+    if (n < 1 || n > 65535 || (n > 1 && fresh.k)) throw std::runtime_error("CUDA attention: 1 to 65535 tokens, one if fresh");
     if (fresh.k && (fresh.n_rot > head_dim || fresh.n_rot % 2 != 0)) {
         throw std::runtime_error("CUDA attention: n_rot even, <= head_dim");
     }
-    launch("attention", attention_split_kernel, dim3(unsigned(n_head), kAttentionSplits), kAttentionThreads,
+    launch("attention", attention_split_kernel, dim3(unsigned(n_head), kAttentionSplits, unsigned(n)), kAttentionThreads,
            attention_smem, native(s), q, k_cache, v_cache, pos, n_head, n_kv_head, head_dim, scale, scratch, fresh);
     const int64_t width = int64_t(n_head) * head_dim;
     const bool fused = act && 256 % head_dim == 0 && width % 256 == 0;
     const int per = fused ? 256 / head_dim : 1;
-    launch("attention", attention_combine_kernel, unsigned(n_head / per), unsigned(per * head_dim), 0, native(s),
-           static_cast<const float*>(scratch), head_dim, kAttentionSplits, width, out,
+    launch("attention", attention_combine_kernel, dim3(unsigned(n_head / per), unsigned(n)), unsigned(per * head_dim), 0,
+           native(s), static_cast<const float*>(scratch), head_dim, kAttentionSplits, width, out,
            static_cast<uint8_t*>(fused ? act : nullptr));
-    if (act && !fused) quantize_act(out, 1, width, act, s);
+    if (act && !fused) quantize_act(out, n, width, act, s);
 }
 
 void qk_norm_rope_store(float* q, const float* k, const float* v, const float* q_norm, const float* k_norm,
                         int n_head, int n_kv_head, int head_dim, int n_rot, float eps, const float* cos_sin,
-                        float* k_cache, float* v_cache, const int32_t* pos, Stream s) {
+                        float* k_cache, float* v_cache, const int32_t* pos, Stream s, int n) {
     if (head_dim > 512) throw std::runtime_error("CUDA qk_norm_rope_store: head_dim > 512");
-    launch("qk_norm_rope_store", qk_norm_rope_store_kernel, unsigned(n_head + n_kv_head), 128, 0, native(s), q, k, v,
+    launch("qk_norm_rope_store", qk_norm_rope_store_kernel, dim3(unsigned(n_head + n_kv_head), unsigned(n)), 128, 0,
+           native(s), q, k, v,
            q_norm, k_norm, n_head, head_dim, n_rot, eps, cos_sin, k_cache, v_cache, int64_t(n_kv_head) * head_dim,
            pos);
 }
@@ -1284,9 +1526,10 @@ void swiglu(const float* gate, const float* up, int64_t n, float* h, Stream s) {
 }
 
 void route_softmax_topk(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights,
-                        Stream s) {
+                        Stream s, int n) {
     if (k > 32 || n_expert > 1024 || k > n_expert) throw std::runtime_error("CUDA routing: k <= 32, n_expert <= 1024");
-    launch("route_softmax_topk", route_kernel, 1, 32, 0, native(s), logits, n_expert, k, renorm, ids, weights);
+    launch("route_softmax_topk", route_kernel, unsigned(n), 32, 0, native(s), logits, n_expert, k, renorm, ids,
+           weights);
 }
 
 }  // namespace ms::gpu

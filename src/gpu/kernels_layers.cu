@@ -16,16 +16,17 @@ namespace ms::gpu {
 
 namespace {
 
+// blockIdx.y: the row (prefill's token).
 __global__ void add_kernel(float* y, const float* b, int64_t n) {
     chain_start();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i < n) y[i] += b[i];
+    if (i < n) y[int64_t(blockIdx.y) * n + i] += b[i];
 }
 
 __global__ void add_sigmoid_gated_kernel(float* x, const float* y, const float* gate, int64_t n) {
     chain_start();
-    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i < n) x[i] += y[i] * (1.0f / (1.0f + expf(-*gate)));
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, row = blockIdx.y;
+    if (i < n) x[row * n + i] += y[row * n + i] * (1.0f / (1.0f + expf(-gate[row])));
 }
 
 // One block a head: blocks [0, n_head) rotate q's heads in place, the next
@@ -36,10 +37,16 @@ __global__ void rope_store_kernel(float* q, const float* k, const float* v, int 
                                   bool neox, const float* cos_sin, float* k_cache, float* v_cache, int64_t kv_width,
                                   const int32_t* pos) {
     chain_start();
+    // Prefill: blockIdx.y is the token, at position *pos + blockIdx.y.
+    const int64_t t = blockIdx.y, at = *pos + t;
+    q += t * n_head * head_dim;
+    k += t * kv_width;
+    v += t * kv_width;
+    cos_sin += t * n_rot;
     const bool is_q = int(blockIdx.x) < n_head;
     const int head = is_q ? blockIdx.x : blockIdx.x - n_head;
     const float* src = is_q ? q + int64_t(head) * head_dim : k + int64_t(head) * head_dim;
-    float* dst = is_q ? q + int64_t(head) * head_dim : k_cache + int64_t(*pos) * kv_width + int64_t(head) * head_dim;
+    float* dst = is_q ? q + int64_t(head) * head_dim : k_cache + at * kv_width + int64_t(head) * head_dim;
     const int half = n_rot / 2;
     // Each thread reads its pair before writing it: in place for q is safe.
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
@@ -51,7 +58,7 @@ __global__ void rope_store_kernel(float* q, const float* k, const float* v, int 
     }
     if (!is_q) {
         for (int i = n_rot + threadIdx.x; i < head_dim; i += blockDim.x) dst[i] = src[i];
-        float* vd = v_cache + int64_t(*pos) * kv_width + int64_t(head) * head_dim;
+        float* vd = v_cache + at * kv_width + int64_t(head) * head_dim;
         for (int i = threadIdx.x; i < head_dim; i += blockDim.x) vd[i] = v[int64_t(head) * head_dim + i];
     }
 }
@@ -63,6 +70,9 @@ __global__ void rope_store_kernel(float* q, const float* k, const float* v, int 
 __global__ void route_sigmoid_kernel(const float* logits, const float* bias, int n_expert, int k, bool renorm,
                                      float scale, int32_t* ids, float* weights) {
     chain_start();
+    logits += int64_t(blockIdx.x) * n_expert;  // prefill: a block a token
+    ids += int64_t(blockIdx.x) * k;
+    weights += int64_t(blockIdx.x) * k;
     __shared__ uint32_t taken[32];
     __shared__ int32_t chosen[32];
     __shared__ float score[1024], biased[1024];
@@ -85,25 +95,28 @@ __global__ void route_sigmoid_kernel(const float* logits, const float* bias, int
 
 }  // namespace
 
-void add(float* y, const float* b, int64_t n, Stream s) {
-    launch("add", add_kernel, blocks(n, 256), 256, 0, native(s), y, b, n);
+void add(float* y, const float* b, int64_t n, Stream s, int rows) {
+    launch("add", add_kernel, dim3(blocks(n, 256), unsigned(rows)), 256, 0, native(s), y, b, n);
 }
 
-void add_sigmoid_gated(float* x, const float* y, const float* gate, int64_t n, Stream s) {
-    launch("add_sigmoid_gated", add_sigmoid_gated_kernel, blocks(n, 256), 256, 0, native(s), x, y, gate, n);
+void add_sigmoid_gated(float* x, const float* y, const float* gate, int64_t n, Stream s, int rows) {
+    launch("add_sigmoid_gated", add_sigmoid_gated_kernel, dim3(blocks(n, 256), unsigned(rows)), 256, 0, native(s), x,
+           y, gate, n);
 }
 
 void rope_store(float* q, const float* k, const float* v, int n_head, int n_kv_head, int head_dim, int n_rot,
-                bool neox, const float* cos_sin, float* k_cache, float* v_cache, const int32_t* pos, Stream s) {
+                bool neox, const float* cos_sin, float* k_cache, float* v_cache, const int32_t* pos, Stream s,
+                int n) {
     if (n_rot > head_dim || n_rot % 2 != 0) throw std::runtime_error("CUDA rope_store: n_rot even, <= head_dim");
-    launch("rope_store", rope_store_kernel, unsigned(n_head + n_kv_head), 64, 0, native(s), q, k, v, n_head, head_dim,
+    launch("rope_store", rope_store_kernel, dim3(unsigned(n_head + n_kv_head), unsigned(n)), 64, 0, native(s), q, k, v,
+           n_head, head_dim,
            n_rot, neox, cos_sin, k_cache, v_cache, int64_t(n_kv_head) * head_dim, pos);
 }
 
 void route_sigmoid_topk(const float* logits, const float* selection_bias, int n_expert, int k, bool renorm,
-                        float scale, int32_t* ids, float* weights, Stream s) {
+                        float scale, int32_t* ids, float* weights, Stream s, int n) {
     if (k > 32 || n_expert > 1024 || k > n_expert) throw std::runtime_error("CUDA routing: k <= 32, n_expert <= 1024");
-    launch("route_sigmoid_topk", route_sigmoid_kernel, 1, 32, 0, native(s), logits, selection_bias, n_expert, k,
+    launch("route_sigmoid_topk", route_sigmoid_kernel, unsigned(n), 32, 0, native(s), logits, selection_bias, n_expert, k,
            renorm, scale, ids, weights);
 }
 

@@ -41,8 +41,35 @@ private:
     uint8_t* p_ = nullptr;
 };
 
+// Prefill's rows: up to `cap` tokens of a forward call at once, in VRAM
+// (gpu.h's batched operations), with the host's view of each layer's
+// routing, from which it cuts the experts' tiles.
+struct PrefillRows {
+    int cap = 0;  // tokens; 0: prefill runs token by token
+    DeviceMemory x, xb, xb8, q, k, v, att, att8, att_part, router, ids, weights;
+    DeviceMemory gate, hidden, hidden8, down;  // gate: gate | up, for experts whose gate and up differ in type
+    DeviceMemory ffn_gate, ffn_up, ffn_hidden, ffn_hidden8, shared_out, shared_logit, moe_out;
+    DeviceMemory rope;   // cap rows of the rope angles, then cap positions (ints)
+    DeviceMemory tiles;  // gpu::ExpertTiles' arrays: tiles, then in_row, then out_row
+    DeviceMemory logits;  // all_logits: kLogitRows rows of the output head
+    float* host_x = nullptr;      // pinned: the tokens' embedded rows
+    float* host_rope = nullptr;   // pinned: rope's contents
+    int32_t* host_ids = nullptr;  // pinned: a layer's routing, cap x K ids
+    int32_t* host_tiles = nullptr;  // pinned: tiles' contents
+    // Mapped: each layer's distinct experts of the pass, for refresh_vram.
+    std::vector<int32_t> layer_ids, layer_count;
+    std::vector<int32_t> count, start;  // per expert: its pairs, and where they begin
+    ~PrefillRows() {
+        gpu::release_pinned(host_x);
+        gpu::release_pinned(host_rope);
+        gpu::release_pinned(host_ids);
+        gpu::release_pinned(host_tiles);
+    }
+};
+
 class GpuState : public ModelState {
 public:
+    PrefillRows prefill;
     DeviceMemory k_cache, v_cache;  // per layer n_ctx rows of kv_dim floats
     DeviceMemory att_part;  // attention's partial sums (gpu::attention_scratch_bytes)
     DeviceMemory x, xb, q, k, v, att, router, ids, weights, gate, hidden, logits;  // gate: gate | up
@@ -460,7 +487,65 @@ public:
         st->layer_ids = DeviceMemory(size_t(n_run_) * K * 4);
         st->host_layer_ids = static_cast<int32_t*>(gpu::alloc_pinned(size_t(n_run_) * K * 4));
         st->host_bytes = (E + size_t(rope_.n_rot) + 1 + 2 * K + size_t(c.n_vocab)) * 4 + K * sizeof(uint8_t*);
+        if (batch_wanted_ && o.max_batch > 1) st->host_bytes += new_prefill_rows(st->prefill, o.max_batch);
         return st;
+    }
+
+    // Rows for prefill passes of up to cap tokens; returns the pinned host
+    // bytes they take.
+    uint64_t new_prefill_rows(PrefillRows& b, int cap) const {
+        const ModelConfig& c = config_;
+        const size_t T = size_t(cap), E = size_t(c.n_embd), K = size_t(c.n_expert_used), F = size_t(spec_.n_ff_exp);
+        const size_t FD = size_t(std::max(spec_.n_ff_dense, spec_.n_ff_shared)), R = size_t(rope_.n_rot);
+        const size_t Q = size_t(c.q_dim()), KV = size_t(c.kv_dim());
+        b.cap = cap;
+        b.x = DeviceMemory(T * E * 4);
+        b.xb = DeviceMemory(T * E * 4);
+        b.xb8 = DeviceMemory(T * gpu::act_bytes(E));
+        b.q = DeviceMemory(T * Q * 4);
+        b.k = DeviceMemory(T * KV * 4);
+        b.v = DeviceMemory(T * KV * 4);
+        b.att = DeviceMemory(T * Q * 4);
+        b.att8 = DeviceMemory(T * gpu::act_bytes(int64_t(Q)));
+        b.att_part = DeviceMemory(size_t(std::min(cap, kAttentionRows)) * gpu::attention_scratch_bytes(c.n_head, c.head_dim));
+        b.router = DeviceMemory(T * size_t(c.n_expert) * 4);
+        b.ids = DeviceMemory(T * K * 4);
+        b.weights = DeviceMemory(T * K * 4);
+        if (F > 0) {
+            b.gate = DeviceMemory(2 * T * K * F * 4);
+            b.hidden = DeviceMemory(T * K * F * 4);
+            b.hidden8 = DeviceMemory(T * K * gpu::act_bytes(int64_t(F)));
+            b.down = DeviceMemory(T * K * E * 4);
+        }
+        if (FD > 0) {
+            b.ffn_gate = DeviceMemory(T * FD * 4);
+            b.ffn_up = DeviceMemory(T * FD * 4);
+            b.ffn_hidden = DeviceMemory(T * FD * 4);
+            b.ffn_hidden8 = DeviceMemory(T * gpu::act_bytes(int64_t(FD)));
+            b.shared_out = DeviceMemory(T * E * 4);
+            b.shared_logit = DeviceMemory(T * 4);
+            b.moe_out = DeviceMemory(T * E * 4);
+        }
+        b.rope = DeviceMemory(T * (R + 1) * 4);
+        const size_t tile_ints = 3 * max_tiles(cap) + 2 * T * K;
+        b.tiles = DeviceMemory(tile_ints * 4);
+        b.logits = DeviceMemory(size_t(kLogitRows) * size_t(c.n_vocab) * 4);
+        b.host_x = static_cast<float*>(gpu::alloc_pinned(T * E * 4));
+        b.host_rope = static_cast<float*>(gpu::alloc_pinned(T * (R + 1) * 4));
+        b.host_ids = static_cast<int32_t*>(gpu::alloc_pinned(T * K * 4));
+        b.host_tiles = static_cast<int32_t*>(gpu::alloc_pinned(tile_ints * 4));
+        b.layer_ids.resize(size_t(n_run_) * size_t(c.n_expert));
+        b.layer_count.resize(size_t(n_run_));
+        b.count.resize(size_t(c.n_expert));
+        b.start.resize(size_t(c.n_expert) + 1);
+        return (T * E + T * (R + 1) + T * K + tile_ints) * 4;
+    }
+
+    // The most expert tiles a pass of cap tokens can need: each expert's
+    // pairs cut into tiles of kExpertTile, the last one of each partial.
+    size_t max_tiles(int cap) const {
+        return (size_t(cap) * size_t(config_.n_expert_used) + gpu::kExpertTile - 1) / gpu::kExpertTile +
+               size_t(config_.n_expert);
     }
 
     void attach(ExpertSource& experts) const override {
@@ -478,6 +563,14 @@ public:
         if (!mapped_) experts.start_step(n);
         TimeSplit* time = n == 1 ? &st.decode_time : &st.prefill_time;
         time->calls++;
+        if (n > 1 && st.prefill.cap > 0 && device_routed()) {
+            for (int t0 = 0; t0 < n; t0 += st.prefill.cap) {
+                const int m = std::min(st.prefill.cap, n - t0);
+                prefill_pass(st, tokens + t0, m, logits + (all_logits ? int64_t(t0) * V : 0), all_logits,
+                             all_logits || t0 + m == n);
+            }
+            return;
+        }
         const gpu::Stream s = compute_;
         // One token at a time: prefill is a sequence of decode steps here.
         for (int t = 0; t < n; t++) {
@@ -509,7 +602,10 @@ public:
             gpu::sync(s);  // host_input is written again for the next token
             gpu::check_last("forward");
             release_held(experts);
-            if (mapped_) refresh_vram(st);
+            if (mapped_) {
+                count_uses(st.host_layer_ids, c.n_expert_used);
+                refresh_vram(st.host_layer_ids, c.n_expert_used, nullptr);
+            }
             if (out) memcpy(logits + (all_logits ? int64_t(t) * V : 0), st.host_logits, size_t(V) * 4);
             if (profile_) profile_->collect();
         }
@@ -720,6 +816,208 @@ private:
         gpu::rms_norm(x, output_norm_dev_, 1, E, c.rms_eps, xb, s, xb8);
         gpu::matvec(output().type, output_dev_, V, E, {xb, xb8}, st.logits.f32(), s);
         mark(StageProfile::kHead, output().bytes());
+    }
+
+    // Prefill's attention runs over at most this many tokens a launch (its
+    // scratch grows with them); the output head over this many rows.
+    static constexpr int kAttentionRows = 64, kLogitRows = 32;
+
+    // dense_ffn over n rows of xb (st.prefill's rows).
+    void dense_rows(PrefillRows& b, const DenseFfn& f, const DeviceFfn& d, int n, gpu::Act xb, float* out,
+                    bool add) const {
+        const gpu::Stream s = compute_;
+        const int64_t n_ff = f.gate.rows, E = config_.n_embd;
+        gpu::matmul(f.gate.type, d.gate, n_ff, E, n, xb, b.ffn_gate.f32(), s, false, 0);
+        gpu::matmul(f.up.type, d.up, n_ff, E, n, xb, b.ffn_up.f32(), s, false, 0);
+        gpu::swiglu(b.ffn_gate.f32(), b.ffn_up.f32(), n * n_ff, b.ffn_hidden.f32(), s);
+        void* h8 = quantize(b.ffn_hidden.f32(), n, n_ff, b.ffn_hidden8.data());
+        gpu::matmul(f.down.type, d.down, E, n_ff, n, {b.ffn_hidden.f32(), h8}, out, s, add, 1);
+    }
+
+    // Layer il's routing of n tokens (b.host_ids, n x K) cut into tiles of
+    // the pairs each expert takes, uploaded; the layer's distinct experts
+    // noted for refresh_vram. Returns the gate/up tiles (pair t * K + r
+    // reads xb row t, writes hidden row t * K + r); *down gets the down
+    // tiles (hidden row to the down output's row of the same number).
+    gpu::ExpertTiles cut_tiles(PrefillRows& b, int il, int n, gpu::ExpertTiles* down) const {
+        const int K = config_.n_expert_used, X = config_.n_expert;
+        const size_t tile_ints = 3 * max_tiles(b.cap), TK = size_t(b.cap) * size_t(K);
+        int32_t* tiles = b.host_tiles;
+        int32_t* in_row = tiles + tile_ints;
+        int32_t* out_row = in_row + TK;
+        std::fill(b.count.begin(), b.count.end(), 0);
+        for (int p = 0; p < n * K; p++) b.count[size_t(b.host_ids[p])]++;
+        b.start[0] = 0;
+        for (int e = 0; e < X; e++) b.start[size_t(e) + 1] = b.start[size_t(e)] + b.count[size_t(e)];
+        std::fill(b.count.begin(), b.count.end(), 0);
+        for (int p = 0; p < n * K; p++) {  // token order within an expert
+            const int e = b.host_ids[p];
+            const int j = b.start[size_t(e)] + b.count[size_t(e)]++;
+            in_row[j] = p / K;
+            out_row[j] = p;
+        }
+        int n_tiles = 0, distinct = 0;
+        const ExpertLayer& el = expert_layers_[size_t(il)];
+        for (int e = 0; e < X; e++) {
+            const int c = b.count[size_t(e)];
+            if (c == 0) continue;
+            b.layer_ids[size_t(il) * X + size_t(distinct++)] = e;
+            const bool hit = !mapped_ || vram_.visible(il, e);
+            for (int j = 0; j < c; j += gpu::kExpertTile) {
+                int32_t* t = tiles + 3 * n_tiles++;
+                t[0] = e;
+                t[1] = b.start[size_t(e)] + j;
+                t[2] = std::min(gpu::kExpertTile, c - j);
+                // Mapped: each tile reads a miss's matrices over the bus.
+                if (!hit) bus_read_bytes_ += el.expert_bytes();
+            }
+            if (mapped_) {
+                hits_ += hit ? uint64_t(c) : 0;
+                misses_ += hit ? 0 : uint64_t(c);
+            }
+        }
+        b.layer_count[size_t(il)] = distinct;
+        const gpu::Stream s = compute_;
+        int32_t* dev = reinterpret_cast<int32_t*>(b.tiles.data());
+        gpu::copy_to_device(dev, tiles, size_t(3 * n_tiles) * 4, s);
+        gpu::copy_to_device(dev + tile_ints, in_row, (TK + size_t(n) * size_t(K)) * 4, s);
+        *down = {dev, n_tiles, dev + tile_ints + TK, dev + tile_ints + TK};
+        return {dev, n_tiles, dev + tile_ints, dev + tile_ints + TK};
+    }
+
+    // n <= st.prefill.cap tokens through every layer at once, each token's
+    // logits and KV rows bit for bit what forward() gives it token by token
+    // (gpu.h's batched operations; the host cuts each layer's routing into
+    // tiles of the tokens each expert takes). Needs every expert reachable
+    // through the device table (device_routed()). Logits: every token's
+    // (all_logits), or the last one's when `last`.
+    void prefill_pass(GpuState& st, const int32_t* tokens, int n, float* logits, bool all_logits, bool last) const {
+        PrefillRows& b = st.prefill;
+        const ModelConfig& c = config_;
+        const int64_t E = c.n_embd, V = c.n_vocab, KV = c.kv_dim(), Q = c.q_dim(), F = spec_.n_ff_exp;
+        const int K = c.n_expert_used, R = rope_.n_rot;
+        const gpu::Stream s = compute_;
+        const float scale = 1.0f / std::sqrt(float(c.head_dim));
+        for (int t = 0; t < n; t++) {
+            dequantize_row(token_embd_.type, token_embd_.row(tokens[t]), b.host_x + int64_t(t) * E, E);
+            rope_angles(rope(), st.n_past + t, b.host_rope + int64_t(t) * R);
+        }
+        int32_t* host_pos = reinterpret_cast<int32_t*>(b.host_rope + int64_t(b.cap) * R);
+        for (int t = 0; t < n; t++) host_pos[t] = int32_t(st.n_past + t);
+        float* x = b.x.f32();
+        float* xb = b.xb.f32();
+        const float* cos_sin = b.rope.f32();
+        const int32_t* pos = reinterpret_cast<const int32_t*>(b.rope.f32() + int64_t(b.cap) * R);
+        gpu::copy_to_device(x, b.host_x, size_t(n * E) * 4, s);
+        gpu::copy_to_device(b.rope.data(), b.host_rope, size_t(n * R) * 4, s);
+        gpu::copy_to_device(const_cast<int32_t*>(pos), host_pos, size_t(n) * 4, s);
+        void* xb8 = act8(E) ? b.xb8.data() : nullptr;
+        void* att8 = act8(Q) ? b.att8.data() : nullptr;
+        float *q = b.q.f32(), *k = b.k.f32(), *v = b.v.f32(), *att = b.att.f32();
+        for (int il = 0; il < n_run_; il++) {
+            const AttentionLayer& a = attn_[size_t(il)];
+            const FfnLayer& m = ffn_[size_t(il)];
+            const DeviceLayer& d = device_[size_t(il)];
+            float* kc = st.k_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
+            float* vc = st.v_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
+            gpu::rms_norm(x, d.attn_norm, n, E, c.rms_eps, xb, s, xb8);
+            gpu::matmul(a.wq.type, d.wq, Q, E, n, {xb, xb8}, q, s, false, 0);
+            gpu::matmul(a.wk.type, d.wk, KV, E, n, {xb, xb8}, k, s, false, 0);
+            gpu::matmul(a.wv.type, d.wv, KV, E, n, {xb, xb8}, v, s, false, 0);
+            if (d.bq) {
+                gpu::add(q, d.bq, Q, s, n);
+                gpu::add(k, d.bk, KV, s, n);
+                gpu::add(v, d.bv, KV, s, n);
+            }
+            if (a.qk_norm == QkNorm::PerHead) {
+                gpu::qk_norm_rope_store(q, k, v, d.q_norm, d.k_norm, c.n_head, c.n_head_kv, c.head_dim, R, c.rms_eps,
+                                        cos_sin, kc, vc, pos, s, n);
+            } else {
+                if (a.qk_norm == QkNorm::Whole) {
+                    gpu::rms_norm(q, d.q_norm, n, Q, c.rms_eps, q, s);
+                    gpu::rms_norm(k, d.k_norm, n, KV, c.rms_eps, k, s);
+                }
+                gpu::rope_store(q, k, v, c.n_head, c.n_head_kv, c.head_dim, R, rope_.neox, cos_sin, kc, vc, pos, s, n);
+            }
+            for (int a0 = 0; a0 < n; a0 += kAttentionRows) {
+                const int na = std::min(kAttentionRows, n - a0);
+                void* row8 = att8 ? static_cast<uint8_t*>(att8) + size_t(a0) * gpu::act_bytes(Q) : nullptr;
+                gpu::attention(q + a0 * Q, kc, vc, pos + a0, c.n_head, c.n_head_kv, c.head_dim, scale,
+                               b.att_part.f32(), att + a0 * Q, s, row8, {}, na);
+            }
+            gpu::matmul(a.wo.type, d.wo, E, Q, n, {att, att8}, x, s, true, 1);
+            if (d.bo) gpu::add(x, d.bo, E, s, n);
+
+            gpu::rms_norm(x, d.ffn_norm, n, E, c.rms_eps, xb, s, xb8);
+            if (!m.moe()) {
+                dense_rows(b, m.dense, d.dense, n, {xb, xb8}, x, true);
+                continue;
+            }
+            const int64_t X = c.n_expert;
+            int32_t* ids = reinterpret_cast<int32_t*>(b.ids.data());
+            gpu::matmul(m.router.type, d.router, X, E, n, {xb, xb8}, b.router.f32(), s, false, 1);
+            if (d.router_bias) gpu::add(b.router.f32(), d.router_bias, X, s, n);
+            if (m.routing.gating == Gating::Sigmoid) {
+                gpu::route_sigmoid_topk(b.router.f32(), d.selection_bias, int(X), K, m.routing.renorm,
+                                        m.routing.scale, ids, b.weights.f32(), s, n);
+            } else {
+                gpu::route_softmax_topk(b.router.f32(), int(X), K, m.routing.renorm, ids, b.weights.f32(), s, n);
+            }
+            gpu::copy_to_host(b.host_ids, ids, size_t(n * K) * 4, s);
+            gpu::sync(s);
+            gpu::ExpertTiles down;
+            const gpu::ExpertTiles tiles = cut_tiles(b, il, n, &down);
+            const ExpertLayer& el = expert_layers_[size_t(il)];
+            const uint8_t* const* table = vram_.table(il);
+            float* hidden = b.hidden.f32();
+            if (el.gate.type == el.up.type) {
+                gpu::expert_gate_up_tokens(el.gate.type, table, tiles, 0, vram_.up_offset(il), F, E, {xb, xb8}, hidden,
+                                           s);
+            } else {
+                float* gate = b.gate.f32();
+                float* up = gate + int64_t(b.cap) * K * F;
+                gpu::matmul_experts(el.gate.type, table, tiles, 0, F, E, {xb, xb8}, gate, s, K);
+                gpu::matmul_experts(el.up.type, table, tiles, vram_.up_offset(il), F, E, {xb, xb8}, up, s, K);
+                gpu::swiglu(gate, up, int64_t(n) * K * F, hidden, s);
+            }
+            void* hidden8 = quantize(hidden, int64_t(n) * K, F, b.hidden8.data());
+            gpu::matmul_experts(el.down.type, table, down, vram_.down_offset(il), E, F, {hidden, hidden8},
+                                b.down.f32(), s, 0);
+            // As token(): the routed sum into zeros, then the shared expert, then the residual.
+            float* moe_out = m.shared.empty() ? x : b.moe_out.f32();
+            if (moe_out != x) gpu::fill(moe_out, 0, size_t(n * E) * 4, s);
+            gpu::combine_experts(b.down.f32(), b.weights.f32(), n, K, E, moe_out, s);
+            if (!m.shared.empty() && d.shared_gate) {
+                dense_rows(b, m.shared, d.shared, n, {xb, xb8}, b.shared_out.f32(), false);
+                gpu::matmul(m.shared_gate.type, d.shared_gate, 1, E, n, {xb, xb8}, b.shared_logit.f32(), s, false, 1);
+                gpu::add_sigmoid_gated(moe_out, b.shared_out.f32(), b.shared_logit.f32(), E, s, n);
+            } else if (!m.shared.empty()) {
+                dense_rows(b, m.shared, d.shared, n, {xb, xb8}, moe_out, true);
+            }
+            if (moe_out != x) gpu::add(x, moe_out, n * E, s);
+        }
+        const size_t row8 = gpu::act_bytes(E);
+        if (all_logits) {
+            for (int r0 = 0; r0 < n; r0 += kLogitRows) {
+                const int nr = std::min(kLogitRows, n - r0);
+                void* x8 = xb8 ? static_cast<uint8_t*>(xb8) + size_t(r0) * row8 : nullptr;
+                gpu::rms_norm(x + r0 * E, output_norm_dev_, nr, E, c.rms_eps, xb + r0 * E, s, x8);
+                gpu::matmul(output().type, output_dev_, V, E, nr, {xb + r0 * E, x8}, b.logits.f32(), s, false, 1);
+                gpu::copy_to_host(logits + int64_t(r0) * V, b.logits.f32(), size_t(nr * V) * 4, s);
+            }
+        } else if (last) {
+            const int64_t r = n - 1;
+            void* x8 = xb8 ? static_cast<uint8_t*>(xb8) + size_t(r) * row8 : nullptr;
+            gpu::rms_norm(x + r * E, output_norm_dev_, 1, E, c.rms_eps, xb + r * E, s, x8);
+            gpu::matvec(output().type, output_dev_, V, E, {xb + r * E, x8}, st.logits.f32(), s);
+            gpu::copy_to_host(st.host_logits, st.logits.data(), size_t(V) * 4, s);
+        }
+        gpu::sync(s);
+        gpu::check_last("prefill");
+        if (last && !all_logits) memcpy(logits, st.host_logits, size_t(V) * 4);
+        st.n_past += n;
+        tokens_ += uint64_t(n);
+        if (mapped_) refresh_vram(b.layer_ids.data(), c.n_expert, b.layer_count.data());
     }
 
     static void require(GgmlType t) {
@@ -1007,30 +1305,20 @@ private:
         return {};
     }
 
-    // Mapped, after a token's launches have finished: its experts' uses
-    // counted against the VRAM slots; those it read from the RAM tier
-    // copied into the least recently used slots, and the table updated, on
-    // the compute stream, so before the next token's launches.
+    // Mapped, after a token's (or a prefill pass's) launches have finished:
+    // the experts it read from the RAM tier copied into the least recently
+    // used slots, and the table updated, on the compute stream, so before
+    // the next token's launches.
     //
     // The copies overlap the next token: they go on the copy stream once
     // the table no longer sends anything to the slots they overwrite (the
     // evicted experts read from the RAM tier again), and the table sends
     // the copied experts to their slots from the token after, once the
     // host has seen the copies end (committed at the next refresh).
-    void refresh_vram(const GpuState& st) const {
-        const int K = config_.n_expert_used;
-        // What the token found in VRAM: the table as it ran, before this
-        // refresh commits the copies made during it.
-        for (int il = 0; il < n_run_; il++) {
-            if (expert_layers_[size_t(il)].n_expert == 0) continue;
-            const int32_t* ids = st.host_layer_ids + int64_t(il) * K;
-            for (int r = 0; r < K; r++) {
-                const bool hit = vram_.visible(il, ids[r]);
-                hits_ += hit;
-                misses_ += !hit;
-                if (!hit) bus_read_bytes_ += expert_layers_[size_t(il)].expert_bytes();
-            }
-        }
+    //
+    // layer_ids: layer il's distinct experts at layer_ids + il * stride,
+    // count[il] of them (null: stride each).
+    void refresh_vram(const int32_t* layer_ids, int stride, const int32_t* count) const {
         gpu::sync_event(copied_);
         bool changed = !pending_.empty();
         for (const PendingCopy& p : pending_) vram_.commit(p.layer, p.id);
@@ -1040,8 +1328,9 @@ private:
         const size_t most = size_t(vram_.n_slots() / 2);
         for (int il = 0; il < n_run_; il++) {
             if (expert_layers_[size_t(il)].n_expert == 0) continue;
-            const int32_t* ids = st.host_layer_ids + int64_t(il) * K;
-            for (int r = 0; r < K; r++) {
+            const int32_t* ids = layer_ids + int64_t(il) * stride;
+            const int n = count ? count[il] : stride;
+            for (int r = 0; r < n; r++) {
                 if (vram_.find(il, ids[r]) < 0 && pending_.size() < most) pending_.push_back({il, ids[r], -1});
             }
         }
@@ -1056,6 +1345,22 @@ private:
             copied_bytes_ += el.expert_bytes();
         }
         gpu::record(copied_, copy_);
+    }
+
+    // Mapped, after a token: what it found in VRAM (the table as it ran,
+    // before refresh_vram commits the copies made during it); ids: each
+    // layer's K chosen experts.
+    void count_uses(const int32_t* layer_ids, int K) const {
+        for (int il = 0; il < n_run_; il++) {
+            if (expert_layers_[size_t(il)].n_expert == 0) continue;
+            const int32_t* ids = layer_ids + int64_t(il) * K;
+            for (int r = 0; r < K; r++) {
+                const bool hit = vram_.visible(il, ids[r]);
+                hits_ += hit;
+                misses_ += !hit;
+                if (!hit) bus_read_bytes_ += expert_layers_[size_t(il)].expert_bytes();
+            }
+        }
     }
 
     // Whether the expert kernels find every chosen expert through the device
@@ -1082,6 +1387,10 @@ private:
     // each expert's view there, kept acquired; MOESTREAM_GPU_MAPPED=0: not
     // (each layer's misses are then copied while the host waits).
     const bool map_wanted_ = !getenv("MOESTREAM_GPU_MAPPED") || strcmp(getenv("MOESTREAM_GPU_MAPPED"), "0") != 0;
+    // Prefill passes over many tokens at once where every expert is reached
+    // through the device table; MOESTREAM_GPU_BATCH=0: token by token (to
+    // compare: the same bits, slower).
+    const bool batch_wanted_ = !getenv("MOESTREAM_GPU_BATCH") || strcmp(getenv("MOESTREAM_GPU_BATCH"), "0") != 0;
     mutable bool mapped_ = false;
     mutable std::vector<ExpertView> host_views_;
     // Mapped: the experts being copied into VRAM slots during the token,

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -613,6 +614,223 @@ TEST(Kernels, BiasAndSigmoidGatedAddMatchCpu) {
     std::vector<double> ref(static_cast<size_t>(n));
     for (size_t i = 0; i < size_t(n); i++) ref[i] = double(x[i] + b[i]) + double(y[i]) * double(sigmoid(g[0]));
     EXPECT_LT(rel_err(dx.get<float>(), ref), 1e-6);
+}
+
+// Prefill's batched operations (gpu.h: matmul, the experts' tiles,
+// attention over many tokens) against the one-token kernels decode runs,
+// bit for bit: a prompt prefilled in one pass must leave the logits and KV
+// rows a token-by-token pass leaves.
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+// Rows [r0, r0 + n) of rows of `width` floats.
+std::vector<float> rows_of(const std::vector<float>& v, int64_t width, int64_t r0, int64_t n) {
+    return std::vector<float>(v.begin() + long(r0 * width), v.begin() + long((r0 + n) * width));
+}
+
+class Prefill : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(Prefill, MatmulMatchesMatvecBitForBit) {
+    SKIP_WITHOUT_GPU();
+    const GgmlType t = GetParam();
+    const bool q8 = t != GgmlType::F32 && t != GgmlType::F16;
+    const int n = 13;  // a tile of 8 and a partial one
+    // 37 rows: four warps share each row pair in matvec's launch; 2201: one.
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {2201, 512}}) {
+        const std::vector<uint8_t> w = random_rows(t, rows, cols, uint32_t(rows + cols));
+        const std::vector<float> x = randoms(size_t(n * cols), 3), y0 = randoms(size_t(n * rows), 4);
+        DeviceBuffer dw(w), dx(x), dy(y0), dy1(y0), dm(size_t(n * rows) * 4), dm1(size_t(n * rows) * 4);
+        const auto act = gpu_act(dx, n, cols);
+        const size_t row8 = gpu::act_bytes(cols);
+        auto xrow = [&](int i) -> gpu::Act {
+            const float* f = dx.f() + i * cols;
+            return q8 ? gpu::Act(f, static_cast<uint8_t*>(act->p) + size_t(i) * row8) : gpu::Act(f);
+        };
+        const gpu::Act all = q8 ? gpu::Act(dx.f(), act->p) : gpu::Act(dx.f());
+        gpu::matmul(t, dw.p, rows, cols, n, all, dy.f(), nullptr, true, 1);
+        gpu::matmul(t, dw.p, rows, cols, n, all, dm.f(), nullptr, false, 0);
+        for (int i = 0; i < n; i++) {
+            gpu::matvec(t, dw.p, rows, cols, xrow(i), dy1.f() + i * rows, nullptr, true);
+            const void* wp = dw.p;
+            float* yp = dm1.f() + i * rows;
+            gpu::matvec_multi(1, &t, &wp, &rows, cols, xrow(i), &yp, nullptr);
+        }
+        EXPECT_TRUE(same_bits(dy.get<float>(), dy1.get<float>())) << type_name(t) << " " << rows << " as matvec";
+        EXPECT_TRUE(same_bits(dm.get<float>(), dm1.get<float>())) << type_name(t) << " " << rows << " as matvec_multi";
+    }
+}
+
+// Tiles of each expert's pairs, in token order, at most `per` a tile.
+struct Tiles {
+    std::vector<int32_t> tiles, in_row, out_row;
+    Tiles(const std::vector<int32_t>& ids, int n_expert, int k, int per) {
+        for (int e = 0; e < n_expert; e++) {
+            const int first = int(in_row.size());
+            for (size_t p = 0; p < ids.size(); p++) {
+                if (ids[p] != e) continue;
+                in_row.push_back(int32_t(p) / k);
+                out_row.push_back(int32_t(p));
+            }
+            for (int j = first; j < int(in_row.size()); j += per) {
+                tiles.insert(tiles.end(), {e, j, std::min(per, int(in_row.size()) - j)});
+            }
+        }
+    }
+};
+
+TEST_P(Prefill, ExpertTilesMatchOneTokenKernelsBitForBit) {
+    SKIP_WITHOUT_GPU();
+    const GgmlType t = GetParam();
+    const bool q8 = t != GgmlType::F32 && t != GgmlType::F16;
+    const int64_t n_ff = 256, d = 512;
+    const int n_expert = 5, k = 3, n = 11;
+    const ExpertSlots ex(t, n_ff, d, n_expert, 900);
+    DeviceBuffer darena(ex.arena);
+    DeviceBuffer dtable(ex.table(darena.p));
+    const auto* tp = static_cast<const uint8_t* const*>(dtable.p);
+    std::vector<int32_t> ids;  // k distinct experts a token
+    std::mt19937 rng(5);
+    for (int i = 0; i < n; i++) {
+        std::vector<int32_t> all = {0, 1, 2, 3, 4};
+        std::shuffle(all.begin(), all.end(), rng);
+        ids.insert(ids.end(), all.begin(), all.begin() + k);
+    }
+    const std::vector<float> x = randoms(size_t(n * d), 21), weights = randoms(size_t(n * k), 22, 0.3f),
+                             resid = randoms(size_t(n * d), 23);
+    DeviceBuffer dids(ids), dx(x), dw(weights), dres(resid), dres1(resid), dh(size_t(n * k * n_ff) * 4),
+        dh1(size_t(n * k * n_ff) * 4), du(size_t(n * k * n_ff) * 4), du1(size_t(n * k * n_ff) * 4),
+        dout(size_t(n * k * d) * 4);
+    const auto x8 = gpu_act(dx, n, d);
+    auto act = [&](const DeviceBuffer& f, const DeviceBuffer* a, int64_t width, int64_t row) -> gpu::Act {
+        const float* fp = f.f() + row * width;
+        return q8 ? gpu::Act(fp, static_cast<uint8_t*>(a->p) + size_t(row) * gpu::act_bytes(width)) : gpu::Act(fp);
+    };
+    for (int per : {1, gpu::kExpertTile}) {
+        const Tiles tl(ids, n_expert, k, per);
+        DeviceBuffer dtiles(tl.tiles), din(tl.in_row), dout_row(tl.out_row);
+        const gpu::ExpertTiles tiles{static_cast<int32_t*>(dtiles.p), int(tl.tiles.size() / 3),
+                                     static_cast<int32_t*>(din.p), static_cast<int32_t*>(dout_row.p)};
+        // gate/up with SwiGLU, and the up matrix alone (as for experts whose gate and up differ in type)
+        gpu::expert_gate_up_tokens(t, tp, tiles, 0, ex.up_off, n_ff, d, act(dx, x8.get(), d, 0), dh.f(), nullptr);
+        gpu::matmul_experts(t, tp, tiles, ex.up_off, n_ff, d, act(dx, x8.get(), d, 0), du.f(), nullptr, k);
+        for (int i = 0; i < n; i++) {
+            const int32_t* ip = static_cast<const int32_t*>(dids.p) + i * k;
+            gpu::expert_gate_up(t, tp, ip, k, 0, ex.up_off, n_ff, d, act(dx, x8.get(), d, i), dh1.f() + i * k * n_ff,
+                                nullptr);
+            gpu::matvec_experts(t, tp, ip, k, ex.up_off, n_ff, d, act(dx, x8.get(), d, i), 0, du1.f() + i * k * n_ff,
+                                nullptr);
+        }
+        EXPECT_TRUE(same_bits(dh.get<float>(), dh1.get<float>())) << type_name(t) << " gate/up, tiles of " << per;
+        EXPECT_TRUE(same_bits(du.get<float>(), du1.get<float>())) << type_name(t) << " up, tiles of " << per;
+        // down, then the weighted sum into the residual
+        const auto h8 = gpu_act(dh, n * k, n_ff);
+        const gpu::ExpertTiles down{tiles.tiles, tiles.n_tiles, tiles.out_row, tiles.out_row};
+        gpu::matmul_experts(t, tp, down, ex.down_off, d, n_ff, act(dh, h8.get(), n_ff, 0), dout.f(), nullptr, 0);
+        gpu::copy_to_device(dres.p, resid.data(), dres.n, nullptr);
+        gpu::copy_to_device(dres1.p, resid.data(), dres1.n, nullptr);
+        gpu::combine_experts(dout.f(), dw.f(), n, k, d, dres.f(), nullptr);
+        for (int i = 0; i < n; i++) {
+            gpu::expert_down_add(t, tp, static_cast<const int32_t*>(dids.p) + i * k, k, ex.down_off, d, n_ff,
+                                 act(dh, h8.get(), n_ff, int64_t(i) * k), dw.f() + i * k, dres1.f() + i * d, nullptr);
+        }
+        EXPECT_TRUE(same_bits(dres.get<float>(), dres1.get<float>())) << type_name(t) << " down, tiles of " << per;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, Prefill,
+                         ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K,
+                                           GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4),
+                         [](const auto& info) { return std::string(type_name(info.param)); });
+
+// n tokens at positions pos0 .. pos0 + n - 1 after pos0 cached rows: q/k
+// norms, RoPE and the cache rows of all, then attention of all (in two
+// launches of 12 and 8), against decode's fused launch token by token; and
+// adjacent-pair RoPE without norms the same way.
+TEST(Kernels, PrefillAttentionMatchesTokenByTokenBitForBit) {
+    SKIP_WITHOUT_GPU();
+    const int n_head = 8, n_kv = 2, hd = 128, pos0 = 30, n = 20, rows = pos0 + n;
+    const int64_t Q = n_head * hd, KV = n_kv * hd;
+    const Rope rope{hd, 1e6f, true};
+    const std::vector<float> q = randoms(size_t(n * Q), 1, 2.0f), k = randoms(size_t(n * KV), 2, 2.0f),
+                             v = randoms(size_t(n * KV), 3), qn = randoms(size_t(hd), 4), kn = randoms(size_t(hd), 5),
+                             cache = randoms(size_t(rows * KV), 6);
+    std::vector<float> cs(size_t(n * hd));
+    std::vector<int32_t> pos(static_cast<size_t>(n));
+    for (int i = 0; i < n; i++) rope_angles(rope, pos0 + i, cs.data() + i * hd), pos[size_t(i)] = pos0 + i;
+    DeviceBuffer dq(q), dq1(q), dk(k), dv(v), dqn(qn), dkn(kn), dcs(cs), dpos(pos), kc(cache), vc(cache), kc1(cache),
+        vc1(cache), out(size_t(n * Q) * 4), out1(size_t(n * Q) * 4), act(size_t(n) * gpu::act_bytes(Q)),
+        act1(size_t(n) * gpu::act_bytes(Q)), scratch(size_t(n) * gpu::attention_scratch_bytes(n_head, hd));
+    const int32_t* p = static_cast<const int32_t*>(dpos.p);
+    const float scale = 1.0f / std::sqrt(float(hd));
+    gpu::prepare_attention(rows, hd);
+    gpu::qk_norm_rope_store(dq.f(), dk.f(), dv.f(), dqn.f(), dkn.f(), n_head, n_kv, hd, hd, 1e-6f, dcs.f(), kc.f(),
+                            vc.f(), p, nullptr, n);
+    for (int a0 : {0, 12}) {
+        const int na = a0 == 0 ? 12 : n - 12;
+        gpu::attention(dq.f() + a0 * Q, kc.f(), vc.f(), p + a0, n_head, n_kv, hd, scale, scratch.f(), out.f() + a0 * Q,
+                       nullptr, static_cast<uint8_t*>(act.p) + size_t(a0) * gpu::act_bytes(Q), {}, na);
+    }
+    for (int i = 0; i < n; i++) {
+        const gpu::FreshRow fresh{dk.f() + i * KV, dv.f() + i * KV, dqn.f(), dkn.f(), 1e-6f, dcs.f() + i * hd, hd};
+        gpu::attention(dq1.f() + i * Q, kc1.f(), vc1.f(), p + i, n_head, n_kv, hd, scale, scratch.f(),
+                       out1.f() + i * Q, nullptr, static_cast<uint8_t*>(act1.p) + size_t(i) * gpu::act_bytes(Q), fresh);
+    }
+    EXPECT_TRUE(same_bits(out.get<float>(), out1.get<float>())) << "attention";
+    EXPECT_EQ(act.get<uint8_t>(), act1.get<uint8_t>()) << "its 8-bit rows";
+    EXPECT_TRUE(same_bits(kc.get<float>(), kc1.get<float>())) << "k rows";
+    EXPECT_TRUE(same_bits(vc.get<float>(), vc1.get<float>())) << "v rows";
+
+    // RoPE alone, adjacent pairs on half the dims.
+    const Rope pairs{hd / 2, 1e4f, false};
+    std::vector<float> cs2(size_t(n * hd / 2));
+    for (int i = 0; i < n; i++) rope_angles(pairs, pos0 + i, cs2.data() + i * hd / 2);
+    DeviceBuffer dcs2(cs2), dq2(q), dq3(q);
+    gpu::rope_store(dq2.f(), dk.f(), dv.f(), n_head, n_kv, hd, hd / 2, false, dcs2.f(), kc.f(), vc.f(), p, nullptr, n);
+    for (int i = 0; i < n; i++) {
+        gpu::rope_store(dq3.f() + i * Q, dk.f() + i * KV, dv.f() + i * KV, n_head, n_kv, hd, hd / 2, false,
+                        dcs2.f() + i * hd / 2, kc1.f(), vc1.f(), p + i, nullptr);
+    }
+    EXPECT_TRUE(same_bits(dq2.get<float>(), dq3.get<float>())) << "rope_store q";
+    EXPECT_TRUE(same_bits(kc.get<float>(), kc1.get<float>())) << "rope_store k rows";
+}
+
+TEST(Kernels, PrefillRoutingAndAddsMatchOneTokenBitForBit) {
+    SKIP_WITHOUT_GPU();
+    const int n = 9, n_expert = 128, k = 8;
+    const std::vector<float> logits = randoms(size_t(n * n_expert), 31), bias = randoms(size_t(n_expert), 32, 0.1f);
+    DeviceBuffer dl(logits), db(bias), ids(size_t(n * k) * 4), ids1(size_t(n * k) * 4), w(size_t(n * k) * 4),
+        w1(size_t(n * k) * 4);
+    for (bool sigmoid : {false, true}) {
+        if (sigmoid) {
+            gpu::route_sigmoid_topk(dl.f(), db.f(), n_expert, k, true, 2.5f, static_cast<int32_t*>(ids.p), w.f(),
+                                    nullptr, n);
+        } else {
+            gpu::route_softmax_topk(dl.f(), n_expert, k, true, static_cast<int32_t*>(ids.p), w.f(), nullptr, n);
+        }
+        for (int i = 0; i < n; i++) {
+            int32_t* ip = static_cast<int32_t*>(ids1.p) + i * k;
+            if (sigmoid) {
+                gpu::route_sigmoid_topk(dl.f() + i * n_expert, db.f(), n_expert, k, true, 2.5f, ip, w1.f() + i * k,
+                                        nullptr);
+            } else {
+                gpu::route_softmax_topk(dl.f() + i * n_expert, n_expert, k, true, ip, w1.f() + i * k, nullptr);
+            }
+        }
+        EXPECT_EQ(ids.get<int32_t>(), ids1.get<int32_t>()) << sigmoid;
+        EXPECT_TRUE(same_bits(w.get<float>(), w1.get<float>())) << sigmoid;
+    }
+    const int64_t width = 1000;
+    const std::vector<float> x = randoms(size_t(n * width), 33), y = randoms(size_t(n * width), 34),
+                             g = randoms(size_t(n), 35);
+    DeviceBuffer dx(x), dx1(x), dy(y), dg(g), dbias(rows_of(x, width, 0, 1));
+    gpu::add(dx.f(), dbias.f(), width, nullptr, n);
+    gpu::add_sigmoid_gated(dx.f(), dy.f(), dg.f(), width, nullptr, n);
+    for (int i = 0; i < n; i++) {
+        gpu::add(dx1.f() + i * width, dbias.f(), width, nullptr);
+        gpu::add_sigmoid_gated(dx1.f() + i * width, dy.f() + i * width, dg.f() + i, width, nullptr);
+    }
+    EXPECT_TRUE(same_bits(dx.get<float>(), dx1.get<float>()));
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 // against the reference's (quantized weights meet 8-bit activations, as in
 // its run: within 2e-2) and, with float32 activations, against its exact/
 // run (1e-3); experts streamed through a VRAM cache of a few slots give the
-// same logits, bit for bit, as every expert resident. Those skip, saying
+// same logits, bit for bit, as every expert resident, and a prompt
+// prefilled in one pass the same as token by token. Those skip, saying
 // why, without a CUDA device; which families open_gpu_model covers, and the
 // feature it names for the others, is checked everywhere.
 #include <gtest/gtest.h>
@@ -126,6 +127,33 @@ TEST_P(GpuGolden, FloatActivationsMatchExact) {
     setenv("MOESTREAM_GPU_EXACT", "1", 1);
     check_golden(GetParam(), true);
     unsetenv("MOESTREAM_GPU_EXACT");
+}
+
+// A prompt prefilled in one pass (every token through each layer at once)
+// against token by token (MOESTREAM_GPU_BATCH=0): the same logits, bit for
+// bit, at every position, and the same greedy text after them.
+TEST_P(GpuGolden, PrefillPassMatchesTokenByTokenBitForBit) {
+    std::string why;
+    if (!gpu::available(&why)) GTEST_SKIP() << why;
+    const std::string base = golden::models_dir() + "/" + GetParam();
+    if (!std::filesystem::exists(base + ".gguf")) GTEST_SKIP() << base << ".gguf is not here";
+    const golden::Case g = golden::load(GetParam());
+    std::vector<std::vector<float>> logits;
+    std::vector<std::vector<int32_t>> text;
+    for (const char* batch : {"1", "0"}) {
+        setenv("MOESTREAM_GPU_BATCH", batch, 1);
+        auto s = open_gpu(g.gguf, 0);
+        logits.emplace_back(g.prompt.size() * size_t(g.n_vocab));
+        s->prefill_all(g.prompt, logits.back().data());
+        text.emplace_back();
+        s->generate(8, [&](int32_t t) {
+            text.back().push_back(t);
+            return true;
+        });
+    }
+    unsetenv("MOESTREAM_GPU_BATCH");
+    EXPECT_EQ(memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
+    EXPECT_EQ(text[0], text[1]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, GpuGolden, ::testing::ValuesIn(covered_files()),

@@ -1,0 +1,62 @@
+#!/bin/bash
+# The fifth session's H200 device calls (docs/gpu.md, "Fifth session"):
+# beside this script, bin.txz (bin/: moestream, gpu_kernels_test,
+# runtime_gpu_test, lib/ with the shared libraries the device lacks),
+# golden.txz (the covered families' golden files and their exact/ logits),
+# tok.txz (tokenizer/qwen3-vocab.gguf, for synth) and prompt.txt (English
+# text: the first part of README.md); golden files unpacked where the tests
+# were compiled to look. STEPS picks the parts; output: $OUT/s5.tgz,
+# unpacked here as callN/.
+set -u -o pipefail
+W=$(cd "$(dirname "$0")" && pwd)
+STEPS=${STEPS:-tests prefill gpumem}
+step() { [[ " $STEPS " == *" $1 "* ]]; }
+O=/tmp/s5out; rm -rf $O; mkdir -p $O
+pack() { tar czf "$OUT/s5.tgz" -C /tmp s5out; }
+trap pack EXIT
+cd /tmp && rm -rf bin && tar xJf "$W/bin.txz" && BIN=/tmp/bin
+export LD_LIBRARY_PATH=$BIN/lib:${LD_LIBRARY_PATH:-}
+ms=$BIN/moestream
+G=$(strings $BIN/runtime_gpu_test | grep -m1 '/shared/golden$' || true)
+echo "golden dir compiled in: $G"
+if [ -n "$G" ]; then mkdir -p "$G" && for t in "$W"/golden.txz "$W"/tok.txz; do [ -f "$t" ] && tar xJf "$t" -C "$G"; done; fi
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,pcie.link.gen.current,pcie.link.width.current,driver_version --format=csv | tee $O/smi.txt
+nproc; free -g | head -2
+if step tests; then
+  echo "== kernel tests"; $BIN/gpu_kernels_test > $O/kernels_test.log 2>&1; echo "exit $?"; grep -E "PASSED|FAILED|SKIPPED|Failure" $O/kernels_test.log | head -30
+  echo "== golden tests"; $BIN/runtime_gpu_test > $O/runtime_test.log 2>&1; echo "exit $?"; grep -E "PASSED|FAILED|SKIPPED|Failure" $O/runtime_test.log | head -40
+  grep -E "relative L2" $O/runtime_test.log | head -40 > $O/golden_errors.txt
+  echo "== golden tests (RAM tier not mapped)"; MOESTREAM_GPU_MAPPED=0 $BIN/runtime_gpu_test > $O/runtime_test_nomap.log 2>&1; echo "exit $?"; grep -E "PASSED|FAILED|Failure" $O/runtime_test_nomap.log | head
+  pack
+fi
+M=/tmp/q30.gguf
+run() {  # name, flags...
+  local name=$1; shift
+  local t0=$SECONDS
+  timeout 300 $ms run -m $M --draft off --report "$O/$name.json" "$@" > "$O/$name.txt" 2> "$O/$name.err"
+  echo "== $name ($*): exit $? after $((SECONDS - t0)) s"; grep -E "^(prefill|decode|gpu)" "$O/$name.err" | head -8
+}
+if step prefill || step gpumem; then
+  t0=$SECONDS; $ms synth --preset qwen3-30b-a3b --type Q4_K_M -o $M 2>&1 | tail -1; echo "synth $((SECONDS-t0)) s"
+fi
+if step prefill; then
+  A="--ignore-eos --seed 3 --temp 0 --gpu auto --mem 24G --io buffered -c 4096"
+  run pp512 $A --random-prompt 512 -n 16
+  MOESTREAM_GPU_BATCH=0 run pp512_tokens $A --random-prompt 512 -n 16
+  cmp $O/pp512.txt $O/pp512_tokens.txt && echo "pp512: one pass and token by token give the same text"
+  run pp2048 $A --random-prompt 2048 -n 16
+  run pp2048_8g $A --random-prompt 2048 -n 16 --gpu-mem 8G
+  $ms bench model -m $M -p 512 -n 0 -r 3 --gpu auto --run-args "--mem 24G --io buffered" --json $O/bench_pp.json > $O/bench_pp.md 2> $O/bench_pp.err
+  echo "bench model exit $?"; cat $O/bench_pp.md
+  pack
+fi
+if step gpumem; then
+  # Routing like text: an English prompt, sampled (temperature 0.8, seed 3).
+  A="-f $W/prompt.txt -n 512 --ignore-eos --seed 3 --temp 0.8 --gpu auto --mem 24G --io buffered"
+  run en_res $A
+  run en_gm8 $A --gpu-mem 8G
+  run en_gm2 $A --gpu-mem 2G
+  MOESTREAM_GPU_MAPPED=0 run en_gm8_copied $A --gpu-mem 8G
+  for r in en_gm8 en_gm2 en_gm8_copied; do cmp $O/en_res.txt $O/$r.txt && echo "$r: same text as resident"; done
+  echo "distinct words in en_res: $(tr -s ' \n' '\n\n' < $O/en_res.txt | sort -u | wc -l) of $(wc -w < $O/en_res.txt)"
+fi

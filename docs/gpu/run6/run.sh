@@ -9,7 +9,7 @@
 # unpacked here as callN/.
 set -u -o pipefail
 W=$(cd "$(dirname "$0")" && pwd)
-STEPS=${STEPS:-tests prefill gpumem}
+STEPS=${STEPS:-tests prefill gpumem big}
 step() { [[ " $STEPS " == *" $1 "* ]]; }
 O=/tmp/s5out; rm -rf $O; mkdir -p $O
 pack() { tar czf "$OUT/s5.tgz" -C /tmp s5out; }
@@ -42,6 +42,8 @@ fi
 if step prefill; then
   A="--ignore-eos --seed 3 --temp 0 --gpu auto --mem 24G --io buffered -c 4096"
   run pp512 $A --random-prompt 512 -n 16
+  MOESTREAM_GPU_PROFILE=1 run pp512_profile $A --random-prompt 512 -n 16
+  grep -A12 "prefill profile" $O/pp512_profile.err
   MOESTREAM_GPU_BATCH=0 run pp512_tokens $A --random-prompt 512 -n 16
   cmp $O/pp512.txt $O/pp512_tokens.txt && echo "pp512: one pass and token by token give the same text"
   run pp2048 $A --random-prompt 2048 -n 16
@@ -55,8 +57,26 @@ if step gpumem; then
   A="-f $W/prompt.txt -n 512 --ignore-eos --seed 3 --temp 0.8 --gpu auto --mem 24G --io buffered"
   run en_res $A
   run en_gm8 $A --gpu-mem 8G
+  MOESTREAM_GPU_ADMIT=lru run en_gm8_lru $A --gpu-mem 8G
   run en_gm2 $A --gpu-mem 2G
+  MOESTREAM_GPU_ADMIT=lru run en_gm2_lru $A --gpu-mem 2G
   MOESTREAM_GPU_MAPPED=0 run en_gm8_copied $A --gpu-mem 8G
-  for r in en_gm8 en_gm2 en_gm8_copied; do cmp $O/en_res.txt $O/$r.txt && echo "$r: same text as resident"; done
+  MOESTREAM_GPU_MAPPED=0 run en_gm2_copied $A --gpu-mem 2G
+  for r in en_gm8 en_gm8_lru en_gm2 en_gm2_lru en_gm8_copied en_gm2_copied; do
+    cmp $O/en_res.txt $O/$r.txt && echo "$r: same text as resident"; done
+  pack
   echo "distinct words in en_res: $(tr -s ' \n' '\n\n' < $O/en_res.txt | sort -u | wc -l) of $(wc -w < $O/en_res.txt)"
+fi
+if step big; then
+  # The 235B-A22B preset cut to 28 layers (40 GiB: more than --gpu-mem 8G
+  # plus --mem 16G), on the first 600 bytes of the English text, sampled.
+  rm -f $M; B=/tmp/q235.gguf
+  t0=$SECONDS; $ms synth --preset qwen3-235b-a22b --type Q4_K_M --layers 28 -o $B 2>&1 | tail -1; echo "synth $((SECONDS-t0)) s"; sync
+  echo "== bench ssd"; timeout 150 $ms bench ssd -m $B --file /tmp/bench.dat --size 6G --patterns sequential,gguf_expert --seconds 1 --remove --json $O/ssd.json > $O/ssd.txt 2>&1; echo "exit $?"; tail -8 $O/ssd.txt
+  M=$B
+  head -c 600 $W/prompt.txt > /tmp/prompt_short.txt
+  A="-f /tmp/prompt_short.txt -n 64 --ignore-eos --seed 3 --temp 0.8"
+  run big_gpu $A --gpu auto --gpu-mem 8G --mem 16G
+  run big_cpu $A --gpu off --mem 16G -t 16
+  cmp $O/big_gpu.txt $O/big_cpu.txt && echo "big: GPU text == CPU text"
 fi

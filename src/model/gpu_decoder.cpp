@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <stdexcept>
 #include <vector>
@@ -59,6 +60,7 @@ struct PrefillRows {
     // Mapped: each layer's distinct experts of the pass, for refresh_vram.
     std::vector<int32_t> layer_ids, layer_count;
     std::vector<int32_t> count, start;  // per expert: its pairs, and where they begin
+    std::vector<int32_t> miss;  // the copied tier: a group's experts not in VRAM
     ~PrefillRows() {
         gpu::release_pinned(host_x);
         gpu::release_pinned(host_rope);
@@ -548,6 +550,7 @@ public:
         b.layer_count.resize(size_t(n_run_));
         b.count.resize(size_t(c.n_expert));
         b.start.resize(size_t(c.n_expert) + 1);
+        b.miss.resize(size_t(c.n_expert));
         return (T * E + T * (R + 1) + T * K + tile_ints) * 4;
     }
 
@@ -573,14 +576,18 @@ public:
         if (!mapped_) experts.start_step(n);
         TimeSplit* time = n == 1 ? &st.decode_time : &st.prefill_time;
         time->calls++;
-        if (n > 1 && st.prefill.cap > 0 && device_routed()) {
+        if (n > 1 && st.prefill.cap > 0) {
             for (int t0 = 0; t0 < n; t0 += st.prefill.cap) {
                 const int m = std::min(st.prefill.cap, n - t0);
-                prefill_pass(st, tokens + t0, m, logits + (all_logits ? int64_t(t0) * V : 0), all_logits,
+                prefill_pass(st, experts, tokens + t0, m, logits + (all_logits ? int64_t(t0) * V : 0), all_logits,
                              all_logits || t0 + m == n);
             }
             return;
         }
+        // Copying the next layer's predicted experts ahead pays where they
+        // are in RAM; from the drive only where the store wants the hints
+        // (--prefetch): a wrong guess costs a read and evicts a RAM slot.
+        prefetch_now_ = prefetch_ && (experts.capacity() >= total_experts_ || experts.wants_prefetch());
         const gpu::Stream s = compute_;
         // One token at a time: prefill is a sequence of decode steps here.
         for (int t = 0; t < n; t++) {
@@ -896,13 +903,70 @@ private:
         return {dev, n_tiles, dev + tile_ints, dev + tile_ints + TK};
     }
 
+    // The copied tier's experts of layer il for a prefill pass (its n_tiles
+    // tiles in b.host_tiles, its distinct experts in b.layer_ids), in groups
+    // the VRAM slots and the RAM tier can hold at once: a group's misses
+    // acquired from the RAM tier (the store reads from the drive what it
+    // lacks), copied into the least recently used slots once the kernels
+    // of the group before are done with them, the table uploaded, then
+    // the group's tiles run. Each expert is read and copied once a pass.
+    void stream_tiles(PrefillRows& b, ExpertSource& experts, int il, int n_tiles,
+                      const std::function<void(int, int)>& run) const {
+        const ExpertLayer& el = expert_layers_[size_t(il)];
+        const size_t X = size_t(config_.n_expert);
+        const int32_t* ids = b.layer_ids.data() + size_t(il) * X;
+        const int n_ids = b.layer_count[size_t(il)];
+        const int group = std::min(vram_.n_slots(), experts.capacity());
+        const int32_t* tiles = b.host_tiles;
+        int tile = 0;
+        for (int g0 = 0; g0 < n_ids; g0 += group) {
+            const int gn = std::min(group, n_ids - g0);
+            gpu::record(launched_, compute_);
+            gpu::wait(copy_, launched_);
+            int n_miss = 0;
+            for (int i = g0; i < g0 + gn; i++) {
+                const int c = b.count[size_t(ids[i])];
+                if (vram_.find(il, ids[i]) >= 0) {
+                    hits_ += uint64_t(c);
+                } else {
+                    b.miss[size_t(n_miss++)] = ids[i];
+                    hits_ += uint64_t(c - 1);
+                    misses_++;
+                }
+            }
+            const double t0 = now();
+            if (n_miss > 0) {
+                experts.acquire(il, b.miss.data(), n_miss);
+                ExpertView v;
+                for (int i; (i = experts.next_ready(il, &v)) >= 0;) {
+                    vram_.copy(vram_.take(il, b.miss[size_t(i)]), il, b.miss[size_t(i)], el, v, copy_);
+                }
+                gpu::record(copied_, copy_);
+                gpu::wait(compute_, copied_);
+                copied_bytes_ += uint64_t(n_miss) * el.expert_bytes();
+            }
+            vram_.upload_table(compute_);
+            int end = tile;
+            while (end < n_tiles && tiles[3 * end] <= ids[g0 + gn - 1]) end++;
+            run(tile, end - tile);
+            tile = end;
+            if (n_miss > 0) {
+                gpu::sync_event(copied_);  // the RAM tier's views are no longer read
+                experts.release(il);
+            }
+            fill_seconds_ += now() - t0;
+        }
+    }
+
     // n <= st.prefill.cap tokens through every layer at once, each token's
     // logits and KV rows bit for bit what forward() gives it token by token
     // (gpu.h's batched operations; the host cuts each layer's routing into
-    // tiles of the tokens each expert takes). Needs every expert reachable
-    // through the device table (device_routed()). Logits: every token's
-    // (all_logits), or the last one's when `last`.
-    void prefill_pass(GpuState& st, const int32_t* tokens, int n, float* logits, bool all_logits, bool last) const {
+    // tiles of the tokens each expert takes). Each expert a layer's tokens
+    // use is read once a pass: through the device table where every expert
+    // is reached there (device_routed()), else copied in by stream_tiles.
+    // Logits: every token's (all_logits), or the last one's when `last`.
+    void prefill_pass(GpuState& st, ExpertSource& experts, const int32_t* tokens, int n, float* logits,
+                      bool all_logits, bool last) const {
         PrefillRows& b = st.prefill;
         const ModelConfig& c = config_;
         const int64_t E = c.n_embd, V = c.n_vocab, KV = c.kv_dim(), Q = c.q_dim(), F = spec_.n_ff_exp;
@@ -993,20 +1057,33 @@ private:
             const ExpertLayer& el = expert_layers_[size_t(il)];
             const uint8_t* const* table = vram_.table(il);
             float* hidden = b.hidden.f32();
-            if (el.gate.type == el.up.type) {
-                gpu::expert_gate_up_tokens(el.gate.type, table, tiles, 0, vram_.up_offset(il), F, E, {xb, xb8}, hidden,
-                                           s);
+            // Tiles [first, first + count): gate/up, the hidden rows' 8-bit
+            // form (all rows: each the same bits whenever quantized), down.
+            auto run_tiles = [&](int first, int count) {
+                gpu::ExpertTiles g = tiles, gd = down;
+                g.tiles += 3 * first;
+                gd.tiles += 3 * first;
+                g.n_tiles = gd.n_tiles = count;
+                if (el.gate.type == el.up.type) {
+                    gpu::expert_gate_up_tokens(el.gate.type, table, g, 0, vram_.up_offset(il), F, E, {xb, xb8},
+                                               hidden, s);
+                } else {
+                    float* gate = b.gate.f32();
+                    float* up = gate + int64_t(b.cap) * K * F;
+                    gpu::matmul_experts(el.gate.type, table, g, 0, F, E, {xb, xb8}, gate, s, K);
+                    gpu::matmul_experts(el.up.type, table, g, vram_.up_offset(il), F, E, {xb, xb8}, up, s, K);
+                    gpu::swiglu(gate, up, int64_t(n) * K * F, hidden, s);
+                }
+                mark(StageProfile::kGateUp, uint64_t(count) * (el.gate.bytes + el.up.bytes));
+                void* hidden8 = quantize(hidden, int64_t(n) * K, F, b.hidden8.data());
+                gpu::matmul_experts(el.down.type, table, gd, vram_.down_offset(il), E, F, {hidden, hidden8},
+                                    b.down.f32(), s, 0);
+            };
+            if (device_routed()) {
+                run_tiles(0, tiles.n_tiles);
             } else {
-                float* gate = b.gate.f32();
-                float* up = gate + int64_t(b.cap) * K * F;
-                gpu::matmul_experts(el.gate.type, table, tiles, 0, F, E, {xb, xb8}, gate, s, K);
-                gpu::matmul_experts(el.up.type, table, tiles, vram_.up_offset(il), F, E, {xb, xb8}, up, s, K);
-                gpu::swiglu(gate, up, int64_t(n) * K * F, hidden, s);
+                stream_tiles(b, experts, il, tiles.n_tiles, run_tiles);
             }
-            mark(StageProfile::kGateUp, uint64_t(tiles.n_tiles) * (el.gate.bytes + el.up.bytes));
-            void* hidden8 = quantize(hidden, int64_t(n) * K, F, b.hidden8.data());
-            gpu::matmul_experts(el.down.type, table, down, vram_.down_offset(il), E, F, {hidden, hidden8},
-                                b.down.f32(), s, 0);
             // As token(): the routed sum into zeros, then the shared expert, then the residual.
             float* moe_out = m.shared.empty() ? x : b.moe_out.f32();
             if (moe_out != x) gpu::fill(moe_out, 0, size_t(n * E) * 4, s);
@@ -1116,7 +1193,7 @@ private:
     // Only between two MoE layers: the host reads the prediction where it
     // waits for layer il's routing, and layer il + 1 must route.
     bool predicting(int il) const {
-        return prefetch_ && !device_routed() && il + 1 < n_run_ && ffn_[size_t(il)].moe() &&
+        return prefetch_now_ && !device_routed() && il + 1 < n_run_ && ffn_[size_t(il)].moe() &&
                ffn_[size_t(il + 1)].moe();
     }
 
@@ -1249,6 +1326,8 @@ private:
             n_experts += l.n_expert;
             slot = std::max<uint64_t>(slot, SlotLayout::aligned(l).bytes(l));
         }
+        total_experts_ = n_experts;
+        launched_ = gpu::new_event();
         std::vector<SlotLayout> host_layout;
         if (uint64_t(n_experts) * slot > budget) {
             for (auto [p, bytes] : experts.host_memory()) {
@@ -1447,9 +1526,8 @@ private:
     // each expert's view there, kept acquired; MOESTREAM_GPU_MAPPED=0: not
     // (each layer's misses are then copied while the host waits).
     const bool map_wanted_ = !getenv("MOESTREAM_GPU_MAPPED") || strcmp(getenv("MOESTREAM_GPU_MAPPED"), "0") != 0;
-    // Prefill passes over many tokens at once where every expert is reached
-    // through the device table; MOESTREAM_GPU_BATCH=0: token by token (to
-    // compare: the same bits, slower).
+    // Prefill passes over many tokens at once; MOESTREAM_GPU_BATCH=0: token
+    // by token (to compare: the same bits, slower).
     const bool batch_wanted_ = !getenv("MOESTREAM_GPU_BATCH") || strcmp(getenv("MOESTREAM_GPU_BATCH"), "0") != 0;
     mutable bool mapped_ = false;
     mutable std::vector<ExpertView> host_views_;
@@ -1476,6 +1554,9 @@ private:
     // Streaming: layer il's router predicts layer il + 1's experts, which are
     // copied ahead (prefetch_next); MOESTREAM_GPU_PREFETCH=0 turns it off.
     const bool prefetch_ = !getenv("MOESTREAM_GPU_PREFETCH") || strcmp(getenv("MOESTREAM_GPU_PREFETCH"), "0") != 0;
+    mutable bool prefetch_now_ = false;  // this forward call: prefetch_, where it pays
+    mutable int64_t total_experts_ = 0;  // of every routed layer
+    mutable gpu::Event launched_ = nullptr;  // prefill: a group's kernels launched (copied tier)
     mutable gpu::Event prefetched_ = nullptr;
     mutable int predicted_layer_ = -1, prefetched_layer_ = -1, n_prefetched_ = 0;
     mutable int32_t predicted_ids_[64] = {}, prefetched_ids_[64] = {};

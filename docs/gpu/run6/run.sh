@@ -9,7 +9,7 @@
 # unpacked here as callN/.
 set -u -o pipefail
 W=$(cd "$(dirname "$0")" && pwd)
-STEPS=${STEPS:-tests prefill gpumem big}
+STEPS=${STEPS:-tests prefill gpumem big logits}
 step() { [[ " $STEPS " == *" $1 "* ]]; }
 O=/tmp/s5out; rm -rf $O; mkdir -p $O
 pack() { tar czf "$OUT/s5.tgz" -C /tmp s5out; }
@@ -77,6 +77,20 @@ if step big; then
   head -c 600 $W/prompt.txt > /tmp/prompt_short.txt
   A="-f /tmp/prompt_short.txt -n 64 --ignore-eos --seed 3 --temp 0.8"
   run big_gpu $A --gpu auto --gpu-mem 8G --mem 16G
+  run big_gpu_next $A --gpu auto --gpu-mem 8G --mem 16G --prefetch next
   run big_cpu $A --gpu off --mem 16G -t 16
   cmp $O/big_gpu.txt $O/big_cpu.txt && echo "big: GPU text == CPU text"
+fi
+if step logits; then
+  # GPU against CPU logits on the presets' shapes, cut to a few layers.
+  echo "Machines that stream experts from a drive are judged by what they read." > /tmp/p.txt
+  for preset in qwen3-235b-a22b qwen3-30b-a3b; do
+    L=/tmp/l_$preset.gguf
+    $ms synth --preset $preset --type Q4_K_M --layers 3 -o $L 2>&1 | tail -1
+    $ms logits -m $L -p "$(cat /tmp/p.txt)" -o /tmp/l_cpu --gpu off -n 8 > $O/logits_cpu_$preset.txt 2>&1
+    $ms logits -m $L -p "$(cat /tmp/p.txt)" -o /tmp/l_gpu --gpu auto -n 8 --compare /tmp/l_cpu > $O/logits_gpu_$preset.txt 2>&1
+    echo "== $preset (3 layers): GPU vs CPU"; tail -3 $O/logits_gpu_$preset.txt
+    python3 -c "import json; a=json.load(open('/tmp/l_cpu.json'))['greedy_tokens']; b=json.load(open('/tmp/l_gpu.json'))['greedy_tokens']; print('greedy', a, b, a == b)" 2>&1 | tee -a $O/logits_gpu_$preset.txt
+    rm -f $L
+  done
 fi

@@ -177,6 +177,7 @@ public:
         fallback_.assign(keys, nullptr);
         slot_of_.assign(keys, -1);
         owner_.assign(size_t(n_slots_), -1);
+        stamp_.assign(size_t(n_slots_), 0);
         prev_.resize(size_t(n_slots_));
         next_.resize(size_t(n_slots_));
         for (int s = 0; s < n_slots_; s++) prev_[size_t(s)] = s - 1, next_[size_t(s)] = s + 1 < n_slots_ ? s + 1 : -1;
@@ -212,8 +213,34 @@ public:
     // list (the table entry changes when copy() is called). Slots touched
     // since the layer began sit at the front, so they are never taken while
     // the list holds more than a layer's experts.
-    int take(int layer, int id) {
-        const int s = tail_;
+    int take(int layer, int id) { return give(tail_, layer, id); }
+
+    // Slots used from now on are not taken by take_coldest until the next
+    // protect() (a layer's experts, while its kernels may still read them).
+    void protect() { protect_ = clock_; }
+
+    // The slot whose expert has the fewest uses (uses: per layer * n_expert
+    // + id key; a free slot first, the least recently used among equals),
+    // of those not used since protect(), given to (layer, id) as take()
+    // gives the LRU one: where the experts a stretch of text uses outnumber
+    // the slots, the often used ones stay and the rare ones take turns.
+    int take_coldest(int layer, int id, const std::vector<uint32_t>& uses) {
+        int best = -1;
+        int64_t best_uses = 0;
+        for (int s = 0; s < n_slots_; s++) {
+            if (stamp_[size_t(s)] > protect_) continue;
+            const int64_t o = owner_[size_t(s)];
+            const int64_t u = o < 0 ? -1 : int64_t(uses[size_t(o)]);
+            if (best < 0 || u < best_uses || (u == best_uses && stamp_[size_t(s)] < stamp_[size_t(best)])) {
+                best = s;
+                best_uses = u;
+            }
+        }
+        return give(best >= 0 ? best : tail_, layer, id);
+    }
+
+    // Slot s, given to (layer, id) at the front of the list.
+    int give(int s, int layer, int id) {
         if (owner_[size_t(s)] >= 0) {
             slot_of_[size_t(owner_[size_t(s)])] = -1;
             host_table_[size_t(owner_[size_t(s)])] = fallback_[size_t(owner_[size_t(s)])];
@@ -267,6 +294,7 @@ public:
 
 private:
     void touch(int s) {
+        stamp_[size_t(s)] = ++clock_;
         if (s == head_) return;
         // unlink
         const int p = prev_[size_t(s)], n = next_[size_t(s)];
@@ -289,6 +317,8 @@ private:
     std::vector<int> slot_of_;      // per (layer, expert)
     std::vector<int64_t> owner_;    // per slot: (layer, expert) key or -1
     std::vector<int> prev_, next_;  // the LRU list, most recent first
+    std::vector<uint64_t> stamp_;   // per slot: clock_ at its last use
+    uint64_t clock_ = 0, protect_ = 0;
 };
 
 // MOESTREAM_GPU_PROFILE=1: the device time of each stage of a token, from
@@ -623,6 +653,7 @@ public:
                 count_uses(st.host_layer_ids, c.n_expert_used);
                 refresh_vram(st.host_layer_ids, c.n_expert_used, nullptr);
             }
+            age_uses();
             if (out) memcpy(logits + (all_logits ? int64_t(t) * V : 0), st.host_logits, size_t(V) * 4);
             if (profile_) profile_->collect();
         }
@@ -891,7 +922,7 @@ private:
             if (mapped_) {
                 hits_ += hit ? uint64_t(c) : 0;
                 misses_ += hit ? 0 : uint64_t(c);
-                uses_[size_t(il) * size_t(X) + size_t(e)] += uint32_t(c);
+                count_use(il, e, c);
             }
         }
         b.layer_count[size_t(il)] = distinct;
@@ -924,8 +955,10 @@ private:
             gpu::record(launched_, compute_);
             gpu::wait(copy_, launched_);
             int n_miss = 0;
+            vram_.protect();
             for (int i = g0; i < g0 + gn; i++) {
                 const int c = b.count[size_t(ids[i])];
+                count_use(il, ids[i], c);
                 if (vram_.find(il, ids[i]) >= 0) {
                     hits_ += uint64_t(c);
                 } else {
@@ -939,7 +972,7 @@ private:
                 experts.acquire(il, b.miss.data(), n_miss);
                 ExpertView v;
                 for (int i; (i = experts.next_ready(il, &v)) >= 0;) {
-                    vram_.copy(vram_.take(il, b.miss[size_t(i)]), il, b.miss[size_t(i)], el, v, copy_);
+                    vram_.copy(take_slot(il, b.miss[size_t(i)]), il, b.miss[size_t(i)], el, v, copy_);
                 }
                 gpu::record(copied_, copy_);
                 gpu::wait(compute_, copied_);
@@ -1122,6 +1155,7 @@ private:
         st.n_past += n;
         tokens_ += uint64_t(n);
         if (mapped_) refresh_vram(b.layer_ids.data(), c.n_expert, b.layer_count.data());
+        age_uses();
     }
 
     static void require(GgmlType t) {
@@ -1153,7 +1187,9 @@ private:
         }
         int32_t miss[64], miss_rank[64];
         int n_miss = 0;
+        vram_.protect();
         for (int r = 0; r < K; r++) {
+            count_use(il, st.host_ids[r], 1);
             const int slot = vram_.find(il, st.host_ids[r]);
             if (slot >= 0) {
                 st.host_slots[r] = vram_.address(slot);
@@ -1169,7 +1205,7 @@ private:
             experts.acquire(il, miss, n_miss);
             ExpertView v;
             for (int i; (i = experts.next_ready(il, &v)) >= 0;) {
-                const int slot = vram_.take(il, miss[i]);
+                const int slot = take_slot(il, miss[i]);
                 vram_.copy(slot, il, miss[i], el, v, copy_);
                 st.host_slots[miss_rank[i]] = vram_.address(slot);
             }
@@ -1222,7 +1258,7 @@ private:
         experts.acquire(next, prefetched_ids_, n_prefetched_);
         ExpertView v;
         for (int i; (i = experts.next_ready(next, &v)) >= 0;) {
-            vram_.copy(vram_.take(next, prefetched_ids_[i]), next, prefetched_ids_[i], el, v, copy_);
+            vram_.copy(take_slot(next, prefetched_ids_[i]), next, prefetched_ids_[i], el, v, copy_);
         }
         gpu::record(prefetched_, copy_);
         prefetched_layer_ = next;
@@ -1348,9 +1384,9 @@ private:
         setup_.resident_weights = t1 - t0;
         setup_.ram_tier = t2 - t1;
         vram_.init(expert_layers_, config_.n_expert, budget, config_.n_expert_used, host_layout);
+        if (!vram_.holds_all()) uses_.assign(size_t(n_run_) * size_t(config_.n_expert), 0);
         if (!host_layout.empty() && !vram_.holds_all()) {
             mapped_ = true;
-            uses_.assign(size_t(n_run_) * size_t(config_.n_expert), 0);
             for (int il = 0; il < n_run_; il++) {
                 for (int e = 0; e < expert_layers_[size_t(il)].n_expert; e++) {
                     vram_.set_fallback(il, e, gpu::device_view(host_views_[size_t(il) * config_.n_expert + e].gate));
@@ -1469,9 +1505,6 @@ private:
             pending_.push_back(c);
             victim = vram_.newer(victim);
         }
-        if (++refreshes_ % kAgingTokens == 0) {
-            for (uint32_t& u : uses_) u >>= 1;
-        }
         if (pending_.empty() && !changed) return;
         for (PendingCopy& p : pending_) p.slot = vram_.take(p.layer, p.id);
         vram_.upload_table(compute_);
@@ -1494,12 +1527,30 @@ private:
             const int32_t* ids = layer_ids + int64_t(il) * K;
             for (int r = 0; r < K; r++) {
                 const bool hit = vram_.visible(il, ids[r]);
-                uses_[size_t(il) * size_t(config_.n_expert) + size_t(ids[r])]++;
+                count_use(il, ids[r], 1);
                 hits_ += hit;
                 misses_ += !hit;
                 if (!hit) bus_read_bytes_ += expert_layers_[size_t(il)].expert_bytes();
             }
         }
+    }
+
+    // The VRAM tier's use counts, which its admission (mapped) and eviction
+    // (copied) go by: `c` uses of (il, id); age_uses() once a forward step
+    // (a decode token or a prefill pass) halves them every kAgingSteps.
+    void count_use(int il, int id, int c) const {
+        if (!uses_.empty()) uses_[size_t(il) * size_t(config_.n_expert) + size_t(id)] += uint32_t(c);
+    }
+    void age_uses() const {
+        if (++steps_ % kAgingSteps == 0) {
+            for (uint32_t& u : uses_) u >>= 1;
+        }
+    }
+
+    // A VRAM slot for a copied miss: the coldest unprotected one, or, with
+    // MOESTREAM_GPU_ADMIT=lru, the least recently used.
+    int take_slot(int il, int id) const {
+        return frequency_admission_ ? vram_.take_coldest(il, id, uses_) : vram_.take(il, id);
     }
 
     // Whether the expert kernels find every chosen expert through the device
@@ -1538,11 +1589,12 @@ private:
         int layer, id, slot;
     };
     mutable std::vector<PendingCopy> pending_, candidates_;
-    // Mapped: each (layer, expert)'s uses, halved every kAgingTokens
-    // refreshes (a prefill pass is one), for refresh_vram's admission.
+    // Each (layer, expert)'s uses (count_use), when some experts are not in
+    // VRAM: refresh_vram's admission (mapped), take_slot's eviction (copied).
     mutable std::vector<uint32_t> uses_;
-    mutable uint64_t refreshes_ = 0;
-    static constexpr uint64_t kAgingTokens = 64;
+    mutable uint64_t steps_ = 0;
+    static constexpr uint64_t kAgingSteps = 64;
+    // MOESTREAM_GPU_ADMIT=lru: plain LRU in both (to compare).
     const bool frequency_admission_ =
         !getenv("MOESTREAM_GPU_ADMIT") || strcmp(getenv("MOESTREAM_GPU_ADMIT"), "lru") != 0;
     mutable gpu::Event tabled_ = nullptr;

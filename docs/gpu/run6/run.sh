@@ -67,6 +67,21 @@ if step gpumem; then
   pack
   echo "distinct words in en_res: $(tr -s ' \n' '\n\n' < $O/en_res.txt | sort -u | wc -l) of $(wc -w < $O/en_res.txt)"
 fi
+if step final; then
+  # The copied tier's eviction by use counts against plain LRU, on the
+  # sampled English text; the resident prefill again.
+  $ms synth --preset qwen3-30b-a3b --type Q4_K_M -o $M 2>&1 | tail -1
+  run f_pp512 --ignore-eos --seed 3 --temp 0 --gpu auto --mem 24G --io buffered -c 4096 --random-prompt 512 -n 16
+  A="-f $W/prompt.txt -n 512 --ignore-eos --seed 3 --temp 0.8 --gpu auto --mem 24G --io buffered"
+  run f_en_gm8 $A --gpu-mem 8G
+  MOESTREAM_GPU_MAPPED=0 run f_en_gm8_copied $A --gpu-mem 8G
+  MOESTREAM_GPU_MAPPED=0 MOESTREAM_GPU_ADMIT=lru run f_en_gm8_copied_lru $A --gpu-mem 8G
+  MOESTREAM_GPU_MAPPED=0 run f_en_gm2_copied $A --gpu-mem 2G
+  MOESTREAM_GPU_MAPPED=0 MOESTREAM_GPU_ADMIT=lru run f_en_gm2_copied_lru $A --gpu-mem 2G
+  for r in f_en_gm8_copied f_en_gm8_copied_lru f_en_gm2_copied f_en_gm2_copied_lru; do
+    cmp $O/f_en_gm8.txt $O/$r.txt && echo "$r: same text as f_en_gm8"; done
+  pack
+fi
 if step big; then
   # The 235B-A22B preset cut to 28 layers (40 GiB: more than --gpu-mem 8G
   # plus --mem 16G), on the first 600 bytes of the English text, sampled.
@@ -77,7 +92,8 @@ if step big; then
   head -c 600 $W/prompt.txt > /tmp/prompt_short.txt
   A="-f /tmp/prompt_short.txt -n 64 --ignore-eos --seed 3 --temp 0.8"
   run big_gpu $A --gpu auto --gpu-mem 8G --mem 16G
-  run big_gpu_next $A --gpu auto --gpu-mem 8G --mem 16G --prefetch next
+  if [ -n "${BIG_LRU:-}" ]; then MOESTREAM_GPU_ADMIT=lru run big_gpu_lru $A --gpu auto --gpu-mem 8G --mem 16G
+  else run big_gpu_next $A --gpu auto --gpu-mem 8G --mem 16G --prefetch next; fi
   run big_cpu $A --gpu off --mem 16G -t 16
   cmp $O/big_gpu.txt $O/big_cpu.txt && echo "big: GPU text == CPU text"
 fi

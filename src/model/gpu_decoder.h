@@ -3,14 +3,18 @@
 // built from: resident weights, KV cache and activations in VRAM; routed
 // experts in a VRAM slot cache of `expert_bytes`, filled from the
 // ExpertSource (the RAM tier: RamExperts or the store's slot cache,
-// page-locked so copies are DMA), a layer's misses copied as one batch on a
-// copy stream. When the cache holds every expert, they are all copied at the
-// first forward call and routing never waits for the host. Covers plain
-// grouped-query attention (q/k/v and output biases, q/k RMSNorm per head or
-// whole, NeoX or adjacent-pair RoPE on some or all dims), softmax or sigmoid
-// routing (selection and router biases, renormalized, scaled), dense lead or
-// interleaved layers, shared experts (gated or not), SwiGLU; weights
-// F32/F16/Q8_0/Q4_K/Q5_K/Q6_K. Other features are refused at open, by name.
+// page-locked so copies are DMA). Decode: a token's launches replayed as
+// one CUDA graph where every expert is reached through a device table (all
+// in VRAM, or the rest read from the mapped RAM tier), else a layer's
+// misses copied as one batch on a copy stream. Prefill: up to --ubatch
+// tokens through each layer at once, every expert the pass uses read and
+// copied once, the logits and KV rows bit for bit those of token-by-token
+// decoding. Covers plain grouped-query attention (q/k/v and output biases,
+// q/k RMSNorm per head or whole, NeoX or adjacent-pair RoPE on some or all
+// dims), softmax or sigmoid routing (selection and router biases,
+// renormalized, scaled), dense lead or interleaved layers, shared experts
+// (gated or not), SwiGLU; weights F32/F16/Q8_0/Q4_K/Q5_K/Q6_K/MXFP4. Other
+// features are refused at open, by name.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -39,9 +39,10 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "and why not the GPU");
     a.size_option("--gpu-mem", &gpu_mem, "SIZE",
                   "VRAM for the GPU's expert cache (e.g. 8G; 0: all free VRAM but 1 GiB). Experts beyond it "
-                  "come from the RAM tier (--mem, page-locked): when it holds every expert, the kernels read a "
-                  "token's misses from it over the bus and the cache is refilled between tokens "
-                  "(MOESTREAM_GPU_MAPPED=0: not); otherwise each layer's misses are copied as it needs them");
+                  "come from the RAM tier (--mem, page-locked): each layer's misses are copied as it needs them "
+                  "(the next layer's predicted experts copied ahead where the RAM tier holds every expert); "
+                  "with MOESTREAM_GPU_MAPPED=1 and a RAM tier that holds every expert, the kernels read a "
+                  "token's misses from it over the bus instead and the cache is refilled between tokens");
     a.option("--report", &report, "FILE", "write settings, timings and peak RSS as JSON to FILE");
     store.declare(a);
     if (!sampling) return;

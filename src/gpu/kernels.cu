@@ -1496,17 +1496,20 @@ void attention(const float* q, float* k_cache, float* v_cache, const int32_t* po
                int head_dim, float scale, float* scratch, float* out, Stream s, void* act, const FreshRow& fresh,
                int n) {
     if (head_dim > 1024) throw std::runtime_error("CUDA attention: head_dim > 1024");
-    if (n < 1 || n > 65535 || (n > 1 && fresh.k)) throw std::runtime_error("CUDA attention: 1 to 65535 tokens, one if fresh");
+    if (n < 1 || n > 65535 || (n > 1 && fresh.k)) {
+        throw std::runtime_error("CUDA attention: 1 to 65535 tokens, one if fresh");
+    }
     if (fresh.k && (fresh.n_rot > head_dim || fresh.n_rot % 2 != 0)) {
         throw std::runtime_error("CUDA attention: n_rot even, <= head_dim");
     }
-    launch("attention", attention_split_kernel, dim3(unsigned(n_head), kAttentionSplits, unsigned(n)), kAttentionThreads,
-           attention_smem, native(s), q, k_cache, v_cache, pos, n_head, n_kv_head, head_dim, scale, scratch, fresh);
+    const dim3 grid(unsigned(n_head), kAttentionSplits, unsigned(n));
+    launch("attention", attention_split_kernel, grid, kAttentionThreads, attention_smem, native(s), q, k_cache, v_cache,
+           pos, n_head, n_kv_head, head_dim, scale, scratch, fresh);
     const int64_t width = int64_t(n_head) * head_dim;
     const bool fused = act && 256 % head_dim == 0 && width % 256 == 0;
     const int per = fused ? 256 / head_dim : 1;
-    launch("attention", attention_combine_kernel, dim3(unsigned(n_head / per), unsigned(n)), unsigned(per * head_dim), 0,
-           native(s), static_cast<const float*>(scratch), head_dim, kAttentionSplits, width, out,
+    launch("attention", attention_combine_kernel, dim3(unsigned(n_head / per), unsigned(n)), unsigned(per * head_dim),
+           0, native(s), static_cast<const float*>(scratch), head_dim, kAttentionSplits, width, out,
            static_cast<uint8_t*>(fused ? act : nullptr));
     if (act && !fused) quantize_act(out, n, width, act, s);
 }

@@ -116,8 +116,8 @@ void rope_store(float* q, const float* k, const float* v, int n_head, int n_kv_h
 void route_sigmoid_topk(const float* logits, const float* selection_bias, int n_expert, int k, bool renorm,
                         float scale, int32_t* ids, float* weights, Stream s, int n) {
     if (k > 32 || n_expert > 1024 || k > n_expert) throw std::runtime_error("CUDA routing: k <= 32, n_expert <= 1024");
-    launch("route_sigmoid_topk", route_sigmoid_kernel, unsigned(n), 32, 0, native(s), logits, selection_bias, n_expert, k,
-           renorm, scale, ids, weights);
+    launch("route_sigmoid_topk", route_sigmoid_kernel, unsigned(n), 32, 0, native(s), logits, selection_bias, n_expert,
+           k, renorm, scale, ids, weights);
 }
 
 }  // namespace ms::gpu

@@ -57,7 +57,7 @@ struct PrefillRows {
     float* host_rope = nullptr;   // pinned: rope's contents
     int32_t* host_ids = nullptr;  // pinned: a layer's routing, cap x K ids
     int32_t* host_tiles = nullptr;  // pinned: tiles' contents
-    // Mapped: each layer's distinct experts of the pass, for refresh_vram.
+    // Each layer's distinct experts of the pass (refresh_vram, stream_tiles).
     std::vector<int32_t> layer_ids, layer_count;
     std::vector<int32_t> count, start;  // per expert: its pairs, and where they begin
     std::vector<int32_t> miss;  // the copied tier: a group's experts not in VRAM
@@ -549,7 +549,8 @@ public:
         b.v = DeviceMemory(T * KV * 4);
         b.att = DeviceMemory(T * Q * 4);
         b.att8 = DeviceMemory(T * gpu::act_bytes(int64_t(Q)));
-        b.att_part = DeviceMemory(size_t(std::min(cap, kAttentionRows)) * gpu::attention_scratch_bytes(c.n_head, c.head_dim));
+        const size_t att_rows = size_t(std::min(cap, kAttentionRows));
+        b.att_part = DeviceMemory(att_rows * gpu::attention_scratch_bytes(c.n_head, c.head_dim));
         b.router = DeviceMemory(T * size_t(c.n_expert) * 4);
         b.ids = DeviceMemory(T * K * 4);
         b.weights = DeviceMemory(T * K * 4);

@@ -5,6 +5,9 @@
 // quant/dot.cpp rounds them) in integer dot products (dp4a), or, where the
 // caller gives floats only, float32 activations (the weights dequantized in
 // registers as quant/dequant.cpp does). Block layouts are quant/blocks.h's.
+// Prefill's kernels (batch_kernel, and the attention, RoPE and routing
+// kernels with a token index in their grid) run the same arithmetic over
+// many tokens, so each token's outputs are the decode kernels' bits.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 

@@ -16,6 +16,7 @@
 #include "model/decoder.h"
 #include "model/decoder_weights.h"
 #include "model/ffn_block.h"
+#include "model/moe.h"
 #include "quant/dequant.h"
 
 namespace ms {
@@ -59,7 +60,7 @@ struct PrefillRows {
     int32_t* host_tiles = nullptr;  // pinned: tiles' contents
     // Each layer's distinct experts of the pass (refresh_vram, stream_tiles).
     std::vector<int32_t> layer_ids, layer_count;
-    std::vector<int32_t> count, start;  // per expert: its pairs, and where they begin
+    ExpertGroups groups;        // a layer's (token, rank) pairs by expert
     std::vector<int32_t> miss;  // the copied tier: a group's experts not in VRAM
     ~PrefillRows() {
         gpu::release_pinned(host_x);
@@ -579,8 +580,7 @@ public:
         b.host_tiles = static_cast<int32_t*>(gpu::alloc_pinned(tile_ints * 4));
         b.layer_ids.resize(size_t(n_run_) * size_t(c.n_expert));
         b.layer_count.resize(size_t(n_run_));
-        b.count.resize(size_t(c.n_expert));
-        b.start.resize(size_t(c.n_expert) + 1);
+        b.groups.resize(c.n_expert, T * K);
         b.miss.resize(size_t(c.n_expert));
         return (T * E + T * (R + 1) + T * K + tile_ints) * 4;
     }
@@ -894,28 +894,22 @@ private:
         int32_t* tiles = b.host_tiles;
         int32_t* in_row = tiles + tile_ints;
         int32_t* out_row = in_row + TK;
-        std::fill(b.count.begin(), b.count.end(), 0);
-        for (int p = 0; p < n * K; p++) b.count[size_t(b.host_ids[p])]++;
-        b.start[0] = 0;
-        for (int e = 0; e < X; e++) b.start[size_t(e) + 1] = b.start[size_t(e)] + b.count[size_t(e)];
-        std::fill(b.count.begin(), b.count.end(), 0);
-        for (int p = 0; p < n * K; p++) {  // token order within an expert
-            const int e = b.host_ids[p];
-            const int j = b.start[size_t(e)] + b.count[size_t(e)]++;
-            in_row[j] = p / K;
-            out_row[j] = p;
+        ExpertGroups& g = b.groups;
+        g.group(b.host_ids, n * K);
+        for (int j = 0; j < n * K; j++) {
+            in_row[j] = g.entries[size_t(j)] / K;
+            out_row[j] = g.entries[size_t(j)];
         }
-        int n_tiles = 0, distinct = 0;
+        int n_tiles = 0;
         const ExpertLayer& el = expert_layers_[size_t(il)];
-        for (int e = 0; e < X; e++) {
-            const int c = b.count[size_t(e)];
-            if (c == 0) continue;
-            b.layer_ids[size_t(il) * X + size_t(distinct++)] = e;
+        for (int u = 0; u < g.n_used; u++) {
+            const int e = g.used[size_t(u)], c = g.count[size_t(e)];
+            b.layer_ids[size_t(il) * X + size_t(u)] = e;
             const bool hit = !mapped_ || vram_.visible(il, e);
             for (int j = 0; j < c; j += gpu::kExpertTile) {
                 int32_t* t = tiles + 3 * n_tiles++;
                 t[0] = e;
-                t[1] = b.start[size_t(e)] + j;
+                t[1] = g.first[size_t(e)] + j;
                 t[2] = std::min(gpu::kExpertTile, c - j);
                 // Mapped: each tile reads a miss's matrices over the bus.
                 if (!hit) bus_read_bytes_ += el.expert_bytes();
@@ -926,7 +920,7 @@ private:
                 count_use(il, e, c);
             }
         }
-        b.layer_count[size_t(il)] = distinct;
+        b.layer_count[size_t(il)] = g.n_used;
         const gpu::Stream s = compute_;
         int32_t* dev = reinterpret_cast<int32_t*>(b.tiles.data());
         gpu::copy_to_device(dev, tiles, size_t(3 * n_tiles) * 4, s);
@@ -958,7 +952,7 @@ private:
             int n_miss = 0;
             vram_.protect();
             for (int i = g0; i < g0 + gn; i++) {
-                const int c = b.count[size_t(ids[i])];
+                const int c = b.groups.count[size_t(ids[i])];
                 count_use(il, ids[i], c);
                 if (vram_.find(il, ids[i]) >= 0) {
                     hits_ += uint64_t(c);

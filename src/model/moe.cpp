@@ -191,16 +191,33 @@ void MoeScratch::init(const std::vector<ExpertLayer>& layers, int max_batch, int
     acts_down_.resize(down_act * b);
     down_.resize(embd * b * 4);
     slots_.resize(embd * b * size_t(k) * 4);
-    count_.assign(size_t(n_expert), 0);
-    first_.assign(size_t(n_expert), 0);
-    entries_.assign(b * size_t(k), 0);
-    used_.assign(size_t(n_expert), 0);
+    groups_.resize(n_expert, b * size_t(k));
+}
+
+void ExpertGroups::resize(int n_expert, size_t max_entries) {
+    count.assign(size_t(n_expert), 0);
+    first.assign(size_t(n_expert), 0);
+    entries.assign(max_entries, 0);
+    used.assign(size_t(n_expert), 0);
+}
+
+void ExpertGroups::group(const int32_t* ids, int n) {
+    std::fill(count.begin(), count.end(), 0);
+    for (int i = 0; i < n; i++) count[size_t(ids[i])]++;
+    n_used = 0;
+    int start = 0;
+    for (size_t e = 0; e < count.size(); e++) {
+        first[e] = start;
+        start += count[e];
+        if (count[e] > 0) used[size_t(n_used++)] = int32_t(e);
+    }
+    for (int i = 0; i < n; i++) entries[size_t(first[size_t(ids[i])]++)] = i;
+    for (int j = 0; j < n_used; j++) first[size_t(used[size_t(j)])] -= count[size_t(used[size_t(j)])];
 }
 
 uint64_t MoeScratch::bytes() const {
     return acts_gate_.size() + acts_up_.size() + scaled_.size() + rows_gate_.size() + rows_up_.size() + gate_.size() + up_.size() +
-           acts_down_.size() + down_.size() + slots_.size() +
-           4 * (count_.size() + first_.size() + entries_.size() + used_.size());
+           acts_down_.size() + down_.size() + slots_.size() + groups_.bytes();
 }
 
 namespace {
@@ -250,17 +267,9 @@ MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& l
     const uint8_t* acts_up = shared_acts ? s.acts_gate_.data() : s.acts_up_.data();
     const size_t gate_row = act_bytes(layer.gate.type, n_embd), up_row = act_bytes(layer.up.type, n_embd);
 
-    // Group (token, rank) entries by expert, tokens ascending within each.
-    std::fill(s.count_.begin(), s.count_.end(), 0);
-    for (int i = 0; i < n_tok * k; i++) s.count_[size_t(ids[i])]++;
-    int n_used = 0, start = 0;
-    for (int e = 0; e < layer.n_expert; e++) {
-        s.first_[size_t(e)] = start;
-        start += s.count_[size_t(e)];
-        if (s.count_[size_t(e)] > 0) s.used_[size_t(n_used++)] = e;
-    }
-    for (int i = 0; i < n_tok * k; i++) s.entries_[size_t(s.first_[size_t(ids[i])]++)] = i;
-    for (int j = 0; j < n_used; j++) s.first_[size_t(s.used_[size_t(j)])] -= s.count_[size_t(s.used_[size_t(j)])];
+    ExpertGroups& g = s.groups_;
+    g.group(ids, n_tok * k);
+    const int n_used = g.n_used;
 
     float* G = s.gate_.f32();
     float* U = s.up_.f32();
@@ -280,7 +289,7 @@ MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& l
         // Engines that read synchronously (mmap: page faults in memcpy)
         // block inside acquire and prefetch: that is waiting for I/O too.
         const int64_t a0 = Trace::now_ns();
-        source.acquire(layer.layer, s.used_.data() + g0, group);
+        source.acquire(layer.layer, g.used.data() + g0, group);
         if (g0 == 0 && next.n > 0) source.prefetch(next.layer, next.ids, next.n);
         waited(a0);
         if (g0 == 0 && while_reading.fn) while_reading.fn(while_reading.ctx);
@@ -292,9 +301,9 @@ MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& l
             waited(t0);
             if (i < 0) break;
             cost.expert_bytes += layer.expert_bytes();
-            const int e = s.used_[size_t(g0 + i)];
-            const int m = s.count_[size_t(e)];
-            const int32_t* entries = s.entries_.data() + s.first_[size_t(e)];
+            const int e = g.used[size_t(g0 + i)];
+            const int m = g.count[size_t(e)];
+            const int32_t* entries = g.entries.data() + g.first[size_t(e)];
             const uint8_t* ag;
             const uint8_t* au;
             if (layer.weight_input) {

@@ -96,6 +96,23 @@ struct MoeCost {
     uint64_t expert_bytes = 0;
 };
 
+// A batch's (token, rank) entries t * k + r grouped by the expert each
+// chose, tokens ascending within an expert: the experts used, ascending,
+// and each one's entries. The CPU's moe_forward and the GPU's prefill pass
+// both go expert by expert through it. Sized once for the largest batch.
+struct ExpertGroups {
+    std::vector<int32_t> count;    // entries per expert
+    std::vector<int32_t> first;    // where each expert's entries start
+    std::vector<int32_t> entries;  // t * k + r, grouped by expert, tokens ascending
+    std::vector<int32_t> used;     // the experts used by the batch, ascending: n_used of them
+    int n_used = 0;
+
+    void resize(int n_expert, size_t max_entries);
+    // Groups ids[0 .. n), n <= max_entries, each id < n_expert.
+    void group(const int32_t* ids, int n);
+    uint64_t bytes() const { return 4 * (count.size() + first.size() + entries.size() + used.size()); }
+};
+
 // Scratch for moe_forward, sized once for the largest batch.
 class MoeScratch {
 public:
@@ -115,10 +132,7 @@ private:
     AlignedBuffer acts_down_;            // the hidden state converted for down
     AlignedBuffer down_;                 // one expert's outputs
     AlignedBuffer slots_;                // output of token t's rank-r expert at (t*k + r)
-    std::vector<int32_t> count_;         // tokens per expert
-    std::vector<int32_t> first_;         // start of each expert's entries
-    std::vector<int32_t> entries_;       // t*k + r, grouped by expert, tokens ascending
-    std::vector<int32_t> used_;          // experts used by the batch, ascending
+    ExpertGroups groups_;                // the batch's entries by expert
 };
 
 // out[t] = sum over r in rank order of weights[t*k+r] * expert ids[t*k+r]

@@ -348,8 +348,12 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
             if (!std::isnan(f.mb_read_per_token) && f.decode_tokens > 0) mbt.push_back(f.mb_read_per_token);
             if (!std::isnan(f.phases.io_wait) && toks > 0) stall.push_back(f.phases.io_wait * 1e3 / double(toks));
             if (!std::isnan(f.read_amplification)) amp.push_back(f.read_amplification);
-            if (!std::isnan(f.vram_hit_rate)) vram_hit.push_back(f.vram_hit_rate);
-            if (!std::isnan(f.pcie_mb_per_token)) pcie.push_back(f.pcie_mb_per_token);
+            // The VRAM tier of the timed part: a prompt test's prefill, a
+            // generation test's decode, where the report splits them.
+            const VramFigures& phase = c.test.n_gen == 0 ? f.vram_prefill : c.test.n_prompt == 0 ? f.vram_decode : f.vram;
+            const VramFigures& vf = std::isnan(phase.hit_rate) ? f.vram : phase;
+            if (!std::isnan(vf.hit_rate)) vram_hit.push_back(vf.hit_rate);
+            if (!std::isnan(vf.pcie_mb_per_token)) pcie.push_back(vf.pcie_mb_per_token);
             peak_rss = std::max(peak_rss, f.peak_rss_bytes);
             dev_bytes += f.device_read_bytes;
             has_dev = has_dev || f.has_device;

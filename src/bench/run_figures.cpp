@@ -152,11 +152,19 @@ RunFigures read_run_figures(const Json& report, const std::string& what) {
     }
     if (const Json* g = report.find("gpu"); g && g->is_object()) {
         if (const Json* v = g->find("vram_tier"); v && v->is_object()) {
-            f.vram_hit_rate = number_or_nan(v->find("hit_rate"));
-            // Copies, plus what a mapped run's kernels read over the bus.
-            const Json* bus = v->find("bus_read_bytes_per_token");
-            f.pcie_mb_per_token = (number_or_nan(v->find("copied_bytes_per_token")) +
-                                   (bus && bus->is_number() ? bus->as_number() : 0.0)) / 1e6;
+            auto read = [](const Json* o) {
+                VramFigures x;
+                if (!o || !o->is_object()) return x;
+                x.hit_rate = number_or_nan(o->find("hit_rate"));
+                // Copies, plus what a mapped run's kernels read over the bus.
+                const Json* bus = o->find("bus_read_bytes_per_token");
+                x.pcie_mb_per_token = (number_or_nan(o->find("copied_bytes_per_token")) +
+                                       (bus && bus->is_number() ? bus->as_number() : 0.0)) / 1e6;
+                return x;
+            };
+            f.vram = read(v);
+            f.vram_prefill = read(v->find("prefill"));
+            f.vram_decode = read(v->find("decode"));
         }
     }
     f.cpu_idle = number_or_nan(report.find("cpu_idle"));

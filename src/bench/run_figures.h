@@ -57,16 +57,22 @@ struct PhaseTimes {
     double attention = NAN, routing = NAN, io_wait = NAN, expert_compute = NAN, other = NAN;
 };
 
+// A run on the GPU (gpu.vram_tier): the share of chosen experts its
+// kernels found in VRAM, and what it moved host to device a token (copies,
+// and a mapped RAM tier's reads by the kernels).
+struct VramFigures {
+    double hit_rate = NAN;
+    double pcie_mb_per_token = NAN;
+};
+
 struct RunFigures {
     int64_t prefill_tokens = 0, decode_tokens = 0;
     double prefill_seconds = 0, decode_seconds = 0;
     double hit_rate = NAN;
     double mb_read_per_token = NAN;
-    // A run on the GPU (gpu.vram_tier): the share of chosen experts its
-    // kernels found in VRAM, and what it moved host to device a token
-    // (copies, and a mapped RAM tier's reads by the kernels).
-    double vram_hit_rate = NAN;
-    double pcie_mb_per_token = NAN;
+    // The whole run's, and its prefill's and decode's alone where the report
+    // splits them (gpu.vram_tier.prefill / .decode; else NAN).
+    VramFigures vram, vram_prefill, vram_decode;
     double read_amplification = NAN;
     double cpu_idle = NAN;
     double wall_s = NAN;

@@ -470,6 +470,10 @@ public:
         v["predicted_right"] = predicted_right_;
         v["prefetch_copies"] = prefetch_copies_;
         v["prefetch_used"] = prefetch_used_;
+        // The same for prefill calls and decode calls alone (a prefill pass
+        // reads each expert it uses once for many tokens).
+        v["prefill"] = phase_counts_[0].json();
+        v["decode"] = phase_counts_[1].json();
         g["vram_tier"] = v;
         g["ram_tier_pinned_bytes"] = pinned_bytes_;
         Json up = Json::object();
@@ -598,10 +602,41 @@ public:
 
     void forward(ModelState& state, ExpertSource& experts, ThreadPool&, const int32_t* tokens, int n, float* logits,
                  bool all_logits) const override {
-        GpuState& st = static_cast<GpuState&>(state);
+        std::call_once(uploaded_, [&] { upload(experts); });
+        const TierCounts before = tier_counts();
+        forward_call(static_cast<GpuState&>(state), experts, tokens, n, logits, all_logits);
+        phase_counts_[n > 1 ? 0 : 1].add(tier_counts(), before);
+    }
+
+private:
+    // The VRAM tier's counters, and their part in prefill calls (n > 1) and
+    // in decode calls, for the report.
+    struct TierCounts {
+        uint64_t hits = 0, misses = 0, copied_bytes = 0, bus_read_bytes = 0, tokens = 0;
+        void add(const TierCounts& now, const TierCounts& before) {
+            hits += now.hits - before.hits;
+            misses += now.misses - before.misses;
+            copied_bytes += now.copied_bytes - before.copied_bytes;
+            bus_read_bytes += now.bus_read_bytes - before.bus_read_bytes;
+            tokens += now.tokens - before.tokens;
+        }
+        Json json() const {
+            Json o = Json::object();
+            o["tokens"] = tokens;
+            o["hits"] = hits;
+            o["misses"] = misses;
+            o["hit_rate"] = hits + misses > 0 ? Json(double(hits) / double(hits + misses)) : Json(nullptr);
+            o["copied_bytes_per_token"] = tokens > 0 ? double(copied_bytes) / double(tokens) : 0.0;
+            o["bus_read_bytes_per_token"] = tokens > 0 ? double(bus_read_bytes) / double(tokens) : 0.0;
+            return o;
+        }
+    };
+    TierCounts tier_counts() const { return {hits_, misses_, copied_bytes_, bus_read_bytes_, tokens_}; }
+
+    void forward_call(GpuState& st, ExpertSource& experts, const int32_t* tokens, int n, float* logits,
+                      bool all_logits) const {
         const ModelConfig& c = config_;
         const int64_t E = c.n_embd, V = c.n_vocab;
-        std::call_once(uploaded_, [&] { upload(experts); });
         // Mapped, the RAM tier holds every expert acquired since the upload
         // (a step's start would release them) and counts no uses.
         if (!mapped_) experts.start_step(n);
@@ -660,7 +695,6 @@ public:
         }
     }
 
-private:
     // The layer's weights in VRAM (null where the layer has none).
     struct DeviceFfn {
         const uint8_t *gate, *up, *down;
@@ -1621,6 +1655,7 @@ private:
     mutable int32_t predicted_ids_[64] = {}, prefetched_ids_[64] = {};
     mutable uint64_t predicted_ = 0, predicted_right_ = 0, prefetch_copies_ = 0, prefetch_used_ = 0;
     mutable uint64_t copied_bytes_ = 0, bus_read_bytes_ = 0, hits_ = 0, misses_ = 0, tokens_ = 0;
+    mutable TierCounts phase_counts_[2];  // prefill calls, decode calls
     mutable double fill_seconds_ = 0;  // host time in fetch_experts
     // The setup's parts (upload), in seconds: resident weights copied; the
     // RAM tier page-locked (and, mapped, every expert read into it); the

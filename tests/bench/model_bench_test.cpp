@@ -123,7 +123,11 @@ awk -v n="$n" -v g="$g" -v t="$threads" -v gm="$gm" 'BEGIN {
   printf "{\"settings\":{\"threads\":%d},\"results\":{\"prefill_tokens\":%d,\"prefill_seconds\":%.6f,", t, n, n / 1000
   printf "\"decode_tokens\":%d,\"decode_seconds\":%.6f},", g, g / 100
   printf "\"store\":{\"hit_rate\":0.75,\"mb_read_per_token\":12.5,\"read_amplification\":1.25},\"time_split\":{\"io_wait\":0.02},"
-  if (gm != "") printf "\"backend\":\"GPU: Fake\",\"gpu\":{\"vram_tier\":{\"hit_rate\":0.9,\"copied_bytes_per_token\":2500000}},"
+  if (gm != "") {
+    printf "\"backend\":\"GPU: Fake\",\"gpu\":{\"vram_tier\":{\"hit_rate\":0.9,\"copied_bytes_per_token\":2500000"
+    if (gm == "split") printf ",\"prefill\":{\"hit_rate\":0.5,\"copied_bytes_per_token\":1000000},\"decode\":{\"hit_rate\":0.8,\"copied_bytes_per_token\":3000000,\"bus_read_bytes_per_token\":500000}"
+    printf "}},"
+  }
   printf "\"peak_rss_bytes\":1048576,\"disk\":{\"device\":\"vda\",\"read_bytes\":4096}}\n"
 }' > "$report"
 echo "generated text"
@@ -230,6 +234,28 @@ TEST_F(FakeRun, GpuRowsCarryTheVramTier) {
     // Without a GPU sweep there are no such columns.
     o.sweeps = {{"-t", {"1"}}};
     EXPECT_EQ(ms::format_records("md", r.records, ms::model_md_columns(o)).find("VRAM hit"), std::string::npos);
+}
+
+// A report that splits the VRAM tier's figures by phase: a prompt test
+// shows its prefill's, a generation test its decode's (copies plus bus
+// reads), a combined test the whole run's.
+TEST_F(FakeRun, GpuRowsTakeTheTimedPhasesVramFigures) {
+    ms::ModelBenchOptions o;
+    o.binary = binary;
+    o.models = {model};
+    o.tests = {{64, 0}, {0, 16}, {64, 16}};
+    o.sweeps = {{"--gpu-mem", {"split"}}};
+    o.repetitions = 1;
+    o.work_dir = (dir / "work").string();
+    ms::ModelBenchReport r = ms::run_model_bench(o);
+    ASSERT_TRUE(r.errors.empty()) << r.errors[0];
+    ASSERT_EQ(r.records.size(), 3u);
+    EXPECT_DOUBLE_EQ(r.records[0].at("vram_hit_rate").as_number(), 0.5);
+    EXPECT_DOUBLE_EQ(r.records[0].at("pcie_mb_per_token").as_number(), 1.0);
+    EXPECT_DOUBLE_EQ(r.records[1].at("vram_hit_rate").as_number(), 0.8);
+    EXPECT_DOUBLE_EQ(r.records[1].at("pcie_mb_per_token").as_number(), 3.5);
+    EXPECT_DOUBLE_EQ(r.records[2].at("vram_hit_rate").as_number(), 0.9);
+    EXPECT_DOUBLE_EQ(r.records[2].at("pcie_mb_per_token").as_number(), 2.5);
 }
 
 TEST_F(FakeRun, FailingRunIsReportedNotFatal) {

@@ -6,7 +6,10 @@
 # tok.txz (tokenizer/qwen3-vocab.gguf, for synth) and prompt.txt (English
 # text: the first part of README.md); golden files unpacked where the tests
 # were compiled to look. STEPS picks the parts; output: $OUT/s5.tgz,
-# unpacked here as callN/.
+# unpacked here as callN/. Calls 1-4 ran binaries that mapped the RAM tier
+# by default (runs without MOESTREAM_GPU_MAPPED=0 are the mapped ones);
+# since then the copied tier is the default, so to repeat them export
+# MOESTREAM_GPU_MAPPED=1 for those runs.
 set -u -o pipefail
 W=$(cd "$(dirname "$0")" && pwd)
 STEPS=${STEPS:-tests prefill gpumem big logits}

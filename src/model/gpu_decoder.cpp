@@ -1687,12 +1687,15 @@ std::unique_ptr<Model> open_gpu_model(const GgufFile& file, const GpuOptions& op
             *why = config.arch + ": no GPU operation for " + missing;
             return nullptr;
         }
+        // The device before the weight types: a build without CUDA takes
+        // no type, and its reason is the one to give.
+        if (!gpu::available(why)) return nullptr;
         m = std::make_unique<GpuDecoder>(file, std::move(config), spec, options);
     } catch (const std::runtime_error& e) {
         *why = e.what();
         return nullptr;
     }
-    return gpu::available(why) ? std::move(m) : nullptr;
+    return m;
 }
 
 }  // namespace ms

@@ -58,7 +58,7 @@ struct PrefillRows {
     float* host_rope = nullptr;   // pinned: rope's contents
     int32_t* host_ids = nullptr;  // pinned: a layer's routing, cap x K ids
     int32_t* host_tiles = nullptr;  // pinned: tiles' contents
-    // Each layer's distinct experts of the pass (refresh_vram, stream_tiles).
+    // Mapped: each layer's distinct experts of the pass, for refresh_vram.
     std::vector<int32_t> layer_ids, layer_count;
     ExpertGroups groups;        // a layer's (token, rank) pairs by expert
     std::vector<int32_t> miss;  // the copied tier: a group's experts not in VRAM
@@ -936,9 +936,9 @@ private:
         }
         int n_tiles = 0;
         const ExpertLayer& el = expert_layers_[size_t(il)];
+        if (mapped_) std::copy(g.used.begin(), g.used.begin() + g.n_used, b.layer_ids.begin() + ptrdiff_t(il) * X);
         for (int u = 0; u < g.n_used; u++) {
             const int e = g.used[size_t(u)], c = g.count[size_t(e)];
-            b.layer_ids[size_t(il) * X + size_t(u)] = e;
             const bool hit = !mapped_ || vram_.visible(il, e);
             for (int j = 0; j < c; j += gpu::kExpertTile) {
                 int32_t* t = tiles + 3 * n_tiles++;
@@ -958,13 +958,14 @@ private:
         const gpu::Stream s = compute_;
         int32_t* dev = reinterpret_cast<int32_t*>(b.tiles.data());
         gpu::copy_to_device(dev, tiles, size_t(3 * n_tiles) * 4, s);
-        gpu::copy_to_device(dev + tile_ints, in_row, (TK + size_t(n) * size_t(K)) * 4, s);
+        gpu::copy_to_device(dev + tile_ints, in_row, size_t(n * K) * 4, s);
+        gpu::copy_to_device(dev + tile_ints + TK, out_row, size_t(n * K) * 4, s);
         *down = {dev, n_tiles, dev + tile_ints + TK, dev + tile_ints + TK};
         return {dev, n_tiles, dev + tile_ints, dev + tile_ints + TK};
     }
 
     // The copied tier's experts of layer il for a prefill pass (its n_tiles
-    // tiles in b.host_tiles, its distinct experts in b.layer_ids), in groups
+    // tiles in b.host_tiles, its distinct experts in b.groups), in groups
     // the VRAM slots and the RAM tier can hold at once: a group's misses
     // acquired from the RAM tier (the store reads from the drive what it
     // lacks), copied into the least recently used slots once the kernels
@@ -973,9 +974,8 @@ private:
     void stream_tiles(PrefillRows& b, ExpertSource& experts, int il, int n_tiles,
                       const std::function<void(int, int)>& run) const {
         const ExpertLayer& el = expert_layers_[size_t(il)];
-        const size_t X = size_t(config_.n_expert);
-        const int32_t* ids = b.layer_ids.data() + size_t(il) * X;
-        const int n_ids = b.layer_count[size_t(il)];
+        const int32_t* ids = b.groups.used.data();
+        const int n_ids = b.groups.n_used;
         const int group = std::min(vram_.n_slots(), experts.capacity());
         const int32_t* tiles = b.host_tiles;
         int tile = 0;
@@ -1044,10 +1044,10 @@ private:
         float* x = b.x.f32();
         float* xb = b.xb.f32();
         const float* cos_sin = b.rope.f32();
-        const int32_t* pos = reinterpret_cast<const int32_t*>(b.rope.f32() + int64_t(b.cap) * R);
+        int32_t* pos = reinterpret_cast<int32_t*>(b.rope.f32() + int64_t(b.cap) * R);
         gpu::copy_to_device(x, b.host_x, size_t(n * E) * 4, s);
         gpu::copy_to_device(b.rope.data(), b.host_rope, size_t(n * R) * 4, s);
-        gpu::copy_to_device(const_cast<int32_t*>(pos), host_pos, size_t(n) * 4, s);
+        gpu::copy_to_device(pos, host_pos, size_t(n) * 4, s);
         void* xb8 = act8(E) ? b.xb8.data() : nullptr;
         void* att8 = act8(Q) ? b.att8.data() : nullptr;
         float *q = b.q.f32(), *k = b.k.f32(), *v = b.v.f32(), *att = b.att.f32();
@@ -1391,7 +1391,6 @@ private:
             n_experts += l.n_expert;
             slot = std::max<uint64_t>(slot, SlotLayout::aligned(l).bytes(l));
         }
-        total_experts_ = n_experts;
         ram_holds_all_ = experts.capacity() >= n_experts;
         launched_ = gpu::new_event();
         std::vector<SlotLayout> host_layout;
@@ -1414,7 +1413,6 @@ private:
         setup_.resident_weights = t1 - t0;
         setup_.ram_tier = t2 - t1;
         vram_.init(expert_layers_, config_.n_expert, budget, config_.n_expert_used, host_layout);
-        if (!vram_.holds_all()) uses_.assign(size_t(n_run_) * size_t(config_.n_expert), 0);
         if (!host_layout.empty() && !vram_.holds_all()) {
             mapped_ = true;
             for (int il = 0; il < n_run_; il++) {
@@ -1425,6 +1423,11 @@ private:
             vram_.upload_table(nullptr);
         } else if (!host_layout.empty()) {
             for (int il = 0; il < n_run_; il++) experts.release(il);  // filled below, as any resident run
+        }
+        // The use counts, where a policy reads them: the mapped tier's
+        // admission, the copied tier's eviction from the drive (take_slot).
+        if (!vram_.holds_all() && (mapped_ || !ram_holds_all_)) {
+            uses_.assign(size_t(n_run_) * size_t(config_.n_expert), 0);
         }
         if (vram_.holds_all()) {
             // Every expert once, in groups the RAM tier can hold.
@@ -1513,7 +1516,8 @@ private:
         }
         // Frequency admission: a miss takes the least recently used slot
         // only if it has been used at least as often (uses_, halved every
-        // kAgingTokens) as the expert there, the most used misses first.
+        // kAgingSteps forward steps) as the expert there, the most used
+        // misses first.
         // Plain LRU (MOESTREAM_GPU_ADMIT=lru) copies every miss, and where
         // the experts a stretch of text uses outnumber the slots, evicts
         // what the next tokens need (measured: 27.5 % of uses found in VRAM
@@ -1647,7 +1651,6 @@ private:
     // copied ahead (prefetch_next); MOESTREAM_GPU_PREFETCH=0 turns it off.
     const bool prefetch_ = !getenv("MOESTREAM_GPU_PREFETCH") || strcmp(getenv("MOESTREAM_GPU_PREFETCH"), "0") != 0;
     mutable bool prefetch_now_ = false;  // this forward call: prefetch_, where it pays
-    mutable int64_t total_experts_ = 0;  // of every routed layer
     mutable bool ram_holds_all_ = false;  // the RAM tier can hold every expert at once
     mutable gpu::Event launched_ = nullptr;  // prefill: a group's kernels launched (copied tier)
     mutable gpu::Event prefetched_ = nullptr;

@@ -103,18 +103,38 @@ void matvec_multi(int n, const GgmlType* types, const void* const* w, const int6
 void matvec_experts(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset, int64_t rows,
                     int64_t cols, Act x, int64_t x_stride, float* y, Stream s);
 
+// What some families add to an expert's FFN (gpt-oss): bias rows per
+// expert, indexed by its id in the layer (n_expert rows each, gate's and
+// up's as wide as the FFN, down's as the model), each added to its product
+// before the activation or the routing weight; and the clamped activation
+// g * sigmoid(1.702 g) * (u + 1), g = min(gate, 7), u = clamp(up, -7, 7),
+// instead of silu(g) * u. ids: the experts' ids (device ints, by rank)
+// where the one-token kernels' table is not indexed by id (no table ids:
+// a streamed layer's slots); else the id is the table's index.
+struct ExpertExtras {
+    const float* gate_bias = nullptr;
+    const float* up_bias = nullptr;
+    const float* down_bias = nullptr;
+    const int32_t* ids = nullptr;
+    bool clamped = false;
+};
+
 // An expert FFN's first half for n experts in one launch: with expert i's
 // gate matrix at table[ids[i]] + offset and its up matrix at + offset2 (both
-// of type t, rows x cols), h[i * rows + r] = silu(gate_r . x) * (up_r . x).
+// of type t, rows x cols), h[i * rows + r] = silu(gate_r . x) * (up_r . x)
+// (or as `extras` says).
 void expert_gate_up(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
-                    size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s);
+                    size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s,
+                    const ExpertExtras& extras = {});
 
 // The second half, and the weighted sum into the residual, in one launch
 // (n <= 32): with expert i's down matrix at table[ids[i]] + offset (rows x
 // cols) and its input row i of h (n rows of cols), x[r] += sum over i < n,
-// in order, of weights[i] * (down_r . h_i).
+// in order, of weights[i] * (down_r . h_i) (plus extras.down_bias's row of
+// the expert before the weight).
 void expert_down_add(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
-                     int64_t rows, int64_t cols, Act h, const float* weights, float* x, Stream s);
+                     int64_t rows, int64_t cols, Act h, const float* weights, float* x, Stream s,
+                     const ExpertExtras& extras = {});
 
 // Prefill's matrix products: one matrix (or each expert's) over many
 // inputs, each output bit for bit what the one-input kernel above gives
@@ -144,13 +164,17 @@ struct ExpertTiles {
 constexpr int kExpertTile = 8;  // pairs a tile
 void matmul_experts(GgmlType t, const uint8_t* const* table, const ExpertTiles& tiles, size_t offset, int64_t rows,
                     int64_t cols, Act x, float* y, Stream s, int parts_of);
-// expert_gate_up over the tiles' pairs: h's output rows silu(gate . x) * (up . x).
+// expert_gate_up over the tiles' pairs: h's output rows silu(gate . x) * (up . x)
+// (or as `extras` says: the tile's expert is the id of its bias rows).
 void expert_gate_up_tokens(GgmlType t, const uint8_t* const* table, const ExpertTiles& tiles, size_t offset,
-                           size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s);
+                           size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s,
+                           const ExpertExtras& extras = {});
 // expert_down_add's weighted sum over n tokens of k experts each, once the
 // down products are in `out` (row t * k + i: token t's expert of rank i):
-// x row t += sum over i < k, in rank order, of weights[t * k + i] * that row.
-void combine_experts(const float* out, const float* weights, int n, int k, int64_t width, float* x, Stream s);
+// x row t += sum over i < k, in rank order, of weights[t * k + i] * that row
+// (plus down_bias's row of expert ids[t * k + i] first, when given).
+void combine_experts(const float* out, const float* weights, int n, int k, int64_t width, float* x, Stream s,
+                     const float* down_bias = nullptr, const int32_t* ids = nullptr);
 
 // out[r*width + i] = x[r*width + i] / sqrt(mean(x_r^2) + eps) * w[i] over
 // `rows` rows (w may be null); out may alias x. act: also out's 8-bit
@@ -191,9 +215,13 @@ size_t attention_scratch_bytes(int n_head, int head_dim);
 // 1, whose k and v rows are in the caches already; q, out and act n rows,
 // scratch n times attention_scratch_bytes. Each token's output is the bits
 // the one-token call gives it.
+//
+// window > 0: a token at position p attends to (p - window, p] only.
+// sinks: n_head logits (device floats, or null), each one more score in its
+// head's softmax, not scaled, that takes probability mass but adds no value.
 void attention(const float* q, float* k_cache, float* v_cache, const int32_t* pos, int n_head, int n_kv_head,
                int head_dim, float scale, float* scratch, float* out, Stream s, void* act = nullptr,
-               const FreshRow& fresh = {}, int n = 1);
+               const FreshRow& fresh = {}, int n = 1, int window = 0, const float* sinks = nullptr);
 
 // Per head: q's n_head heads RMS-normed with q_norm and NeoX-rotated in
 // place; k's n_kv_head heads normed with k_norm and rotated into row *pos of
@@ -218,8 +246,9 @@ void swiglu(const float* gate, const float* up, int64_t n, float* h, Stream s);
 // The top k of softmax(logits) over n_expert (k <= 32, n_expert <= 1024),
 // best first, as route_softmax_topk chooses and weighs them; renorm: the k
 // weights divided by their sum. n tokens (rows of logits, ids, weights).
+// over_chosen: the softmax over the k chosen logits only (gpt-oss).
 void route_softmax_topk(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights,
-                        Stream s, int n = 1);
+                        Stream s, int n = 1, bool over_chosen = false);
 
 // Copy and kernel rates (GB/s, medians of `reps` timed repetitions after a
 // warm-up) over buffers of `bytes`: device to device (bytes read plus bytes

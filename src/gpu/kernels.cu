@@ -600,8 +600,10 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const (&w)[R], int64_t c
 
 // One warp: k rounds of a warp-wide argmax over the logits (the lower id
 // on a tie), then the chosen probabilities from a softmax over all, as
-// model/moe.cpp does (its sum in double, in id order by lane strides here).
-__global__ void route_kernel(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights) {
+// model/moe.cpp does (its sum in double, in id order by lane strides here),
+// or over the chosen logits only (over_chosen).
+__global__ void route_kernel(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights,
+                             bool over_chosen) {
     chain_start();
     logits += int64_t(blockIdx.x) * n_expert;  // prefill: a block a token
     ids += int64_t(blockIdx.x) * k;
@@ -615,8 +617,12 @@ __global__ void route_kernel(const float* logits, int n_expert, int k, bool reno
     warp_topk(l, n_expert, k, taken, chosen, ids);
     const float mx = l[chosen[0]];
     double sum = 0;
-    for (int e = lane; e < n_expert; e += 32) sum += double(expf(l[e] - mx));
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (over_chosen) {
+        for (int r = 0; r < k; r++) sum += double(expf(l[chosen[r]] - mx));
+    } else {
+        for (int e = lane; e < n_expert; e += 32) sum += double(expf(l[e] - mx));
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    }
     if (lane != 0) return;
     const float inv = float(1.0 / sum);
     float wsum = 0;
@@ -627,6 +633,29 @@ __global__ void route_kernel(const float* logits, int n_expert, int k, bool reno
     if (renorm) {
         for (int r = 0; r < k; r++) weights[r] /= wsum;
     }
+}
+
+// An expert's (or dense FFN's) hidden value from its gate and up sums:
+// silu(g) * u, or gpt-oss's clamped g * sigmoid(1.702 g) * (u + 1).
+__device__ __forceinline__ float gated(float g, float u, bool clamped) {
+    if (clamped) {
+        g = fminf(g, 7.0f);
+        u = fmaxf(fminf(u, 7.0f), -7.0f);
+        return g / (1.0f + expf(-1.702f * g)) * (u + 1.0f);
+    }
+    return g / (1.0f + expf(-g)) * u;
+}
+
+// v plus element r of bias row `row` (rows `width` wide), when there is a bias.
+__device__ __forceinline__ float biased(float v, const float* bias, int64_t row, int64_t width, int64_t r) {
+    return bias ? v + bias[row * width + r] : v;
+}
+
+// Row r of expert id's hidden vector from its gate and up sums: the one
+// form decode's and prefill's kernels share, so they agree bit for bit.
+__device__ __forceinline__ float expert_hidden(float g, float u, const ExpertExtras& x, int id, int64_t rows,
+                                               int64_t r) {
+    return gated(biased(g, x.gate_bias, id, rows, r), biased(u, x.up_bias, id, rows, r), x.clamped);
 }
 
 // The sum over the block (at most 32 warps) of every thread's `sum`, in
@@ -792,7 +821,7 @@ __global__ void __launch_bounds__(32 * kWarps) matvec_multi_kernel(const MultiAr
 // r + 1 of expert blockIdx.y (one read of x for the four) and writes
 // h[e * rows + r] = silu(gate) * up.
 template <GgmlType T, bool Q>
-__global__ void __launch_bounds__(32 * kWarps) gate_up_kernel(const MatvecArgs a) {
+__global__ void __launch_bounds__(32 * kWarps) gate_up_kernel(const MatvecArgs a, const ExpertExtras x) {
     chain_start();
     const int e = blockIdx.y;
     const uint8_t* w = (a.ids ? a.table[a.ids[e]] : a.table[e]);
@@ -807,9 +836,10 @@ __global__ void __launch_bounds__(32 * kWarps) gate_up_kernel(const MatvecArgs a
 #pragma unroll
     for (int r = 0; r < 4; r++) s[r] = warp_sum(s[r]);
     if (lane == 0) {
+        const int id = x.ids ? x.ids[e] : a.ids ? a.ids[e] : e;
         float* h = a.y + int64_t(e) * a.rows;
-        h[r0] = s[0] / (1.0f + expf(-s[0])) * s[2];
-        if (r0 + 1 < a.rows) h[r0 + 1] = s[1] / (1.0f + expf(-s[1])) * s[3];
+        h[r0] = expert_hidden(s[0], s[2], x, id, a.rows, r0);
+        if (r0 + 1 < a.rows) h[r0 + 1] = expert_hidden(s[1], s[3], x, id, a.rows, r0 + 1);
     }
 }
 
@@ -818,7 +848,7 @@ __global__ void __launch_bounds__(32 * kWarps) gate_up_kernel(const MatvecArgs a
 // y[r] += sum over e, in order, of weights[e] * that row: the same sum
 // whatever order the warps finish in.
 template <GgmlType T, bool Q>
-__global__ void down_combine_kernel(const MatvecArgs a, const float* weights) {
+__global__ void down_combine_kernel(const MatvecArgs a, const float* weights, const ExpertExtras x) {
     chain_start();
     __shared__ float part_sum[32][2];
     const int lane = threadIdx.x % 32, e = threadIdx.x / 32;
@@ -832,9 +862,13 @@ __global__ void down_combine_kernel(const MatvecArgs a, const float* weights) {
     if (lane == 0) part_sum[e][0] = s[0], part_sum[e][1] = s[1];
     __syncthreads();
     if (threadIdx.x < 2 && r0 + threadIdx.x < a.rows) {
+        const int64_t r = r0 + threadIdx.x;
         float acc = 0;
-        for (int k = 0; k < a.n; k++) acc += weights[k] * part_sum[k][threadIdx.x];
-        a.y[r0 + threadIdx.x] += acc;
+        for (int k = 0; k < a.n; k++) {
+            const int id = x.ids ? x.ids[k] : a.ids ? a.ids[k] : k;
+            acc += weights[k] * biased(part_sum[k][threadIdx.x], x.down_bias, id, a.rows, r);
+        }
+        a.y[r] += acc;
     }
 }
 
@@ -866,15 +900,17 @@ struct BatchArgs {
 };
 
 template <GgmlType T, bool Q, int R>
-__global__ void __launch_bounds__(32 * kWarps) batch_kernel(const BatchArgs a) {
+__global__ void __launch_bounds__(32 * kWarps) batch_kernel(const BatchArgs a, const ExpertExtras x) {
     constexpr int NT = kExpertTile;
     __shared__ float part_sum[kWarps][NT][R];
     chain_start();
     int first = int(blockIdx.y) * NT, count = min(NT, a.n - first);
     const uint8_t* w = a.w0;
+    int id = 0;  // the tile's expert
     if (a.tiles) {
         const int32_t* tile = a.tiles + 3 * blockIdx.y;
-        w = a.table[tile[0]];
+        id = tile[0];
+        w = a.table[id];
         first = tile[1];
         count = tile[2];
     }
@@ -940,8 +976,8 @@ __global__ void __launch_bounds__(32 * kWarps) batch_kernel(const BatchArgs a) {
         const int64_t out = a.tiles ? a.out_row[first + t] : first + t;
         float* y = a.y + out * a.rows;
         if constexpr (R == 4) {
-            y[r0] = s[t][0] / (1.0f + expf(-s[t][0])) * s[t][2];
-            if (r0 + 1 < a.rows) y[r0 + 1] = s[t][1] / (1.0f + expf(-s[t][1])) * s[t][3];
+            y[r0] = expert_hidden(s[t][0], s[t][2], x, id, a.rows, r0);
+            if (r0 + 1 < a.rows) y[r0 + 1] = expert_hidden(s[t][1], s[t][3], x, id, a.rows, r0 + 1);
         } else {
             y[r0] = a.add ? y[r0] + s[t][0] : s[t][0];
             if (r0 + 1 < a.rows) y[r0 + 1] = a.add ? y[r0 + 1] + s[t][1] : s[t][1];
@@ -950,15 +986,19 @@ __global__ void __launch_bounds__(32 * kWarps) batch_kernel(const BatchArgs a) {
 }
 
 // x[t * width + r] += the sum over i < k, in order, of weights[t * k + i] *
-// out[(t * k + i) * width + r]: down_combine_kernel's sum, of n tokens.
-__global__ void combine_experts_kernel(const float* out, const float* weights, int n, int k, int64_t width,
-                                       float* x) {
+// out[(t * k + i) * width + r] (biased by the expert's down_bias row):
+// down_combine_kernel's sum, of n tokens.
+__global__ void combine_experts_kernel(const float* out, const float* weights, int n, int k, int64_t width, float* x,
+                                       const float* down_bias, const int32_t* ids) {
     chain_start();
     const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     const int t = blockIdx.y;
     if (r >= width || t >= n) return;
     float acc = 0;
-    for (int i = 0; i < k; i++) acc += weights[int64_t(t) * k + i] * out[(int64_t(t) * k + i) * width + r];
+    for (int i = 0; i < k; i++) {
+        const int64_t j = int64_t(t) * k + i;
+        acc += weights[j] * biased(out[j * width + r], down_bias, down_bias ? ids[j] : 0, width, r);
+    }
     x[int64_t(t) * width + r] += acc;
 }
 
@@ -995,38 +1035,38 @@ void launch_matvec(MatvecArgs a, int n_launch, cudaStream_t s) {
 }
 
 template <GgmlType T>
-void launch_gate_up(MatvecArgs a, cudaStream_t s) {
+void launch_gate_up(MatvecArgs a, const ExpertExtras& x, cudaStream_t s) {
     a.row_bytes = row_bytes(T, a.cols);
     const dim3 grid(unsigned((a.rows + 2 * kWarps - 1) / (2 * kWarps)), unsigned(a.n));
     if (kQuantized<T> && a.xq) {
-        launch("expert_gate_up", gate_up_kernel<T, kQuantized<T>>, grid, 32 * kWarps, 0, s, a);
+        launch("expert_gate_up", gate_up_kernel<T, kQuantized<T>>, grid, 32 * kWarps, 0, s, a, x);
     } else {
-        launch("expert_gate_up", gate_up_kernel<T, false>, grid, 32 * kWarps, 0, s, a);
+        launch("expert_gate_up", gate_up_kernel<T, false>, grid, 32 * kWarps, 0, s, a, x);
     }
 }
 
 template <GgmlType T>
-void launch_down_combine(MatvecArgs a, const float* weights, cudaStream_t s) {
+void launch_down_combine(MatvecArgs a, const float* weights, const ExpertExtras& x, cudaStream_t s) {
     a.row_bytes = row_bytes(T, a.cols);
     const unsigned grid = unsigned((a.rows + 1) / 2);
     if (kQuantized<T> && a.xq) {
-        launch("expert_down_add", down_combine_kernel<T, kQuantized<T>>, grid, 32 * a.n, 0, s, a, weights);
+        launch("expert_down_add", down_combine_kernel<T, kQuantized<T>>, grid, 32 * a.n, 0, s, a, weights, x);
     } else {
-        launch("expert_down_add", down_combine_kernel<T, false>, grid, 32 * a.n, 0, s, a, weights);
+        launch("expert_down_add", down_combine_kernel<T, false>, grid, 32 * a.n, 0, s, a, weights, x);
     }
 }
 
 // A batch_kernel launch of n_tiles tiles; a.nparts set.
 template <GgmlType T, int R>
-void launch_batch(const char* what, BatchArgs a, unsigned n_tiles, cudaStream_t s) {
+void launch_batch(const char* what, BatchArgs a, unsigned n_tiles, cudaStream_t s, const ExpertExtras& x = {}) {
     if (n_tiles == 0) return;
     a.row_bytes = row_bytes(T, a.cols);
     const int64_t groups = (a.rows + 1) / 2, per_block = kWarps / a.nparts;
     const dim3 grid(unsigned((groups + per_block - 1) / per_block), n_tiles);
     if (kQuantized<T> && a.xq) {
-        launch(what, batch_kernel<T, kQuantized<T>, R>, grid, 32 * kWarps, 0, s, a);
+        launch(what, batch_kernel<T, kQuantized<T>, R>, grid, 32 * kWarps, 0, s, a, x);
     } else {
-        launch(what, batch_kernel<T, false, R>, grid, 32 * kWarps, 0, s, a);
+        launch(what, batch_kernel<T, false, R>, grid, 32 * kWarps, 0, s, a, x);
     }
 }
 
@@ -1149,19 +1189,22 @@ __device__ void norm_rope_head(float* h, const float* w, int head_dim, int n_rot
 // with the context). Split j of head h: its scores (a warp a position, its
 // lanes across the head), their maximum m, l = sum exp(score - m) and the
 // unnormalized sum of exp(score - m) * v rows, into part; then a block a
-// head rescales the splits to their common maximum and divides.
+// head rescales the splits to their common maximum (and the head's sink
+// logit's) and divides. A sliding window deals out only its positions.
 constexpr int kAttentionThreads = 256, kAttentionSplits = 16;
 
 __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(const float* q, float* k_cache,
                                                                            float* v_cache, const int32_t* pos,
                                                                            int n_head, int n_kv_head, int head_dim,
                                                                            float scale, float* part,
-                                                                           const FreshRow fresh) {
+                                                                           const FreshRow fresh, int window) {
     chain_start();
     // Prefill: blockIdx.z is the token, at position *pos + blockIdx.z.
     const int n_pos = *pos + 1 + int(blockIdx.z);
+    const int first = window > 0 ? max(0, n_pos - window) : 0, span = n_pos - first;
     const int h = blockIdx.x, split = blockIdx.y, S = gridDim.y, kvh = h / (n_head / n_kv_head);
-    const int mine = n_pos > split ? (n_pos - split + S - 1) / S : 0;  // positions split, split + S, ...
+    // Positions first + split, first + split + S, ...
+    const int mine = span > split ? (span - split + S - 1) / S : 0;
     const int64_t qh = int64_t(blockIdx.z) * n_head + h;  // the token's query head
     float* out = part + (qh * S + split) * (head_dim + 2);
     extern __shared__ float smem[];
@@ -1181,7 +1224,7 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(cons
     // split; its blocks norm and rotate that k row themselves (the cache's
     // row is written by the first query head of the group, and read by
     // none of this launch).
-    const bool here = fresh.k && (n_pos - 1) % S == split;
+    const bool here = fresh.k && (span - 1) % S == split;
     if (here) {
         for (int i = threadIdx.x; i < head_dim; i += blockDim.x) kp[i] = fresh.k[int64_t(kvh) * head_dim + i];
     }
@@ -1202,7 +1245,7 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(cons
     float mx = -INFINITY;
 #pragma unroll 4
     for (int j = warp; j < mine; j += n_warps) {
-        const int p = split + j * S;
+        const int p = first + split + j * S;
         const float* k = here && p == n_pos - 1 ? kp : kh + int64_t(p) * row;
         float s = 0;
         for (int i = lane; i < head_dim; i += 32) s += qs[i] * k[i];
@@ -1236,7 +1279,7 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(cons
         float acc = 0;
 #pragma unroll 4
         for (int j = grp; j < mine; j += groups) {
-            const int p = split + j * S;
+            const int p = first + split + j * S;
             acc += scores[j] * (here && p == n_pos - 1 ? vp[i] : vh[int64_t(p) * row + i]);
         }
         partial[grp * head_dim + i] = acc;
@@ -1255,7 +1298,7 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(cons
 // would, so the output matrix reads them without a launch of its own), else
 // a block a head.
 __global__ void attention_combine_kernel(const float* part, int head_dim, int splits, int64_t width, float* out,
-                                         uint8_t* act) {
+                                         uint8_t* act, const float* sinks) {
     chain_start();
     const int per = int(blockDim.x) / head_dim;
     const int h = int(blockIdx.x) * per + int(threadIdx.x) / head_dim, i = int(threadIdx.x) % head_dim;
@@ -1264,7 +1307,8 @@ __global__ void attention_combine_kernel(const float* part, int head_dim, int sp
     out += int64_t(blockIdx.y) * width;
     if (act) act += blockIdx.y * act_row_bytes(width);
     const float* p = part + int64_t(h) * splits * (head_dim + 2);
-    float m = -INFINITY;
+    const float sink = sinks ? sinks[h] : -INFINITY;
+    float m = sink;
     for (int j = 0; j < splits; j++) m = fmaxf(m, p[j * (head_dim + 2)]);
     float l = 0, acc = 0;
     for (int j = 0; j < splits; j++) {
@@ -1274,6 +1318,7 @@ __global__ void attention_combine_kernel(const float* part, int head_dim, int sp
         l += p[j * (head_dim + 2) + 1] * f;
         acc += p[j * (head_dim + 2) + 2 + i] * f;
     }
+    if (sinks) l += expf(sink - m);
     const float value = acc * (1.0f / l);
     out[int64_t(h) * head_dim + i] = value;
     if (!act) return;
@@ -1321,7 +1366,7 @@ __global__ void qk_norm_rope_store_kernel(float* q, const float* k, const float*
 __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float* h) {
     chain_start();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i < n) h[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+    if (i < n) h[i] = gated(gate[i], up[i], false);
 }
 
 }  // namespace
@@ -1395,18 +1440,19 @@ void matvec_multi(int n, const GgmlType* types, const void* const* w, const int6
 }
 
 void expert_gate_up(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
-                    size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s) {
+                    size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s, const ExpertExtras& extras) {
     const MatvecArgs a = matvec_args(nullptr, table, ids, n, offset, offset2, rows, cols, x, 0, h, false);
-#define MS_CALL(T) launch_gate_up<T>(a, native(s))
+#define MS_CALL(T) launch_gate_up<T>(a, extras, native(s))
     MS_TYPE_SWITCH(t, MS_CALL)
 #undef MS_CALL
 }
 
 void expert_down_add(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
-                     int64_t rows, int64_t cols, Act h, const float* weights, float* x, Stream s) {
+                     int64_t rows, int64_t cols, Act h, const float* weights, float* x, Stream s,
+                     const ExpertExtras& extras) {
     if (n > 32) throw std::runtime_error("CUDA expert_down_add: more than 32 experts");
     const MatvecArgs a = matvec_args(nullptr, table, ids, n, offset, 0, rows, cols, h, cols, x, true);
-#define MS_CALL(T) launch_down_combine<T>(a, weights, native(s))
+#define MS_CALL(T) launch_down_combine<T>(a, weights, extras, native(s))
     MS_TYPE_SWITCH(t, MS_CALL)
 #undef MS_CALL
 }
@@ -1455,17 +1501,20 @@ void matmul_experts(GgmlType t, const uint8_t* const* table, const ExpertTiles& 
 }
 
 void expert_gate_up_tokens(GgmlType t, const uint8_t* const* table, const ExpertTiles& tiles, size_t offset,
-                           size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s) {
+                           size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s,
+                           const ExpertExtras& extras) {
     const BatchArgs a = batch_args(nullptr, table, &tiles, 0, offset, offset2, rows, cols, x, h, false, 1);
-#define MS_CALL(T) launch_batch<T, 4>("expert_gate_up_tokens", a, unsigned(tiles.n_tiles), native(s))
+#define MS_CALL(T) launch_batch<T, 4>("expert_gate_up_tokens", a, unsigned(tiles.n_tiles), native(s), extras)
     MS_TYPE_SWITCH(t, MS_CALL)
 #undef MS_CALL
 }
 
-void combine_experts(const float* out, const float* weights, int n, int k, int64_t width, float* x, Stream s) {
+void combine_experts(const float* out, const float* weights, int n, int k, int64_t width, float* x, Stream s,
+                     const float* down_bias, const int32_t* ids) {
     if (n < 1) return;
+    if (down_bias && !ids) throw std::runtime_error("CUDA combine_experts: a down bias needs the experts' ids");
     launch("combine_experts", combine_experts_kernel, dim3(blocks(width, 256), unsigned(n)), 256, 0, native(s), out,
-           weights, n, k, width, x);
+           weights, n, k, width, x, down_bias, ids);
 }
 
 void rms_norm(const float* x, const float* w, int64_t rows, int64_t width, float eps, float* out, Stream s,
@@ -1497,7 +1546,7 @@ size_t attention_scratch_bytes(int n_head, int head_dim) {
 
 void attention(const float* q, float* k_cache, float* v_cache, const int32_t* pos, int n_head, int n_kv_head,
                int head_dim, float scale, float* scratch, float* out, Stream s, void* act, const FreshRow& fresh,
-               int n) {
+               int n, int window, const float* sinks) {
     if (head_dim > 1024) throw std::runtime_error("CUDA attention: head_dim > 1024");
     if (n < 1 || n > 65535 || (n > 1 && fresh.k)) {
         throw std::runtime_error("CUDA attention: 1 to 65535 tokens, one if fresh");
@@ -1507,13 +1556,13 @@ void attention(const float* q, float* k_cache, float* v_cache, const int32_t* po
     }
     const dim3 grid(unsigned(n_head), kAttentionSplits, unsigned(n));
     launch("attention", attention_split_kernel, grid, kAttentionThreads, attention_smem, native(s), q, k_cache, v_cache,
-           pos, n_head, n_kv_head, head_dim, scale, scratch, fresh);
+           pos, n_head, n_kv_head, head_dim, scale, scratch, fresh, window);
     const int64_t width = int64_t(n_head) * head_dim;
     const bool fused = act && 256 % head_dim == 0 && width % 256 == 0;
     const int per = fused ? 256 / head_dim : 1;
     launch("attention", attention_combine_kernel, dim3(unsigned(n_head / per), unsigned(n)), unsigned(per * head_dim),
            0, native(s), static_cast<const float*>(scratch), head_dim, kAttentionSplits, width, out,
-           static_cast<uint8_t*>(fused ? act : nullptr));
+           static_cast<uint8_t*>(fused ? act : nullptr), sinks);
     if (act && !fused) quantize_act(out, n, width, act, s);
 }
 
@@ -1532,10 +1581,10 @@ void swiglu(const float* gate, const float* up, int64_t n, float* h, Stream s) {
 }
 
 void route_softmax_topk(const float* logits, int n_expert, int k, bool renorm, int32_t* ids, float* weights,
-                        Stream s, int n) {
+                        Stream s, int n, bool over_chosen) {
     if (k > 32 || n_expert > 1024 || k > n_expert) throw std::runtime_error("CUDA routing: k <= 32, n_expert <= 1024");
     launch("route_softmax_topk", route_kernel, unsigned(n), 32, 0, native(s), logits, n_expert, k, renorm, ids,
-           weights);
+           weights, over_chosen);
 }
 
 }  // namespace ms::gpu

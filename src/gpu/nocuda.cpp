@@ -48,11 +48,11 @@ void matvec_multi(int, const GgmlType*, const void* const*, const int64_t*, int6
     absent();
 }
 void expert_gate_up(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, size_t, int64_t, int64_t, Act,
-                    float*, Stream) {
+                    float*, Stream, const ExpertExtras&) {
     absent();
 }
 void expert_down_add(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, int64_t, int64_t, Act,
-                     const float*, float*, Stream) {
+                     const float*, float*, Stream, const ExpertExtras&) {
     absent();
 }
 void qk_norm_rope_store(float*, const float*, const float*, const float*, const float*, int, int, int, int, float,
@@ -67,7 +67,7 @@ void rms_norm(const float*, const float*, int64_t, int64_t, float, float*, Strea
 void prepare_attention(int, int) { absent(); }
 size_t attention_scratch_bytes(int, int) { return 0; }
 void attention(const float*, float*, float*, const int32_t*, int, int, int, float, float*, float*, Stream, void*,
-               const FreshRow&, int) {
+               const FreshRow&, int, int, const float*) {
     absent();
 }
 void capture_begin(Stream) { absent(); }
@@ -75,17 +75,19 @@ Graph capture_end(Stream) { absent(); }
 void launch(Graph, Stream) { absent(); }
 void delete_graph(Graph) {}
 void swiglu(const float*, const float*, int64_t, float*, Stream) { absent(); }
-void route_softmax_topk(const float*, int, int, bool, int32_t*, float*, Stream, int) { absent(); }
+void route_softmax_topk(const float*, int, int, bool, int32_t*, float*, Stream, int, bool) { absent(); }
 void matmul(GgmlType, const void*, int64_t, int64_t, int, Act, float*, Stream, bool, int) { absent(); }
 void matmul_experts(GgmlType, const uint8_t* const*, const ExpertTiles&, size_t, int64_t, int64_t, Act, float*, Stream,
                     int) {
     absent();
 }
 void expert_gate_up_tokens(GgmlType, const uint8_t* const*, const ExpertTiles&, size_t, size_t, int64_t, int64_t, Act,
-                           float*, Stream) {
+                           float*, Stream, const ExpertExtras&) {
     absent();
 }
-void combine_experts(const float*, const float*, int, int, int64_t, float*, Stream) { absent(); }
+void combine_experts(const float*, const float*, int, int, int64_t, float*, Stream, const float*, const int32_t*) {
+    absent();
+}
 Rates measure_rates(size_t, int) { absent(); }
 
 void add(float*, const float*, int64_t, Stream, int) { absent(); }

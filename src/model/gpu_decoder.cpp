@@ -111,8 +111,6 @@ std::string missing_feature(const DecoderSpec& s, const ModelConfig& c) {
     if (s.mla.kv_lora > 0) return "multi-head latent attention (MLA)";
     if (s.indexer.top_k > 0) return "the sparse-attention indexer";
     if (s.full_attention_interval > 0) return "Gated DeltaNet layers";
-    if (s.sinks) return "attention sinks";
-    if (any(s.window)) return "sliding-window attention";
     if (any(s.chunk)) return "chunked attention";
     if (any(s.no_rope)) return "layers without RoPE";
     if (s.q_gate) return "gated attention (q_gate)";
@@ -123,13 +121,13 @@ std::string missing_feature(const DecoderSpec& s, const ModelConfig& c) {
     if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0) return "query heads not a multiple of KV heads";
     const Routing& r = s.routing;
     if (r.n_group > 1) return "group-limited routing";
-    if (r.gating == Gating::SoftmaxChosen) return "softmax over the chosen experts' logits";
     if (r.gating == Gating::SqrtSoftplus) return "sqrt-softplus routing";
     if (r.gating == Gating::Softmax && r.scale != 1.0f) return "scaled softmax routing weights";
     if (r.gating == Gating::Softmax && s.selection_bias) return "a selection bias on softmax routing";
-    if (s.activation != GatedActivation::SwiGlu) return "expert activations other than SwiGLU";
+    if (s.activation != GatedActivation::SwiGlu && s.activation != GatedActivation::SwiGluOai) {
+        return "expert activations other than SwiGLU and gpt-oss's";
+    }
     if (s.weight_input) return "router weights on the expert input";
-    if (s.expert_biases) return "expert biases";
     if (c.n_expert_used > 32 || c.n_expert > 1024) return "more than 32 experts a token or 1024 a layer";
     return "";
 }
@@ -402,6 +400,11 @@ public:
             require(m.router.type);
             const ExpertLayer& e = expert_layers_[size_t(il)];
             for (const ExpertMatrix* x : {&e.gate, &e.up, &e.down}) require(x->type);
+            // Biases and the clamped activation live in the fused gate/up kernels.
+            if (e.gate.type != e.up.type && (clamped() || !m.gate_bias.empty() || !m.up_bias.empty())) {
+                throw std::runtime_error(std::string("no CUDA kernel for expert biases or gpt-oss's activation with ") +
+                                         type_name(e.gate.type) + " gate and " + type_name(e.up.type) + " up weights");
+            }
         }
         require(output().type);
     }
@@ -703,8 +706,18 @@ private:
         const uint8_t *wq, *wk, *wv, *wo, *router;
         const float *attn_norm, *q_norm, *k_norm, *ffn_norm;
         const float *bq, *bk, *bv, *bo, *router_bias, *selection_bias, *shared_gate;
+        const float* sinks;  // n_head logits, or null
+        const float *gate_bias, *up_bias, *down_bias;  // per-expert rows (gpt-oss), or null
         DeviceFfn dense, shared;
+
+        // The expert kernels' biases and activation; ids: the routed ids
+        // (decode), by which a streamed layer's slots find their bias rows.
+        gpu::ExpertExtras extras(bool clamped, const int32_t* ids = nullptr) const {
+            return {gate_bias, up_bias, down_bias, ids, clamped};
+        }
     };
+
+    bool clamped() const { return spec_.activation == GatedActivation::SwiGluOai; }
 
     // Whether a row of `width` floats meets quantized weights as 8-bit rows
     // (quantized weights' rows are whole blocks of 32, so a width that is
@@ -746,7 +759,8 @@ private:
             gpu::route_sigmoid_topk(logits, d.selection_bias, int(X), K, m.routing.renorm, m.routing.scale, ids,
                                     weights, s);
         } else {
-            gpu::route_softmax_topk(logits, int(X), K, m.routing.renorm, ids, weights, s);
+            gpu::route_softmax_topk(logits, int(X), K, m.routing.renorm, ids, weights, s, 1,
+                                    m.routing.gating == Gating::SoftmaxChosen);
         }
     }
 
@@ -816,7 +830,7 @@ private:
             // With its 8-bit row, which the output matrix reads.
             void* att8 = act8(c.q_dim()) ? st.att8.data() : nullptr;
             gpu::attention(q, kc, vc, pos, c.n_head, c.n_head_kv, c.head_dim, scale, st.att_part.f32(), st.att.f32(),
-                           s, att8, fresh);
+                           s, att8, fresh, 1, a.window, d.sinks);
             mark(StageProfile::kAttention, uint64_t(st.n_past + 1) * uint64_t(KV) * 8);
             // The residual add too.
             gpu::matvec(a.wo.type, d.wo, E, c.q_dim(), {st.att.f32(), att8}, x, s, true);
@@ -862,7 +876,7 @@ private:
             float* up = gate + int64_t(K) * F;
             if (el.gate.type == el.up.type) {
                 gpu::expert_gate_up(el.gate.type, table, table_ids, K, 0, vram_.up_offset(il), F, E, {xb, xb8},
-                                    st.hidden.f32(), s);
+                                    st.hidden.f32(), s, d.extras(clamped(), ids));
             } else {
                 gpu::matvec_experts(el.gate.type, table, table_ids, K, 0, F, E, {xb, xb8}, 0, gate, s);
                 gpu::matvec_experts(el.up.type, table, table_ids, K, vram_.up_offset(il), F, E, {xb, xb8}, 0,
@@ -879,7 +893,7 @@ private:
             float* moe_out = m.shared.empty() ? x : st.moe_out.f32();
             if (moe_out != x) gpu::fill(moe_out, 0, size_t(E) * 4, s);
             gpu::expert_down_add(el.down.type, table, table_ids, K, vram_.down_offset(il), E, F,
-                                 {st.hidden.f32(), hidden8}, st.weights.f32(), moe_out, s);
+                                 {st.hidden.f32(), hidden8}, st.weights.f32(), moe_out, s, d.extras(clamped(), ids));
             if (!m.shared.empty() && d.shared_gate) {
                 dense_ffn(st, m.shared, d.shared, {xb, xb8}, st.shared_out.f32(), false);
                 gpu::matvec(m.shared_gate.type, d.shared_gate, 1, E, {xb, xb8}, st.shared_logit.f32(), s);
@@ -1087,7 +1101,7 @@ private:
                 const int na = std::min(kAttentionRows, n - a0);
                 void* row8 = att8 ? static_cast<uint8_t*>(att8) + size_t(a0) * gpu::act_bytes(Q) : nullptr;
                 gpu::attention(q + a0 * Q, kc, vc, pos + a0, c.n_head, c.n_head_kv, c.head_dim, scale,
-                               b.att_part.f32(), att + a0 * Q, s, row8, {}, na);
+                               b.att_part.f32(), att + a0 * Q, s, row8, {}, na, a.window, d.sinks);
             }
             mark(StageProfile::kAttention, uint64_t(st.n_past + n) * uint64_t(KV) * 8);
             gpu::matmul(a.wo.type, d.wo, E, Q, n, {att, att8}, x, s, true, 1);
@@ -1108,7 +1122,8 @@ private:
                 gpu::route_sigmoid_topk(b.router.f32(), d.selection_bias, int(X), K, m.routing.renorm,
                                         m.routing.scale, ids, b.weights.f32(), s, n);
             } else {
-                gpu::route_softmax_topk(b.router.f32(), int(X), K, m.routing.renorm, ids, b.weights.f32(), s, n);
+                gpu::route_softmax_topk(b.router.f32(), int(X), K, m.routing.renorm, ids, b.weights.f32(), s, n,
+                                        m.routing.gating == Gating::SoftmaxChosen);
             }
             mark(StageProfile::kRouter, m.router.bytes());
             gpu::copy_to_host(b.host_ids, ids, size_t(n * K) * 4, s);
@@ -1128,7 +1143,7 @@ private:
                 g.n_tiles = gd.n_tiles = count;
                 if (el.gate.type == el.up.type) {
                     gpu::expert_gate_up_tokens(el.gate.type, table, g, 0, vram_.up_offset(il), F, E, {xb, xb8},
-                                               hidden, s);
+                                               hidden, s, d.extras(clamped()));
                 } else {
                     float* gate = b.gate.f32();
                     float* up = gate + int64_t(b.cap) * K * F;
@@ -1149,7 +1164,7 @@ private:
             // As token(): the routed sum into zeros, then the shared expert, then the residual.
             float* moe_out = m.shared.empty() ? x : b.moe_out.f32();
             if (moe_out != x) gpu::fill(moe_out, 0, size_t(n * E) * 4, s);
-            gpu::combine_experts(b.down.f32(), b.weights.f32(), n, K, E, moe_out, s);
+            gpu::combine_experts(b.down.f32(), b.weights.f32(), n, K, E, moe_out, s, d.down_bias, ids);
             if (!m.shared.empty() && d.shared_gate) {
                 dense_rows(b, m.shared, d.shared, n, {xb, xb8}, b.shared_out.f32(), false);
                 gpu::matmul(m.shared_gate.type, d.shared_gate, 1, E, n, {xb, xb8}, b.shared_logit.f32(), s, false, 1);
@@ -1313,7 +1328,8 @@ private:
         return {&a.norm,        &a.wq,         &a.wk,       &a.wv,           &a.wo,           &a.bq,
                 &a.bk,          &a.bv,         &a.bo,       &a.q_norm,       &a.k_norm,       &m.norm,
                 &m.router,      &m.router_bias, &m.selection_bias, &m.shared_gate, &m.dense.gate, &m.dense.up,
-                &m.dense.down,  &m.shared.gate, &m.shared.up, &m.shared.down};
+                &m.dense.down,  &m.shared.gate, &m.shared.up, &m.shared.down, &a.sinks, &m.gate_bias,
+                &m.up_bias,     &m.down_bias};
     }
 
     // Null for an empty tensor.
@@ -1357,6 +1373,10 @@ private:
             d.router_bias = f32(m.router_bias);
             d.selection_bias = f32(m.selection_bias);
             d.shared_gate = f32(m.shared_gate);
+            d.sinks = f32(a.sinks);
+            d.gate_bias = f32(m.gate_bias);
+            d.up_bias = f32(m.up_bias);
+            d.down_bias = f32(m.down_bias);
             d.dense = {to_device(m.dense.gate), to_device(m.dense.up), to_device(m.dense.down)};
             d.shared = {to_device(m.shared.gate), to_device(m.shared.up), to_device(m.shared.down)};
             device_.push_back(d);

@@ -151,6 +151,8 @@ std::unique_ptr<DeviceBuffer> gpu_act(const DeviceBuffer& x, int64_t rows, int64
 
 class Matvec : public ::testing::TestWithParam<GgmlType> {};
 
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b);
+
 TEST_P(Matvec, MatchesDequantizedReference) {
     SKIP_WITHOUT_GPU();
     const GgmlType t = GetParam();
@@ -262,6 +264,65 @@ TEST_P(Matvec, ExpertGateUpAndDownAdd) {
         for (int64_t r = 0; r < d; r++) ref_x[size_t(r)] += weights[i] * y[size_t(r)];
     }
     EXPECT_LT(rel_err(dres.get<float>(), ref_x), 1e-5) << "down + weighted sum";
+}
+
+// gpt-oss's experts: bias rows per expert and the clamped activation,
+// against ops' swiglu_oai over the dequantized products plus the biases;
+// once with the table indexed by id, once by rank (a streamed layer's
+// slots) with the ids in the extras.
+TEST_P(Matvec, ExpertBiasesAndClampedActivation) {
+    SKIP_WITHOUT_GPU();
+    const GgmlType t = GetParam();
+    const int64_t n_ff = 256, d = 512;
+    const int n_expert = 5;
+    const ExpertSlots ex(t, n_ff, d, n_expert, 300);
+    DeviceBuffer darena(ex.arena);
+    const std::vector<const uint8_t*> table = ex.table(darena.p);
+    const std::vector<int32_t> ids = {3, 0, 4};
+    std::vector<const uint8_t*> by_rank;
+    for (int32_t id : ids) by_rank.push_back(table[size_t(id)]);
+    const std::vector<float> weights = {0.5f, 0.3f, 0.2f};
+    // Biases of a size that pushes some gate and up sums past the clamp.
+    const std::vector<float> x = randoms(size_t(d), 41), resid = randoms(size_t(d), 42),
+                             gb = randoms(size_t(n_expert * n_ff), 43, 6.0f),
+                             ub = randoms(size_t(n_expert * n_ff), 44, 6.0f), db = randoms(size_t(n_expert * d), 45);
+    DeviceBuffer dtable(table), drank(by_rank), dids(ids), dw(weights), dx(x), dgb(gb), dub(ub), ddb(db),
+        dh(ids.size() * size_t(n_ff) * 4);
+    std::vector<double> ref_h, ref_x(resid.begin(), resid.end());
+    std::vector<float> hf_all;
+    for (size_t i = 0; i < ids.size(); i++) {
+        const int e = ids[i];
+        const std::vector<double> g = reference_matvec(t, ex.gates[size_t(e)], n_ff, d, x.data());
+        const std::vector<double> u = reference_matvec(t, ex.ups[size_t(e)], n_ff, d, x.data());
+        std::vector<float> gf(static_cast<size_t>(n_ff)), uf(gf), hf(gf);
+        for (int64_t r = 0; r < n_ff; r++) {
+            gf[size_t(r)] = float(g[size_t(r)]) + gb[size_t(e * n_ff + r)];
+            uf[size_t(r)] = float(u[size_t(r)]) + ub[size_t(e * n_ff + r)];
+        }
+        swiglu_oai(gf.data(), uf.data(), n_ff, 1.702f, 7.0f, hf.data());
+        ref_h.insert(ref_h.end(), hf.begin(), hf.end());
+        hf_all.insert(hf_all.end(), hf.begin(), hf.end());
+    }
+    size_t clamped = 0;
+    for (size_t i = 0; i < ids.size(); i++) {
+        const int e = ids[i];
+        for (int64_t r = 0; r < n_ff; r++) clamped += std::fabs(gb[size_t(e * n_ff + r)]) > 7.0f;
+        const std::vector<double> y = reference_matvec(t, ex.downs[size_t(e)], d, n_ff, hf_all.data() + i * n_ff);
+        for (int64_t r = 0; r < d; r++) ref_x[size_t(r)] += weights[i] * (y[size_t(r)] + db[size_t(e * d + r)]);
+    }
+    ASSERT_GT(clamped, 10u) << "the biases should push some gate sums past the clamp";
+    for (bool rank : {false, true}) {
+        const auto* tp = static_cast<const uint8_t* const*>(rank ? drank.p : dtable.p);
+        const int32_t* table_ids = rank ? nullptr : static_cast<const int32_t*>(dids.p);
+        const gpu::ExpertExtras extras{dgb.f(), dub.f(), ddb.f(), rank ? static_cast<const int32_t*>(dids.p) : nullptr,
+                                       true};
+        DeviceBuffer dres(resid);
+        gpu::expert_gate_up(t, tp, table_ids, int(ids.size()), 0, ex.up_off, n_ff, d, dx.f(), dh.f(), nullptr, extras);
+        EXPECT_LT(rel_err(dh.get<float>(), ref_h), 1e-5) << "gate/up, by " << (rank ? "rank" : "id");
+        gpu::expert_down_add(t, tp, table_ids, int(ids.size()), ex.down_off, d, n_ff, dh.f(), dw.f(), dres.f(), nullptr,
+                             extras);
+        EXPECT_LT(rel_err(dres.get<float>(), ref_x), 1e-5) << "down + bias + weighted sum, by " << (rank ? "rank" : "id");
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, Matvec,
@@ -530,6 +591,64 @@ TEST(Kernels, AttentionMatchesDoubleReference) {
     }
 }
 
+// gpt-oss's attention: a sliding window and a sink logit a head, against
+// the double reference; and n tokens in one launch against one launch a
+// token, bit for bit.
+TEST(Kernels, AttentionWindowAndSinks) {
+    SKIP_WITHOUT_GPU();
+    const int n_head = 8, n_kv = 2, hd = 64;
+    const float scale = 1.0f / std::sqrt(float(hd));
+    const std::vector<float> sinks = randoms(size_t(n_head), 7, 2.0f);
+    DeviceBuffer dsinks(sinks);
+    for (auto [n_pos, window] : {std::pair<int, int>{1, 8}, {33, 8}, {33, 0}, {5000, 128}, {5000, 4999}}) {
+        const std::vector<float> q = randoms(size_t(n_head * hd), 1),
+                                 k = randoms(size_t(n_pos) * n_kv * hd, 2), v = randoms(size_t(n_pos) * n_kv * hd, 3);
+        DeviceBuffer dq(q), dk(k), dv(v), dout(size_t(n_head * hd) * 4), dpos(std::vector<int32_t>{n_pos - 1}),
+            scratch(gpu::attention_scratch_bytes(n_head, hd));
+        gpu::prepare_attention(n_pos, hd);
+        gpu::attention(dq.f(), dk.f(), dv.f(), static_cast<const int32_t*>(dpos.p), n_head, n_kv, hd, scale,
+                       scratch.f(), dout.f(), nullptr, nullptr, {}, 1, window, dsinks.f());
+        const int first = window > 0 ? std::max(0, n_pos - window) : 0;
+        std::vector<double> ref(size_t(n_head * hd));
+        for (int h = 0; h < n_head; h++) {
+            const int kvh = h / (n_head / n_kv);
+            std::vector<double> s;
+            double mx = sinks[size_t(h)];
+            for (int p = first; p < n_pos; p++) {
+                double d = 0;
+                for (int i = 0; i < hd; i++) d += double(q[size_t(h * hd + i)]) * k[size_t((p * n_kv + kvh) * hd + i)];
+                s.push_back(d * scale);
+                mx = std::max(mx, s.back());
+            }
+            double sum = std::exp(double(sinks[size_t(h)]) - mx);
+            for (double& e : s) sum += (e = std::exp(e - mx));
+            for (int i = 0; i < hd; i++) {
+                double acc = 0;
+                for (int p = first; p < n_pos; p++) acc += s[size_t(p - first)] * v[size_t((p * n_kv + kvh) * hd + i)];
+                ref[size_t(h * hd + i)] = acc / sum;
+            }
+        }
+        EXPECT_LT(rel_err(dout.get<float>(), ref), 1e-5) << n_pos << " positions, window " << window;
+    }
+    // 20 tokens after 30 cached positions, window 8: one launch against 20.
+    const int pos0 = 30, n = 20, rows = pos0 + n, window = 8;
+    const int64_t Q = n_head * hd, KV = n_kv * hd;
+    const std::vector<float> q = randoms(size_t(n * Q), 8), cache = randoms(size_t(rows * KV), 9);
+    std::vector<int32_t> pos(static_cast<size_t>(n));
+    for (int i = 0; i < n; i++) pos[size_t(i)] = pos0 + i;
+    DeviceBuffer dq(q), kc(cache), vc(randoms(size_t(rows * KV), 10)), dpos(pos), out(size_t(n * Q) * 4),
+        out1(size_t(n * Q) * 4), scratch(size_t(n) * gpu::attention_scratch_bytes(n_head, hd));
+    const int32_t* p = static_cast<const int32_t*>(dpos.p);
+    gpu::prepare_attention(rows, hd);
+    gpu::attention(dq.f(), kc.f(), vc.f(), p, n_head, n_kv, hd, scale, scratch.f(), out.f(), nullptr, nullptr, {}, n,
+                   window, dsinks.f());
+    for (int i = 0; i < n; i++) {
+        gpu::attention(dq.f() + i * Q, kc.f(), vc.f(), p + i, n_head, n_kv, hd, scale, scratch.f(), out1.f() + i * Q,
+                       nullptr, nullptr, {}, 1, window, dsinks.f());
+    }
+    EXPECT_TRUE(same_bits(out.get<float>(), out1.get<float>()));
+}
+
 TEST(Kernels, SwigluMatchesOps) {
     SKIP_WITHOUT_GPU();
     const int64_t n = 3000;
@@ -539,6 +658,31 @@ TEST(Kernels, SwigluMatchesOps) {
     std::vector<float> h(static_cast<size_t>(n));
     swiglu(g.data(), u.data(), n, h.data());
     EXPECT_LT(rel_err(dh.get<float>(), std::vector<double>(h.begin(), h.end())), 1e-6);
+}
+
+// gpt-oss's routing: the top k raw logits, a softmax over those k, against
+// model/moe's route_experts; n tokens in one launch against one a token.
+TEST(Kernels, SoftmaxOverChosenMatchesModel) {
+    SKIP_WITHOUT_GPU();
+    const int n = 5;
+    for (auto [n_expert, k] : {std::pair<int, int>{8, 2}, {128, 4}}) {
+        std::vector<float> logits = randoms(size_t(n * n_expert), uint32_t(n_expert) + 50);
+        DeviceBuffer dl(logits), dids(size_t(n * k) * 4), dw(size_t(n * k) * 4), dids1(size_t(n * k) * 4),
+            dw1(size_t(n * k) * 4);
+        gpu::route_softmax_topk(dl.f(), n_expert, k, false, static_cast<int32_t*>(dids.p), dw.f(), nullptr, n, true);
+        for (int i = 0; i < n; i++) {
+            gpu::route_softmax_topk(dl.f() + i * n_expert, n_expert, k, false, static_cast<int32_t*>(dids1.p) + i * k,
+                                    dw1.f() + i * k, nullptr, 1, true);
+        }
+        std::vector<int32_t> ids(size_t(n * k));
+        std::vector<float> w(size_t(n * k));
+        route_experts(Routing{Gating::SoftmaxChosen, false}, logits.data(), nullptr, n, n_expert, k, ids.data(),
+                      w.data());
+        EXPECT_EQ(dids.get<int32_t>(), ids) << n_expert;
+        EXPECT_LT(rel_err(dw.get<float>(), std::vector<double>(w.begin(), w.end())), 1e-6) << n_expert;
+        EXPECT_EQ(dids1.get<int32_t>(), ids) << n_expert;
+        EXPECT_TRUE(same_bits(dw.get<float>(), dw1.get<float>())) << n_expert;
+    }
 }
 
 TEST(Kernels, RoutingMatchesModel) {
@@ -706,22 +850,32 @@ TEST_P(Prefill, ExpertTilesMatchOneTokenKernelsBitForBit) {
         const float* fp = f.f() + row * width;
         return q8 ? gpu::Act(fp, static_cast<uint8_t*>(a->p) + size_t(row) * gpu::act_bytes(width)) : gpu::Act(fp);
     };
-    for (int per : {1, gpu::kExpertTile}) {
+    // And with gpt-oss's expert biases and clamped activation.
+    const std::vector<float> gb = randoms(size_t(n_expert * n_ff), 24, 6.0f),
+                             ub = randoms(size_t(n_expert * n_ff), 25, 6.0f), db = randoms(size_t(n_expert * d), 26);
+    DeviceBuffer dgb(gb), dub(ub), ddb(db);
+    for (int per : {1, gpu::kExpertTile, -1}) {
+        const bool biased = per < 0;
+        if (biased) per = gpu::kExpertTile;
+        const gpu::ExpertExtras extras =
+            biased ? gpu::ExpertExtras{dgb.f(), dub.f(), ddb.f(), nullptr, true} : gpu::ExpertExtras{};
         const Tiles tl(ids, n_expert, k, per);
         DeviceBuffer dtiles(tl.tiles), din(tl.in_row), dout_row(tl.out_row);
         const gpu::ExpertTiles tiles{static_cast<int32_t*>(dtiles.p), int(tl.tiles.size() / 3),
                                      static_cast<int32_t*>(din.p), static_cast<int32_t*>(dout_row.p)};
         // gate/up with SwiGLU, and the up matrix alone (as for experts whose gate and up differ in type)
-        gpu::expert_gate_up_tokens(t, tp, tiles, 0, ex.up_off, n_ff, d, act(dx, x8.get(), d, 0), dh.f(), nullptr);
+        gpu::expert_gate_up_tokens(t, tp, tiles, 0, ex.up_off, n_ff, d, act(dx, x8.get(), d, 0), dh.f(), nullptr,
+                                   extras);
         gpu::matmul_experts(t, tp, tiles, ex.up_off, n_ff, d, act(dx, x8.get(), d, 0), du.f(), nullptr, k);
         for (int i = 0; i < n; i++) {
             const int32_t* ip = static_cast<const int32_t*>(dids.p) + i * k;
             gpu::expert_gate_up(t, tp, ip, k, 0, ex.up_off, n_ff, d, act(dx, x8.get(), d, i), dh1.f() + i * k * n_ff,
-                                nullptr);
+                                nullptr, extras);
             gpu::matvec_experts(t, tp, ip, k, ex.up_off, n_ff, d, act(dx, x8.get(), d, i), 0, du1.f() + i * k * n_ff,
                                 nullptr);
         }
-        EXPECT_TRUE(same_bits(dh.get<float>(), dh1.get<float>())) << type_name(t) << " gate/up, tiles of " << per;
+        EXPECT_TRUE(same_bits(dh.get<float>(), dh1.get<float>()))
+            << type_name(t) << " gate/up, tiles of " << per << (biased ? ", biased" : "");
         EXPECT_TRUE(same_bits(du.get<float>(), du1.get<float>())) << type_name(t) << " up, tiles of " << per;
         // down, then the weighted sum into the residual
         const auto h8 = gpu_act(dh, n * k, n_ff);
@@ -729,12 +883,15 @@ TEST_P(Prefill, ExpertTilesMatchOneTokenKernelsBitForBit) {
         gpu::matmul_experts(t, tp, down, ex.down_off, d, n_ff, act(dh, h8.get(), n_ff, 0), dout.f(), nullptr, 0);
         gpu::copy_to_device(dres.p, resid.data(), dres.n, nullptr);
         gpu::copy_to_device(dres1.p, resid.data(), dres1.n, nullptr);
-        gpu::combine_experts(dout.f(), dw.f(), n, k, d, dres.f(), nullptr);
+        gpu::combine_experts(dout.f(), dw.f(), n, k, d, dres.f(), nullptr, extras.down_bias,
+                             static_cast<const int32_t*>(dids.p));
         for (int i = 0; i < n; i++) {
             gpu::expert_down_add(t, tp, static_cast<const int32_t*>(dids.p) + i * k, k, ex.down_off, d, n_ff,
-                                 act(dh, h8.get(), n_ff, int64_t(i) * k), dw.f() + i * k, dres1.f() + i * d, nullptr);
+                                 act(dh, h8.get(), n_ff, int64_t(i) * k), dw.f() + i * k, dres1.f() + i * d, nullptr,
+                                 extras);
         }
-        EXPECT_TRUE(same_bits(dres.get<float>(), dres1.get<float>())) << type_name(t) << " down, tiles of " << per;
+        EXPECT_TRUE(same_bits(dres.get<float>(), dres1.get<float>()))
+            << type_name(t) << " down, tiles of " << per << (biased ? ", biased" : "");
     }
 }
 

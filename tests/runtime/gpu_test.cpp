@@ -52,16 +52,16 @@ std::unique_ptr<Session> open_gpu(const std::string& gguf, uint64_t gpu_mem, con
 }
 
 // The golden families whose DecoderSpec features all have GPU operations.
-const char* const kCovered[] = {"qwen3moe", "olmoe", "qwen2moe", "mixtral", "glm4moe", "minimax-m2"};
+const char* const kCovered[] = {"qwen3moe", "olmoe", "qwen2moe", "mixtral", "glm4moe", "minimax-m2", "gpt-oss"};
 
-// Their files of types the kernels take (F32, F16, Q8_0 and the K-quants
-// but Q2_K and Q3_K).
+// Their files of types the kernels take (F32, F16, Q8_0, the K-quants but
+// Q2_K and Q3_K, and MXFP4 experts beside Q8_0).
 std::vector<std::string> covered_files() {
     std::vector<std::string> out;
     for (const char* f : kCovered) {
         for (const std::string& m : golden::family(f)) {
             const std::string type = m.substr(std::string(f).size() + 1);
-            for (const char* t : {"F32", "F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M"}) {
+            for (const char* t : {"F32", "F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "MXFP4_MOE"}) {
                 if (type == t) out.push_back(m);
             }
         }
@@ -176,7 +176,6 @@ TEST(GpuOpen, CoversSpecFamiliesAndNamesWhatOthersLack) {
         }
     }
     const std::pair<const char*, const char*> refused[] = {
-        {"gpt-oss", "attention sinks"},
         {"llama4", "chunked attention"},
         {"deepseek2-lite", "multi-head latent attention"},
         {"deepseek3", "multi-head latent attention"},
@@ -239,10 +238,12 @@ TEST_P(GpuStreaming, FewVramSlotsMatchResidentBitForBit) {
     }
 }
 
-// About 4 of qwen3moe's 24 experts (of about 120 KiB), 5 of glm4moe's 16 (of 13 KiB).
+// About 4 of qwen3moe's 24 experts (of about 120 KiB), 5 of glm4moe's 16 (of
+// 13 KiB), 4 of gpt-oss's 8 (of 7 KiB; biases found by id in streamed slots).
 INSTANTIATE_TEST_SUITE_P(Files, GpuStreaming,
                          ::testing::Values(std::pair<const char*, uint64_t>{"qwen3moe-Q4_K_M", uint64_t(512) << 10},
-                                           std::pair<const char*, uint64_t>{"glm4moe-Q8_0", uint64_t(64) << 10}),
+                                           std::pair<const char*, uint64_t>{"glm4moe-Q8_0", uint64_t(64) << 10},
+                                           std::pair<const char*, uint64_t>{"gpt-oss-MXFP4_MOE", uint64_t(32) << 10}),
                          [](const auto& i) { return golden::identifier(i.param.first); });
 
 }  // namespace

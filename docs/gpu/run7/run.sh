@@ -1,0 +1,73 @@
+#!/bin/bash
+# The sixth session's H200 device calls (docs/gpu.md, "Sixth session"):
+# beside this script (copied to .gpuwork/s6/ with its inputs), bin.txz
+# (bin/: moestream, gpu_kernels_test, runtime_gpu_test, lib/ with the shared
+# libraries the device lacks), golden.txz (the covered families' golden
+# files and their exact/ logits, gpt-oss's F32 too), tok.txz
+# (tokenizer/qwen3-vocab.gguf, for synth) and prompt.txt (English text: the
+# first part of README.md). STEPS picks the parts; output: $OUT/s6.tgz,
+# unpacked into callN/.
+set -u -o pipefail
+W=$(cd "$(dirname "$0")" && pwd)
+STEPS=${STEPS:-tests oss}
+step() { [[ " $STEPS " == *" $1 "* ]]; }
+O=/tmp/s6out; rm -rf $O; mkdir -p $O
+pack() { tar czf "$OUT/s6.tgz" -C /tmp s6out; }
+trap pack EXIT
+T0=$SECONDS
+cd /tmp && rm -rf bin && tar xJf "$W/bin.txz" && BIN=/tmp/bin
+export LD_LIBRARY_PATH=$BIN/lib:${LD_LIBRARY_PATH:-}
+ms=$BIN/moestream
+G=$(strings $BIN/runtime_gpu_test | grep -m1 '/shared/golden$' || true)
+echo "golden dir compiled in: $G"
+if [ -n "$G" ]; then mkdir -p "$G" && for t in "$W"/golden.txz "$W"/tok.txz; do [ -f "$t" ] && tar xJf "$t" -C "$G"; done; fi
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,pcie.link.gen.current,pcie.link.width.current,driver_version --format=csv | tee $O/smi.txt
+nproc; free -g | head -2; df -h /tmp | tail -1
+if step tests; then
+  echo "== kernel tests"; $BIN/gpu_kernels_test > $O/kernels_test.log 2>&1; echo "exit $?"; grep -E "PASSED|FAILED|Failure" $O/kernels_test.log | head -30
+  echo "== golden tests (copied RAM tier, the default)"; $BIN/runtime_gpu_test > $O/runtime_test.log 2>&1; echo "exit $?"; grep -E "PASSED|FAILED|Failure" $O/runtime_test.log | head -40
+  grep -E "relative L2|refused" $O/runtime_test.log > $O/golden_errors.txt; grep gpt-oss $O/golden_errors.txt
+  echo "== golden tests (RAM tier mapped)"; MOESTREAM_GPU_MAPPED=1 $BIN/runtime_gpu_test > $O/runtime_test_mapped.log 2>&1; echo "exit $?"; grep -E "PASSED|FAILED|Failure" $O/runtime_test_mapped.log | head
+  echo "tests done at $((SECONDS - T0)) s"
+  pack
+fi
+run() {  # name, flags...
+  local name=$1; shift
+  local t0=$SECONDS
+  timeout 240 $ms run -m $M --draft off --report "$O/$name.json" "$@" > "$O/$name.txt" 2> "$O/$name.err"
+  echo "== $name ($*): exit $? after $((SECONDS - t0)) s"; grep -E "^(prefill|decode|gpu|error)" "$O/$name.err" | head -8
+}
+if step oss; then
+  # gpt-oss-120b's layer shape (MXFP4 experts, Q8_0 rest), cut to 12 of 36 layers.
+  M=/tmp/oss.gguf
+  t0=$SECONDS; $ms synth --preset gpt-oss-120b --layers 12 -o $M 2>&1 | tail -1; echo "synth $((SECONDS-t0)) s"; ls -la $M
+  A="-f $W/prompt.txt --ignore-eos --seed 3 --temp 0.8 --mem 32G --io buffered"
+  run oss_res $A -n 256 --gpu auto
+  run oss_pp512 --ignore-eos --seed 3 --temp 0 --mem 32G --io buffered -c 4096 --random-prompt 512 -n 16 --gpu auto
+  run oss_gm8 $A -n 256 --gpu auto --gpu-mem 8G
+  run oss_gm2 $A -n 128 --gpu auto --gpu-mem 2G
+  run oss_cpu $A -n 32 --gpu off -t 16
+  cmp $O/oss_res.txt $O/oss_gm8.txt && echo "oss: --gpu-mem 8G gives the resident text"
+  echo "oss done at $((SECONDS - T0)) s"
+  pack
+  rm -f $M
+fi
+if step osslogits; then
+  # GPU against CPU logits on gpt-oss-120b's shapes cut to 3 layers.
+  L=/tmp/l_oss.gguf
+  $ms synth --preset gpt-oss-120b --layers 3 -o $L 2>&1 | tail -1
+  P="Machines that stream experts from a drive are judged by what they read."
+  $ms logits -m $L -p "$P" -o /tmp/l_cpu --gpu off -n 8 > $O/logits_cpu_oss.txt 2>&1
+  $ms logits -m $L -p "$P" -o /tmp/l_gpu --gpu auto -n 8 --compare /tmp/l_cpu > $O/logits_gpu_oss.txt 2>&1
+  echo "== gpt-oss (3 layers): GPU vs CPU"; tail -3 $O/logits_gpu_oss.txt
+  rm -f $L
+fi
+if step q30; then
+  # The qwen3-30b-a3b synth: resident decode and prefill with this call's binary.
+  M=/tmp/q30.gguf
+  t0=$SECONDS; $ms synth --preset qwen3-30b-a3b --type Q4_K_M -o $M 2>&1 | tail -1; echo "synth $((SECONDS-t0)) s"
+  run q30_pp512 --ignore-eos --seed 3 --temp 0 --gpu auto --mem 24G --io buffered -c 4096 --random-prompt 512 -n 16
+  run q30_en_res -f $W/prompt.txt -n 256 --ignore-eos --seed 3 --temp 0.8 --gpu auto --mem 24G --io buffered
+  rm -f $M
+fi
+echo "all done at $((SECONDS - T0)) s"

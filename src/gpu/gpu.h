@@ -287,4 +287,36 @@ void rope_store(float* q, const float* k, const float* v, int n_head, int n_kv_h
 void route_sigmoid_topk(const float* logits, const float* selection_bias, int n_expert, int k, bool renorm,
                         float scale, int32_t* ids, float* weights, Stream s, int n = 1);
 
+// Gated attention (Qwen3.5, Qwen3-Next): the q matrix gives per head
+// [q | gate] (qg: n rows of 2 n_head head_dim). split_gated_q copies the
+// q halves into q (n rows of n_head head_dim); mul_sigmoid_heads then
+// multiplies each head of the attention's output by sigmoid of its gate.
+void split_gated_q(const float* qg, int n_head, int head_dim, float* q, Stream s, int n = 1);
+void mul_sigmoid_heads(float* att, const float* qg, int n_head, int head_dim, Stream s, int n = 1);
+
+// Gated DeltaNet layers (Qwen3.5, Qwen3-Next; kernels_deltanet.cu), as
+// model/deltanet.cpp evaluates them one token at a time; n tokens in one
+// launch give each token the bits of n launches of one.
+struct DeltaNetDims {
+    int n_k_heads = 0, n_v_heads = 0, head_k = 0, head_v = 0, conv_kernel = 0;
+    bool fused_ba = false;     // ba as qwen3next's ssm_ba orders it, else betas then alphas
+    bool tiled_heads = false;  // value head h reads key head h % n_k_heads, else h / (n_v_heads / n_k_heads)
+};
+// The causal depthwise convolution of n rows of `channels` inputs (taps:
+// `kernel` floats a channel) continuing from state (kernel - 1 earlier
+// rows, moved on to the last ones), then SiLU, into out.
+void deltanet_conv(const float* in, const float* taps, int kernel, int64_t channels, int n, float* state, float* out,
+                   Stream s);
+// Per value head, each of n tokens in order: its key head's q and k (conv's
+// rows are [q | k | v]) L2-normalized; the gated delta rule on the head's
+// state (head_k rows of head_v floats; beta = sigmoid(b), decay =
+// exp(softplus(a + dt_bias) * ssm_a)), read by q / sqrt(head_k); then
+// RMS-normed with out_norm (head_v) and times silu(z), into out (n rows of
+// n_v_heads head_v). ba: fused, 2 n_v_heads a token as the file orders
+// them; else n rows of betas, then n rows of alphas. head_v: a multiple of
+// 32, at most 1024.
+void deltanet_recurrence(const DeltaNetDims& d, const float* conv, const float* z, const float* ba,
+                         const float* dt_bias, const float* ssm_a, const float* out_norm, float eps, int n,
+                         float* state, float* out, Stream s);
+
 }  // namespace ms::gpu

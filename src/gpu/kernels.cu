@@ -16,6 +16,7 @@
 #include <string>
 
 #include "gpu/gpu.h"
+#include "gpu/block_sum.cuh"
 #include "gpu/launch.cuh"
 #include "gpu/warp_topk.cuh"
 #include "quant/blocks.h"
@@ -656,22 +657,6 @@ __device__ __forceinline__ float biased(float v, const float* bias, int64_t row,
 __device__ __forceinline__ float expert_hidden(float g, float u, const ExpertExtras& x, int id, int64_t rows,
                                                int64_t r) {
     return gated(biased(g, x.gate_bias, id, rows, r), biased(u, x.up_bias, id, rows, r), x.clamped);
-}
-
-// The sum over the block (at most 32 warps) of every thread's `sum`, in
-// double, warps' partial sums added in a fixed tree so every run gives the
-// same bits; returned to every thread. part: 32 doubles of shared memory.
-__device__ double block_sum(double sum, double* part) {
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = sum;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        double t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0;
-        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-        if (threadIdx.x == 0) part[0] = t;
-    }
-    __syncthreads();
-    return part[0];
 }
 
 // What a matvec launch computes: blockIdx.y picks a matrix (an expert's,

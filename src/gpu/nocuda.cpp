@@ -98,4 +98,12 @@ void rope_store(float*, const float*, const float*, int, int, int, int, bool, co
 }
 void route_sigmoid_topk(const float*, const float*, int, int, bool, float, int32_t*, float*, Stream, int) { absent(); }
 
+void split_gated_q(const float*, int, int, float*, Stream, int) { absent(); }
+void mul_sigmoid_heads(float*, const float*, int, int, Stream, int) { absent(); }
+void deltanet_conv(const float*, const float*, int, int64_t, int, float*, float*, Stream) { absent(); }
+void deltanet_recurrence(const DeltaNetDims&, const float*, const float*, const float*, const float*, const float*,
+                         const float*, float, int, float*, float*, Stream) {
+    absent();
+}
+
 }  // namespace ms::gpu

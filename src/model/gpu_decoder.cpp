@@ -51,6 +51,10 @@ struct PrefillRows {
     DeviceMemory x, xb, xb8, q, k, v, att, att8, att_part, router, ids, weights;
     DeviceMemory gate, hidden, hidden8, down;  // gate: gate | up, for experts whose gate and up differ in type
     DeviceMemory ffn_gate, ffn_up, ffn_hidden, ffn_hidden8, shared_out, shared_logit, moe_out;
+    DeviceMemory qg;     // gated attention: wq's rows of [q | gate] heads
+    // Gated DeltaNet: the projections, their convolution, beta/alpha
+    // logits, the recurrence's output and its 8-bit rows.
+    DeviceMemory dn_qkv, dn_conv, dn_z, dn_ba, dn_o, dn_o8;
     DeviceMemory rope;   // cap rows of the rope angles, then cap positions (ints)
     DeviceMemory tiles;  // gpu::ExpertTiles' arrays: tiles, then in_row, then out_row
     DeviceMemory logits;  // all_logits: kLogitRows rows of the output head
@@ -73,7 +77,13 @@ struct PrefillRows {
 class GpuState : public ModelState {
 public:
     PrefillRows prefill;
-    DeviceMemory k_cache, v_cache;  // per layer n_ctx rows of kv_dim floats
+    DeviceMemory k_cache, v_cache;  // per attention layer n_ctx rows of kv_dim floats
+    // Gated DeltaNet layers: each one's convolution inputs and recurrent
+    // matrices, holding positions [0, recurrent_pos); as PrefillRows' dn_*
+    // for one token.
+    DeviceMemory conv_state, recurrent_state;
+    int64_t recurrent_pos = 0;
+    DeviceMemory qg, dn_qkv, dn_conv, dn_z, dn_ba, dn_o, dn_o8;
     DeviceMemory att_part;  // attention's partial sums (gpu::attention_scratch_bytes)
     DeviceMemory x, xb, q, k, v, att, router, ids, weights, gate, hidden, logits;  // gate: gate | up
     // Dense and shared-expert FFNs: gate, up, their SwiGLU; the shared
@@ -102,6 +112,11 @@ public:
         gpu::release_pinned(host_layer_ids);
     }
     uint64_t bytes() const override { return host_bytes; }
+    // The recurrent states cannot go back: a shorter prefix is evaluated
+    // again from the start.
+    int64_t rewind_limit(int64_t n) const override {
+        return recurrent_state.data() && n < n_past ? 0 : n;
+    }
 };
 
 // The first feature of `s` (or shape of `c`) the GPU forward has no
@@ -110,10 +125,15 @@ std::string missing_feature(const DecoderSpec& s, const ModelConfig& c) {
     auto any = [](const auto& v) { return std::any_of(v.begin(), v.end(), [](auto x) { return x != 0; }); };
     if (s.mla.kv_lora > 0) return "multi-head latent attention (MLA)";
     if (s.indexer.top_k > 0) return "the sparse-attention indexer";
-    if (s.full_attention_interval > 0) return "Gated DeltaNet layers";
+    if (s.full_attention_interval > 0) {
+        const DeltaNetShape& d = s.deltanet;
+        if (d.head_v % 32 != 0 || d.head_v > 1024 || d.head_k > 4096) {
+            return "Gated DeltaNet heads of " + std::to_string(d.head_v) + " values (a multiple of 32 up to 1024)";
+        }
+    }
     if (any(s.chunk)) return "chunked attention";
     if (any(s.no_rope)) return "layers without RoPE";
-    if (s.q_gate) return "gated attention (q_gate)";
+    if (s.q_gate && s.qkv_bias) return "gated attention (q_gate) with q/k/v biases";
     if (s.qk_norm == QkNorm::PlainAfterRope) return "q/k norm after RoPE";
     if (s.qk_norm == QkNorm::PerHead && !s.rope.neox) return "per-head q/k norm with adjacent-pair RoPE";
     if (s.rope.n_rot > c.head_dim || s.rope.n_rot % 2 != 0) return "rope.dimension_count odd or above key_length";
@@ -391,7 +411,16 @@ public:
         for (int il = 0; il < n_run_; il++) {
             const AttentionLayer& a = attn_[size_t(il)];
             const FfnLayer& m = ffn_[size_t(il)];
-            for (const Tensor* t : {&a.wq, &a.wk, &a.wv, &a.wo}) require(t->type);
+            if (deltanet(il)) {
+                const DeltaNetLayer& l = deltanet_[size_t(il)];
+                for (const Tensor* t : {&l.wqkv, &l.wz, &l.wba, &l.wbeta, &l.walpha, &l.wout}) {
+                    if (!t->empty()) require(t->type);
+                }
+                kv_layer_.push_back(-1);
+            } else {
+                for (const Tensor* t : {&a.wq, &a.wk, &a.wv, &a.wo}) require(t->type);
+                kv_layer_.push_back(n_kv_layers_++);
+            }
             for (const DenseFfn* d : {&m.dense, &m.shared}) {
                 if (d->empty()) continue;
                 for (const Tensor* t : {&d->gate, &d->up, &d->down}) require(t->type);
@@ -492,10 +521,22 @@ public:
         check_state_options(o);
         auto st = std::make_unique<GpuState>();
         st->options = o;
-        const size_t kv = size_t(n_run_) * size_t(o.n_ctx) * size_t(c.kv_dim()) * 4;
+        const size_t kv = size_t(n_kv_layers_) * size_t(o.n_ctx) * size_t(c.kv_dim()) * 4;
         st->k_cache = DeviceMemory(kv);
         st->v_cache = DeviceMemory(kv);
-        st->kv_bytes_per_token = st->full_kv_bytes_per_token = int64_t(2 * n_run_ * c.kv_dim() * 4);
+        st->kv_bytes_per_token = st->full_kv_bytes_per_token = int64_t(2 * n_kv_layers_ * c.kv_dim() * 4);
+        if (n_deltanet_ > 0) {
+            const DeltaNetShape& sh = deltanet_shape_;
+            st->conv_state = DeviceMemory(size_t(n_deltanet_ * sh.conv_state_floats()) * 4);
+            st->recurrent_state = DeviceMemory(size_t(n_deltanet_ * sh.recurrent_state_floats()) * 4);
+            st->dn_qkv = DeviceMemory(size_t(sh.conv_channels()) * 4);
+            st->dn_conv = DeviceMemory(size_t(sh.conv_channels()) * 4);
+            st->dn_z = DeviceMemory(size_t(sh.v_dim()) * 4);
+            st->dn_ba = DeviceMemory(size_t(2 * sh.n_v_heads) * 4);
+            st->dn_o = DeviceMemory(size_t(sh.v_dim()) * 4);
+            st->dn_o8 = DeviceMemory(gpu::act_bytes(sh.v_dim()));
+        }
+        if (spec_.q_gate) st->qg = DeviceMemory(2 * size_t(c.q_dim()) * 4);
         const size_t E = size_t(c.n_embd), K = size_t(c.n_expert_used), F = size_t(spec_.n_ff_exp);
         const size_t FD = size_t(std::max(spec_.n_ff_dense, spec_.n_ff_shared));
         if (FD > 0) {
@@ -577,6 +618,16 @@ public:
             b.shared_logit = DeviceMemory(T * 4);
             b.moe_out = DeviceMemory(T * E * 4);
         }
+        if (n_deltanet_ > 0) {
+            const DeltaNetShape& sh = deltanet_shape_;
+            b.dn_qkv = DeviceMemory(T * size_t(sh.conv_channels()) * 4);
+            b.dn_conv = DeviceMemory(T * size_t(sh.conv_channels()) * 4);
+            b.dn_z = DeviceMemory(T * size_t(sh.v_dim()) * 4);
+            b.dn_ba = DeviceMemory(T * size_t(2 * sh.n_v_heads) * 4);
+            b.dn_o = DeviceMemory(T * size_t(sh.v_dim()) * 4);
+            b.dn_o8 = DeviceMemory(T * gpu::act_bytes(sh.v_dim()));
+        }
+        if (spec_.q_gate) b.qg = DeviceMemory(T * 2 * Q * 4);
         b.rope = DeviceMemory(T * (R + 1) * 4);
         const size_t tile_ints = 3 * max_tiles(cap) + 2 * T * K;
         b.tiles = DeviceMemory(tile_ints * 4);
@@ -643,6 +694,21 @@ private:
         // Mapped, the RAM tier holds every expert acquired since the upload
         // (a step's start would release them) and counts no uses.
         if (!mapped_) experts.start_step(n);
+        if (st.recurrent_state.data()) {
+            // The recurrent states hold positions [0, recurrent_pos): a
+            // sequence starts from zeros; rewind_limit sends any shorter
+            // prefix back to the start.
+            if (st.n_past == 0) {
+                gpu::fill(st.conv_state.data(), 0, size_t(n_deltanet_ * deltanet_shape_.conv_state_floats()) * 4,
+                          compute_);
+                gpu::fill(st.recurrent_state.data(), 0,
+                          size_t(n_deltanet_ * deltanet_shape_.recurrent_state_floats()) * 4, compute_);
+            } else if (st.n_past != st.recurrent_pos) {
+                throw std::runtime_error("GPU: the recurrent layers hold " + std::to_string(st.recurrent_pos) +
+                                         " positions and cannot continue from " + std::to_string(st.n_past));
+            }
+            st.recurrent_pos = st.n_past + n;
+        }
         TimeSplit* time = n == 1 ? &st.decode_time : &st.prefill_time;
         time->calls++;
         if (n > 1 && st.prefill.cap > 0) {
@@ -709,6 +775,9 @@ private:
         const float* sinks;  // n_head logits, or null
         const float *gate_bias, *up_bias, *down_bias;  // per-expert rows (gpt-oss), or null
         DeviceFfn dense, shared;
+        // A Gated DeltaNet layer's (attn_norm is its norm).
+        const uint8_t *dn_qkv, *dn_z, *dn_ba, *dn_beta, *dn_alpha, *dn_out;
+        const float *dn_conv, *dn_dt_bias, *dn_a, *dn_norm;
 
         // The expert kernels' biases and activation; ids: the routed ids
         // (decode), by which a streamed layer's slots find their bias rows.
@@ -718,6 +787,67 @@ private:
     };
 
     bool clamped() const { return spec_.activation == GatedActivation::SwiGluOai; }
+
+    bool deltanet(int il) const { return !deltanet_.empty() && !deltanet_[size_t(il)].empty(); }
+
+    // Layer il's rows of the KV caches (an attention layer's).
+    float* k_rows(const GpuState& st, int il) const {
+        return st.k_cache.f32() + int64_t(kv_layer_[size_t(il)]) * st.options.n_ctx * config_.kv_dim();
+    }
+    float* v_rows(const GpuState& st, int il) const {
+        return st.v_cache.f32() + int64_t(kv_layer_[size_t(il)]) * st.options.n_ctx * config_.kv_dim();
+    }
+
+    gpu::DeltaNetDims deltanet_dims() const {
+        const DeltaNetShape& d = deltanet_shape_;
+        return {d.n_k_heads, d.n_v_heads, d.head_k, d.head_v, d.conv_kernel, d.fused_ba, d.tiled_heads};
+    }
+
+    // A Gated DeltaNet layer over n tokens (the rows `r` hold, one token's
+    // or a pass's): xb (the normed residual) in, its output added to x.
+    // One launch a matrix, the states carried on: n tokens in one call
+    // give each the bits of n calls of one.
+    struct DeltaNetRows {
+        float *qkv, *conv, *z, *ba, *o;
+        void* o8;
+    };
+    void deltanet_layer(GpuState& st, int il, const DeltaNetRows& r, int n, gpu::Act xb, float* x) const {
+        const gpu::Stream s = compute_;
+        const DeltaNetLayer& l = deltanet_[size_t(il)];
+        const DeviceLayer& d = device_[size_t(il)];
+        const DeltaNetShape& sh = deltanet_shape_;
+        const int64_t E = config_.n_embd, C = sh.conv_channels(), VD = sh.v_dim(), NV = sh.n_v_heads;
+        const Tensor& wb = sh.fused_ba ? l.wba : l.wbeta;
+        if (n == 1) {
+            const GgmlType types[3] = {l.wqkv.type, l.wz.type, wb.type};
+            const void* w[3] = {d.dn_qkv, d.dn_z, sh.fused_ba ? d.dn_ba : d.dn_beta};
+            const int64_t rows[3] = {C, VD, sh.fused_ba ? 2 * NV : NV};
+            float* y[3] = {r.qkv, r.z, r.ba};
+            gpu::matvec_multi(3, types, w, rows, E, xb, y, s);
+            if (!sh.fused_ba) gpu::matvec(l.walpha.type, d.dn_alpha, NV, E, xb, r.ba + NV, s);
+        } else {
+            gpu::matmul(l.wqkv.type, d.dn_qkv, C, E, n, xb, r.qkv, s, false, 0);
+            gpu::matmul(l.wz.type, d.dn_z, VD, E, n, xb, r.z, s, false, 0);
+            if (sh.fused_ba) {
+                gpu::matmul(l.wba.type, d.dn_ba, 2 * NV, E, n, xb, r.ba, s, false, 0);
+            } else {
+                gpu::matmul(l.wbeta.type, d.dn_beta, NV, E, n, xb, r.ba, s, false, 0);
+                gpu::matmul(l.walpha.type, d.dn_alpha, NV, E, n, xb, r.ba + int64_t(n) * NV, s, false, 1);
+            }
+        }
+        const int slot = deltanet_slot_[size_t(il)];
+        float* conv_state = st.conv_state.f32() + int64_t(slot) * sh.conv_state_floats();
+        float* state = st.recurrent_state.f32() + int64_t(slot) * sh.recurrent_state_floats();
+        gpu::deltanet_conv(r.qkv, d.dn_conv, sh.conv_kernel, C, n, conv_state, r.conv, s);
+        gpu::deltanet_recurrence(deltanet_dims(), r.conv, r.z, r.ba, d.dn_dt_bias, d.dn_a, d.dn_norm, config_.rms_eps,
+                                 n, state, r.o, s);
+        void* o8 = quantize(r.o, n, VD, r.o8);
+        if (n == 1) {
+            gpu::matvec(l.wout.type, d.dn_out, E, VD, {r.o, o8}, x, s, true);
+        } else {
+            gpu::matmul(l.wout.type, d.dn_out, E, VD, n, {r.o, o8}, x, s, true, 1);
+        }
+    }
 
     // Whether a row of `width` floats meets quantized weights as 8-bit rows
     // (quantized weights' rows are whole blocks of 32, so a width that is
@@ -764,16 +894,78 @@ private:
         }
     }
 
+    // One token's attention block of layer il over xb (the normed
+    // residual), its output added to the residual st.x; the token's k and
+    // v rows written at *pos. Stages marked in prof when given.
+    void attend(GpuState& st, int il, gpu::Act xb, const float* cos_sin, const int32_t* pos, StageProfile* prof) const {
+        const ModelConfig& c = config_;
+        const AttentionLayer& a = attn_[size_t(il)];
+        const DeviceLayer& d = device_[size_t(il)];
+        const int64_t E = c.n_embd, KV = c.kv_dim(), Q = c.q_dim();
+        const gpu::Stream s = compute_;
+        const float scale = 1.0f / std::sqrt(float(c.head_dim));
+        auto mark = [&](StageProfile::Stage stage, uint64_t bytes) {
+            if (prof) prof->mark(stage, bytes, s);
+        };
+        float* x = st.x.f32();
+        float* kc = k_rows(st, il);
+        float* vc = v_rows(st, il);
+        float* q = st.q.f32();
+        float* k = st.k.f32();
+        float* v = st.v.f32();
+        {
+            // Gated attention: wq gives [q | gate] heads, split below.
+            const GgmlType types[3] = {a.wq.type, a.wk.type, a.wv.type};
+            const void* w[3] = {d.wq, d.wk, d.wv};
+            const int64_t rows[3] = {a.q_gate ? 2 * Q : Q, KV, KV};
+            float* y[3] = {a.q_gate ? st.qg.f32() : q, k, v};
+            gpu::matvec_multi(3, types, w, rows, E, xb, y, s);
+        }
+        if (a.q_gate) gpu::split_gated_q(st.qg.f32(), c.n_head, c.head_dim, q, s);
+        if (d.bq) {
+            gpu::add(q, d.bq, Q, s);
+            gpu::add(k, d.bk, KV, s);
+            gpu::add(v, d.bv, KV, s);
+        }
+        mark(StageProfile::kAttnIn, a.wq.bytes() + a.wk.bytes() + a.wv.bytes());
+        // Per-head q/k norms: attention norms and rotates q and the new k
+        // row itself, and stores k and v (one launch less).
+        gpu::FreshRow fresh;
+        if (a.qk_norm == QkNorm::PerHead) {
+            fresh = {k, v, d.q_norm, d.k_norm, c.rms_eps, cos_sin, rope_.n_rot};
+        } else {
+            if (a.qk_norm == QkNorm::Whole) {
+                gpu::rms_norm(q, d.q_norm, 1, Q, c.rms_eps, q, s);
+                gpu::rms_norm(k, d.k_norm, 1, KV, c.rms_eps, k, s);
+            }
+            gpu::rope_store(q, k, v, c.n_head, c.n_head_kv, c.head_dim, rope_.n_rot, rope_.neox, cos_sin, kc, vc, pos,
+                            s);
+        }
+        mark(StageProfile::kQkRope, 0);
+        // With its 8-bit row, which the output matrix reads (gated: after the gate).
+        void* att8 = act8(Q) ? st.att8.data() : nullptr;
+        gpu::attention(q, kc, vc, pos, c.n_head, c.n_head_kv, c.head_dim, scale, st.att_part.f32(), st.att.f32(), s,
+                       a.q_gate ? nullptr : att8, fresh, 1, a.window, d.sinks);
+        if (a.q_gate) {
+            gpu::mul_sigmoid_heads(st.att.f32(), st.qg.f32(), c.n_head, c.head_dim, s);
+            att8 = quantize(st.att.f32(), 1, Q, st.att8.data());
+        }
+        mark(StageProfile::kAttention, uint64_t(st.n_past + 1) * uint64_t(KV) * 8);
+        // The residual add too.
+        gpu::matvec(a.wo.type, d.wo, E, Q, {st.att.f32(), att8}, x, s, true);
+        if (d.bo) gpu::add(x, d.bo, E, s);
+        mark(StageProfile::kAttnOut, a.wo.bytes());
+    }
+
     // Every launch of one token on the compute stream, from the input copied
     // to st.input to its logits in st.logits. The host waits only where the
     // VRAM cache lacks a layer's experts (fetch_experts), and times phases
     // when `time` is given (their launches, not their execution).
     void token(GpuState& st, ExpertSource& experts, TimeSplit* time) const {
         const ModelConfig& c = config_;
-        const int64_t E = c.n_embd, KV = c.kv_dim(), V = c.n_vocab, F = spec_.n_ff_exp;
+        const int64_t E = c.n_embd, V = c.n_vocab, F = spec_.n_ff_exp;
         const int K = c.n_expert_used;
         const gpu::Stream s = compute_;
-        const float scale = 1.0f / std::sqrt(float(c.head_dim));
         float* x = st.x.f32();
         float* xb = st.xb.f32();
         void* xb8 = act8(E) ? st.xb8.data() : nullptr;  // xb's 8-bit rows
@@ -794,48 +986,15 @@ private:
             const FfnLayer& m = ffn_[size_t(il)];
             const DeviceLayer& d = device_[size_t(il)];
             PhaseTimer attn_time(time, Phase::Attention, il, time ? a.weight_bytes() : 0);
-            float* kc = st.k_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
-            float* vc = st.v_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
-            float* q = st.q.f32();
-            float* k = st.k.f32();
-            float* v = st.v.f32();
             gpu::rms_norm(x, d.attn_norm, 1, E, c.rms_eps, xb, s, xb8);
-            {
-                const GgmlType types[3] = {a.wq.type, a.wk.type, a.wv.type};
-                const void* w[3] = {d.wq, d.wk, d.wv};
-                const int64_t rows[3] = {c.q_dim(), KV, KV};
-                float* y[3] = {q, k, v};
-                gpu::matvec_multi(3, types, w, rows, E, {xb, xb8}, y, s);
-            }
-            if (d.bq) {
-                gpu::add(q, d.bq, c.q_dim(), s);
-                gpu::add(k, d.bk, KV, s);
-                gpu::add(v, d.bv, KV, s);
-            }
-            mark(StageProfile::kAttnIn, a.wq.bytes() + a.wk.bytes() + a.wv.bytes());
-            // Per-head q/k norms: attention norms and rotates q and the new k
-            // row itself, and stores k and v (one launch less).
-            gpu::FreshRow fresh;
-            if (a.qk_norm == QkNorm::PerHead) {
-                fresh = {k, v, d.q_norm, d.k_norm, c.rms_eps, cos_sin, rope_.n_rot};
+            if (deltanet(il)) {
+                deltanet_layer(st, il, {st.dn_qkv.f32(), st.dn_conv.f32(), st.dn_z.f32(), st.dn_ba.f32(), st.dn_o.f32(),
+                                        st.dn_o8.data()},
+                               1, {xb, xb8}, x);
+                mark(StageProfile::kAttention, deltanet_[size_t(il)].weight_bytes());
             } else {
-                if (a.qk_norm == QkNorm::Whole) {
-                    gpu::rms_norm(q, d.q_norm, 1, c.q_dim(), c.rms_eps, q, s);
-                    gpu::rms_norm(k, d.k_norm, 1, KV, c.rms_eps, k, s);
-                }
-                gpu::rope_store(q, k, v, c.n_head, c.n_head_kv, c.head_dim, rope_.n_rot, rope_.neox, cos_sin, kc, vc,
-                                pos, s);
+                attend(st, il, {xb, xb8}, cos_sin, pos, prof);
             }
-            mark(StageProfile::kQkRope, 0);
-            // With its 8-bit row, which the output matrix reads.
-            void* att8 = act8(c.q_dim()) ? st.att8.data() : nullptr;
-            gpu::attention(q, kc, vc, pos, c.n_head, c.n_head_kv, c.head_dim, scale, st.att_part.f32(), st.att.f32(),
-                           s, att8, fresh, 1, a.window, d.sinks);
-            mark(StageProfile::kAttention, uint64_t(st.n_past + 1) * uint64_t(KV) * 8);
-            // The residual add too.
-            gpu::matvec(a.wo.type, d.wo, E, c.q_dim(), {st.att.f32(), att8}, x, s, true);
-            if (d.bo) gpu::add(x, d.bo, E, s);
-            mark(StageProfile::kAttnOut, a.wo.bytes());
             attn_time.stop();
 
             if (!m.moe()) {
@@ -1074,39 +1233,52 @@ private:
             const AttentionLayer& a = attn_[size_t(il)];
             const FfnLayer& m = ffn_[size_t(il)];
             const DeviceLayer& d = device_[size_t(il)];
-            float* kc = st.k_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
-            float* vc = st.v_cache.f32() + (int64_t(il) * st.options.n_ctx) * KV;
             gpu::rms_norm(x, d.attn_norm, n, E, c.rms_eps, xb, s, xb8);
-            gpu::matmul(a.wq.type, d.wq, Q, E, n, {xb, xb8}, q, s, false, 0);
-            gpu::matmul(a.wk.type, d.wk, KV, E, n, {xb, xb8}, k, s, false, 0);
-            gpu::matmul(a.wv.type, d.wv, KV, E, n, {xb, xb8}, v, s, false, 0);
-            if (d.bq) {
-                gpu::add(q, d.bq, Q, s, n);
-                gpu::add(k, d.bk, KV, s, n);
-                gpu::add(v, d.bv, KV, s, n);
-            }
-            mark(StageProfile::kAttnIn, a.wq.bytes() + a.wk.bytes() + a.wv.bytes());
-            if (a.qk_norm == QkNorm::PerHead) {
-                gpu::qk_norm_rope_store(q, k, v, d.q_norm, d.k_norm, c.n_head, c.n_head_kv, c.head_dim, R, c.rms_eps,
-                                        cos_sin, kc, vc, pos, s, n);
+            if (deltanet(il)) {
+                deltanet_layer(st, il, {b.dn_qkv.f32(), b.dn_conv.f32(), b.dn_z.f32(), b.dn_ba.f32(), b.dn_o.f32(),
+                                        b.dn_o8.data()},
+                               n, {xb, xb8}, x);
+                mark(StageProfile::kAttention, deltanet_[size_t(il)].weight_bytes());
             } else {
-                if (a.qk_norm == QkNorm::Whole) {
-                    gpu::rms_norm(q, d.q_norm, n, Q, c.rms_eps, q, s);
-                    gpu::rms_norm(k, d.k_norm, n, KV, c.rms_eps, k, s);
+                float* kc = k_rows(st, il);
+                float* vc = v_rows(st, il);
+                // Gated attention: wq gives [q | gate] heads, split below.
+                gpu::matmul(a.wq.type, d.wq, a.q_gate ? 2 * Q : Q, E, n, {xb, xb8}, a.q_gate ? b.qg.f32() : q, s, false, 0);
+                if (a.q_gate) gpu::split_gated_q(b.qg.f32(), c.n_head, c.head_dim, q, s, n);
+                gpu::matmul(a.wk.type, d.wk, KV, E, n, {xb, xb8}, k, s, false, 0);
+                gpu::matmul(a.wv.type, d.wv, KV, E, n, {xb, xb8}, v, s, false, 0);
+                if (d.bq) {
+                    gpu::add(q, d.bq, Q, s, n);
+                    gpu::add(k, d.bk, KV, s, n);
+                    gpu::add(v, d.bv, KV, s, n);
                 }
-                gpu::rope_store(q, k, v, c.n_head, c.n_head_kv, c.head_dim, R, rope_.neox, cos_sin, kc, vc, pos, s, n);
+                mark(StageProfile::kAttnIn, a.wq.bytes() + a.wk.bytes() + a.wv.bytes());
+                if (a.qk_norm == QkNorm::PerHead) {
+                    gpu::qk_norm_rope_store(q, k, v, d.q_norm, d.k_norm, c.n_head, c.n_head_kv, c.head_dim, R, c.rms_eps,
+                                            cos_sin, kc, vc, pos, s, n);
+                } else {
+                    if (a.qk_norm == QkNorm::Whole) {
+                        gpu::rms_norm(q, d.q_norm, n, Q, c.rms_eps, q, s);
+                        gpu::rms_norm(k, d.k_norm, n, KV, c.rms_eps, k, s);
+                    }
+                    gpu::rope_store(q, k, v, c.n_head, c.n_head_kv, c.head_dim, R, rope_.neox, cos_sin, kc, vc, pos, s, n);
+                }
+                mark(StageProfile::kQkRope, 0);
+                for (int a0 = 0; a0 < n; a0 += kAttentionRows) {
+                    const int na = std::min(kAttentionRows, n - a0);
+                    void* row8 = att8 && !a.q_gate ? static_cast<uint8_t*>(att8) + size_t(a0) * gpu::act_bytes(Q) : nullptr;
+                    gpu::attention(q + a0 * Q, kc, vc, pos + a0, c.n_head, c.n_head_kv, c.head_dim, scale,
+                                   b.att_part.f32(), att + a0 * Q, s, row8, {}, na, a.window, d.sinks);
+                }
+                if (a.q_gate) {
+                    gpu::mul_sigmoid_heads(att, b.qg.f32(), c.n_head, c.head_dim, s, n);
+                    quantize(att, n, Q, att8);
+                }
+                mark(StageProfile::kAttention, uint64_t(st.n_past + n) * uint64_t(KV) * 8);
+                gpu::matmul(a.wo.type, d.wo, E, Q, n, {att, att8}, x, s, true, 1);
+                if (d.bo) gpu::add(x, d.bo, E, s, n);
+                mark(StageProfile::kAttnOut, a.wo.bytes());
             }
-            mark(StageProfile::kQkRope, 0);
-            for (int a0 = 0; a0 < n; a0 += kAttentionRows) {
-                const int na = std::min(kAttentionRows, n - a0);
-                void* row8 = att8 ? static_cast<uint8_t*>(att8) + size_t(a0) * gpu::act_bytes(Q) : nullptr;
-                gpu::attention(q + a0 * Q, kc, vc, pos + a0, c.n_head, c.n_head_kv, c.head_dim, scale,
-                               b.att_part.f32(), att + a0 * Q, s, row8, {}, na, a.window, d.sinks);
-            }
-            mark(StageProfile::kAttention, uint64_t(st.n_past + n) * uint64_t(KV) * 8);
-            gpu::matmul(a.wo.type, d.wo, E, Q, n, {att, att8}, x, s, true, 1);
-            if (d.bo) gpu::add(x, d.bo, E, s, n);
-            mark(StageProfile::kAttnOut, a.wo.bytes());
 
             gpu::rms_norm(x, d.ffn_norm, n, E, c.rms_eps, xb, s, xb8);
             if (!m.moe()) {
@@ -1332,6 +1504,13 @@ private:
                 &m.up_bias,     &m.down_bias};
     }
 
+    // Layer il's Gated DeltaNet tensors (none where it attends).
+    std::vector<const Tensor*> deltanet_tensors(int il) const {
+        if (!deltanet(il)) return {};
+        const DeltaNetLayer& l = deltanet_[size_t(il)];
+        return {&l.norm, &l.wqkv, &l.wz, &l.wba, &l.wbeta, &l.walpha, &l.conv, &l.dt_bias, &l.a, &l.out_norm, &l.wout};
+    }
+
     // Null for an empty tensor.
     const uint8_t* to_device(const Tensor& t) const {
         if (t.empty()) return nullptr;
@@ -1348,6 +1527,7 @@ private:
         size_t total = align256(output().bytes()) + align256(output_norm_.bytes());
         for (int il = 0; il < n_run_; il++) {
             for (const Tensor* t : tensors(il)) total += align256(t->bytes());
+            for (const Tensor* t : deltanet_tensors(il)) total += align256(t->bytes());
         }
         weights_ = DeviceMemory(total);
         output_dev_ = to_device(output());
@@ -1377,6 +1557,20 @@ private:
             d.gate_bias = f32(m.gate_bias);
             d.up_bias = f32(m.up_bias);
             d.down_bias = f32(m.down_bias);
+            if (deltanet(il)) {
+                const DeltaNetLayer& l = deltanet_[size_t(il)];
+                d.attn_norm = f32(l.norm);
+                d.dn_qkv = to_device(l.wqkv);
+                d.dn_z = to_device(l.wz);
+                d.dn_ba = to_device(l.wba);
+                d.dn_beta = to_device(l.wbeta);
+                d.dn_alpha = to_device(l.walpha);
+                d.dn_out = to_device(l.wout);
+                d.dn_conv = f32(l.conv);
+                d.dn_dt_bias = f32(l.dt_bias);
+                d.dn_a = f32(l.a);
+                d.dn_norm = f32(l.out_norm);
+            }
             d.dense = {to_device(m.dense.gate), to_device(m.dense.up), to_device(m.dense.down)};
             d.shared = {to_device(m.shared.gate), to_device(m.shared.up), to_device(m.shared.down)};
             device_.push_back(d);
@@ -1618,6 +1812,8 @@ private:
     bool device_routed() const { return vram_.holds_all() || mapped_; }
 
     GpuOptions options_;
+    std::vector<int> kv_layer_;  // per layer: its place among the attention layers' KV caches, -1 for DeltaNet
+    int n_kv_layers_ = 0;
     // MOESTREAM_GPU_GRAPHS=0 launches each kernel of a token itself (to
     // compare); otherwise a fully resident model replays a captured graph.
     const bool graphs_ = !getenv("MOESTREAM_GPU_GRAPHS") || strcmp(getenv("MOESTREAM_GPU_GRAPHS"), "0") != 0;

@@ -17,6 +17,7 @@
 #include "gpu/gpu.h"
 #include "model/moe.h"
 #include "ops/activation.h"
+#include "ops/delta_rule.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
 #include "quant/blocks.h"
@@ -950,6 +951,112 @@ TEST(Kernels, PrefillAttentionMatchesTokenByTokenBitForBit) {
     }
     EXPECT_TRUE(same_bits(dq2.get<float>(), dq3.get<float>())) << "rope_store q";
     EXPECT_TRUE(same_bits(kc.get<float>(), kc1.get<float>())) << "rope_store k rows";
+}
+
+// Gated DeltaNet's convolution and recurrence (with the head norm and the
+// z gate) over n tokens in one launch against n launches of one, bit for
+// bit (states too), and against the CPU's operations (ops/delta_rule.h's
+// step, ops' RMS norm) to float rounding; both beta/alpha layouts and both
+// key-head pairings. Gated attention's q split and head gate too.
+TEST(Kernels, DeltaNetMatchesCpuAndTokenByToken) {
+    SKIP_WITHOUT_GPU();
+    const int n = 6;
+    for (bool fused : {false, true}) {
+        gpu::DeltaNetDims d{2, 4, 32, 64, 4, fused, !fused};
+        const int NK = d.n_k_heads, NV = d.n_v_heads, HK = d.head_k, HV = d.head_v, K = d.conv_kernel;
+        const int64_t QK = int64_t(NK) * HK, VD = int64_t(NV) * HV, C = 2 * QK + VD;
+        const std::vector<float> in = randoms(size_t(n * C), 61), taps = randoms(size_t(C * K), 62, 0.5f),
+                                 z = randoms(size_t(n * VD), 63), ba = randoms(size_t(n * 2 * NV), 64),
+                                 dt = randoms(size_t(NV), 65), norm = randoms(size_t(HV), 66);
+        std::vector<float> a = randoms(size_t(NV), 67);
+        for (float& v : a) v = -std::exp(v);  // ssm_a = -exp(A_log)
+        const float eps = 1e-6f;
+        DeviceBuffer din(in), dtaps(taps), dz(z), dba(ba), ddt(dt), da(a), dnorm(norm), conv(size_t(n * C) * 4),
+            conv1(size_t(n * C) * 4), out(size_t(n * VD) * 4), out1(size_t(n * VD) * 4),
+            cs(size_t((K - 1) * C) * 4), cs1(size_t((K - 1) * C) * 4), rs(size_t(VD * HK) * 4),
+            rs1(size_t(VD * HK) * 4), ba1(size_t(n * 2 * NV) * 4);
+        for (DeviceBuffer* b : {&cs, &cs1, &rs, &rs1}) gpu::fill(b->p, 0, b->n, nullptr);
+        gpu::deltanet_conv(din.f(), dtaps.f(), K, C, n, cs.f(), conv.f(), nullptr);
+        gpu::deltanet_recurrence(d, conv.f(), dz.f(), dba.f(), ddt.f(), da.f(), dnorm.f(), eps, n, rs.f(), out.f(),
+                                 nullptr);
+        // One token a launch: its beta/alpha row laid out as for n = 1.
+        std::vector<float> ba_t(size_t(2 * NV));
+        for (int t = 0; t < n; t++) {
+            for (int h = 0; h < NV; h++) {
+                if (fused) {
+                    ba_t[size_t(h)] = ba[size_t(t * 2 * NV + h)];
+                    ba_t[size_t(NV + h)] = ba[size_t(t * 2 * NV + NV + h)];
+                } else {
+                    ba_t[size_t(h)] = ba[size_t(t * NV + h)];
+                    ba_t[size_t(NV + h)] = ba[size_t(n * NV + t * NV + h)];
+                }
+            }
+            gpu::copy_to_device(ba1.f() + t * 2 * NV, ba_t.data(), ba_t.size() * 4, nullptr);
+            gpu::deltanet_conv(din.f() + t * C, dtaps.f(), K, C, 1, cs1.f(), conv1.f() + t * C, nullptr);
+            gpu::deltanet_recurrence(d, conv1.f() + t * C, dz.f() + t * VD, ba1.f() + t * 2 * NV, ddt.f(), da.f(),
+                                     dnorm.f(), eps, 1, rs1.f(), out1.f() + t * VD, nullptr);
+        }
+        EXPECT_TRUE(same_bits(out.get<float>(), out1.get<float>())) << "fused " << fused;
+        EXPECT_TRUE(same_bits(rs.get<float>(), rs1.get<float>())) << "fused " << fused;
+        EXPECT_TRUE(same_bits(cs.get<float>(), cs1.get<float>())) << "fused " << fused;
+
+        // The CPU: convolution and SiLU, per-head L2 norms, the delta rule
+        // step, the head's RMS norm times silu(z).
+        std::vector<float> seq(size_t((K - 1 + n) * C), 0.0f), S(size_t(VD * HK), 0.0f), o(static_cast<size_t>(HV));
+        std::copy(in.begin(), in.end(), seq.begin() + (K - 1) * C);
+        std::vector<double> ref;
+        const int ratio = NV / NK;
+        for (int t = 0; t < n; t++) {
+            std::vector<float> cv(static_cast<size_t>(C));
+            for (int64_t c = 0; c < C; c++) {
+                float acc = 0;
+                for (int j = 0; j < K; j++) acc += taps[size_t(c * K + j)] * seq[size_t((t + j) * C + c)];
+                cv[size_t(c)] = acc / (1.0f + std::exp(-acc));
+            }
+            for (int h = 0; h < 2 * NK; h++) {
+                double ss = 0;
+                for (int i = 0; i < HK; i++) ss += double(cv[size_t(h * HK + i)]) * cv[size_t(h * HK + i)];
+                const float inv = 1.0f / std::max(float(std::sqrt(ss)), 1e-6f);
+                for (int i = 0; i < HK; i++) cv[size_t(h * HK + i)] *= inv;
+            }
+            for (int h = 0; h < NV; h++) {
+                const int kh = fused ? h / ratio : h % NK;
+                const float b = fused ? ba[size_t(t * 2 * NV + (h / ratio) * 2 * ratio + h % ratio)]
+                                      : ba[size_t(t * NV + h)];
+                const float al = fused ? ba[size_t(t * 2 * NV + (h / ratio) * 2 * ratio + ratio + h % ratio)]
+                                       : ba[size_t(n * NV + t * NV + h)];
+                const float x = al + dt[size_t(h)];
+                const float sp = x > 20.0f ? x : std::log1p(std::exp(x));
+                delta_rule_step(S.data() + size_t(h) * HK * HV, HK, HV, cv.data() + kh * HK, cv.data() + QK + kh * HK,
+                                cv.data() + 2 * QK + h * HV, sigmoid(b), std::exp(sp * a[size_t(h)]),
+                                1.0f / std::sqrt(float(HK)), o.data());
+                rms_norm(o.data(), norm.data(), HV, eps, o.data());
+                for (int j = 0; j < HV; j++) {
+                    const float zj = z[size_t(t * VD + h * HV + j)];
+                    ref.push_back(o[size_t(j)] * (zj / (1.0f + std::exp(-zj))));
+                }
+            }
+        }
+        EXPECT_LT(rel_err(out.get<float>(), ref), 1e-5) << "fused " << fused;
+    }
+    // Gated attention: [q | gate] heads of 3 tokens.
+    const int n_head = 4, hd = 64;
+    const std::vector<float> qg = randoms(size_t(3 * 2 * n_head * hd), 68), att = randoms(size_t(3 * n_head * hd), 69);
+    DeviceBuffer dqg(qg), dq(size_t(3 * n_head * hd) * 4), datt(att);
+    gpu::split_gated_q(dqg.f(), n_head, hd, dq.f(), nullptr, 3);
+    gpu::mul_sigmoid_heads(datt.f(), dqg.f(), n_head, hd, nullptr, 3);
+    std::vector<double> want_q, want_att;
+    for (int t = 0; t < 3; t++) {
+        for (int h = 0; h < n_head; h++) {
+            for (int i = 0; i < hd; i++) {
+                const size_t g = size_t((t * n_head + h) * 2 * hd + i);
+                want_q.push_back(qg[g]);
+                want_att.push_back(att[size_t((t * n_head + h) * hd + i)] * sigmoid(qg[g + size_t(hd)]));
+            }
+        }
+    }
+    EXPECT_EQ(rel_err(dq.get<float>(), want_q), 0.0);
+    EXPECT_LT(rel_err(datt.get<float>(), want_att), 1e-6);
 }
 
 TEST(Kernels, PrefillRoutingAndAddsMatchOneTokenBitForBit) {

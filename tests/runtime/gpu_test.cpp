@@ -52,7 +52,8 @@ std::unique_ptr<Session> open_gpu(const std::string& gguf, uint64_t gpu_mem, con
 }
 
 // The golden families whose DecoderSpec features all have GPU operations.
-const char* const kCovered[] = {"qwen3moe", "olmoe", "qwen2moe", "mixtral", "glm4moe", "minimax-m2", "gpt-oss"};
+const char* const kCovered[] = {"qwen3moe",   "olmoe",   "qwen2moe",  "mixtral",  "glm4moe",
+                                "minimax-m2", "gpt-oss", "qwen35moe", "qwen3next"};
 
 // Their files of types the kernels take (F32, F16, Q8_0, the K-quants but
 // Q2_K and Q3_K, and MXFP4 experts beside Q8_0).
@@ -180,8 +181,6 @@ TEST(GpuOpen, CoversSpecFamiliesAndNamesWhatOthersLack) {
         {"deepseek2-lite", "multi-head latent attention"},
         {"deepseek3", "multi-head latent attention"},
         {"glm-dsa", "multi-head latent attention"},
-        {"qwen35moe", "Gated DeltaNet"},
-        {"qwen3next", "Gated DeltaNet"},
         {"gemma4", "a forward pass of its own"},
         {"deepseek4", "a forward pass of its own"},
     };
@@ -239,11 +238,13 @@ TEST_P(GpuStreaming, FewVramSlotsMatchResidentBitForBit) {
 }
 
 // About 4 of qwen3moe's 24 experts (of about 120 KiB), 5 of glm4moe's 16 (of
-// 13 KiB), 4 of gpt-oss's 8 (of 7 KiB; biases found by id in streamed slots).
+// 13 KiB), 4 of gpt-oss's 8 (of 7 KiB; biases found by id in streamed slots),
+// 4 of qwen35moe's 8 (of 13 KiB; the recurrent layers' states carried on).
 INSTANTIATE_TEST_SUITE_P(Files, GpuStreaming,
                          ::testing::Values(std::pair<const char*, uint64_t>{"qwen3moe-Q4_K_M", uint64_t(512) << 10},
                                            std::pair<const char*, uint64_t>{"glm4moe-Q8_0", uint64_t(64) << 10},
-                                           std::pair<const char*, uint64_t>{"gpt-oss-MXFP4_MOE", uint64_t(32) << 10}),
+                                           std::pair<const char*, uint64_t>{"gpt-oss-MXFP4_MOE", uint64_t(32) << 10},
+                                           std::pair<const char*, uint64_t>{"qwen35moe-Q8_0", uint64_t(56) << 10}),
                          [](const auto& i) { return golden::identifier(i.param.first); });
 
 }  // namespace

@@ -62,6 +62,33 @@ if step osslogits; then
   echo "== gpt-oss (3 layers): GPU vs CPU"; tail -3 $O/logits_gpu_oss.txt
   rm -f $L
 fi
+if step bounds; then
+  # The device's bounds in this call: HBM (device copy), PCIe (host to device, pinned).
+  $ms bench gpu --json $O/bench_gpu.json > $O/bench_gpu.txt 2>&1; echo "bench gpu exit $?"; head -12 $O/bench_gpu.txt
+fi
+if step hybrid; then
+  # Qwen3.5-35B-A3B's shape (Gated DeltaNet with gated attention every 4th layer).
+  M=/tmp/q35.gguf
+  t0=$SECONDS; $ms synth --preset qwen3.5-35b-a3b -o $M 2>&1 | tail -1; echo "synth $((SECONDS-t0)) s"; ls -la $M
+  A="-f $W/prompt.txt --ignore-eos --seed 3 --temp 0.8 --mem 32G --io buffered"
+  run q35_res $A -n 256 --gpu auto
+  run q35_pp512 --ignore-eos --seed 3 --temp 0 --mem 32G --io buffered -c 4096 --random-prompt 512 -n 16 --gpu auto
+  MOESTREAM_GPU_BATCH=0 run q35_pp512_tokens --ignore-eos --seed 3 --temp 0 --mem 32G --io buffered -c 4096 --random-prompt 512 -n 16 --gpu auto
+  cmp $O/q35_pp512.txt $O/q35_pp512_tokens.txt && echo "q35 pp512: one pass and token by token give the same text"
+  run q35_gm8 $A -n 256 --gpu auto --gpu-mem 8G
+  run q35_cpu $A -n 32 --gpu off -t 16
+  cmp $O/q35_res.txt $O/q35_gm8.txt && echo "q35: --gpu-mem 8G gives the resident text"
+  rm -f $M
+  L=/tmp/l_q35.gguf
+  $ms synth --preset qwen3.5-35b-a3b --layers 4 -o $L 2>&1 | tail -1
+  P="Machines that stream experts from a drive are judged by what they read."
+  $ms logits -m $L -p "$P" -o /tmp/l_cpu --gpu off -n 8 > $O/logits_cpu_q35.txt 2>&1
+  $ms logits -m $L -p "$P" -o /tmp/l_gpu --gpu auto -n 8 --compare /tmp/l_cpu > $O/logits_gpu_q35.txt 2>&1
+  echo "== qwen3.5-35b-a3b (4 layers): GPU vs CPU"; tail -2 $O/logits_gpu_q35.txt
+  rm -f $L
+  echo "hybrid done at $((SECONDS - T0)) s"
+  pack
+fi
 if step q30; then
   # The qwen3-30b-a3b synth: resident decode and prefill with this call's binary.
   M=/tmp/q30.gguf

@@ -135,6 +135,10 @@ void copy_to_host(void* dst, const void* src, size_t bytes, Stream s) {
 void copy_on_device(void* dst, const void* src, size_t bytes, Stream s) {
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, native(s)), "copy on device");
 }
+void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows, Stream s) {
+    check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToDevice, native(s)),
+          "copy rows on device");
+}
 void fill(void* dst, int byte, size_t bytes, Stream s) {
     check(cudaMemsetAsync(dst, byte, bytes, native(s)), "cudaMemset");
 }

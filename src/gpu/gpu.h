@@ -58,6 +58,8 @@ float elapsed_ms(Event start, Event end);
 void copy_to_device(void* dst, const void* src, size_t bytes, Stream s);  // async when src is pinned
 void copy_to_host(void* dst, const void* src, size_t bytes, Stream s);
 void copy_on_device(void* dst, const void* src, size_t bytes, Stream s);
+// `rows` rows of `width` bytes on the device, src_pitch and dst_pitch bytes apart.
+void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows, Stream s);
 void fill(void* dst, int byte, size_t bytes, Stream s);
 // Throws if a kernel launched earlier failed.
 void check_last(const char* what);
@@ -284,8 +286,20 @@ void rope_store(float* q, const float* k, const float* v, int n_head, int n_kv_h
 // route_experts: the top k of sigmoid(logit) + selection_bias (n_expert
 // device floats, or null), weighed by the unbiased sigmoid; renorm: divided
 // by their sum; then times scale. n tokens, as route_softmax_topk's.
+// n_group > 1 (DeepSeek V3; at most 64): chosen only from the n_group_used
+// groups of n_expert / n_group experts whose two best biased scores have
+// the largest sums (the lower group on a tie).
 void route_sigmoid_topk(const float* logits, const float* selection_bias, int n_expert, int k, bool renorm,
-                        float scale, int32_t* ids, float* weights, Stream s, int n = 1);
+                        float scale, int32_t* ids, float* weights, Stream s, int n = 1, int n_group = 0,
+                        int n_group_used = 0);
+
+// Multi-head latent attention (DeepSeek V2/V3, Kimi K2), one token: the
+// n_rot rope dims of each of q's n_head heads (q_head floats apart, from
+// q_rope_at on) and of the compressed row's k_pe (from row_rope_at on)
+// rotated by cos_sin (neox or adjacent pairs, as rope_store), then the
+// row (row_width floats) written into row *pos of cache.
+void mla_rope_store(float* q, int n_head, int q_head, int q_rope_at, float* row, int row_width, int row_rope_at,
+                    int n_rot, bool neox, const float* cos_sin, float* cache, const int32_t* pos, Stream s);
 
 // Gated attention (Qwen3.5, Qwen3-Next): the q matrix gives per head
 // [q | gate] (qg: n rows of 2 n_head head_dim). split_gated_q copies the

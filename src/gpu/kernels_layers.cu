@@ -68,7 +68,7 @@ __global__ void rope_store_kernel(float* q, const float* k, const float* v, int 
 // unbiased scores as weights, renormalized (sum in double, floored as the
 // CPU does) and scaled.
 __global__ void route_sigmoid_kernel(const float* logits, const float* bias, int n_expert, int k, bool renorm,
-                                     float scale, int32_t* ids, float* weights) {
+                                     float scale, int32_t* ids, float* weights, int n_group, int n_group_used) {
     chain_start();
     logits += int64_t(blockIdx.x) * n_expert;  // prefill: a block a token
     ids += int64_t(blockIdx.x) * k;
@@ -82,6 +82,40 @@ __global__ void route_sigmoid_kernel(const float* logits, const float* bias, int
         biased[e] = bias ? score[e] + bias[e] : score[e];
     }
     __syncwarp();
+    if (n_group > 1) {
+        // A lane a group: the sum of its two best biased scores; then lane
+        // 0 keeps the n_group_used best groups and masks the others' experts.
+        __shared__ float sum[64];
+        const int per = n_expert / n_group;
+        for (int g = lane; g < n_group; g += 32) {
+            float a = -INFINITY, b = -INFINITY;
+            for (int e = g * per; e < (g + 1) * per; e++) {
+                const float v = biased[e];
+                if (v > a) {
+                    b = a;
+                    a = v;
+                } else if (v > b) {
+                    b = v;
+                }
+            }
+            sum[g] = per > 1 ? a + b : a;
+        }
+        __syncwarp();
+        if (lane == 0) {
+            uint64_t keep = 0;
+            for (int i = 0; i < n_group_used; i++) {
+                int best = -1;
+                for (int g = 0; g < n_group; g++) {
+                    if (!(keep >> g & 1) && (best < 0 || sum[g] > sum[best])) best = g;
+                }
+                keep |= uint64_t(1) << best;
+            }
+            for (int e = 0; e < n_expert; e++) {
+                if (!(keep >> (e / per) & 1)) biased[e] = -INFINITY;
+            }
+        }
+        __syncwarp();
+    }
     warp_topk(biased, n_expert, k, taken, chosen, ids);
     if (lane != 0) return;
     double sum = 0;
@@ -93,7 +127,38 @@ __global__ void route_sigmoid_kernel(const float* logits, const float* bias, int
     }
 }
 
+// Blocks [0, n_head) rotate q's heads' rope dims; block n_head rotates the
+// row's k_pe, then writes the row into the cache.
+__global__ void mla_rope_store_kernel(float* q, int n_head, int q_head, int q_rope_at, float* row, int row_width,
+                                      int row_rope_at, int n_rot, bool neox, const float* cos_sin, float* cache,
+                                      const int32_t* pos) {
+    chain_start();
+    const bool is_q = int(blockIdx.x) < n_head;
+    float* v = is_q ? q + int64_t(blockIdx.x) * q_head + q_rope_at : row + row_rope_at;
+    const int half = n_rot / 2;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+        const float c = cos_sin[2 * i], sn = cos_sin[2 * i + 1];
+        const float a = v[ia], b = v[ib];
+        v[ia] = a * c - b * sn;
+        v[ib] = a * sn + b * c;
+    }
+    if (is_q) return;
+    __syncthreads();
+    float* dst = cache + int64_t(*pos) * row_width;
+    for (int i = threadIdx.x; i < row_width; i += blockDim.x) dst[i] = row[i];
+}
+
 }  // namespace
+
+void mla_rope_store(float* q, int n_head, int q_head, int q_rope_at, float* row, int row_width, int row_rope_at,
+                    int n_rot, bool neox, const float* cos_sin, float* cache, const int32_t* pos, Stream s) {
+    if (n_rot % 2 != 0 || q_rope_at + n_rot > q_head || row_rope_at + n_rot > row_width) {
+        throw std::runtime_error("CUDA mla_rope_store: n_rot even, inside the heads and the row");
+    }
+    launch("mla_rope_store", mla_rope_store_kernel, unsigned(n_head + 1), 64, 0, native(s), q, n_head, q_head, q_rope_at,
+           row, row_width, row_rope_at, n_rot, neox, cos_sin, cache, pos);
+}
 
 void add(float* y, const float* b, int64_t n, Stream s, int rows) {
     launch("add", add_kernel, dim3(blocks(n, 256), unsigned(rows)), 256, 0, native(s), y, b, n);
@@ -114,10 +179,13 @@ void rope_store(float* q, const float* k, const float* v, int n_head, int n_kv_h
 }
 
 void route_sigmoid_topk(const float* logits, const float* selection_bias, int n_expert, int k, bool renorm,
-                        float scale, int32_t* ids, float* weights, Stream s, int n) {
+                        float scale, int32_t* ids, float* weights, Stream s, int n, int n_group, int n_group_used) {
     if (k > 32 || n_expert > 1024 || k > n_expert) throw std::runtime_error("CUDA routing: k <= 32, n_expert <= 1024");
+    if (n_group > 64 || (n_group > 1 && (n_expert % n_group != 0 || n_group_used < 1 || n_group_used > n_group))) {
+        throw std::runtime_error("CUDA routing: at most 64 groups dividing the experts");
+    }
     launch("route_sigmoid_topk", route_sigmoid_kernel, unsigned(n), 32, 0, native(s), logits, selection_bias, n_expert,
-           k, renorm, scale, ids, weights);
+           k, renorm, scale, ids, weights, n_group, n_group_used);
 }
 
 }  // namespace ms::gpu

@@ -96,7 +96,13 @@ void rope_store(float*, const float*, const float*, int, int, int, int, bool, co
                 const int32_t*, Stream, int) {
     absent();
 }
-void route_sigmoid_topk(const float*, const float*, int, int, bool, float, int32_t*, float*, Stream, int) { absent(); }
+void route_sigmoid_topk(const float*, const float*, int, int, bool, float, int32_t*, float*, Stream, int, int, int) {
+    absent();
+}
+void mla_rope_store(float*, int, int, int, float*, int, int, int, bool, const float*, float*, const int32_t*, Stream) {
+    absent();
+}
+void copy_rows(void*, size_t, const void*, size_t, size_t, size_t, Stream) { absent(); }
 
 void split_gated_q(const float*, int, int, float*, Stream, int) { absent(); }
 void mul_sigmoid_heads(float*, const float*, int, int, Stream, int) { absent(); }

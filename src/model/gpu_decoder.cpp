@@ -84,6 +84,10 @@ public:
     DeviceMemory conv_state, recurrent_state;
     int64_t recurrent_pos = 0;
     DeviceMemory qg, dn_qkv, dn_conv, dn_z, dn_ba, dn_o, dn_o8;
+    // Multi-head latent attention: q's compression and its 8-bit row, q,
+    // the compressed row, the heads' q_nope and latent parts (and 8-bit
+    // rows), the latent queries, the attention's rows, the heads' outputs.
+    DeviceMemory mla_qa, mla_qa8, mla_q, mla_ckv, mla_qn, mla_qn8, mla_lat, mla_lat8, mla_qlat, mla_att, mla_o, mla_o8;
     DeviceMemory att_part;  // attention's partial sums (gpu::attention_scratch_bytes)
     DeviceMemory x, xb, q, k, v, att, router, ids, weights, gate, hidden, logits;  // gate: gate | up
     // Dense and shared-expert FFNs: gate, up, their SwiGLU; the shared
@@ -123,7 +127,9 @@ public:
 // operation for, in a few words; empty when it covers them all.
 std::string missing_feature(const DecoderSpec& s, const ModelConfig& c) {
     auto any = [](const auto& v) { return std::any_of(v.begin(), v.end(), [](auto x) { return x != 0; }); };
-    if (s.mla.kv_lora > 0) return "multi-head latent attention (MLA)";
+    if (s.mla.kv_lora > 0 && (s.mla.row() > 1024 || s.mla.rope % 2 != 0)) {
+        return "multi-head latent attention with rows over 1024 values or odd rope dims";
+    }
     if (s.indexer.top_k > 0) return "the sparse-attention indexer";
     if (s.full_attention_interval > 0) {
         const DeltaNetShape& d = s.deltanet;
@@ -137,10 +143,13 @@ std::string missing_feature(const DecoderSpec& s, const ModelConfig& c) {
     if (s.qk_norm == QkNorm::PlainAfterRope) return "q/k norm after RoPE";
     if (s.qk_norm == QkNorm::PerHead && !s.rope.neox) return "per-head q/k norm with adjacent-pair RoPE";
     if (s.rope.n_rot > c.head_dim || s.rope.n_rot % 2 != 0) return "rope.dimension_count odd or above key_length";
-    if (c.head_dim != c.head_dim_v) return "key_length != value_length";
-    if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0) return "query heads not a multiple of KV heads";
+    if (s.mla.kv_lora == 0 && c.head_dim != c.head_dim_v) return "key_length != value_length";
+    if (s.mla.kv_lora == 0 && (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0)) {
+        return "query heads not a multiple of KV heads";
+    }
     const Routing& r = s.routing;
-    if (r.n_group > 1) return "group-limited routing";
+    if (r.n_group > 1 && r.gating != Gating::Sigmoid) return "group-limited routing of other than sigmoid scores";
+    if (r.n_group > 64) return "more than 64 expert groups";
     if (r.gating == Gating::SqrtSoftplus) return "sqrt-softplus routing";
     if (r.gating == Gating::Softmax && r.scale != 1.0f) return "scaled softmax routing weights";
     if (r.gating == Gating::Softmax && s.selection_bias) return "a selection bias on softmax routing";
@@ -417,6 +426,12 @@ public:
                     if (!t->empty()) require(t->type);
                 }
                 kv_layer_.push_back(-1);
+            } else if (mla()) {
+                const MlaLayer& l = mla_[size_t(il)];
+                for (const Tensor* t : {&l.wq, &l.wq_a, &l.wq_b, &l.wkv_a, &l.wk_b, &l.wv_b, &l.wo}) {
+                    if (!t->empty()) require(t->type);
+                }
+                kv_layer_.push_back(n_kv_layers_++);
             } else {
                 for (const Tensor* t : {&a.wq, &a.wk, &a.wv, &a.wo}) require(t->type);
                 kv_layer_.push_back(n_kv_layers_++);
@@ -521,10 +536,29 @@ public:
         check_state_options(o);
         auto st = std::make_unique<GpuState>();
         st->options = o;
-        const size_t kv = size_t(n_kv_layers_) * size_t(o.n_ctx) * size_t(c.kv_dim()) * 4;
+        const size_t kv = size_t(n_kv_layers_) * size_t(o.n_ctx) * size_t(kv_row()) * 4;
         st->k_cache = DeviceMemory(kv);
-        st->v_cache = DeviceMemory(kv);
-        st->kv_bytes_per_token = st->full_kv_bytes_per_token = int64_t(2 * n_kv_layers_ * c.kv_dim() * 4);
+        // MLA: the values are the compressed rows' first kv_lora floats.
+        if (!mla()) st->v_cache = DeviceMemory(kv);
+        st->kv_bytes_per_token = int64_t((mla() ? 1 : 2) * n_kv_layers_ * kv_row() * 4);
+        st->full_kv_bytes_per_token =
+            mla() ? int64_t(n_kv_layers_) * mla_full_kv_bytes(mla_shape_, GgmlType::F32) : st->kv_bytes_per_token;
+        if (mla()) {
+            const MlaShape& m = mla_shape_;
+            const size_t H = size_t(m.n_head);
+            st->mla_qa = DeviceMemory(size_t(std::max(m.q_lora, 1)) * 4);
+            st->mla_qa8 = DeviceMemory(gpu::act_bytes(std::max(m.q_lora, 32)));
+            st->mla_q = DeviceMemory(H * size_t(m.q_head()) * 4);
+            st->mla_ckv = DeviceMemory(size_t(m.row()) * 4);
+            st->mla_qn = DeviceMemory(H * size_t(m.nope) * 4);
+            st->mla_qn8 = DeviceMemory(H * gpu::act_bytes(m.nope));
+            st->mla_lat = DeviceMemory(H * size_t(m.kv_lora) * 4);
+            st->mla_lat8 = DeviceMemory(H * gpu::act_bytes(m.kv_lora));
+            st->mla_qlat = DeviceMemory(H * size_t(m.row()) * 4);
+            st->mla_att = DeviceMemory(H * size_t(m.row()) * 4);
+            st->mla_o = DeviceMemory(H * size_t(m.v) * 4);
+            st->mla_o8 = DeviceMemory(gpu::act_bytes(int64_t(H) * m.v));
+        }
         if (n_deltanet_ > 0) {
             const DeltaNetShape& sh = deltanet_shape_;
             st->conv_state = DeviceMemory(size_t(n_deltanet_ * sh.conv_state_floats()) * 4);
@@ -554,7 +588,8 @@ public:
         st->k = DeviceMemory(size_t(c.kv_dim()) * 4);
         st->v = DeviceMemory(size_t(c.kv_dim()) * 4);
         st->att = DeviceMemory(size_t(c.q_dim()) * 4);
-        st->att_part = DeviceMemory(gpu::attention_scratch_bytes(c.n_head, c.head_dim));
+        st->att_part = DeviceMemory(mla() ? gpu::attention_scratch_bytes(mla_shape_.n_head, mla_shape_.row())
+                                          : gpu::attention_scratch_bytes(c.n_head, c.head_dim));
         st->router = DeviceMemory(size_t(c.n_expert) * 4);
         st->ids = DeviceMemory(2 * K * 4);  // the layer's choice, the next layer's predicted
         st->weights = DeviceMemory(K * 4);
@@ -566,7 +601,7 @@ public:
         st->hidden8 = DeviceMemory(K * gpu::act_bytes(F));
         st->input = DeviceMemory((E + size_t(rope_.n_rot) + 1) * 4);
         st->host_input = static_cast<float*>(gpu::alloc_pinned((E + size_t(rope_.n_rot) + 1) * 4));
-        gpu::prepare_attention(int(o.n_ctx), c.head_dim);
+        gpu::prepare_attention(int(o.n_ctx), mla() ? mla_shape_.row() : c.head_dim);
         st->host_ids = static_cast<int32_t*>(gpu::alloc_pinned(2 * K * 4));
         st->next_xb = DeviceMemory(E * 4);
         st->next_xb8 = DeviceMemory(gpu::act_bytes(E));
@@ -578,7 +613,8 @@ public:
         st->layer_ids = DeviceMemory(size_t(n_run_) * K * 4);
         st->host_layer_ids = static_cast<int32_t*>(gpu::alloc_pinned(size_t(n_run_) * K * 4));
         st->host_bytes = (E + size_t(rope_.n_rot) + 1 + 2 * K + size_t(c.n_vocab)) * 4 + K * sizeof(uint8_t*);
-        if (batch_wanted_ && o.max_batch > 1) st->host_bytes += new_prefill_rows(st->prefill, o.max_batch);
+        // MLA prefills token by token (no batched MLA operations yet).
+        if (batch_wanted_ && o.max_batch > 1 && !mla()) st->host_bytes += new_prefill_rows(st->prefill, o.max_batch);
         return st;
     }
 
@@ -778,6 +814,12 @@ private:
         // A Gated DeltaNet layer's (attn_norm is its norm).
         const uint8_t *dn_qkv, *dn_z, *dn_ba, *dn_beta, *dn_alpha, *dn_out;
         const float *dn_conv, *dn_dt_bias, *dn_a, *dn_norm;
+        // Multi-head latent attention's (wo is its output matrix); k_b and
+        // v_b: device tables of each head's matrix.
+        const uint8_t *mla_wq, *mla_wq_a, *mla_wq_b, *mla_wkv_a;
+        const float *mla_q_a_norm, *mla_kv_a_norm;
+        const uint8_t* const* mla_k_b;
+        const uint8_t* const* mla_v_b;
 
         // The expert kernels' biases and activation; ids: the routed ids
         // (decode), by which a streamed layer's slots find their bias rows.
@@ -789,10 +831,13 @@ private:
     bool clamped() const { return spec_.activation == GatedActivation::SwiGluOai; }
 
     bool deltanet(int il) const { return !deltanet_.empty() && !deltanet_[size_t(il)].empty(); }
+    bool mla() const { return mla_shape_.kv_lora > 0; }
+    // Floats in a layer's KV cache row: MLA's compressed row, else kv_dim.
+    int64_t kv_row() const { return mla() ? mla_shape_.row() : config_.kv_dim(); }
 
     // Layer il's rows of the KV caches (an attention layer's).
     float* k_rows(const GpuState& st, int il) const {
-        return st.k_cache.f32() + int64_t(kv_layer_[size_t(il)]) * st.options.n_ctx * config_.kv_dim();
+        return st.k_cache.f32() + int64_t(kv_layer_[size_t(il)]) * st.options.n_ctx * kv_row();
     }
     float* v_rows(const GpuState& st, int il) const {
         return st.v_cache.f32() + int64_t(kv_layer_[size_t(il)]) * st.options.n_ctx * config_.kv_dim();
@@ -887,11 +932,69 @@ private:
         if (d.router_bias) gpu::add(logits, d.router_bias, X, s);
         if (m.routing.gating == Gating::Sigmoid) {
             gpu::route_sigmoid_topk(logits, d.selection_bias, int(X), K, m.routing.renorm, m.routing.scale, ids,
-                                    weights, s);
+                                    weights, s, 1, m.routing.n_group, m.routing.n_group_used);
         } else {
             gpu::route_softmax_topk(logits, int(X), K, m.routing.renorm, ids, weights, s, 1,
                                     m.routing.gating == Gating::SoftmaxChosen);
         }
+    }
+
+    // One token's multi-head latent attention of layer il over xb (the
+    // normed residual), as model/mla_attention.cpp: q (through its
+    // compression or not) and the compressed row; the row's latent part
+    // normed, the rope dims of q's heads and of k_pe rotated, the row
+    // cached; each head's q_nope moved into latent space by its k_b; then
+    // one-KV-head attention over the cached rows (the values are their
+    // first kv_lora), each head's latent output through its v_b, and wo
+    // added to the residual.
+    void mla_attend(GpuState& st, int il, gpu::Act xb, const float* cos_sin, const int32_t* pos) const {
+        const ModelConfig& c = config_;
+        const MlaShape& m = mla_shape_;
+        const MlaLayer& l = mla_[size_t(il)];
+        const DeviceLayer& d = device_[size_t(il)];
+        const gpu::Stream s = compute_;
+        const int64_t E = c.n_embd, H = m.n_head, QH = m.q_head(), R = m.row(), L = m.kv_lora;
+        float* q = st.mla_q.f32();
+        float* row = st.mla_ckv.f32();
+        if (!l.wq.empty()) {
+            const GgmlType types[2] = {l.wq.type, l.wkv_a.type};
+            const void* w[2] = {d.mla_wq, d.mla_wkv_a};
+            const int64_t rows[2] = {H * QH, R};
+            float* y[2] = {q, row};
+            gpu::matvec_multi(2, types, w, rows, E, xb, y, s);
+        } else {
+            const GgmlType types[2] = {l.wq_a.type, l.wkv_a.type};
+            const void* w[2] = {d.mla_wq_a, d.mla_wkv_a};
+            const int64_t rows[2] = {m.q_lora, R};
+            float* y[2] = {st.mla_qa.f32(), row};
+            gpu::matvec_multi(2, types, w, rows, E, xb, y, s);
+            void* qa8 = act8(m.q_lora) ? st.mla_qa8.data() : nullptr;
+            gpu::rms_norm(st.mla_qa.f32(), d.mla_q_a_norm, 1, m.q_lora, c.rms_eps, st.mla_qa.f32(), s, qa8);
+            gpu::matvec(l.wq_b.type, d.mla_wq_b, H * QH, m.q_lora, {st.mla_qa.f32(), qa8}, q, s);
+        }
+        gpu::rms_norm(row, d.mla_kv_a_norm, 1, L, c.rms_eps, row, s);
+        float* cache = k_rows(st, il);
+        gpu::mla_rope_store(q, int(H), int(QH), m.nope, row, int(R), int(L), m.rope, rope_.neox, cos_sin, cache, pos,
+                            s);
+        // q_lat head h = [k_b[h] . q_nope[h] | q_pe[h]].
+        float* qn = st.mla_qn.f32();
+        float* lat = st.mla_lat.f32();
+        float* qlat = st.mla_qlat.f32();
+        gpu::copy_rows(qn, size_t(m.nope) * 4, q, size_t(QH) * 4, size_t(m.nope) * 4, size_t(H), s);
+        void* qn8 = quantize(qn, H, m.nope, st.mla_qn8.data());
+        gpu::matvec_experts(l.wk_b.type, d.mla_k_b, nullptr, int(H), 0, L, m.nope, {qn, qn8}, m.nope, lat, s);
+        gpu::copy_rows(qlat, size_t(R) * 4, lat, size_t(L) * 4, size_t(L) * 4, size_t(H), s);
+        gpu::copy_rows(qlat + L, size_t(R) * 4, q + m.nope, size_t(QH) * 4, size_t(m.rope) * 4, size_t(H), s);
+        // The rows are keys and (their first L values) values: each head's
+        // output row is R wide, of which the first L are the latent output.
+        float* att = st.mla_att.f32();
+        gpu::attention(qlat, cache, cache, pos, int(H), 1, int(R), m.scale, st.att_part.f32(), att, s);
+        gpu::copy_rows(lat, size_t(L) * 4, att, size_t(R) * 4, size_t(L) * 4, size_t(H), s);
+        void* lat8 = quantize(lat, H, L, st.mla_lat8.data());
+        float* o = st.mla_o.f32();
+        gpu::matvec_experts(l.wv_b.type, d.mla_v_b, nullptr, int(H), 0, m.v, L, {lat, lat8}, L, o, s);
+        void* o8 = quantize(o, 1, H * m.v, st.mla_o8.data());
+        gpu::matvec(l.wo.type, d.wo, E, H * m.v, {o, o8}, st.x.f32(), s, true);
     }
 
     // One token's attention block of layer il over xb (the normed
@@ -992,6 +1095,9 @@ private:
                                         st.dn_o8.data()},
                                1, {xb, xb8}, x);
                 mark(StageProfile::kAttention, deltanet_[size_t(il)].weight_bytes());
+            } else if (mla()) {
+                mla_attend(st, il, {xb, xb8}, cos_sin, pos);
+                mark(StageProfile::kAttention, mla_[size_t(il)].weight_bytes());
             } else {
                 attend(st, il, {xb, xb8}, cos_sin, pos, prof);
             }
@@ -1292,7 +1398,8 @@ private:
             if (d.router_bias) gpu::add(b.router.f32(), d.router_bias, X, s, n);
             if (m.routing.gating == Gating::Sigmoid) {
                 gpu::route_sigmoid_topk(b.router.f32(), d.selection_bias, int(X), K, m.routing.renorm,
-                                        m.routing.scale, ids, b.weights.f32(), s, n);
+                                        m.routing.scale, ids, b.weights.f32(), s, n, m.routing.n_group,
+                                        m.routing.n_group_used);
             } else {
                 gpu::route_softmax_topk(b.router.f32(), int(X), K, m.routing.renorm, ids, b.weights.f32(), s, n,
                                         m.routing.gating == Gating::SoftmaxChosen);
@@ -1504,6 +1611,13 @@ private:
                 &m.up_bias,     &m.down_bias};
     }
 
+    // Layer il's multi-head latent attention tensors (none without MLA).
+    std::vector<const Tensor*> mla_tensors(int il) const {
+        if (!mla()) return {};
+        const MlaLayer& l = mla_[size_t(il)];
+        return {&l.wq, &l.wq_a, &l.q_a_norm, &l.wq_b, &l.wkv_a, &l.kv_a_norm, &l.wk_b, &l.wv_b, &l.wo};
+    }
+
     // Layer il's Gated DeltaNet tensors (none where it attends).
     std::vector<const Tensor*> deltanet_tensors(int il) const {
         if (!deltanet(il)) return {};
@@ -1528,7 +1642,10 @@ private:
         for (int il = 0; il < n_run_; il++) {
             for (const Tensor* t : tensors(il)) total += align256(t->bytes());
             for (const Tensor* t : deltanet_tensors(il)) total += align256(t->bytes());
+            for (const Tensor* t : mla_tensors(il)) total += align256(t->bytes());
         }
+        // MLA: per layer, the device tables of k_b's and v_b's head matrices.
+        std::vector<const uint8_t*> head_tables;
         weights_ = DeviceMemory(total);
         output_dev_ = to_device(output());
         output_norm_dev_ = reinterpret_cast<const float*>(to_device(output_norm_));
@@ -1571,9 +1688,37 @@ private:
                 d.dn_a = f32(l.a);
                 d.dn_norm = f32(l.out_norm);
             }
+            if (mla()) {
+                const MlaLayer& l = mla_[size_t(il)];
+                const MlaShape& ms = mla_shape_;
+                d.mla_wq = to_device(l.wq);
+                d.mla_wq_a = to_device(l.wq_a);
+                d.mla_q_a_norm = f32(l.q_a_norm);
+                d.mla_wq_b = to_device(l.wq_b);
+                d.mla_wkv_a = to_device(l.wkv_a);
+                d.mla_kv_a_norm = f32(l.kv_a_norm);
+                const uint8_t* kb = to_device(l.wk_b);
+                const uint8_t* vb = to_device(l.wv_b);
+                d.wo = to_device(l.wo);
+                for (int h = 0; h < ms.n_head; h++) {
+                    head_tables.push_back(kb + size_t(h) * size_t(ms.kv_lora) * row_bytes(l.wk_b.type, ms.nope));
+                }
+                for (int h = 0; h < ms.n_head; h++) {
+                    head_tables.push_back(vb + size_t(h) * size_t(ms.v) * row_bytes(l.wv_b.type, ms.kv_lora));
+                }
+            }
             d.dense = {to_device(m.dense.gate), to_device(m.dense.up), to_device(m.dense.down)};
             d.shared = {to_device(m.shared.gate), to_device(m.shared.up), to_device(m.shared.down)};
             device_.push_back(d);
+        }
+        if (!head_tables.empty()) {
+            mla_tables_ = DeviceMemory(head_tables.size() * sizeof(uint8_t*));
+            gpu::copy_to_device(mla_tables_.data(), head_tables.data(), head_tables.size() * sizeof(uint8_t*), nullptr);
+            const auto* t = reinterpret_cast<const uint8_t* const*>(mla_tables_.data());
+            for (int il = 0; il < n_run_; il++) {
+                device_[size_t(il)].mla_k_b = t + size_t(2 * il) * size_t(mla_shape_.n_head);
+                device_[size_t(il)].mla_v_b = t + size_t(2 * il + 1) * size_t(mla_shape_.n_head);
+            }
         }
         gpu::sync(nullptr);
         const double t1 = now();
@@ -1826,6 +1971,7 @@ private:
     mutable DeviceMemory weights_;
     mutable size_t weight_used_ = 0;
     mutable std::vector<DeviceLayer> device_;
+    mutable DeviceMemory mla_tables_;  // MLA: per layer, k_b's then v_b's head matrices' addresses
     mutable const uint8_t* output_dev_ = nullptr;
     mutable const float* output_norm_dev_ = nullptr;
     mutable VramExperts vram_;

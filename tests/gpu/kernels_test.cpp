@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "gpu/gpu.h"
@@ -745,6 +746,54 @@ TEST(Kernels, SigmoidRoutingMatchesModel) {
             EXPECT_EQ(dids.get<int32_t>(), ids) << n_expert;
             EXPECT_LT(rel_err(dw.get<float>(), std::vector<double>(w.begin(), w.end())), 1e-6) << n_expert;
         }
+    }
+}
+
+// DeepSeek V3's group-limited choice: 4 of 8 groups (and 2 of 4, as the
+// golden deepseek3 routes), ties between groups included, against
+// model/moe's route_experts.
+TEST(Kernels, GroupLimitedRoutingMatchesModel) {
+    SKIP_WITHOUT_GPU();
+    for (auto [n_expert, k, groups, used] : {std::tuple<int, int, int, int>{16, 4, 4, 2}, {256, 8, 8, 4}}) {
+        for (uint32_t seed : {1u, 2u, 3u}) {
+            std::vector<float> logits = randoms(size_t(n_expert), seed * 17 + uint32_t(n_expert));
+            if (seed == 3) {  // groups 0 and 1 alike: their sums tie
+                for (int e = 0; e < n_expert / groups; e++) logits[size_t(n_expert / groups + e)] = logits[size_t(e)];
+            }
+            const std::vector<float> bias = seed == 3 ? std::vector<float>(size_t(n_expert), 0.0f)
+                                                      : randoms(size_t(n_expert), seed, 0.1f);
+            DeviceBuffer dl(logits), db(bias), dids(size_t(k) * 4), dw(size_t(k) * 4);
+            gpu::route_sigmoid_topk(dl.f(), db.f(), n_expert, k, true, 2.5f, static_cast<int32_t*>(dids.p), dw.f(),
+                                    nullptr, 1, groups, used);
+            std::vector<float> scores = logits, w(static_cast<size_t>(k));
+            std::vector<int32_t> ids(static_cast<size_t>(k));
+            route_experts(Routing{Gating::Sigmoid, true, 2.5f, groups, used}, scores.data(), bias.data(), 1, n_expert,
+                          k, ids.data(), w.data());
+            EXPECT_EQ(dids.get<int32_t>(), ids) << n_expert << " seed " << seed;
+            EXPECT_LT(rel_err(dw.get<float>(), std::vector<double>(w.begin(), w.end())), 1e-6) << n_expert;
+        }
+    }
+}
+
+// MLA's rope (each head's tail dims and k_pe) and the cache write, against
+// ops' rope_apply, both pairings.
+TEST(Kernels, MlaRopeStoreMatchesOps) {
+    SKIP_WITHOUT_GPU();
+    const int H = 4, nope = 32, rope_dims = 16, QH = nope + rope_dims, L = 32, R = L + rope_dims, pos = 3;
+    for (bool neox : {false, true}) {
+        const Rope rope{rope_dims, 1e4f, neox};
+        std::vector<float> q = randoms(size_t(H * QH), 1), row = randoms(size_t(R), 2), cs(static_cast<size_t>(rope_dims));
+        rope_angles(rope, pos, cs.data());
+        DeviceBuffer dq(q), drow(row), dcs(cs), dpos(std::vector<int32_t>{pos}), cache(size_t((pos + 1) * R) * 4);
+        gpu::mla_rope_store(dq.f(), H, QH, nope, drow.f(), R, L, rope_dims, neox, dcs.f(), cache.f(),
+                            static_cast<const int32_t*>(dpos.p), nullptr);
+        rope_apply(rope, cs.data(), q.data() + nope, H, QH);
+        rope_apply(rope, cs.data(), row.data() + L, 1, rope_dims);
+        EXPECT_LT(rel_err(dq.get<float>(), std::vector<double>(q.begin(), q.end())), 1e-6) << neox;
+        const std::vector<float> c = cache.get<float>();
+        EXPECT_LT(rel_err(std::vector<float>(c.begin() + pos * R, c.end()), std::vector<double>(row.begin(), row.end())),
+                  1e-6)
+            << neox;
     }
 }
 

@@ -89,6 +89,26 @@ if step hybrid; then
   echo "hybrid done at $((SECONDS - T0)) s"
   pack
 fi
+if step mla; then
+  # DeepSeek V3's shape (MLA, group-limited sigmoid routing, 3 dense layers), cut to 6 of 61 layers.
+  M=/tmp/ds3.gguf
+  t0=$SECONDS; $ms synth --preset deepseek-v3 --layers 6 -o $M 2>&1 | tail -1; echo "synth $((SECONDS-t0)) s"; ls -la $M
+  A="-f $W/prompt.txt --ignore-eos --seed 3 --temp 0.8 --mem 48G --io buffered"
+  run ds3_res $A -n 128 --gpu auto
+  run ds3_gm8 $A -n 64 --gpu auto --gpu-mem 8G
+  run ds3_cpu $A -n 16 --gpu off -t 16
+  cmp $O/ds3_res.txt $O/ds3_gm8.txt && echo "ds3: --gpu-mem 8G gives the resident text"
+  rm -f $M
+  L=/tmp/l_ds3.gguf
+  $ms synth --preset deepseek-v3 --layers 4 -o $L 2>&1 | tail -1
+  P="Machines that stream experts from a drive are judged by what they read."
+  $ms logits -m $L -p "$P" -o /tmp/l_cpu --gpu off -n 8 > $O/logits_cpu_ds3.txt 2>&1
+  $ms logits -m $L -p "$P" -o /tmp/l_gpu --gpu auto -n 8 --compare /tmp/l_cpu > $O/logits_gpu_ds3.txt 2>&1
+  echo "== deepseek-v3 (4 layers): GPU vs CPU"; tail -2 $O/logits_gpu_ds3.txt
+  rm -f $L
+  echo "mla done at $((SECONDS - T0)) s"
+  pack
+fi
 if step q30; then
   # The qwen3-30b-a3b synth: resident decode and prefill with this call's binary.
   M=/tmp/q30.gguf

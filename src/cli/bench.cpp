@@ -255,8 +255,9 @@ int bench_gpu(int argc, char** argv) {
     std::string json;
     Args a("moestream bench gpu [options]",
            "Measures the CUDA device's bounds: device-to-device copy (bytes read + written), host-to-device "
-           "copy from pinned and pageable memory, device-to-host into pinned memory, and the weight GB/s of "
-           "moestream's matrix-vector kernels per weight type; each the median of --reps timed runs.");
+           "copy from pinned and pageable memory, device-to-host into pinned memory, the weight GB/s of "
+           "moestream's matrix-vector kernels per weight type, and the time each kernel of a chain of empty "
+           "dependent kernels adds (the floor under decode's launches); each the median of --reps timed runs.");
     a.size_option("--size", &size, "SIZE", "bytes per buffer");
     a.option("--reps", &reps, "N", "timed repetitions");
     a.option("--json", &json, "FILE", "also write the figures as JSON to FILE");
@@ -275,11 +276,13 @@ int bench_gpu(int argc, char** argv) {
     j["h2d_pinned_gbs"] = r.h2d_pinned;
     j["h2d_pageable_gbs"] = r.h2d_pageable;
     j["d2h_pinned_gbs"] = r.d2h_pinned;
+    j["chain_us_per_kernel"] = r.chain_us;
     Json mv = Json::object();
     printf("device %s\n", gpu::describe().c_str());
     printf("device copy   %8.1f GB/s (read + write)\nh2d pinned    %8.1f GB/s\nh2d pageable  %8.1f GB/s\n"
            "d2h pinned    %8.1f GB/s\n",
            r.device_copy, r.h2d_pinned, r.h2d_pageable, r.d2h_pinned);
+    printf("kernel chain  %8.2f us a kernel (512 empty dependent kernels, one graph)\n", r.chain_us);
     for (auto [t, g] : r.matvec) {
         printf("matvec %-6s %8.1f GB/s of weights\n", type_name(t), g);
         mv[type_name(t)] = g;

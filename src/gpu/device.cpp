@@ -226,6 +226,7 @@ Rates measure_rates(size_t bytes, int reps) {
         check(cudaGetLastError(), "matvec");
         r.matvec.emplace_back(t, gbs(2 * w, ms));
     }
+    r.chain_us = chain_us(512, reps);
     release(x);
     release(xq);
     release(y);

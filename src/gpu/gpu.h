@@ -259,9 +259,16 @@ void route_softmax_topk(const float* logits, int n_expert, int k, bool renorm, i
 // kernel reads for each type it runs, on a rows x cols matrix of `bytes`.
 struct Rates {
     double device_copy = 0, h2d_pinned = 0, h2d_pageable = 0, d2h_pinned = 0;
+    // Microseconds each kernel of a chain of 512 empty ones adds, launched
+    // as decode launches them (each may start as the one ahead ends) and
+    // replayed as one CUDA graph: the floor under a decode token's chain.
+    double chain_us = 0;
     std::vector<std::pair<GgmlType, double>> matvec;  // weight GB/s per type
 };
 Rates measure_rates(size_t bytes, int reps);
+// The median over `reps` replays of a graph of n empty chained kernels, in
+// microseconds a kernel (Rates::chain_us).
+double chain_us(int n, int reps);
 
 // The operations of the families beyond qwen3moe's layer shape
 // (kernels_layers.cu). y[i] += b[i] over n values (biases), in each of

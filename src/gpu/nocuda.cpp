@@ -89,6 +89,7 @@ void combine_experts(const float*, const float*, int, int, int64_t, float*, Stre
     absent();
 }
 Rates measure_rates(size_t, int) { absent(); }
+double chain_us(int, int) { absent(); }
 
 void add(float*, const float*, int64_t, Stream, int) { absent(); }
 void add_sigmoid_gated(float*, const float*, const float*, int64_t, Stream, int) { absent(); }

@@ -109,6 +109,19 @@ if step mla; then
   echo "mla done at $((SECONDS - T0)) s"
   pack
 fi
+if step q30prof; then
+  # Where a resident decode token's time goes: the stage profile (kernels
+  # launched one by one), graphs off, and graphs with launches not overlapped.
+  M=/tmp/q30.gguf
+  $ms synth --preset qwen3-30b-a3b --type Q4_K_M -o $M 2>&1 | tail -1
+  A="-f $W/prompt.txt -n 128 --ignore-eos --seed 3 --temp 0.8 --gpu auto --mem 24G --io buffered"
+  run q30_res $A
+  MOESTREAM_GPU_PROFILE=1 run q30_res_prof $A
+  grep -A14 "decode profile" $O/q30_res_prof.err
+  MOESTREAM_GPU_GRAPHS=0 run q30_res_nograph $A
+  MOESTREAM_GPU_PDL=0 run q30_res_nopdl $A
+  rm -f $M
+fi
 if step q30; then
   # The qwen3-30b-a3b synth: resident decode and prefill with this call's binary.
   M=/tmp/q30.gguf

@@ -119,6 +119,9 @@ struct ExpertExtras {
     const float* down_bias = nullptr;
     const int32_t* ids = nullptr;
     bool clamped = false;
+    // Llama 4: expert i reads input row i (x: n rows, each the token's
+    // row times the expert's routing weight) instead of one shared row.
+    bool own_input = false;
 };
 
 // An expert FFN's first half for n experts in one launch: with expert i's
@@ -218,12 +221,14 @@ size_t attention_scratch_bytes(int n_head, int head_dim);
 // scratch n times attention_scratch_bytes. Each token's output is the bits
 // the one-token call gives it.
 //
-// window > 0: a token at position p attends to (p - window, p] only.
+// window > 0: a token at position p attends to (p - window, p] only;
+// chunk > 0 (Llama 4): to its chunk's positions, [p - p % chunk, p].
 // sinks: n_head logits (device floats, or null), each one more score in its
 // head's softmax, not scaled, that takes probability mass but adds no value.
 void attention(const float* q, float* k_cache, float* v_cache, const int32_t* pos, int n_head, int n_kv_head,
                int head_dim, float scale, float* scratch, float* out, Stream s, void* act = nullptr,
-               const FreshRow& fresh = {}, int n = 1, int window = 0, const float* sinks = nullptr);
+               const FreshRow& fresh = {}, int n = 1, int window = 0, const float* sinks = nullptr,
+               int chunk = 0);
 
 // Per head: q's n_head heads RMS-normed with q_norm and NeoX-rotated in
 // place; k's n_kv_head heads normed with k_norm and rotated into row *pos of
@@ -279,6 +284,14 @@ void add(float* y, const float* b, int64_t n, Stream s, int rows = 1);
 // under its gate; gate: one float on the device); rows > 1: row r of x and
 // y (n values each) under gate[r].
 void add_sigmoid_gated(float* x, const float* y, const float* gate, int64_t n, Stream s, int rows = 1);
+
+// Row r of x (n values) times factor[r] (device floats: Llama 4's
+// attention temperature of the token's position), for `rows` rows.
+void scale_by(float* x, int64_t n, const float* factor, Stream s, int rows = 1);
+
+// Llama 4's expert inputs: out row t * k + r = weights[t * k + r] times x
+// row t (width floats), for n tokens of k experts each.
+void weighted_rows(const float* x, const float* weights, int n, int k, int64_t width, float* out, Stream s);
 
 // qk_norm_rope_store without the norms, for either RoPE: q's n_head heads
 // rotated in place, k's n_kv_head heads rotated into row *pos of k_cache and

@@ -818,7 +818,7 @@ __global__ void __launch_bounds__(32 * kWarps) gate_up_kernel(const MatvecArgs a
                               w + a.offset2 + r0 * a.row_bytes, w + a.offset2 + r1 * a.row_bytes};
     if (r0 >= a.rows) return;
     float s[4];
-    dot_rows<T, Q, 4>(rows, a, 0, lane, 0, 1, s);
+    dot_rows<T, Q, 4>(rows, a, x.own_input ? e : 0, lane, 0, 1, s);
 #pragma unroll
     for (int r = 0; r < 4; r++) s[r] = warp_sum(s[r]);
     if (lane == 0) {
@@ -1183,11 +1183,14 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(cons
                                                                            float* v_cache, const int32_t* pos,
                                                                            int n_head, int n_kv_head, int head_dim,
                                                                            float scale, float* part,
-                                                                           const FreshRow fresh, int window) {
+                                                                           const FreshRow fresh, int window, int chunk) {
     chain_start();
     // Prefill: blockIdx.z is the token, at position *pos + blockIdx.z.
     const int n_pos = *pos + 1 + int(blockIdx.z);
-    const int first = window > 0 ? max(0, n_pos - window) : 0, span = n_pos - first;
+    const int first = window > 0  ? max(0, n_pos - window)
+                      : chunk > 0 ? (n_pos - 1) - (n_pos - 1) % chunk
+                                  : 0;
+    const int span = n_pos - first;
     const int h = blockIdx.x, split = blockIdx.y, S = gridDim.y, kvh = h / (n_head / n_kv_head);
     // Positions first + split, first + split + S, ...
     const int mine = span > split ? (span - split + S - 1) / S : 0;
@@ -1455,7 +1458,8 @@ void matvec_multi(int n, const GgmlType* types, const void* const* w, const int6
 
 void expert_gate_up(GgmlType t, const uint8_t* const* table, const int32_t* ids, int n, size_t offset,
                     size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s, const ExpertExtras& extras) {
-    const MatvecArgs a = matvec_args(nullptr, table, ids, n, offset, offset2, rows, cols, x, 0, h, false);
+    const MatvecArgs a =
+        matvec_args(nullptr, table, ids, n, offset, offset2, rows, cols, x, extras.own_input ? cols : 0, h, false);
 #define MS_CALL(T) launch_gate_up<T>(a, extras, native(s))
     MS_TYPE_SWITCH(t, MS_CALL)
 #undef MS_CALL
@@ -1560,7 +1564,7 @@ size_t attention_scratch_bytes(int n_head, int head_dim) {
 
 void attention(const float* q, float* k_cache, float* v_cache, const int32_t* pos, int n_head, int n_kv_head,
                int head_dim, float scale, float* scratch, float* out, Stream s, void* act, const FreshRow& fresh,
-               int n, int window, const float* sinks) {
+               int n, int window, const float* sinks, int chunk) {
     if (head_dim > 1024) throw std::runtime_error("CUDA attention: head_dim > 1024");
     if (n < 1 || n > 65535 || (n > 1 && fresh.k)) {
         throw std::runtime_error("CUDA attention: 1 to 65535 tokens, one if fresh");
@@ -1570,7 +1574,7 @@ void attention(const float* q, float* k_cache, float* v_cache, const int32_t* po
     }
     const dim3 grid(unsigned(n_head), kAttentionSplits, unsigned(n));
     launch("attention", attention_split_kernel, grid, kAttentionThreads, attention_smem, native(s), q, k_cache, v_cache,
-           pos, n_head, n_kv_head, head_dim, scale, scratch, fresh, window);
+           pos, n_head, n_kv_head, head_dim, scale, scratch, fresh, window, chunk);
     const int64_t width = int64_t(n_head) * head_dim;
     const bool fused = act && 256 % head_dim == 0 && width % 256 == 0;
     const int per = fused ? 256 / head_dim : 1;

@@ -23,6 +23,19 @@ __global__ void add_kernel(float* y, const float* b, int64_t n) {
     if (i < n) y[int64_t(blockIdx.y) * n + i] += b[i];
 }
 
+__global__ void scale_by_kernel(float* x, int64_t n, const float* factor) {
+    chain_start();
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) x[int64_t(blockIdx.y) * n + i] *= factor[blockIdx.y];
+}
+
+// blockIdx.y: the output row t * k + r.
+__global__ void weighted_rows_kernel(const float* x, const float* weights, int k, int64_t width, float* out) {
+    chain_start();
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, row = blockIdx.y;
+    if (i < width) out[row * width + i] = weights[row] * x[(row / k) * width + i];
+}
+
 __global__ void add_sigmoid_gated_kernel(float* x, const float* y, const float* gate, int64_t n) {
     chain_start();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, row = blockIdx.y;
@@ -162,6 +175,15 @@ void mla_rope_store(float* q, int n_head, int q_head, int q_rope_at, float* row,
 
 void add(float* y, const float* b, int64_t n, Stream s, int rows) {
     launch("add", add_kernel, dim3(blocks(n, 256), unsigned(rows)), 256, 0, native(s), y, b, n);
+}
+
+void scale_by(float* x, int64_t n, const float* factor, Stream s, int rows) {
+    launch("scale_by", scale_by_kernel, dim3(blocks(n, 256), unsigned(rows)), 256, 0, native(s), x, n, factor);
+}
+
+void weighted_rows(const float* x, const float* weights, int n, int k, int64_t width, float* out, Stream s) {
+    launch("weighted_rows", weighted_rows_kernel, dim3(blocks(width, 256), unsigned(n * k)), 256, 0, native(s), x,
+           weights, k, width, out);
 }
 
 void add_sigmoid_gated(float* x, const float* y, const float* gate, int64_t n, Stream s, int rows) {

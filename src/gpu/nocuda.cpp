@@ -67,7 +67,7 @@ void rms_norm(const float*, const float*, int64_t, int64_t, float, float*, Strea
 void prepare_attention(int, int) { absent(); }
 size_t attention_scratch_bytes(int, int) { return 0; }
 void attention(const float*, float*, float*, const int32_t*, int, int, int, float, float*, float*, Stream, void*,
-               const FreshRow&, int, int, const float*) {
+               const FreshRow&, int, int, const float*, int) {
     absent();
 }
 void capture_begin(Stream) { absent(); }
@@ -92,6 +92,8 @@ Rates measure_rates(size_t, int) { absent(); }
 double chain_us(int, int) { absent(); }
 
 void add(float*, const float*, int64_t, Stream, int) { absent(); }
+void scale_by(float*, int64_t, const float*, Stream, int) { absent(); }
+void weighted_rows(const float*, const float*, int, int, int64_t, float*, Stream) { absent(); }
 void add_sigmoid_gated(float*, const float*, const float*, int64_t, Stream, int) { absent(); }
 void rope_store(float*, const float*, const float*, int, int, int, int, bool, const float*, float*, float*,
                 const int32_t*, Stream, int) {

@@ -55,7 +55,13 @@ struct PrefillRows {
     // Gated DeltaNet: the projections, their convolution, beta/alpha
     // logits, the recurrence's output and its 8-bit rows.
     DeviceMemory dn_qkv, dn_conv, dn_z, dn_ba, dn_o, dn_o8;
-    DeviceMemory rope;   // cap rows of the rope angles, then cap positions (ints)
+    DeviceMemory kt, vt;  // q/k norms after RoPE: the rotated k rows (and v rows) before they are cached
+    // Llama 4: each (token, expert) pair's input row, weighted, and 8-bit;
+    // routing weights of 1 for the sum (the weights scaled the inputs).
+    DeviceMemory xs, xs8, ones;
+    // cap rows of the rope angles, then cap positions (ints), then cap
+    // attention temperatures (Llama 4's unroped layers' q factor)
+    DeviceMemory rope;
     DeviceMemory tiles;  // gpu::ExpertTiles' arrays: tiles, then in_row, then out_row
     DeviceMemory logits;  // all_logits: kLogitRows rows of the output head
     float* host_x = nullptr;      // pinned: the tokens' embedded rows
@@ -84,6 +90,7 @@ public:
     DeviceMemory conv_state, recurrent_state;
     int64_t recurrent_pos = 0;
     DeviceMemory qg, dn_qkv, dn_conv, dn_z, dn_ba, dn_o, dn_o8;
+    DeviceMemory kt, vt, xs, xs8, ones;  // as PrefillRows' for one token
     // Multi-head latent attention: q's compression and its 8-bit row, q,
     // the compressed row, the heads' q_nope and latent parts (and 8-bit
     // rows), the latent queries, the attention's rows, the heads' outputs.
@@ -97,7 +104,7 @@ public:
     // xb, att, hidden, ffn_hidden and next_xb as 8-bit rows (gpu::quantize_act)
     DeviceMemory xb8, att8, hidden8, ffn_hidden8, next_xb8;
     DeviceMemory next_xb, next_router, next_weights;  // streaming: the next layer's routing, predicted
-    DeviceMemory input;           // the token's embedded row, rope angles and position (an int)
+    DeviceMemory input;  // the token's embedded row, rope angles, position (an int) and attention temperature
     DeviceMemory slots;           // streaming: the VRAM address of each chosen expert of the layer, by rank
     DeviceMemory layer_ids;       // every expert routed on the device: each layer's chosen experts
     int32_t* host_layer_ids = nullptr;  // pinned: layer_ids after a token (the RAM tier mapped)
@@ -137,11 +144,9 @@ std::string missing_feature(const DecoderSpec& s, const ModelConfig& c) {
             return "Gated DeltaNet heads of " + std::to_string(d.head_v) + " values (a multiple of 32 up to 1024)";
         }
     }
-    if (any(s.chunk)) return "chunked attention";
-    if (any(s.no_rope)) return "layers without RoPE";
     if (s.q_gate && s.qkv_bias) return "gated attention (q_gate) with q/k/v biases";
-    if (s.qk_norm == QkNorm::PlainAfterRope) return "q/k norm after RoPE";
     if (s.qk_norm == QkNorm::PerHead && !s.rope.neox) return "per-head q/k norm with adjacent-pair RoPE";
+    if (s.qk_norm == QkNorm::PerHead && any(s.no_rope)) return "per-head q/k norm on layers without RoPE";
     if (s.rope.n_rot > c.head_dim || s.rope.n_rot % 2 != 0) return "rope.dimension_count odd or above key_length";
     if (s.mla.kv_lora == 0 && c.head_dim != c.head_dim_v) return "key_length != value_length";
     if (s.mla.kv_lora == 0 && (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0)) {
@@ -156,7 +161,6 @@ std::string missing_feature(const DecoderSpec& s, const ModelConfig& c) {
     if (s.activation != GatedActivation::SwiGlu && s.activation != GatedActivation::SwiGluOai) {
         return "expert activations other than SwiGLU and gpt-oss's";
     }
-    if (s.weight_input) return "router weights on the expert input";
     if (c.n_expert_used > 32 || c.n_expert > 1024) return "more than 32 experts a token or 1024 a layer";
     return "";
 }
@@ -599,8 +603,17 @@ public:
         st->xb8 = DeviceMemory(gpu::act_bytes(E));
         st->att8 = DeviceMemory(gpu::act_bytes(c.q_dim()));
         st->hidden8 = DeviceMemory(K * gpu::act_bytes(F));
-        st->input = DeviceMemory((E + size_t(rope_.n_rot) + 1) * 4);
-        st->host_input = static_cast<float*>(gpu::alloc_pinned((E + size_t(rope_.n_rot) + 1) * 4));
+        st->input = DeviceMemory((E + size_t(rope_.n_rot) + 2) * 4);
+        st->host_input = static_cast<float*>(gpu::alloc_pinned((E + size_t(rope_.n_rot) + 2) * 4));
+        if (spec_.qk_norm == QkNorm::PlainAfterRope) {
+            st->kt = DeviceMemory(size_t(c.kv_dim()) * 4);
+            st->vt = DeviceMemory(size_t(c.kv_dim()) * 4);
+        }
+        if (spec_.weight_input) {
+            st->xs = DeviceMemory(K * E * 4);
+            st->xs8 = DeviceMemory(K * gpu::act_bytes(int64_t(E)));
+            st->ones = ones(K);
+        }
         gpu::prepare_attention(int(o.n_ctx), mla() ? mla_shape_.row() : c.head_dim);
         st->host_ids = static_cast<int32_t*>(gpu::alloc_pinned(2 * K * 4));
         st->next_xb = DeviceMemory(E * 4);
@@ -612,10 +625,19 @@ public:
         st->host_logits = static_cast<float*>(gpu::alloc_pinned(size_t(c.n_vocab) * 4));
         st->layer_ids = DeviceMemory(size_t(n_run_) * K * 4);
         st->host_layer_ids = static_cast<int32_t*>(gpu::alloc_pinned(size_t(n_run_) * K * 4));
-        st->host_bytes = (E + size_t(rope_.n_rot) + 1 + 2 * K + size_t(c.n_vocab)) * 4 + K * sizeof(uint8_t*);
+        st->host_bytes = (E + size_t(rope_.n_rot) + 2 + 2 * K + size_t(c.n_vocab)) * 4 + K * sizeof(uint8_t*);
         // MLA prefills token by token (no batched MLA operations yet).
         if (batch_wanted_ && o.max_batch > 1 && !mla()) st->host_bytes += new_prefill_rows(st->prefill, o.max_batch);
         return st;
+    }
+
+    // n floats of 1 on the device.
+    static DeviceMemory ones(size_t n) {
+        DeviceMemory d(n * 4);
+        const std::vector<float> h(n, 1.0f);
+        gpu::copy_to_device(d.data(), h.data(), n * 4, nullptr);
+        gpu::sync(nullptr);
+        return d;
     }
 
     // Rows for prefill passes of up to cap tokens; returns the pinned host
@@ -664,19 +686,28 @@ public:
             b.dn_o8 = DeviceMemory(T * gpu::act_bytes(sh.v_dim()));
         }
         if (spec_.q_gate) b.qg = DeviceMemory(T * 2 * Q * 4);
-        b.rope = DeviceMemory(T * (R + 1) * 4);
+        if (spec_.qk_norm == QkNorm::PlainAfterRope) {
+            b.kt = DeviceMemory(T * KV * 4);
+            b.vt = DeviceMemory(T * KV * 4);
+        }
+        if (spec_.weight_input) {
+            b.xs = DeviceMemory(T * K * E * 4);
+            b.xs8 = DeviceMemory(T * K * gpu::act_bytes(int64_t(E)));
+            b.ones = ones(T * K);
+        }
+        b.rope = DeviceMemory(T * (R + 2) * 4);
         const size_t tile_ints = 3 * max_tiles(cap) + 2 * T * K;
         b.tiles = DeviceMemory(tile_ints * 4);
         b.logits = DeviceMemory(size_t(kLogitRows) * size_t(c.n_vocab) * 4);
         b.host_x = static_cast<float*>(gpu::alloc_pinned(T * E * 4));
-        b.host_rope = static_cast<float*>(gpu::alloc_pinned(T * (R + 1) * 4));
+        b.host_rope = static_cast<float*>(gpu::alloc_pinned(T * (R + 2) * 4));
         b.host_ids = static_cast<int32_t*>(gpu::alloc_pinned(T * K * 4));
         b.host_tiles = static_cast<int32_t*>(gpu::alloc_pinned(tile_ints * 4));
         b.layer_ids.resize(size_t(n_run_) * size_t(c.n_expert));
         b.layer_count.resize(size_t(n_run_));
         b.groups.resize(c.n_expert, T * K);
         b.miss.resize(size_t(c.n_expert));
-        return (T * E + T * (R + 1) + T * K + tile_ints) * 4;
+        return (T * E + T * (R + 2) + T * K + tile_ints) * 4;
     }
 
     // The most expert tiles a pass of cap tokens can need: each expert's
@@ -767,7 +798,8 @@ private:
             rope_angles(rope(), st.n_past, st.host_input + E);
             const int32_t pos = int32_t(st.n_past);
             memcpy(st.host_input + E + rope_.n_rot, &pos, 4);
-            gpu::copy_to_device(st.input.data(), st.host_input, size_t(E + rope_.n_rot + 1) * 4, s);
+            st.host_input[E + rope_.n_rot + 1] = attention_temperature(spec_.temperature, st.n_past);
+            gpu::copy_to_device(st.input.data(), st.host_input, size_t(E + rope_.n_rot + 2) * 4, s);
             if (device_routed() && graphs_ && !profile_) {
                 // Nothing in a token waits for the host: one graph replays it.
                 if (!st.graph) {
@@ -823,8 +855,8 @@ private:
 
         // The expert kernels' biases and activation; ids: the routed ids
         // (decode), by which a streamed layer's slots find their bias rows.
-        gpu::ExpertExtras extras(bool clamped, const int32_t* ids = nullptr) const {
-            return {gate_bias, up_bias, down_bias, ids, clamped};
+        gpu::ExpertExtras extras(bool clamped, bool own_input, const int32_t* ids = nullptr) const {
+            return {gate_bias, up_bias, down_bias, ids, clamped, own_input};
         }
     };
 
@@ -997,6 +1029,35 @@ private:
         gpu::matvec(l.wo.type, d.wo, E, H * m.v, {o, o8}, st.x.f32(), s, true);
     }
 
+    // Positions into q and k for n tokens where the q/k norms are not per
+    // head (over the whole projection, after RoPE, or none): q rotated in
+    // place (unroped layers: scaled by the position's temperature, temp's
+    // n floats), k rotated into cache row *pos (+ t), v beside it. Norms
+    // after RoPE come between the rotation (into kt, vt: n rows each) and
+    // the cache write.
+    void position_qk(const AttentionLayer& a, const DeviceLayer& d, float* q, float* k, const float* v, int n,
+                     const float* cos_sin, const int32_t* pos, const float* temp, float* kc, float* vc, float* kt,
+                     float* vt) const {
+        const ModelConfig& c = config_;
+        const gpu::Stream s = compute_;
+        const int64_t Q = c.q_dim(), KV = c.kv_dim();
+        if (a.qk_norm == QkNorm::Whole) {
+            gpu::rms_norm(q, d.q_norm, n, Q, c.rms_eps, q, s);
+            gpu::rms_norm(k, d.k_norm, n, KV, c.rms_eps, k, s);
+        }
+        const int n_rot = a.rope ? rope_.n_rot : 0;
+        if (!a.rope && a.temperature.scale != 0.0f) gpu::scale_by(q, Q, temp, s, n);
+        if (a.qk_norm != QkNorm::PlainAfterRope) {
+            gpu::rope_store(q, k, v, c.n_head, c.n_head_kv, c.head_dim, n_rot, rope_.neox, cos_sin, kc, vc, pos, s, n);
+            return;
+        }
+        const int32_t* zero = reinterpret_cast<const int32_t*>(zero_.data());
+        gpu::rope_store(q, k, v, c.n_head, c.n_head_kv, c.head_dim, n_rot, rope_.neox, cos_sin, kt, vt, zero, s, n);
+        gpu::rms_norm(q, nullptr, int64_t(n) * c.n_head, c.head_dim, c.rms_eps, q, s);
+        gpu::rms_norm(kt, nullptr, int64_t(n) * c.n_head_kv, c.head_dim, c.rms_eps, kt, s);
+        gpu::rope_store(q, kt, vt, c.n_head, c.n_head_kv, c.head_dim, 0, rope_.neox, cos_sin, kc, vc, pos, s, n);
+    }
+
     // One token's attention block of layer il over xb (the normed
     // residual), its output added to the residual st.x; the token's k and
     // v rows written at *pos. Stages marked in prof when given.
@@ -1037,18 +1098,15 @@ private:
         if (a.qk_norm == QkNorm::PerHead) {
             fresh = {k, v, d.q_norm, d.k_norm, c.rms_eps, cos_sin, rope_.n_rot};
         } else {
-            if (a.qk_norm == QkNorm::Whole) {
-                gpu::rms_norm(q, d.q_norm, 1, Q, c.rms_eps, q, s);
-                gpu::rms_norm(k, d.k_norm, 1, KV, c.rms_eps, k, s);
-            }
-            gpu::rope_store(q, k, v, c.n_head, c.n_head_kv, c.head_dim, rope_.n_rot, rope_.neox, cos_sin, kc, vc, pos,
-                            s);
+            // The input buffer holds the temperature after the position.
+            const float* temp = reinterpret_cast<const float*>(pos + 1);
+            position_qk(a, d, q, k, v, 1, cos_sin, pos, temp, kc, vc, st.kt.f32(), st.vt.f32());
         }
         mark(StageProfile::kQkRope, 0);
         // With its 8-bit row, which the output matrix reads (gated: after the gate).
         void* att8 = act8(Q) ? st.att8.data() : nullptr;
         gpu::attention(q, kc, vc, pos, c.n_head, c.n_head_kv, c.head_dim, scale, st.att_part.f32(), st.att.f32(), s,
-                       a.q_gate ? nullptr : att8, fresh, 1, a.window, d.sinks);
+                       a.q_gate ? nullptr : att8, fresh, 1, a.window, d.sinks, int(a.chunk));
         if (a.q_gate) {
             gpu::mul_sigmoid_heads(st.att.f32(), st.qg.f32(), c.n_head, c.head_dim, s);
             att8 = quantize(st.att.f32(), 1, Q, st.att8.data());
@@ -1139,12 +1197,20 @@ private:
             const int32_t* table_ids = all ? ids : nullptr;
             float* gate = st.gate.f32();
             float* up = gate + int64_t(K) * F;
+            // Llama 4: each expert reads the token's row times its routing
+            // weight (as model/moe.cpp), and the sum weighs them by 1.
+            gpu::Act in = {xb, xb8};
+            const bool own = el.weight_input;
+            if (own) {
+                gpu::weighted_rows(xb, st.weights.f32(), 1, K, E, st.xs.f32(), s);
+                in = {st.xs.f32(), quantize(st.xs.f32(), K, E, st.xs8.data())};
+            }
             if (el.gate.type == el.up.type) {
-                gpu::expert_gate_up(el.gate.type, table, table_ids, K, 0, vram_.up_offset(il), F, E, {xb, xb8},
-                                    st.hidden.f32(), s, d.extras(clamped(), ids));
+                gpu::expert_gate_up(el.gate.type, table, table_ids, K, 0, vram_.up_offset(il), F, E, in,
+                                    st.hidden.f32(), s, d.extras(clamped(), own, ids));
             } else {
-                gpu::matvec_experts(el.gate.type, table, table_ids, K, 0, F, E, {xb, xb8}, 0, gate, s);
-                gpu::matvec_experts(el.up.type, table, table_ids, K, vram_.up_offset(il), F, E, {xb, xb8}, 0,
+                gpu::matvec_experts(el.gate.type, table, table_ids, K, 0, F, E, in, own ? E : 0, gate, s);
+                gpu::matvec_experts(el.up.type, table, table_ids, K, vram_.up_offset(il), F, E, in, own ? E : 0,
                                     up, s);
                 gpu::swiglu(gate, up, int64_t(K) * F, st.hidden.f32(), s);
             }
@@ -1158,7 +1224,8 @@ private:
             float* moe_out = m.shared.empty() ? x : st.moe_out.f32();
             if (moe_out != x) gpu::fill(moe_out, 0, size_t(E) * 4, s);
             gpu::expert_down_add(el.down.type, table, table_ids, K, vram_.down_offset(il), E, F,
-                                 {st.hidden.f32(), hidden8}, st.weights.f32(), moe_out, s, d.extras(clamped(), ids));
+                                 {st.hidden.f32(), hidden8}, own ? st.ones.f32() : st.weights.f32(), moe_out, s,
+                                 d.extras(clamped(), own, ids));
             if (!m.shared.empty() && d.shared_gate) {
                 dense_ffn(st, m.shared, d.shared, {xb, xb8}, st.shared_out.f32(), false);
                 gpu::matvec(m.shared_gate.type, d.shared_gate, 1, E, {xb, xb8}, st.shared_logit.f32(), s);
@@ -1210,7 +1277,8 @@ private:
         ExpertGroups& g = b.groups;
         g.group(b.host_ids, n * K);
         for (int j = 0; j < n * K; j++) {
-            in_row[j] = g.entries[size_t(j)] / K;
+            // Llama 4: pair j reads its own weighted row (weighted_rows).
+            in_row[j] = expert_layers_[size_t(il)].weight_input ? g.entries[size_t(j)] : g.entries[size_t(j)] / K;
             out_row[j] = g.entries[size_t(j)];
         }
         int n_tiles = 0;
@@ -1319,7 +1387,11 @@ private:
             rope_angles(rope(), st.n_past + t, b.host_rope + int64_t(t) * R);
         }
         int32_t* host_pos = reinterpret_cast<int32_t*>(b.host_rope + int64_t(b.cap) * R);
-        for (int t = 0; t < n; t++) host_pos[t] = int32_t(st.n_past + t);
+        float* host_temp = b.host_rope + int64_t(b.cap) * (R + 1);
+        for (int t = 0; t < n; t++) {
+            host_pos[t] = int32_t(st.n_past + t);
+            host_temp[t] = attention_temperature(spec_.temperature, st.n_past + t);
+        }
         float* x = b.x.f32();
         float* xb = b.xb.f32();
         const float* cos_sin = b.rope.f32();
@@ -1327,6 +1399,8 @@ private:
         gpu::copy_to_device(x, b.host_x, size_t(n * E) * 4, s);
         gpu::copy_to_device(b.rope.data(), b.host_rope, size_t(n * R) * 4, s);
         gpu::copy_to_device(pos, host_pos, size_t(n) * 4, s);
+        const float* temp = b.rope.f32() + int64_t(b.cap) * (R + 1);
+        gpu::copy_to_device(b.rope.f32() + int64_t(b.cap) * (R + 1), host_temp, size_t(n) * 4, s);
         void* xb8 = act8(E) ? b.xb8.data() : nullptr;
         void* att8 = act8(Q) ? b.att8.data() : nullptr;
         float *q = b.q.f32(), *k = b.k.f32(), *v = b.v.f32(), *att = b.att.f32();
@@ -1363,18 +1437,14 @@ private:
                     gpu::qk_norm_rope_store(q, k, v, d.q_norm, d.k_norm, c.n_head, c.n_head_kv, c.head_dim, R, c.rms_eps,
                                             cos_sin, kc, vc, pos, s, n);
                 } else {
-                    if (a.qk_norm == QkNorm::Whole) {
-                        gpu::rms_norm(q, d.q_norm, n, Q, c.rms_eps, q, s);
-                        gpu::rms_norm(k, d.k_norm, n, KV, c.rms_eps, k, s);
-                    }
-                    gpu::rope_store(q, k, v, c.n_head, c.n_head_kv, c.head_dim, R, rope_.neox, cos_sin, kc, vc, pos, s, n);
+                    position_qk(a, d, q, k, v, n, cos_sin, pos, temp, kc, vc, b.kt.f32(), b.vt.f32());
                 }
                 mark(StageProfile::kQkRope, 0);
                 for (int a0 = 0; a0 < n; a0 += kAttentionRows) {
                     const int na = std::min(kAttentionRows, n - a0);
                     void* row8 = att8 && !a.q_gate ? static_cast<uint8_t*>(att8) + size_t(a0) * gpu::act_bytes(Q) : nullptr;
                     gpu::attention(q + a0 * Q, kc, vc, pos + a0, c.n_head, c.n_head_kv, c.head_dim, scale,
-                                   b.att_part.f32(), att + a0 * Q, s, row8, {}, na, a.window, d.sinks);
+                                   b.att_part.f32(), att + a0 * Q, s, row8, {}, na, a.window, d.sinks, int(a.chunk));
                 }
                 if (a.q_gate) {
                     gpu::mul_sigmoid_heads(att, b.qg.f32(), c.n_head, c.head_dim, s, n);
@@ -1413,6 +1483,13 @@ private:
             const ExpertLayer& el = expert_layers_[size_t(il)];
             const uint8_t* const* table = vram_.table(il);
             float* hidden = b.hidden.f32();
+            // Llama 4: each pair's input row weighted, as token()'s.
+            gpu::Act in = {xb, xb8};
+            const bool own = el.weight_input;
+            if (own) {
+                gpu::weighted_rows(xb, b.weights.f32(), n, K, E, b.xs.f32(), s);
+                in = {b.xs.f32(), quantize(b.xs.f32(), int64_t(n) * K, E, b.xs8.data())};
+            }
             // Tiles [first, first + count): gate/up, the hidden rows' 8-bit
             // form (all rows: each the same bits whenever quantized), down.
             auto run_tiles = [&](int first, int count) {
@@ -1421,13 +1498,13 @@ private:
                 gd.tiles += 3 * first;
                 g.n_tiles = gd.n_tiles = count;
                 if (el.gate.type == el.up.type) {
-                    gpu::expert_gate_up_tokens(el.gate.type, table, g, 0, vram_.up_offset(il), F, E, {xb, xb8},
-                                               hidden, s, d.extras(clamped()));
+                    gpu::expert_gate_up_tokens(el.gate.type, table, g, 0, vram_.up_offset(il), F, E, in, hidden, s,
+                                               d.extras(clamped(), own));
                 } else {
                     float* gate = b.gate.f32();
                     float* up = gate + int64_t(b.cap) * K * F;
-                    gpu::matmul_experts(el.gate.type, table, g, 0, F, E, {xb, xb8}, gate, s, K);
-                    gpu::matmul_experts(el.up.type, table, g, vram_.up_offset(il), F, E, {xb, xb8}, up, s, K);
+                    gpu::matmul_experts(el.gate.type, table, g, 0, F, E, in, gate, s, K);
+                    gpu::matmul_experts(el.up.type, table, g, vram_.up_offset(il), F, E, in, up, s, K);
                     gpu::swiglu(gate, up, int64_t(n) * K * F, hidden, s);
                 }
                 mark(StageProfile::kGateUp, uint64_t(count) * (el.gate.bytes + el.up.bytes));
@@ -1443,7 +1520,8 @@ private:
             // As token(): the routed sum into zeros, then the shared expert, then the residual.
             float* moe_out = m.shared.empty() ? x : b.moe_out.f32();
             if (moe_out != x) gpu::fill(moe_out, 0, size_t(n * E) * 4, s);
-            gpu::combine_experts(b.down.f32(), b.weights.f32(), n, K, E, moe_out, s, d.down_bias, ids);
+            gpu::combine_experts(b.down.f32(), own ? b.ones.f32() : b.weights.f32(), n, K, E, moe_out, s, d.down_bias,
+                                 ids);
             if (!m.shared.empty() && d.shared_gate) {
                 dense_rows(b, m.shared, d.shared, n, {xb, xb8}, b.shared_out.f32(), false);
                 gpu::matmul(m.shared_gate.type, d.shared_gate, 1, E, n, {xb, xb8}, b.shared_logit.f32(), s, false, 1);
@@ -1720,6 +1798,8 @@ private:
                 device_[size_t(il)].mla_v_b = t + size_t(2 * il + 1) * size_t(mla_shape_.n_head);
             }
         }
+        zero_ = DeviceMemory(4);
+        gpu::fill(zero_.data(), 0, 4, nullptr);
         gpu::sync(nullptr);
         const double t1 = now();
         compute_ = gpu::new_stream();
@@ -1972,6 +2052,7 @@ private:
     mutable size_t weight_used_ = 0;
     mutable std::vector<DeviceLayer> device_;
     mutable DeviceMemory mla_tables_;  // MLA: per layer, k_b's then v_b's head matrices' addresses
+    mutable DeviceMemory zero_;  // one int, 0: the first row of a scratch "cache" (position_qk)
     mutable const uint8_t* output_dev_ = nullptr;
     mutable const float* output_norm_dev_ = nullptr;
     mutable VramExperts vram_;

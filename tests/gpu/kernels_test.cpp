@@ -651,6 +651,80 @@ TEST(Kernels, AttentionWindowAndSinks) {
     EXPECT_TRUE(same_bits(out.get<float>(), out1.get<float>()));
 }
 
+// Llama 4's chunked attention: a query at p sees [p - p % chunk, p], against
+// the double reference; 20 tokens in one launch against one a token.
+TEST(Kernels, AttentionChunks) {
+    SKIP_WITHOUT_GPU();
+    const int n_head = 4, n_kv = 2, hd = 64, chunk = 8;
+    const float scale = 1.0f / std::sqrt(float(hd));
+    for (int n_pos : {1, 8, 9, 33, 40}) {
+        const std::vector<float> q = randoms(size_t(n_head * hd), 11),
+                                 k = randoms(size_t(n_pos) * n_kv * hd, 12), v = randoms(size_t(n_pos) * n_kv * hd, 13);
+        DeviceBuffer dq(q), dk(k), dv(v), dout(size_t(n_head * hd) * 4), dpos(std::vector<int32_t>{n_pos - 1}),
+            scratch(gpu::attention_scratch_bytes(n_head, hd));
+        gpu::prepare_attention(n_pos, hd);
+        gpu::attention(dq.f(), dk.f(), dv.f(), static_cast<const int32_t*>(dpos.p), n_head, n_kv, hd, scale,
+                       scratch.f(), dout.f(), nullptr, nullptr, {}, 1, 0, nullptr, chunk);
+        const int first = (n_pos - 1) - (n_pos - 1) % chunk;
+        std::vector<double> ref(size_t(n_head * hd));
+        for (int h = 0; h < n_head; h++) {
+            const int kvh = h / (n_head / n_kv);
+            std::vector<double> sc;
+            double mx = -INFINITY, sum = 0;
+            for (int p = first; p < n_pos; p++) {
+                double d = 0;
+                for (int i = 0; i < hd; i++) d += double(q[size_t(h * hd + i)]) * k[size_t((p * n_kv + kvh) * hd + i)];
+                sc.push_back(d * scale);
+                mx = std::max(mx, sc.back());
+            }
+            for (double& e : sc) sum += (e = std::exp(e - mx));
+            for (int i = 0; i < hd; i++) {
+                double acc = 0;
+                for (int p = first; p < n_pos; p++) acc += sc[size_t(p - first)] * v[size_t((p * n_kv + kvh) * hd + i)];
+                ref[size_t(h * hd + i)] = acc / sum;
+            }
+        }
+        EXPECT_LT(rel_err(dout.get<float>(), ref), 1e-5) << n_pos << " positions";
+    }
+    const int pos0 = 5, n = 20, rows = pos0 + n;
+    const int64_t Q = n_head * hd, KV = n_kv * hd;
+    std::vector<int32_t> pos(static_cast<size_t>(n));
+    for (int i = 0; i < n; i++) pos[size_t(i)] = pos0 + i;
+    DeviceBuffer dq(randoms(size_t(n * Q), 14)), kc(randoms(size_t(rows * KV), 15)), vc(randoms(size_t(rows * KV), 16)),
+        dpos(pos), out(size_t(n * Q) * 4), out1(size_t(n * Q) * 4),
+        scratch(size_t(n) * gpu::attention_scratch_bytes(n_head, hd));
+    const int32_t* p = static_cast<const int32_t*>(dpos.p);
+    gpu::prepare_attention(rows, hd);
+    gpu::attention(dq.f(), kc.f(), vc.f(), p, n_head, n_kv, hd, scale, scratch.f(), out.f(), nullptr, nullptr, {}, n, 0,
+                   nullptr, chunk);
+    for (int i = 0; i < n; i++) {
+        gpu::attention(dq.f() + i * Q, kc.f(), vc.f(), p + i, n_head, n_kv, hd, scale, scratch.f(), out1.f() + i * Q,
+                       nullptr, nullptr, {}, 1, 0, nullptr, chunk);
+    }
+    EXPECT_TRUE(same_bits(out.get<float>(), out1.get<float>()));
+}
+
+// Llama 4's expert inputs (each token's row times its routing weight) and
+// its unroped layers' q temperature.
+TEST(Kernels, WeightedRowsAndScaleBy) {
+    SKIP_WITHOUT_GPU();
+    const int n = 3, k = 2;
+    const int64_t width = 300;
+    const std::vector<float> x = randoms(size_t(n * width), 71), w = randoms(size_t(n * k), 72), f = randoms(size_t(n), 73);
+    DeviceBuffer dx(x), dw(w), df(f), out(size_t(n * k * width) * 4), dy(x);
+    gpu::weighted_rows(dx.f(), dw.f(), n, k, width, out.f(), nullptr);
+    gpu::scale_by(dy.f(), width, df.f(), nullptr, n);
+    std::vector<double> want, want_y;
+    for (int t = 0; t < n; t++) {
+        for (int r = 0; r < k; r++) {
+            for (int64_t i = 0; i < width; i++) want.push_back(double(w[size_t(t * k + r)] * x[size_t(t * width + i)]));
+        }
+        for (int64_t i = 0; i < width; i++) want_y.push_back(double(x[size_t(t * width + i)] * f[size_t(t)]));
+    }
+    EXPECT_EQ(rel_err(out.get<float>(), want), 0.0);
+    EXPECT_EQ(rel_err(dy.get<float>(), want_y), 0.0);
+}
+
 TEST(Kernels, SwigluMatchesOps) {
     SKIP_WITHOUT_GPU();
     const int64_t n = 3000;

@@ -52,8 +52,8 @@ std::unique_ptr<Session> open_gpu(const std::string& gguf, uint64_t gpu_mem, con
 }
 
 // The golden families whose DecoderSpec features all have GPU operations.
-const char* const kCovered[] = {"qwen3moe",  "olmoe",     "qwen2moe",       "mixtral",  "glm4moe", "minimax-m2",
-                                "gpt-oss",   "qwen35moe", "qwen3next",      "deepseek3", "deepseek2-lite"};
+const char* const kCovered[] = {"qwen3moe",  "olmoe",     "qwen2moe",  "mixtral",   "glm4moe",        "minimax-m2",
+                                "gpt-oss",   "qwen35moe", "qwen3next", "deepseek3", "deepseek2-lite", "llama4"};
 
 // Their files of types the kernels take (F32, F16, Q8_0, the K-quants but
 // Q2_K and Q3_K, and MXFP4 experts beside Q8_0).
@@ -177,7 +177,6 @@ TEST(GpuOpen, CoversSpecFamiliesAndNamesWhatOthersLack) {
         }
     }
     const std::pair<const char*, const char*> refused[] = {
-        {"llama4", "chunked attention"},
         {"glm-dsa", "sparse-attention indexer"},
         {"gemma4", "a forward pass of its own"},
         {"deepseek4", "a forward pass of its own"},
@@ -238,13 +237,15 @@ TEST_P(GpuStreaming, FewVramSlotsMatchResidentBitForBit) {
 // About 4 of qwen3moe's 24 experts (of about 120 KiB), 5 of glm4moe's 16 (of
 // 13 KiB), 4 of gpt-oss's 8 (of 7 KiB; biases found by id in streamed slots),
 // 4 of qwen35moe's 8 (of 13 KiB; the recurrent layers' states carried on),
-// about 7 of deepseek3's 16 (top 4 of group-limited sigmoid routing, MLA).
+// about 7 of deepseek3's 16 (top 4 of group-limited sigmoid routing, MLA),
+// about 4 of llama4's 16 (of 7 KiB; the routing weight on each expert's input).
 INSTANTIATE_TEST_SUITE_P(Files, GpuStreaming,
                          ::testing::Values(std::pair<const char*, uint64_t>{"qwen3moe-Q4_K_M", uint64_t(512) << 10},
                                            std::pair<const char*, uint64_t>{"glm4moe-Q8_0", uint64_t(64) << 10},
                                            std::pair<const char*, uint64_t>{"gpt-oss-MXFP4_MOE", uint64_t(32) << 10},
                                            std::pair<const char*, uint64_t>{"qwen35moe-Q8_0", uint64_t(56) << 10},
-                                           std::pair<const char*, uint64_t>{"deepseek3-Q8_0", uint64_t(96) << 10}),
+                                           std::pair<const char*, uint64_t>{"deepseek3-Q8_0", uint64_t(96) << 10},
+                                           std::pair<const char*, uint64_t>{"llama4-Q8_0", uint64_t(32) << 10}),
                          [](const auto& i) { return golden::identifier(i.param.first); });
 
 }  // namespace

@@ -109,6 +109,29 @@ if step mla; then
   echo "mla done at $((SECONDS - T0)) s"
   pack
 fi
+if step l4; then
+  # Llama 4 Scout's shape (chunked / unroped attention, 16 experts top-1 on weighted inputs, a shared expert), cut to 12 of 48 layers.
+  M=/tmp/l4.gguf
+  t0=$SECONDS; $ms synth --preset llama4-scout --layers 12 -o $M 2>&1 | tail -1; echo "synth $((SECONDS-t0)) s"; ls -la $M
+  A="-f $W/prompt.txt --ignore-eos --seed 3 --temp 0.8 --mem 32G --io buffered"
+  run l4_res $A -n 128 --gpu auto
+  run l4_pp512 --ignore-eos --seed 3 --temp 0 --mem 32G --io buffered -c 4096 --random-prompt 512 -n 16 --gpu auto
+  MOESTREAM_GPU_BATCH=0 run l4_pp512_tokens --ignore-eos --seed 3 --temp 0 --mem 32G --io buffered -c 4096 --random-prompt 512 -n 16 --gpu auto
+  cmp $O/l4_pp512.txt $O/l4_pp512_tokens.txt && echo "l4 pp512: one pass and token by token give the same text"
+  run l4_gm8 $A -n 128 --gpu auto --gpu-mem 4G
+  run l4_cpu $A -n 16 --gpu off -t 16
+  cmp $O/l4_res.txt $O/l4_gm8.txt && echo "l4: --gpu-mem 4G gives the resident text"
+  rm -f $M
+  L=/tmp/l_l4.gguf
+  $ms synth --preset llama4-scout --layers 4 -o $L 2>&1 | tail -1
+  P="Machines that stream experts from a drive are judged by what they read."
+  $ms logits -m $L -p "$P" -o /tmp/l_cpu --gpu off -n 8 > $O/logits_cpu_l4.txt 2>&1
+  $ms logits -m $L -p "$P" -o /tmp/l_gpu --gpu auto -n 8 --compare /tmp/l_cpu > $O/logits_gpu_l4.txt 2>&1
+  echo "== llama4-scout (4 layers): GPU vs CPU"; tail -2 $O/logits_gpu_l4.txt
+  rm -f $L
+  echo "l4 done at $((SECONDS - T0)) s"
+  pack
+fi
 if step q30prof; then
   # Where a resident decode token's time goes: the stage profile (kernels
   # launched one by one), graphs off, and graphs with launches not overlapped.

@@ -317,9 +317,11 @@ void route_sigmoid_topk(const float* logits, const float* selection_bias, int n_
 // n_rot rope dims of each of q's n_head heads (q_head floats apart, from
 // q_rope_at on) and of the compressed row's k_pe (from row_rope_at on)
 // rotated by cos_sin (neox or adjacent pairs, as rope_store), then the
-// row (row_width floats) written into row *pos of cache.
+// row (row_width floats) written into row *pos of cache. n > 1: n tokens
+// (q, row and cos_sin n rows) into rows *pos .. *pos + n - 1.
 void mla_rope_store(float* q, int n_head, int q_head, int q_rope_at, float* row, int row_width, int row_rope_at,
-                    int n_rot, bool neox, const float* cos_sin, float* cache, const int32_t* pos, Stream s);
+                    int n_rot, bool neox, const float* cos_sin, float* cache, const int32_t* pos, Stream s,
+                    int n = 1);
 
 // Gated attention (Qwen3.5, Qwen3-Next): the q matrix gives per head
 // [q | gate] (qg: n rows of 2 n_head head_dim). split_gated_q copies the

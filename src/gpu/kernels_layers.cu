@@ -146,6 +146,11 @@ __global__ void mla_rope_store_kernel(float* q, int n_head, int q_head, int q_ro
                                       int row_rope_at, int n_rot, bool neox, const float* cos_sin, float* cache,
                                       const int32_t* pos) {
     chain_start();
+    // Prefill: blockIdx.y is the token, at position *pos + blockIdx.y.
+    const int64_t t = blockIdx.y;
+    q += t * n_head * q_head;
+    row += t * row_width;
+    cos_sin += t * n_rot;
     const bool is_q = int(blockIdx.x) < n_head;
     float* v = is_q ? q + int64_t(blockIdx.x) * q_head + q_rope_at : row + row_rope_at;
     const int half = n_rot / 2;
@@ -158,19 +163,19 @@ __global__ void mla_rope_store_kernel(float* q, int n_head, int q_head, int q_ro
     }
     if (is_q) return;
     __syncthreads();
-    float* dst = cache + int64_t(*pos) * row_width;
+    float* dst = cache + (*pos + t) * row_width;
     for (int i = threadIdx.x; i < row_width; i += blockDim.x) dst[i] = row[i];
 }
 
 }  // namespace
 
 void mla_rope_store(float* q, int n_head, int q_head, int q_rope_at, float* row, int row_width, int row_rope_at,
-                    int n_rot, bool neox, const float* cos_sin, float* cache, const int32_t* pos, Stream s) {
+                    int n_rot, bool neox, const float* cos_sin, float* cache, const int32_t* pos, Stream s, int n) {
     if (n_rot % 2 != 0 || q_rope_at + n_rot > q_head || row_rope_at + n_rot > row_width) {
         throw std::runtime_error("CUDA mla_rope_store: n_rot even, inside the heads and the row");
     }
-    launch("mla_rope_store", mla_rope_store_kernel, unsigned(n_head + 1), 64, 0, native(s), q, n_head, q_head, q_rope_at,
-           row, row_width, row_rope_at, n_rot, neox, cos_sin, cache, pos);
+    launch("mla_rope_store", mla_rope_store_kernel, dim3(unsigned(n_head + 1), unsigned(n)), 64, 0, native(s), q, n_head,
+           q_head, q_rope_at, row, row_width, row_rope_at, n_rot, neox, cos_sin, cache, pos);
 }
 
 void add(float* y, const float* b, int64_t n, Stream s, int rows) {

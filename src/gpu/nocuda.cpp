@@ -102,7 +102,8 @@ void rope_store(float*, const float*, const float*, int, int, int, int, bool, co
 void route_sigmoid_topk(const float*, const float*, int, int, bool, float, int32_t*, float*, Stream, int, int, int) {
     absent();
 }
-void mla_rope_store(float*, int, int, int, float*, int, int, int, bool, const float*, float*, const int32_t*, Stream) {
+void mla_rope_store(float*, int, int, int, float*, int, int, int, bool, const float*, float*, const int32_t*, Stream,
+                    int) {
     absent();
 }
 void copy_rows(void*, size_t, const void*, size_t, size_t, size_t, Stream) { absent(); }

@@ -56,6 +56,12 @@ struct PrefillRows {
     // logits, the recurrence's output and its 8-bit rows.
     DeviceMemory dn_qkv, dn_conv, dn_z, dn_ba, dn_o, dn_o8;
     DeviceMemory kt, vt;  // q/k norms after RoPE: the rotated k rows (and v rows) before they are cached
+    // Multi-head latent attention, as GpuState's for cap tokens (mla_c: the
+    // compressed rows' latent parts, normed), and the head tiles: each
+    // head's tokens as gpu::ExpertTiles over the heads' k_b and v_b.
+    DeviceMemory mla_qa, mla_qa8, mla_q, mla_ckv, mla_c, mla_qn, mla_qn8, mla_lat, mla_lat8, mla_qlat, mla_att, mla_o,
+        mla_o8, mla_tiles;
+    std::vector<int32_t> host_mla_tiles;
     // Llama 4: each (token, expert) pair's input row, weighted, and 8-bit;
     // routing weights of 1 for the sum (the weights scaled the inputs).
     DeviceMemory xs, xs8, ones;
@@ -626,8 +632,7 @@ public:
         st->layer_ids = DeviceMemory(size_t(n_run_) * K * 4);
         st->host_layer_ids = static_cast<int32_t*>(gpu::alloc_pinned(size_t(n_run_) * K * 4));
         st->host_bytes = (E + size_t(rope_.n_rot) + 2 + 2 * K + size_t(c.n_vocab)) * 4 + K * sizeof(uint8_t*);
-        // MLA prefills token by token (no batched MLA operations yet).
-        if (batch_wanted_ && o.max_batch > 1 && !mla()) st->host_bytes += new_prefill_rows(st->prefill, o.max_batch);
+        if (batch_wanted_ && o.max_batch > 1) st->host_bytes += new_prefill_rows(st->prefill, o.max_batch);
         return st;
     }
 
@@ -657,7 +662,28 @@ public:
         b.att = DeviceMemory(T * Q * 4);
         b.att8 = DeviceMemory(T * gpu::act_bytes(int64_t(Q)));
         const size_t att_rows = size_t(std::min(cap, kAttentionRows));
-        b.att_part = DeviceMemory(att_rows * gpu::attention_scratch_bytes(c.n_head, c.head_dim));
+        b.att_part = DeviceMemory(att_rows * (mla() ? gpu::attention_scratch_bytes(mla_shape_.n_head, mla_shape_.row())
+                                                    : gpu::attention_scratch_bytes(c.n_head, c.head_dim)));
+        if (mla()) {
+            const MlaShape& m = mla_shape_;
+            const size_t H = size_t(m.n_head);
+            b.mla_qa = DeviceMemory(T * size_t(std::max(m.q_lora, 1)) * 4);
+            b.mla_qa8 = DeviceMemory(T * gpu::act_bytes(std::max(m.q_lora, 32)));
+            b.mla_q = DeviceMemory(T * H * size_t(m.q_head()) * 4);
+            b.mla_ckv = DeviceMemory(T * size_t(m.row()) * 4);
+            b.mla_c = DeviceMemory(T * size_t(m.kv_lora) * 4);
+            b.mla_qn = DeviceMemory(T * H * size_t(m.nope) * 4);
+            b.mla_qn8 = DeviceMemory(T * H * gpu::act_bytes(m.nope));
+            b.mla_lat = DeviceMemory(T * H * size_t(m.kv_lora) * 4);
+            b.mla_lat8 = DeviceMemory(T * H * gpu::act_bytes(m.kv_lora));
+            b.mla_qlat = DeviceMemory(T * H * size_t(m.row()) * 4);
+            b.mla_att = DeviceMemory(T * H * size_t(m.row()) * 4);
+            b.mla_o = DeviceMemory(T * H * size_t(m.v) * 4);
+            b.mla_o8 = DeviceMemory(T * gpu::act_bytes(int64_t(H) * m.v));
+            const size_t tiles = H * ((T + gpu::kExpertTile - 1) / gpu::kExpertTile);
+            b.mla_tiles = DeviceMemory((3 * tiles + 2 * T * H) * 4);
+            b.host_mla_tiles.resize(3 * tiles + 2 * T * H);
+        }
         b.router = DeviceMemory(T * size_t(c.n_expert) * 4);
         b.ids = DeviceMemory(T * K * 4);
         b.weights = DeviceMemory(T * K * 4);
@@ -1027,6 +1053,87 @@ private:
         gpu::matvec_experts(l.wv_b.type, d.mla_v_b, nullptr, int(H), 0, m.v, L, {lat, lat8}, L, o, s);
         void* o8 = quantize(o, 1, H * m.v, st.mla_o8.data());
         gpu::matvec(l.wo.type, d.wo, E, H * m.v, {o, o8}, st.x.f32(), s, true);
+    }
+
+    // Prefill's MLA head products as expert tiles: head h's pairs are the n
+    // tokens' rows t * n_head + h (read and written), in tiles of up to
+    // kExpertTile, so matmul_experts runs each head's k_b (v_b) over its
+    // rows with decode's lanes and order (bit for bit its matvec_experts).
+    gpu::ExpertTiles mla_head_tiles(PrefillRows& b, int n) const {
+        const int H = mla_shape_.n_head;
+        const size_t tile_ints = 3 * size_t(H) * ((size_t(b.cap) + gpu::kExpertTile - 1) / gpu::kExpertTile);
+        int32_t* tiles = b.host_mla_tiles.data();
+        int32_t* rows = tiles + tile_ints;
+        int n_tiles = 0;
+        for (int h = 0; h < H; h++) {
+            for (int t = 0; t < n; t++) rows[h * n + t] = t * H + h;
+            for (int j = 0; j < n; j += gpu::kExpertTile) {
+                int32_t* tl = tiles + 3 * n_tiles++;
+                tl[0] = h;
+                tl[1] = h * n + j;
+                tl[2] = std::min(gpu::kExpertTile, n - j);
+            }
+        }
+        int32_t* dev = reinterpret_cast<int32_t*>(b.mla_tiles.data());
+        gpu::copy_to_device(dev, tiles, size_t(3 * n_tiles) * 4, compute_);
+        gpu::copy_to_device(dev + tile_ints, rows, size_t(n) * size_t(H) * 4, compute_);
+        return {dev, n_tiles, dev + tile_ints, dev + tile_ints};
+    }
+
+    // mla_attend over the n tokens of a prefill pass (b's rows), each
+    // output bit for bit mla_attend's: the same kernels' batched forms (the
+    // heads' k_b and v_b through `heads`), the compressed rows' latent
+    // parts normed in a contiguous copy, as decode norms its one row.
+    void mla_rows(GpuState& st, int il, int n, gpu::Act xb, const float* cos_sin, const int32_t* pos,
+                  const gpu::ExpertTiles& heads) const {
+        PrefillRows& b = st.prefill;
+        const ModelConfig& c = config_;
+        const MlaShape& m = mla_shape_;
+        const MlaLayer& l = mla_[size_t(il)];
+        const DeviceLayer& d = device_[size_t(il)];
+        const gpu::Stream s = compute_;
+        const int64_t E = c.n_embd, H = m.n_head, QH = m.q_head(), R = m.row(), L = m.kv_lora;
+        float* q = b.mla_q.f32();
+        float* row = b.mla_ckv.f32();
+        if (!l.wq.empty()) {
+            gpu::matmul(l.wq.type, d.mla_wq, H * QH, E, n, xb, q, s, false, 0);
+            gpu::matmul(l.wkv_a.type, d.mla_wkv_a, R, E, n, xb, row, s, false, 0);
+        } else {
+            float* qa = b.mla_qa.f32();
+            gpu::matmul(l.wq_a.type, d.mla_wq_a, m.q_lora, E, n, xb, qa, s, false, 0);
+            gpu::matmul(l.wkv_a.type, d.mla_wkv_a, R, E, n, xb, row, s, false, 0);
+            void* qa8 = act8(m.q_lora) ? b.mla_qa8.data() : nullptr;
+            gpu::rms_norm(qa, d.mla_q_a_norm, n, m.q_lora, c.rms_eps, qa, s, qa8);
+            gpu::matmul(l.wq_b.type, d.mla_wq_b, H * QH, m.q_lora, n, {qa, qa8}, q, s, false, 1);
+        }
+        float* lc = b.mla_c.f32();
+        gpu::copy_rows(lc, size_t(L) * 4, row, size_t(R) * 4, size_t(L) * 4, size_t(n), s);
+        gpu::rms_norm(lc, d.mla_kv_a_norm, n, L, c.rms_eps, lc, s);
+        gpu::copy_rows(row, size_t(R) * 4, lc, size_t(L) * 4, size_t(L) * 4, size_t(n), s);
+        float* cache = k_rows(st, il);
+        gpu::mla_rope_store(q, int(H), int(QH), m.nope, row, int(R), int(L), m.rope, rope_.neox, cos_sin, cache, pos,
+                            s, n);
+        float* qn = b.mla_qn.f32();
+        float* lat = b.mla_lat.f32();
+        float* qlat = b.mla_qlat.f32();
+        const size_t HN = size_t(n) * size_t(H);
+        gpu::copy_rows(qn, size_t(m.nope) * 4, q, size_t(QH) * 4, size_t(m.nope) * 4, HN, s);
+        void* qn8 = quantize(qn, int64_t(HN), m.nope, b.mla_qn8.data());
+        gpu::matmul_experts(l.wk_b.type, d.mla_k_b, heads, 0, L, m.nope, {qn, qn8}, lat, s, int(H));
+        gpu::copy_rows(qlat, size_t(R) * 4, lat, size_t(L) * 4, size_t(L) * 4, HN, s);
+        gpu::copy_rows(qlat + L, size_t(R) * 4, q + m.nope, size_t(QH) * 4, size_t(m.rope) * 4, HN, s);
+        float* att = b.mla_att.f32();
+        for (int a0 = 0; a0 < n; a0 += kAttentionRows) {
+            const int na = std::min(kAttentionRows, n - a0);
+            gpu::attention(qlat + int64_t(a0) * H * R, cache, cache, pos + a0, int(H), 1, int(R), m.scale,
+                           b.att_part.f32(), att + int64_t(a0) * H * R, s, nullptr, {}, na);
+        }
+        gpu::copy_rows(lat, size_t(L) * 4, att, size_t(R) * 4, size_t(L) * 4, HN, s);
+        void* lat8 = quantize(lat, int64_t(HN), L, b.mla_lat8.data());
+        float* o = b.mla_o.f32();
+        gpu::matmul_experts(l.wv_b.type, d.mla_v_b, heads, 0, m.v, L, {lat, lat8}, o, s, int(H));
+        void* o8 = quantize(o, n, H * m.v, b.mla_o8.data());
+        gpu::matmul(l.wo.type, d.wo, E, H * m.v, n, {o, o8}, b.x.f32(), s, true, 1);
     }
 
     // Positions into q and k for n tokens where the q/k norms are not per
@@ -1409,6 +1516,7 @@ private:
             if (prof) prof->mark(stage, bytes, s);
         };
         if (prof) prof->begin(s);
+        const gpu::ExpertTiles head_tiles = mla() ? mla_head_tiles(b, n) : gpu::ExpertTiles{};
         for (int il = 0; il < n_run_; il++) {
             const AttentionLayer& a = attn_[size_t(il)];
             const FfnLayer& m = ffn_[size_t(il)];
@@ -1419,6 +1527,9 @@ private:
                                         b.dn_o8.data()},
                                n, {xb, xb8}, x);
                 mark(StageProfile::kAttention, deltanet_[size_t(il)].weight_bytes());
+            } else if (mla()) {
+                mla_rows(st, il, n, {xb, xb8}, cos_sin, pos, head_tiles);
+                mark(StageProfile::kAttention, mla_[size_t(il)].weight_bytes());
             } else {
                 float* kc = k_rows(st, il);
                 float* vc = v_rows(st, il);

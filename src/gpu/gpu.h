@@ -1,8 +1,9 @@
 // The CUDA backend's interface, in plain C++ (no CUDA header): whether a
 // device is usable, device and pinned memory, streams and events, and the
 // kernels the GPU forward pass runs (quantized matrix-vector products, norms,
-// RoPE, attention over a KV cache, SwiGLU, softmax top-k routing). Built from
-// kernels.cu + device.cpp where nvcc is present (MOESTREAM_CUDA), else from
+// RoPE, attention over a KV cache, SwiGLU, softmax top-k routing, and the
+// other families' operations). Built from kernels.cu, kernels_layers.cu,
+// kernels_deltanet.cu + device.cpp where nvcc is present (MOESTREAM_CUDA), else from
 // nocuda.cpp, whose available() says why there is no GPU. The CUDA runtime is
 // linked statically and opens the driver at run time, so a binary built with
 // CUDA still runs, on the CPU, where no driver or device is present.

@@ -9,12 +9,16 @@
 // misses copied as one batch on a copy stream. Prefill: up to --ubatch
 // tokens through each layer at once, every expert the pass uses read and
 // copied once, the logits and KV rows bit for bit those of token-by-token
-// decoding. Covers plain grouped-query attention (q/k/v and output biases,
-// q/k RMSNorm per head or whole, NeoX or adjacent-pair RoPE on some or all
-// dims), softmax or sigmoid routing (selection and router biases,
-// renormalized, scaled), dense lead or interleaved layers, shared experts
-// (gated or not), SwiGLU; weights F32/F16/Q8_0/Q4_K/Q5_K/Q6_K/MXFP4. Other
-// features are refused at open, by name.
+// decoding. Covers grouped-query attention (q/k/v and output biases, q/k
+// RMSNorm per head, whole or after RoPE, NeoX or adjacent-pair RoPE on some
+// or all dims, sliding windows, chunks, sink logits, unroped layers with a
+// temperature, gated heads), multi-head latent attention, Gated DeltaNet
+// layers, softmax, softmax-over-chosen or sigmoid routing (selection and
+// router biases, groups, renormalized, scaled), dense lead or interleaved
+// layers, shared experts (gated or not), SwiGLU or gpt-oss's clamped
+// activation, expert biases, weighted expert inputs; weights
+// F32/F16/Q8_0/Q4_K/Q5_K/Q6_K/MXFP4. Other features (the sparse-attention
+// indexer) are refused at open, by name.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -328,6 +328,35 @@ struct Unit<GgmlType::F16> {
     }
 };
 
+// BF16: F16's layout; a value is the high half of a float's bits.
+template <>
+struct Unit<GgmlType::BF16> {
+    static constexpr int kWeights = 256, kBytes = 256 * 2;
+    static constexpr bool kTail = true;
+    using X = Unit<GgmlType::F32>::X;
+    __device__ static X load(const float* x, int64_t ib, int p) { return Unit<GgmlType::F32>::load(x, ib, p); }
+    __device__ static float dot(const uint8_t* block, int p, const X& v) {
+        const uint4* w = reinterpret_cast<const uint4*>(block) + p * 4;
+        float s = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint4 a = w[j];
+            const uint32_t h[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const uint32_t lo = h[2 * k], hi = h[2 * k + 1];
+                const float4 xv = v.v[2 * j + k];
+                s += __uint_as_float(lo << 16) * xv.x + __uint_as_float(lo & 0xFFFF0000u) * xv.y +
+                     __uint_as_float(hi << 16) * xv.z + __uint_as_float(hi & 0xFFFF0000u) * xv.w;
+            }
+        }
+        return s;
+    }
+    __device__ static float weight(const uint8_t* row, int64_t i) {
+        return __uint_as_float(uint32_t(reinterpret_cast<const uint16_t*>(row)[i]) << 16);
+    }
+};
+
 // 8-bit activations (gpu.h's act_bytes layout): a row of n values holds
 // its Q8_K values (n bytes), its Q8_0 values (n bytes), the Q8_K scales (a
 // float per 256) and the Q8_0 scales (a float per 32, each an fp16 value).
@@ -552,7 +581,7 @@ struct UnitQ<GgmlType::MXFP4> {
 };
 
 template <GgmlType T>
-constexpr bool kQuantized = T != GgmlType::F32 && T != GgmlType::F16;
+constexpr bool kQuantized = T != GgmlType::F32 && T != GgmlType::F16 && T != GgmlType::BF16;
 
 // Lane `lane`'s share, for each of R rows w[r] and each of NT inputs x[t],
 // of dot(row, x[t]) over `cols` weights: lane groups of 8 take blocks ib =
@@ -794,6 +823,7 @@ __global__ void __launch_bounds__(32 * kWarps) matvec_multi_kernel(const MultiAr
     switch (g.type) {
         case GgmlType::F32: segment_rows<GgmlType::F32, false>(g, a, block); break;
         case GgmlType::F16: segment_rows<GgmlType::F16, false>(g, a, block); break;
+        case GgmlType::BF16: segment_rows<GgmlType::BF16, false>(g, a, block); break;
         case GgmlType::Q8_0: segment_rows<GgmlType::Q8_0, Q>(g, a, block); break;
         case GgmlType::Q4_K: segment_rows<GgmlType::Q4_K, Q>(g, a, block); break;
         case GgmlType::Q5_K: segment_rows<GgmlType::Q5_K, Q>(g, a, block); break;
@@ -1060,6 +1090,7 @@ void launch_batch(const char* what, BatchArgs a, unsigned n_tiles, cudaStream_t 
     switch (t) {                                                  \
         case GgmlType::F32: CALL(GgmlType::F32); break;           \
         case GgmlType::F16: CALL(GgmlType::F16); break;           \
+        case GgmlType::BF16: CALL(GgmlType::BF16); break;         \
         case GgmlType::Q8_0: CALL(GgmlType::Q8_0); break;         \
         case GgmlType::Q4_K: CALL(GgmlType::Q4_K); break;         \
         case GgmlType::Q5_K: CALL(GgmlType::Q5_K); break;         \
@@ -1392,6 +1423,7 @@ bool supports(GgmlType t) {
     switch (t) {
         case GgmlType::F32:
         case GgmlType::F16:
+        case GgmlType::BF16:
         case GgmlType::Q8_0:
         case GgmlType::Q4_K:
         case GgmlType::Q5_K:

@@ -88,6 +88,14 @@ std::vector<uint8_t> random_rows(GgmlType t, int64_t rows, int64_t cols, uint32_
                 break;
             }
             case GgmlType::F16: set_half(b); break;
+            case GgmlType::BF16: {
+                const float f = scale(rng) * 50 - 0.5f;
+                uint32_t u;
+                memcpy(&u, &f, 4);
+                const uint16_t h = uint16_t(u >> 16);
+                memcpy(b, &h, 2);
+                break;
+            }
             case GgmlType::Q8_0: set_half(b); break;
             case GgmlType::Q4_K:
             case GgmlType::Q5_K: set_half(b), set_half(b + 2); break;  // d, dmin
@@ -328,8 +336,8 @@ TEST_P(Matvec, ExpertBiasesAndClampedActivation) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, Matvec,
-                         ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K,
-                                           GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4),
+                         ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
+                                           GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
 // Three matrices of different types and row counts in one launch (q, k, v).
@@ -902,7 +910,7 @@ class Prefill : public ::testing::TestWithParam<GgmlType> {};
 TEST_P(Prefill, MatmulMatchesMatvecBitForBit) {
     SKIP_WITHOUT_GPU();
     const GgmlType t = GetParam();
-    const bool q8 = t != GgmlType::F32 && t != GgmlType::F16;
+    const bool q8 = t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16;
     const int n = 13;  // a tile of 8 and a partial one
     // 37 rows: four warps share each row pair in matvec's launch; 2201: one.
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {2201, 512}}) {
@@ -950,7 +958,7 @@ struct Tiles {
 TEST_P(Prefill, ExpertTilesMatchOneTokenKernelsBitForBit) {
     SKIP_WITHOUT_GPU();
     const GgmlType t = GetParam();
-    const bool q8 = t != GgmlType::F32 && t != GgmlType::F16;
+    const bool q8 = t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16;
     const int64_t n_ff = 256, d = 512;
     const int n_expert = 5, k = 3, n = 11;
     const ExpertSlots ex(t, n_ff, d, n_expert, 900);
@@ -1020,8 +1028,8 @@ TEST_P(Prefill, ExpertTilesMatchOneTokenKernelsBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, Prefill,
-                         ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K,
-                                           GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4),
+                         ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
+                                           GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
 // n tokens at positions pos0 .. pos0 + n - 1 after pos0 cached rows: q/k

@@ -55,14 +55,14 @@ std::unique_ptr<Session> open_gpu(const std::string& gguf, uint64_t gpu_mem, con
 const char* const kCovered[] = {"qwen3moe",  "olmoe",     "qwen2moe",  "mixtral",   "glm4moe",        "minimax-m2",
                                 "gpt-oss",   "qwen35moe", "qwen3next", "deepseek3", "deepseek2-lite", "llama4"};
 
-// Their files of types the kernels take (F32, F16, Q8_0, the K-quants but
-// Q2_K and Q3_K, and MXFP4 experts beside Q8_0).
+// Their files of types the kernels take (F32, F16, BF16, Q8_0, the K-quants
+// but Q2_K and Q3_K, and MXFP4 experts beside Q8_0).
 std::vector<std::string> covered_files() {
     std::vector<std::string> out;
     for (const char* f : kCovered) {
         for (const std::string& m : golden::family(f)) {
             const std::string type = m.substr(std::string(f).size() + 1);
-            for (const char* t : {"F32", "F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "MXFP4_MOE"}) {
+            for (const char* t : {"F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "MXFP4_MOE"}) {
                 if (type == t) out.push_back(m);
             }
         }
@@ -113,12 +113,12 @@ void check_golden(const std::string& name, bool exact) {
 }
 
 // The default: quantized weights meet 8-bit activations, as in the
-// reference's own run, so its logits are the reference; F32 and F16
-// weights read float32 activations, so exact/ is.
+// reference's own run, so its logits are the reference; F32, F16 and
+// BF16 weights read float32 activations, so exact/ is.
 TEST_P(GpuGolden, LogitsAndGreedyTokens) {
     std::string why;
     if (!gpu::available(&why)) GTEST_SKIP() << why;
-    check_golden(GetParam(), is_type(GetParam(), "F16"));
+    check_golden(GetParam(), is_type(GetParam(), "F16") || is_type(GetParam(), "BF16"));
 }
 
 // MOESTREAM_GPU_EXACT=1: float32 activations throughout, against exact/.

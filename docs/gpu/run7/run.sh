@@ -112,6 +112,20 @@ if step mla; then
   echo "mla done at $((SECONDS - T0)) s"
   pack
 fi
+if step mla2; then
+  # call 7: the MLA prefill passes (and the decode graph captured after a pass), on the deepseek-v3 cut.
+  M=/tmp/ds3.gguf
+  t0=$SECONDS; $ms synth --preset deepseek-v3 --layers 6 -o $M 2>&1 | tail -1; echo "synth $((SECONDS-t0)) s"
+  A="-f $W/prompt.txt --ignore-eos --seed 3 --temp 0.8 --mem 48G --io buffered"
+  run ds3_res $A -n 128 --gpu auto
+  run ds3_pp512 --ignore-eos --seed 3 --temp 0 --mem 48G --io buffered -c 4096 --random-prompt 512 -n 16 --gpu auto
+  MOESTREAM_GPU_BATCH=0 run ds3_pp512_tokens --ignore-eos --seed 3 --temp 0 --mem 48G --io buffered -c 4096 --random-prompt 512 -n 16 --gpu auto
+  cmp $O/ds3_pp512.txt $O/ds3_pp512_tokens.txt && echo "ds3 pp512: one pass and token by token give the same text"
+  run ds3_gm8 $A -n 64 --gpu auto --gpu-mem 8G
+  cmp <(head -c 300 $O/ds3_res.txt) <(head -c 300 $O/ds3_gm8.txt) && echo "ds3: --gpu-mem 8G gives the resident text (first 300 bytes)"
+  rm -f $M
+  pack
+fi
 if step l4; then
   # Llama 4 Scout's shape (chunked / unroped attention, 16 experts top-1 on weighted inputs, a shared expert), cut to 12 of 48 layers.
   M=/tmp/l4.gguf

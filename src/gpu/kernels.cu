@@ -1437,9 +1437,14 @@ size_t act_bytes(int64_t width) { return act_row_bytes(width); }
 
 void quantize_act(const float* x, int64_t rows, int64_t width, void* act, Stream s) {
     if (width % 32 != 0) throw std::runtime_error("CUDA quantize_act: a width of 32s");
-    const dim3 grid(blocks((width + 255) / 256, 4), unsigned(rows));
-    launch("quantize_act", quantize_act_kernel, grid, 128, 0, native(s), x, width, static_cast<uint8_t*>(act),
-           act_row_bytes(width));
+    // A launch a run of up to 65535 rows (the grid's y limit; MLA's prefill
+    // quantizes a row a token and head).
+    constexpr int64_t kMaxRows = 65535;
+    for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
+        const dim3 grid(blocks((width + 255) / 256, 4), unsigned(std::min(kMaxRows, rows - r0)));
+        launch("quantize_act", quantize_act_kernel, grid, 128, 0, native(s), x + r0 * width, width,
+               static_cast<uint8_t*>(act) + size_t(r0) * act_row_bytes(width), act_row_bytes(width));
+    }
 }
 
 namespace {

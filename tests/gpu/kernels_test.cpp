@@ -419,6 +419,13 @@ TEST(Kernels, QuantizeActMatchesCpu) {
     const std::vector<uint8_t> nact = dact.get<uint8_t>();
     for (int64_t r = 0; r < rows; r++)
         expect_same_quantization(nact.data() + size_t(r) * gpu::act_bytes(n), out.data() + r * n, n, "rms_norm");
+    // More rows than a launch's grid takes (MLA's prefill: a row a token and head).
+    const int64_t many = 70000, w32 = 256;
+    const std::vector<float> y = randoms(size_t(many * w32), 53);
+    DeviceBuffer dy(y);
+    const std::vector<uint8_t> ya = gpu_act(dy, many, w32)->get<uint8_t>();
+    for (int64_t r : {int64_t(0), int64_t(65534), int64_t(65535), many - 1})
+        expect_same_quantization(ya.data() + size_t(r) * gpu::act_bytes(w32), y.data() + r * w32, w32, "many rows");
 }
 
 class Matvec8 : public ::testing::TestWithParam<GgmlType> {};

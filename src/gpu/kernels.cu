@@ -300,8 +300,11 @@ struct Unit<GgmlType::F32> {
     __device__ static float weight(const uint8_t* row, int64_t i) { return reinterpret_cast<const float*>(row)[i]; }
 };
 
-template <>
-struct Unit<GgmlType::F16> {
+// The 2-byte float types: F32's lanes and loads, a block's 256 values read
+// as words of two, which Half turns into floats (pair) and one value
+// (one) for the row's tail.
+template <class Half>
+struct Unit16 {
     static constexpr int kWeights = 256, kBytes = 256 * 2;
     static constexpr bool kTail = true;
     using X = Unit<GgmlType::F32>::X;
@@ -315,8 +318,7 @@ struct Unit<GgmlType::F16> {
             const uint32_t h[4] = {a.x, a.y, a.z, a.w};
 #pragma unroll
             for (int k = 0; k < 2; k++) {
-                const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&h[2 * k]));
-                const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&h[2 * k + 1]));
+                const float2 lo = Half::pair(h[2 * k]), hi = Half::pair(h[2 * k + 1]);
                 const float4 xv = v.v[2 * j + k];
                 s += lo.x * xv.x + lo.y * xv.y + hi.x * xv.z + hi.y * xv.w;
             }
@@ -324,38 +326,25 @@ struct Unit<GgmlType::F16> {
         return s;
     }
     __device__ static float weight(const uint8_t* row, int64_t i) {
-        return __half2float(reinterpret_cast<const __half*>(row)[i]);
+        return Half::one(reinterpret_cast<const uint16_t*>(row)[i]);
     }
 };
 
-// BF16: F16's layout; a value is the high half of a float's bits.
-template <>
-struct Unit<GgmlType::BF16> {
-    static constexpr int kWeights = 256, kBytes = 256 * 2;
-    static constexpr bool kTail = true;
-    using X = Unit<GgmlType::F32>::X;
-    __device__ static X load(const float* x, int64_t ib, int p) { return Unit<GgmlType::F32>::load(x, ib, p); }
-    __device__ static float dot(const uint8_t* block, int p, const X& v) {
-        const uint4* w = reinterpret_cast<const uint4*>(block) + p * 4;
-        float s = 0;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const uint4 a = w[j];
-            const uint32_t h[4] = {a.x, a.y, a.z, a.w};
-#pragma unroll
-            for (int k = 0; k < 2; k++) {
-                const uint32_t lo = h[2 * k], hi = h[2 * k + 1];
-                const float4 xv = v.v[2 * j + k];
-                s += __uint_as_float(lo << 16) * xv.x + __uint_as_float(lo & 0xFFFF0000u) * xv.y +
-                     __uint_as_float(hi << 16) * xv.z + __uint_as_float(hi & 0xFFFF0000u) * xv.w;
-            }
-        }
-        return s;
-    }
-    __device__ static float weight(const uint8_t* row, int64_t i) {
-        return __uint_as_float(uint32_t(reinterpret_cast<const uint16_t*>(row)[i]) << 16);
-    }
+struct F16Half {
+    __device__ static float2 pair(uint32_t w) { return __half22float2(*reinterpret_cast<const __half2*>(&w)); }
+    __device__ static float one(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 };
+
+// BF16: a value is the high half of a float's bits.
+struct BF16Half {
+    __device__ static float2 pair(uint32_t w) { return {__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u)}; }
+    __device__ static float one(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
+};
+
+template <>
+struct Unit<GgmlType::F16> : Unit16<F16Half> {};
+template <>
+struct Unit<GgmlType::BF16> : Unit16<BF16Half> {};
 
 // 8-bit activations (gpu.h's act_bytes layout): a row of n values holds
 // its Q8_K values (n bytes), its Q8_0 values (n bytes), the Q8_K scales (a

@@ -42,6 +42,20 @@ __global__ void add_sigmoid_gated_kernel(float* x, const float* y, const float* 
     if (i < n) x[row * n + i] += y[row * n + i] * (1.0f / (1.0f + expf(-gate[row])));
 }
 
+// The block's threads rotate the first n_rot dims of src into dst (dst may
+// be src: each thread reads its pair before writing it), pairs (i, i +
+// n_rot/2) when neox, else (2i, 2i + 1), as ops/rope.cpp.
+__device__ void rotate_pairs(const float* src, float* dst, int n_rot, bool neox, const float* cos_sin) {
+    const int half = n_rot / 2;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+        const float c = cos_sin[2 * i], sn = cos_sin[2 * i + 1];
+        const float a = src[ia], b = src[ib];
+        dst[ia] = a * c - b * sn;
+        dst[ib] = a * sn + b * c;
+    }
+}
+
 // One block a head: blocks [0, n_head) rotate q's heads in place, the next
 // n_kv_head rotate k's heads into cache row *pos and copy v's beside them.
 // Pairs (i, i + n_rot/2) when neox, else (2i, 2i + 1); dimensions past
@@ -60,15 +74,7 @@ __global__ void rope_store_kernel(float* q, const float* k, const float* v, int 
     const int head = is_q ? blockIdx.x : blockIdx.x - n_head;
     const float* src = is_q ? q + int64_t(head) * head_dim : k + int64_t(head) * head_dim;
     float* dst = is_q ? q + int64_t(head) * head_dim : k_cache + at * kv_width + int64_t(head) * head_dim;
-    const int half = n_rot / 2;
-    // Each thread reads its pair before writing it: in place for q is safe.
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        const int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
-        const float c = cos_sin[2 * i], sn = cos_sin[2 * i + 1];
-        const float a = src[ia], b = src[ib];
-        dst[ia] = a * c - b * sn;
-        dst[ib] = a * sn + b * c;
-    }
+    rotate_pairs(src, dst, n_rot, neox, cos_sin);
     if (!is_q) {
         for (int i = n_rot + threadIdx.x; i < head_dim; i += blockDim.x) dst[i] = src[i];
         float* vd = v_cache + at * kv_width + int64_t(head) * head_dim;
@@ -153,14 +159,7 @@ __global__ void mla_rope_store_kernel(float* q, int n_head, int q_head, int q_ro
     cos_sin += t * n_rot;
     const bool is_q = int(blockIdx.x) < n_head;
     float* v = is_q ? q + int64_t(blockIdx.x) * q_head + q_rope_at : row + row_rope_at;
-    const int half = n_rot / 2;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        const int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
-        const float c = cos_sin[2 * i], sn = cos_sin[2 * i + 1];
-        const float a = v[ia], b = v[ib];
-        v[ia] = a * c - b * sn;
-        v[ib] = a * sn + b * c;
-    }
+    rotate_pairs(v, v, n_rot, neox, cos_sin);
     if (is_q) return;
     __syncthreads();
     float* dst = cache + (*pos + t) * row_width;

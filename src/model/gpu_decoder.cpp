@@ -43,6 +43,30 @@ private:
     uint8_t* p_ = nullptr;
 };
 
+// Multi-head latent attention's rows for `tokens` tokens: q's compression
+// and its 8-bit rows, q, the compressed rows and their latent parts (normed
+// apart from their k_pe), the heads' q_nope and latent rows (and 8-bit), the
+// latent queries, the attention's rows, the heads' outputs (and 8-bit).
+struct MlaRows {
+    DeviceMemory qa, qa8, q, ckv, c, qn, qn8, lat, lat8, qlat, att, o, o8;
+    void alloc(const MlaShape& m, size_t tokens) {
+        const size_t T = tokens, H = size_t(m.n_head);
+        qa = DeviceMemory(T * size_t(std::max(m.q_lora, 1)) * 4);
+        qa8 = DeviceMemory(T * gpu::act_bytes(std::max(m.q_lora, 32)));
+        q = DeviceMemory(T * H * size_t(m.q_head()) * 4);
+        ckv = DeviceMemory(T * size_t(m.row()) * 4);
+        c = DeviceMemory(T * size_t(m.kv_lora) * 4);
+        qn = DeviceMemory(T * H * size_t(m.nope) * 4);
+        qn8 = DeviceMemory(T * H * gpu::act_bytes(m.nope));
+        lat = DeviceMemory(T * H * size_t(m.kv_lora) * 4);
+        lat8 = DeviceMemory(T * H * gpu::act_bytes(m.kv_lora));
+        qlat = DeviceMemory(T * H * size_t(m.row()) * 4);
+        att = DeviceMemory(T * H * size_t(m.row()) * 4);
+        o = DeviceMemory(T * H * size_t(m.v) * 4);
+        o8 = DeviceMemory(T * gpu::act_bytes(int64_t(H) * m.v));
+    }
+};
+
 // Prefill's rows: up to `cap` tokens of a forward call at once, in VRAM
 // (gpu.h's batched operations), with the host's view of each layer's
 // routing, from which it cuts the experts' tiles.
@@ -56,11 +80,10 @@ struct PrefillRows {
     // logits, the recurrence's output and its 8-bit rows.
     DeviceMemory dn_qkv, dn_conv, dn_z, dn_ba, dn_o, dn_o8;
     DeviceMemory kt, vt;  // q/k norms after RoPE: the rotated k rows (and v rows) before they are cached
-    // Multi-head latent attention, as GpuState's for cap tokens (mla_c: the
-    // compressed rows' latent parts, normed), and the head tiles: each
-    // head's tokens as gpu::ExpertTiles over the heads' k_b and v_b.
-    DeviceMemory mla_qa, mla_qa8, mla_q, mla_ckv, mla_c, mla_qn, mla_qn8, mla_lat, mla_lat8, mla_qlat, mla_att, mla_o,
-        mla_o8, mla_tiles;
+    // Multi-head latent attention's rows, and the head tiles: each head's
+    // tokens as gpu::ExpertTiles over the heads' k_b and v_b.
+    MlaRows mla;
+    DeviceMemory mla_tiles;
     std::vector<int32_t> host_mla_tiles;
     // Llama 4: each (token, expert) pair's input row, weighted, and 8-bit;
     // routing weights of 1 for the sum (the weights scaled the inputs).
@@ -97,10 +120,7 @@ public:
     int64_t recurrent_pos = 0;
     DeviceMemory qg, dn_qkv, dn_conv, dn_z, dn_ba, dn_o, dn_o8;
     DeviceMemory kt, vt, xs, xs8, ones;  // as PrefillRows' for one token
-    // Multi-head latent attention: q's compression and its 8-bit row, q,
-    // the compressed row, the heads' q_nope and latent parts (and 8-bit
-    // rows), the latent queries, the attention's rows, the heads' outputs.
-    DeviceMemory mla_qa, mla_qa8, mla_q, mla_ckv, mla_qn, mla_qn8, mla_lat, mla_lat8, mla_qlat, mla_att, mla_o, mla_o8;
+    MlaRows mla;  // multi-head latent attention's, for one token
     DeviceMemory att_part;  // attention's partial sums (gpu::attention_scratch_bytes)
     DeviceMemory x, xb, q, k, v, att, router, ids, weights, gate, hidden, logits;  // gate: gate | up
     // Dense and shared-expert FFNs: gate, up, their SwiGLU; the shared
@@ -553,22 +573,7 @@ public:
         st->kv_bytes_per_token = int64_t((mla() ? 1 : 2) * n_kv_layers_ * kv_row() * 4);
         st->full_kv_bytes_per_token =
             mla() ? int64_t(n_kv_layers_) * mla_full_kv_bytes(mla_shape_, GgmlType::F32) : st->kv_bytes_per_token;
-        if (mla()) {
-            const MlaShape& m = mla_shape_;
-            const size_t H = size_t(m.n_head);
-            st->mla_qa = DeviceMemory(size_t(std::max(m.q_lora, 1)) * 4);
-            st->mla_qa8 = DeviceMemory(gpu::act_bytes(std::max(m.q_lora, 32)));
-            st->mla_q = DeviceMemory(H * size_t(m.q_head()) * 4);
-            st->mla_ckv = DeviceMemory(size_t(m.row()) * 4);
-            st->mla_qn = DeviceMemory(H * size_t(m.nope) * 4);
-            st->mla_qn8 = DeviceMemory(H * gpu::act_bytes(m.nope));
-            st->mla_lat = DeviceMemory(H * size_t(m.kv_lora) * 4);
-            st->mla_lat8 = DeviceMemory(H * gpu::act_bytes(m.kv_lora));
-            st->mla_qlat = DeviceMemory(H * size_t(m.row()) * 4);
-            st->mla_att = DeviceMemory(H * size_t(m.row()) * 4);
-            st->mla_o = DeviceMemory(H * size_t(m.v) * 4);
-            st->mla_o8 = DeviceMemory(gpu::act_bytes(int64_t(H) * m.v));
-        }
+        if (mla()) st->mla.alloc(mla_shape_, 1);
         if (n_deltanet_ > 0) {
             const DeltaNetShape& sh = deltanet_shape_;
             st->conv_state = DeviceMemory(size_t(n_deltanet_ * sh.conv_state_floats()) * 4);
@@ -667,22 +672,10 @@ public:
         if (mla()) {
             const MlaShape& m = mla_shape_;
             const size_t H = size_t(m.n_head);
-            b.mla_qa = DeviceMemory(T * size_t(std::max(m.q_lora, 1)) * 4);
-            b.mla_qa8 = DeviceMemory(T * gpu::act_bytes(std::max(m.q_lora, 32)));
-            b.mla_q = DeviceMemory(T * H * size_t(m.q_head()) * 4);
-            b.mla_ckv = DeviceMemory(T * size_t(m.row()) * 4);
-            b.mla_c = DeviceMemory(T * size_t(m.kv_lora) * 4);
-            b.mla_qn = DeviceMemory(T * H * size_t(m.nope) * 4);
-            b.mla_qn8 = DeviceMemory(T * H * gpu::act_bytes(m.nope));
-            b.mla_lat = DeviceMemory(T * H * size_t(m.kv_lora) * 4);
-            b.mla_lat8 = DeviceMemory(T * H * gpu::act_bytes(m.kv_lora));
-            b.mla_qlat = DeviceMemory(T * H * size_t(m.row()) * 4);
-            b.mla_att = DeviceMemory(T * H * size_t(m.row()) * 4);
-            b.mla_o = DeviceMemory(T * H * size_t(m.v) * 4);
-            b.mla_o8 = DeviceMemory(T * gpu::act_bytes(int64_t(H) * m.v));
+            b.mla.alloc(m, T);
             const size_t tiles = H * ((T + gpu::kExpertTile - 1) / gpu::kExpertTile);
-            b.mla_tiles = DeviceMemory((3 * tiles + 2 * T * H) * 4);
-            b.host_mla_tiles.resize(3 * tiles + 2 * T * H);
+            b.mla_tiles = DeviceMemory((3 * tiles + T * H) * 4);
+            b.host_mla_tiles.resize(3 * tiles + T * H);
         }
         b.router = DeviceMemory(T * size_t(c.n_expert) * 4);
         b.ids = DeviceMemory(T * K * 4);
@@ -953,12 +946,7 @@ private:
         gpu::deltanet_conv(r.qkv, d.dn_conv, sh.conv_kernel, C, n, conv_state, r.conv, s);
         gpu::deltanet_recurrence(deltanet_dims(), r.conv, r.z, r.ba, d.dn_dt_bias, d.dn_a, d.dn_norm, config_.rms_eps,
                                  n, state, r.o, s);
-        void* o8 = quantize(r.o, n, VD, r.o8);
-        if (n == 1) {
-            gpu::matvec(l.wout.type, d.dn_out, E, VD, {r.o, o8}, x, s, true);
-        } else {
-            gpu::matmul(l.wout.type, d.dn_out, E, VD, n, {r.o, o8}, x, s, true, 1);
-        }
+        rows_product(l.wout.type, d.dn_out, E, VD, n, {r.o, quantize(r.o, n, VD, r.o8)}, x, true);
     }
 
     // Whether a row of `width` floats meets quantized weights as 8-bit rows
@@ -1006,64 +994,6 @@ private:
         }
     }
 
-    // One token's multi-head latent attention of layer il over xb (the
-    // normed residual), as model/mla_attention.cpp: q (through its
-    // compression or not) and the compressed row; the row's latent part
-    // normed, the rope dims of q's heads and of k_pe rotated, the row
-    // cached; each head's q_nope moved into latent space by its k_b; then
-    // one-KV-head attention over the cached rows (the values are their
-    // first kv_lora), each head's latent output through its v_b, and wo
-    // added to the residual.
-    void mla_attend(GpuState& st, int il, gpu::Act xb, const float* cos_sin, const int32_t* pos) const {
-        const ModelConfig& c = config_;
-        const MlaShape& m = mla_shape_;
-        const MlaLayer& l = mla_[size_t(il)];
-        const DeviceLayer& d = device_[size_t(il)];
-        const gpu::Stream s = compute_;
-        const int64_t E = c.n_embd, H = m.n_head, QH = m.q_head(), R = m.row(), L = m.kv_lora;
-        float* q = st.mla_q.f32();
-        float* row = st.mla_ckv.f32();
-        if (!l.wq.empty()) {
-            const GgmlType types[2] = {l.wq.type, l.wkv_a.type};
-            const void* w[2] = {d.mla_wq, d.mla_wkv_a};
-            const int64_t rows[2] = {H * QH, R};
-            float* y[2] = {q, row};
-            gpu::matvec_multi(2, types, w, rows, E, xb, y, s);
-        } else {
-            const GgmlType types[2] = {l.wq_a.type, l.wkv_a.type};
-            const void* w[2] = {d.mla_wq_a, d.mla_wkv_a};
-            const int64_t rows[2] = {m.q_lora, R};
-            float* y[2] = {st.mla_qa.f32(), row};
-            gpu::matvec_multi(2, types, w, rows, E, xb, y, s);
-            void* qa8 = act8(m.q_lora) ? st.mla_qa8.data() : nullptr;
-            gpu::rms_norm(st.mla_qa.f32(), d.mla_q_a_norm, 1, m.q_lora, c.rms_eps, st.mla_qa.f32(), s, qa8);
-            gpu::matvec(l.wq_b.type, d.mla_wq_b, H * QH, m.q_lora, {st.mla_qa.f32(), qa8}, q, s);
-        }
-        gpu::rms_norm(row, d.mla_kv_a_norm, 1, L, c.rms_eps, row, s);
-        float* cache = k_rows(st, il);
-        gpu::mla_rope_store(q, int(H), int(QH), m.nope, row, int(R), int(L), m.rope, rope_.neox, cos_sin, cache, pos,
-                            s);
-        // q_lat head h = [k_b[h] . q_nope[h] | q_pe[h]].
-        float* qn = st.mla_qn.f32();
-        float* lat = st.mla_lat.f32();
-        float* qlat = st.mla_qlat.f32();
-        gpu::copy_rows(qn, size_t(m.nope) * 4, q, size_t(QH) * 4, size_t(m.nope) * 4, size_t(H), s);
-        void* qn8 = quantize(qn, H, m.nope, st.mla_qn8.data());
-        gpu::matvec_experts(l.wk_b.type, d.mla_k_b, nullptr, int(H), 0, L, m.nope, {qn, qn8}, m.nope, lat, s);
-        gpu::copy_rows(qlat, size_t(R) * 4, lat, size_t(L) * 4, size_t(L) * 4, size_t(H), s);
-        gpu::copy_rows(qlat + L, size_t(R) * 4, q + m.nope, size_t(QH) * 4, size_t(m.rope) * 4, size_t(H), s);
-        // The rows are keys and (their first L values) values: each head's
-        // output row is R wide, of which the first L are the latent output.
-        float* att = st.mla_att.f32();
-        gpu::attention(qlat, cache, cache, pos, int(H), 1, int(R), m.scale, st.att_part.f32(), att, s);
-        gpu::copy_rows(lat, size_t(L) * 4, att, size_t(R) * 4, size_t(L) * 4, size_t(H), s);
-        void* lat8 = quantize(lat, H, L, st.mla_lat8.data());
-        float* o = st.mla_o.f32();
-        gpu::matvec_experts(l.wv_b.type, d.mla_v_b, nullptr, int(H), 0, m.v, L, {lat, lat8}, L, o, s);
-        void* o8 = quantize(o, 1, H * m.v, st.mla_o8.data());
-        gpu::matvec(l.wo.type, d.wo, E, H * m.v, {o, o8}, st.x.f32(), s, true);
-    }
-
     // Prefill's MLA head products as expert tiles: head h's pairs are the n
     // tokens' rows t * n_head + h (read and written), in tiles of up to
     // kExpertTile, so matmul_experts runs each head's k_b (v_b) over its
@@ -1089,60 +1019,95 @@ private:
         return {dev, n_tiles, dev + tile_ints, dev + tile_ints};
     }
 
-    // mla_attend over the n tokens of a prefill pass (b's rows), each
-    // output bit for bit mla_attend's: the same kernels' batched forms (the
-    // heads' k_b and v_b through `heads`), the compressed rows' latent
-    // parts normed in a contiguous copy, as decode norms its one row.
-    void mla_rows(GpuState& st, int il, int n, gpu::Act xb, const float* cos_sin, const int32_t* pos,
-                  const gpu::ExpertTiles& heads) const {
-        PrefillRows& b = st.prefill;
+    // y = w . x over n rows: one token as decode's matvec, a pass as the
+    // matmul that gives each row matvec's bits.
+    void rows_product(GgmlType t, const void* w, int64_t rows, int64_t cols, int n, gpu::Act x, float* y,
+                      bool add) const {
+        if (n == 1) {
+            gpu::matvec(t, w, rows, cols, x, y, compute_, add);
+        } else {
+            gpu::matmul(t, w, rows, cols, n, x, y, compute_, add, 1);
+        }
+    }
+
+    // Multi-head latent attention of layer il over xb (n rows of the normed
+    // residual), as model/mla_attention.cpp, its output added to x: q
+    // (through its compression or not) and the compressed rows; their latent
+    // parts normed, the rope dims of q's heads and of k_pe rotated, the rows
+    // cached; each head's q_nope moved into latent space by its k_b; then
+    // one-KV-head attention over the cached rows (the values are their
+    // first kv_lora), each head's latent output through its v_b, and wo.
+    // One token takes decode's launches; a pass (n > 1) their batched forms,
+    // each row bit for bit decode's (the heads' k_b and v_b as expert tiles,
+    // `heads`; the latent parts normed in a contiguous copy).
+    void mla_layer(GpuState& st, int il, const MlaRows& r, float* att_part, float* x, int n, gpu::Act xb,
+                   const float* cos_sin, const int32_t* pos, const gpu::ExpertTiles& heads) const {
         const ModelConfig& c = config_;
         const MlaShape& m = mla_shape_;
         const MlaLayer& l = mla_[size_t(il)];
         const DeviceLayer& d = device_[size_t(il)];
         const gpu::Stream s = compute_;
         const int64_t E = c.n_embd, H = m.n_head, QH = m.q_head(), R = m.row(), L = m.kv_lora;
-        float* q = b.mla_q.f32();
-        float* row = b.mla_ckv.f32();
-        if (!l.wq.empty()) {
-            gpu::matmul(l.wq.type, d.mla_wq, H * QH, E, n, xb, q, s, false, 0);
-            gpu::matmul(l.wkv_a.type, d.mla_wkv_a, R, E, n, xb, row, s, false, 0);
+        const size_t HN = size_t(n) * size_t(H);
+        float* q = r.q.f32();
+        float* row = r.ckv.f32();
+        float* qa = r.qa.f32();
+        const bool direct = !l.wq.empty();  // q straight from x, not through its compression
+        const GgmlType types[2] = {direct ? l.wq.type : l.wq_a.type, l.wkv_a.type};
+        const void* w[2] = {direct ? d.mla_wq : d.mla_wq_a, d.mla_wkv_a};
+        const int64_t rows[2] = {direct ? H * QH : m.q_lora, R};
+        float* y[2] = {direct ? q : qa, row};
+        if (n == 1) {
+            gpu::matvec_multi(2, types, w, rows, E, xb, y, s);
         } else {
-            float* qa = b.mla_qa.f32();
-            gpu::matmul(l.wq_a.type, d.mla_wq_a, m.q_lora, E, n, xb, qa, s, false, 0);
-            gpu::matmul(l.wkv_a.type, d.mla_wkv_a, R, E, n, xb, row, s, false, 0);
-            void* qa8 = act8(m.q_lora) ? b.mla_qa8.data() : nullptr;
-            gpu::rms_norm(qa, d.mla_q_a_norm, n, m.q_lora, c.rms_eps, qa, s, qa8);
-            gpu::matmul(l.wq_b.type, d.mla_wq_b, H * QH, m.q_lora, n, {qa, qa8}, q, s, false, 1);
+            for (int i = 0; i < 2; i++) gpu::matmul(types[i], w[i], rows[i], E, n, xb, y[i], s, false, 0);
         }
-        float* lc = b.mla_c.f32();
-        gpu::copy_rows(lc, size_t(L) * 4, row, size_t(R) * 4, size_t(L) * 4, size_t(n), s);
-        gpu::rms_norm(lc, d.mla_kv_a_norm, n, L, c.rms_eps, lc, s);
-        gpu::copy_rows(row, size_t(R) * 4, lc, size_t(L) * 4, size_t(L) * 4, size_t(n), s);
+        if (!direct) {
+            void* qa8 = act8(m.q_lora) ? r.qa8.data() : nullptr;
+            gpu::rms_norm(qa, d.mla_q_a_norm, n, m.q_lora, c.rms_eps, qa, s, qa8);
+            rows_product(l.wq_b.type, d.mla_wq_b, H * QH, m.q_lora, n, {qa, qa8}, q, false);
+        }
+        if (n == 1) {
+            gpu::rms_norm(row, d.mla_kv_a_norm, 1, L, c.rms_eps, row, s);
+        } else {
+            float* lc = r.c.f32();
+            gpu::copy_rows(lc, size_t(L) * 4, row, size_t(R) * 4, size_t(L) * 4, size_t(n), s);
+            gpu::rms_norm(lc, d.mla_kv_a_norm, n, L, c.rms_eps, lc, s);
+            gpu::copy_rows(row, size_t(R) * 4, lc, size_t(L) * 4, size_t(L) * 4, size_t(n), s);
+        }
         float* cache = k_rows(st, il);
         gpu::mla_rope_store(q, int(H), int(QH), m.nope, row, int(R), int(L), m.rope, rope_.neox, cos_sin, cache, pos,
                             s, n);
-        float* qn = b.mla_qn.f32();
-        float* lat = b.mla_lat.f32();
-        float* qlat = b.mla_qlat.f32();
-        const size_t HN = size_t(n) * size_t(H);
+        // The heads' matrices over the (token, head) rows: one token as
+        // decode's expert-table launch, a pass through the head tiles.
+        auto heads_product = [&](const Tensor& t, const uint8_t* const* table, int64_t out, int64_t in, gpu::Act hx,
+                                 float* hy) {
+            if (n == 1) {
+                gpu::matvec_experts(t.type, table, nullptr, int(H), 0, out, in, hx, in, hy, s);
+            } else {
+                gpu::matmul_experts(t.type, table, heads, 0, out, in, hx, hy, s, int(H));
+            }
+        };
+        // q_lat head h = [k_b[h] . q_nope[h] | q_pe[h]].
+        float* qn = r.qn.f32();
+        float* lat = r.lat.f32();
+        float* qlat = r.qlat.f32();
         gpu::copy_rows(qn, size_t(m.nope) * 4, q, size_t(QH) * 4, size_t(m.nope) * 4, HN, s);
-        void* qn8 = quantize(qn, int64_t(HN), m.nope, b.mla_qn8.data());
-        gpu::matmul_experts(l.wk_b.type, d.mla_k_b, heads, 0, L, m.nope, {qn, qn8}, lat, s, int(H));
+        heads_product(l.wk_b, d.mla_k_b, L, m.nope, {qn, quantize(qn, int64_t(HN), m.nope, r.qn8.data())}, lat);
         gpu::copy_rows(qlat, size_t(R) * 4, lat, size_t(L) * 4, size_t(L) * 4, HN, s);
         gpu::copy_rows(qlat + L, size_t(R) * 4, q + m.nope, size_t(QH) * 4, size_t(m.rope) * 4, HN, s);
-        float* att = b.mla_att.f32();
+        // The rows are keys and (their first L values) values: each head's
+        // output row is R wide, of which the first L are the latent output.
+        float* att = r.att.f32();
         for (int a0 = 0; a0 < n; a0 += kAttentionRows) {
             const int na = std::min(kAttentionRows, n - a0);
-            gpu::attention(qlat + int64_t(a0) * H * R, cache, cache, pos + a0, int(H), 1, int(R), m.scale,
-                           b.att_part.f32(), att + int64_t(a0) * H * R, s, nullptr, {}, na);
+            gpu::attention(qlat + int64_t(a0) * H * R, cache, cache, pos + a0, int(H), 1, int(R), m.scale, att_part,
+                           att + int64_t(a0) * H * R, s, nullptr, {}, na);
         }
         gpu::copy_rows(lat, size_t(L) * 4, att, size_t(R) * 4, size_t(L) * 4, HN, s);
-        void* lat8 = quantize(lat, int64_t(HN), L, b.mla_lat8.data());
-        float* o = b.mla_o.f32();
-        gpu::matmul_experts(l.wv_b.type, d.mla_v_b, heads, 0, m.v, L, {lat, lat8}, o, s, int(H));
-        void* o8 = quantize(o, n, H * m.v, b.mla_o8.data());
-        gpu::matmul(l.wo.type, d.wo, E, H * m.v, n, {o, o8}, b.x.f32(), s, true, 1);
+        float* o = r.o.f32();
+        heads_product(l.wv_b, d.mla_v_b, m.v, L, {lat, quantize(lat, int64_t(HN), L, r.lat8.data())}, o);
+        rows_product(l.wo.type, d.wo, E, H * m.v, n, {o, quantize(o, n, H * m.v, r.o8.data())}, x, true);
     }
 
     // Positions into q and k for n tokens where the q/k norms are not per
@@ -1270,7 +1235,7 @@ private:
                                1, {xb, xb8}, x);
                 mark(StageProfile::kAttention, deltanet_[size_t(il)].weight_bytes());
             } else if (mla()) {
-                mla_attend(st, il, {xb, xb8}, cos_sin, pos);
+                mla_layer(st, il, st.mla, st.att_part.f32(), x, 1, {xb, xb8}, cos_sin, pos, {});
                 mark(StageProfile::kAttention, mla_[size_t(il)].weight_bytes());
             } else {
                 attend(st, il, {xb, xb8}, cos_sin, pos, prof);
@@ -1537,7 +1502,7 @@ private:
                                n, {xb, xb8}, x);
                 mark(StageProfile::kAttention, deltanet_[size_t(il)].weight_bytes());
             } else if (mla()) {
-                mla_rows(st, il, n, {xb, xb8}, cos_sin, pos, head_tiles);
+                mla_layer(st, il, b.mla, b.att_part.f32(), x, n, {xb, xb8}, cos_sin, pos, head_tiles);
                 mark(StageProfile::kAttention, mla_[size_t(il)].weight_bytes());
             } else {
                 float* kc = k_rows(st, il);

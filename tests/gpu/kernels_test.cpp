@@ -335,10 +335,12 @@ TEST_P(Matvec, ExpertBiasesAndClampedActivation) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, Matvec,
-                         ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
-                                           GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4),
-                         [](const auto& info) { return std::string(type_name(info.param)); });
+// Every weight type the kernels take (gpu::supports), named in test names.
+const GgmlType kKernelTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
+                                 GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4};
+std::string type_param_name(const ::testing::TestParamInfo<GgmlType>& info) { return type_name(info.param); }
+
+INSTANTIATE_TEST_SUITE_P(Types, Matvec, ::testing::ValuesIn(kKernelTypes), type_param_name);
 
 // Three matrices of different types and row counts in one launch (q, k, v).
 TEST(Kernels, MatvecMultiMatchesDequantizedReference) {
@@ -493,7 +495,7 @@ TEST_P(Matvec8, ExpertKernelsMatchCpuKernels) {
 INSTANTIATE_TEST_SUITE_P(Types, Matvec8,
                          ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
                                            GgmlType::MXFP4),
-                         [](const auto& info) { return std::string(type_name(info.param)); });
+                         type_param_name);
 
 TEST(Kernels, RmsNormMatchesOps) {
     SKIP_WITHOUT_GPU();
@@ -1034,10 +1036,7 @@ TEST_P(Prefill, ExpertTilesMatchOneTokenKernelsBitForBit) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, Prefill,
-                         ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
-                                           GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4),
-                         [](const auto& info) { return std::string(type_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Types, Prefill, ::testing::ValuesIn(kKernelTypes), type_param_name);
 
 // n tokens at positions pos0 .. pos0 + n - 1 after pos0 cached rows: q/k
 // norms, RoPE and the cache rows of all, then attention of all (in two

@@ -572,6 +572,34 @@ TEST(Kernels, AttentionWithFreshRowMatchesTwoLaunches) {
     }
 }
 
+// Attention of one query row q (n_head heads of hd) over positions [first,
+// n_pos) of k and v (rows of n_kv heads), in double; sinks: a logit a head
+// joining the softmax without a value (or null).
+std::vector<double> reference_attention(const std::vector<float>& q, const std::vector<float>& k,
+                                        const std::vector<float>& v, int n_head, int n_kv, int hd, float scale,
+                                        int first, int n_pos, const float* sinks = nullptr) {
+    std::vector<double> ref(size_t(n_head * hd));
+    for (int h = 0; h < n_head; h++) {
+        const int kvh = h / (n_head / n_kv);
+        std::vector<double> s;
+        double mx = sinks ? double(sinks[h]) : -INFINITY;
+        for (int p = first; p < n_pos; p++) {
+            double d = 0;
+            for (int i = 0; i < hd; i++) d += double(q[size_t(h * hd + i)]) * k[size_t((p * n_kv + kvh) * hd + i)];
+            s.push_back(d * scale);
+            mx = std::max(mx, s.back());
+        }
+        double sum = sinks ? std::exp(double(sinks[h]) - mx) : 0.0;
+        for (double& e : s) sum += (e = std::exp(e - mx));
+        for (int i = 0; i < hd; i++) {
+            double acc = 0;
+            for (int p = first; p < n_pos; p++) acc += s[size_t(p - first)] * v[size_t((p * n_kv + kvh) * hd + i)];
+            ref[size_t(h * hd + i)] = acc / sum;
+        }
+    }
+    return ref;
+}
+
 TEST(Kernels, AttentionMatchesDoubleReference) {
     SKIP_WITHOUT_GPU();
     const int n_head = 8, n_kv = 2, hd = 64;
@@ -588,24 +616,7 @@ TEST(Kernels, AttentionMatchesDoubleReference) {
         // The 8-bit row written with the output is quantize_act's of it.
         gpu::quantize_act(dout.f(), 1, n_head * hd, want_act.p, nullptr);
         EXPECT_EQ(act.get<uint8_t>(), want_act.get<uint8_t>()) << n_pos << " positions";
-        std::vector<double> ref(size_t(n_head * hd));
-        for (int h = 0; h < n_head; h++) {
-            const int kvh = h / (n_head / n_kv);
-            std::vector<double> s(static_cast<size_t>(n_pos));
-            double mx = -INFINITY, sum = 0;
-            for (int p = 0; p < n_pos; p++) {
-                double d = 0;
-                for (int i = 0; i < hd; i++) d += double(q[size_t(h * hd + i)]) * k[size_t((p * n_kv + kvh) * hd + i)];
-                s[size_t(p)] = d * scale;
-                mx = std::max(mx, s[size_t(p)]);
-            }
-            for (double& e : s) sum += (e = std::exp(e - mx));
-            for (int i = 0; i < hd; i++) {
-                double acc = 0;
-                for (int p = 0; p < n_pos; p++) acc += s[size_t(p)] * v[size_t((p * n_kv + kvh) * hd + i)];
-                ref[size_t(h * hd + i)] = acc / sum;
-            }
-        }
+        const std::vector<double> ref = reference_attention(q, k, v, n_head, n_kv, hd, scale, 0, n_pos);
         EXPECT_LT(rel_err(dout.get<float>(), ref), 1e-5) << n_pos << " positions";
     }
 }
@@ -628,25 +639,8 @@ TEST(Kernels, AttentionWindowAndSinks) {
         gpu::attention(dq.f(), dk.f(), dv.f(), static_cast<const int32_t*>(dpos.p), n_head, n_kv, hd, scale,
                        scratch.f(), dout.f(), nullptr, nullptr, {}, 1, window, dsinks.f());
         const int first = window > 0 ? std::max(0, n_pos - window) : 0;
-        std::vector<double> ref(size_t(n_head * hd));
-        for (int h = 0; h < n_head; h++) {
-            const int kvh = h / (n_head / n_kv);
-            std::vector<double> s;
-            double mx = sinks[size_t(h)];
-            for (int p = first; p < n_pos; p++) {
-                double d = 0;
-                for (int i = 0; i < hd; i++) d += double(q[size_t(h * hd + i)]) * k[size_t((p * n_kv + kvh) * hd + i)];
-                s.push_back(d * scale);
-                mx = std::max(mx, s.back());
-            }
-            double sum = std::exp(double(sinks[size_t(h)]) - mx);
-            for (double& e : s) sum += (e = std::exp(e - mx));
-            for (int i = 0; i < hd; i++) {
-                double acc = 0;
-                for (int p = first; p < n_pos; p++) acc += s[size_t(p - first)] * v[size_t((p * n_kv + kvh) * hd + i)];
-                ref[size_t(h * hd + i)] = acc / sum;
-            }
-        }
+        const std::vector<double> ref =
+            reference_attention(q, k, v, n_head, n_kv, hd, scale, first, n_pos, sinks.data());
         EXPECT_LT(rel_err(dout.get<float>(), ref), 1e-5) << n_pos << " positions, window " << window;
     }
     // 20 tokens after 30 cached positions, window 8: one launch against 20.
@@ -683,24 +677,7 @@ TEST(Kernels, AttentionChunks) {
         gpu::attention(dq.f(), dk.f(), dv.f(), static_cast<const int32_t*>(dpos.p), n_head, n_kv, hd, scale,
                        scratch.f(), dout.f(), nullptr, nullptr, {}, 1, 0, nullptr, chunk);
         const int first = (n_pos - 1) - (n_pos - 1) % chunk;
-        std::vector<double> ref(size_t(n_head * hd));
-        for (int h = 0; h < n_head; h++) {
-            const int kvh = h / (n_head / n_kv);
-            std::vector<double> sc;
-            double mx = -INFINITY, sum = 0;
-            for (int p = first; p < n_pos; p++) {
-                double d = 0;
-                for (int i = 0; i < hd; i++) d += double(q[size_t(h * hd + i)]) * k[size_t((p * n_kv + kvh) * hd + i)];
-                sc.push_back(d * scale);
-                mx = std::max(mx, sc.back());
-            }
-            for (double& e : sc) sum += (e = std::exp(e - mx));
-            for (int i = 0; i < hd; i++) {
-                double acc = 0;
-                for (int p = first; p < n_pos; p++) acc += sc[size_t(p - first)] * v[size_t((p * n_kv + kvh) * hd + i)];
-                ref[size_t(h * hd + i)] = acc / sum;
-            }
-        }
+        const std::vector<double> ref = reference_attention(q, k, v, n_head, n_kv, hd, scale, first, n_pos);
         EXPECT_LT(rel_err(dout.get<float>(), ref), 1e-5) << n_pos << " positions";
     }
     const int pos0 = 5, n = 20, rows = pos0 + n;

@@ -45,8 +45,8 @@ bool gpu_built();
 
 // Loads the CUDA runtime and cuBLAS (at run time: linking them would map
 // ~200 MB into every moestream process) and opens device 0. False with `why`:
-// "built without CUDA", "cannot load libcublas.so.13: ...", "no CUDA device
-// (cudaGetDeviceCount: ...)".
+// "built without CUDA", "cannot load libcublas.so.13: ...", or
+// gpu::no_device_reason's "no NVIDIA driver found", "no NVIDIA GPU found".
 bool gpu_probe(GpuDevice* dev, std::string* why);
 
 // One product on device 0, for checking: Y[m x n] = X[m x k] . W^T with the

@@ -33,10 +33,11 @@ void SessionFlags::declare(Args& a, bool sampling) {
                   "memory budget (e.g. 6G) for resident weights + expert cache + KV cache + scratch + the "
                   "process itself; refuses to start when the fixed part does not fit (0: every expert cached "
                   "if that fits in 80% of available memory)");
+    std::string families;
+    for (const std::string& f : gpu_architectures()) families += (families.empty() ? "" : ", ") + f;
     a.option("--gpu", &gpu, "auto|off",
-             "auto: run the forward pass on the CUDA device when there is one and it covers the model "
-             "(qwen3moe, olmoe, qwen2moe, mixtral, glm4moe, minimax-m2); off: the CPU. The run says which, "
-             "and why not the GPU");
+             ("auto: run the forward pass on the CUDA device when there is one and it covers the model (" +
+              families + "; llama: Mixtral); off: the CPU. The run says which, and why not the GPU").c_str());
     a.size_option("--gpu-mem", &gpu_mem, "SIZE",
                   "VRAM for the GPU's expert cache (e.g. 8G; 0: all free VRAM but 1 GiB). Experts beyond it "
                   "come from the RAM tier (--mem, page-locked): each layer's misses are copied as it needs them "

@@ -27,27 +27,50 @@ cudaEvent_t native(Event e) { return reinterpret_cast<cudaEvent_t>(e); }
 
 }  // namespace
 
+static_assert(kCudaErrorInsufficientDriver == cudaErrorInsufficientDriver);
+static_assert(kCudaErrorNoDevice == cudaErrorNoDevice);
+
+namespace {
+
+// Device 0's properties, or false with *why in plain words. Asks the driver
+// only (cudaGetDeviceCount, cudaGetDeviceProperties): no context is made.
+bool first_device(cudaDeviceProp* p, std::string* why) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess && n == 0) e = cudaErrorNoDevice;
+    if (e == cudaSuccess) e = cudaGetDeviceProperties(p, 0);
+    if (e == cudaSuccess) return true;
+    cudaGetLastError();  // clear it
+    int driver = 0;
+    cudaDriverGetVersion(&driver);  // 0 where libcuda is absent
+    *why = no_device_reason(e, cudaGetErrorString(e), driver, CUDART_VERSION);
+    return false;
+}
+
+std::string description(const cudaDeviceProp& p) {
+    return std::string(p.name) + ", " + std::to_string(p.totalGlobalMem >> 30) + " GiB, sm_" +
+           std::to_string(p.major) + std::to_string(p.minor) + ", " + std::to_string(p.multiProcessorCount) + " SMs";
+}
+
+}  // namespace
+
 bool available(std::string* why) {
     static std::string reason;
     static const bool ok = [] {
-        int n = 0;
-        const cudaError_t e = cudaGetDeviceCount(&n);
-        if (e != cudaSuccess) {
-            reason = std::string("no usable CUDA device: ") + cudaGetErrorString(e);
-            cudaGetLastError();  // clear it
-            return false;
-        }
-        if (n == 0) {
-            reason = "no CUDA device";
-            return false;
-        }
         cudaDeviceProp p{};
-        if (cudaGetDeviceProperties(&p, 0) != cudaSuccess || p.major < 9) {
+        if (!first_device(&p, &reason)) return false;
+        if (p.major < 9) {
             reason = "CUDA device 0 (" + std::string(p.name) + ") is sm_" + std::to_string(p.major) +
                      std::to_string(p.minor) + "; this build has sm_90 kernels";
             return false;
         }
-        return cudaSetDevice(0) == cudaSuccess;
+        const cudaError_t e = cudaSetDevice(0);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            reason = std::string("CUDA: cannot use device 0: ") + cudaGetErrorString(e);
+            return false;
+        }
+        return true;
     }();
     if (!ok && why) *why = reason;
     return ok;
@@ -58,9 +81,15 @@ std::string describe() {
     if (!available(&why)) return "";
     cudaDeviceProp p{};
     check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
-    return std::string(p.name) + ", " + std::to_string(p.totalGlobalMem >> 30) + " GiB, sm_" +
-           std::to_string(p.major) + std::to_string(p.minor) + ", " + std::to_string(p.multiProcessorCount) + " SMs";
+    return description(p);
 }
+
+std::string probe(std::string* why) {
+    cudaDeviceProp p{};
+    return first_device(&p, why) ? description(p) : "";
+}
+
+std::string runtime_version() { return std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10); }
 
 void memory_info(size_t* free_bytes, size_t* total_bytes) {
     check(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");

@@ -19,10 +19,29 @@
 namespace ms::gpu {
 
 // True when a CUDA device can be used; otherwise false and *why says, in one
-// line, why not (built without CUDA, no driver, no device).
+// line and plain words, why not (no_device_reason below: built without
+// CUDA, no NVIDIA driver found, no NVIDIA GPU found, a device too old).
 bool available(std::string* why);
 // "NVIDIA H200, 139 GiB, sm_90" (empty when !available).
 std::string describe();
+// The first CUDA device as described above, whether or not this build's
+// kernels run on it, without taking it (no context is made, so a report
+// costs the device nothing); "" with *why when there is none.
+std::string probe(std::string* why);
+// The CUDA runtime version this binary was built with ("13.0"); "" when
+// built without CUDA.
+std::string runtime_version();
+// The sentence for a CUDA runtime error met while looking for a device:
+// cudaErrorInsufficientDriver with driver_version 0 (cudaDriverGetVersion's
+// answer when libcuda is absent) is "no NVIDIA driver found", with a
+// driver too old for `runtime` it names both versions; cudaErrorNoDevice is
+// "no NVIDIA GPU found"; anything else is error_text after "CUDA: ". Plain
+// ints, so this is the same code, and testable, with or without CUDA.
+std::string no_device_reason(int cuda_error, const std::string& error_text, int driver_version, int runtime);
+// CUDA's values of the errors no_device_reason() names (device.cpp checks
+// them against the runtime's header).
+constexpr int kCudaErrorInsufficientDriver = 35;
+constexpr int kCudaErrorNoDevice = 100;
 // Device memory free and total, in bytes.
 void memory_info(size_t* free_bytes, size_t* total_bytes);
 

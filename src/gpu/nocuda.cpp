@@ -13,11 +13,17 @@ namespace {
 
 }  // namespace
 
+// MOESTREAM_CUDA=OFF, or no CUDA toolkit and nvcc found when configuring.
 bool available(std::string* why) {
-    *why = "built without CUDA (no nvcc when moestream was configured)";
+    if (why) *why = "built without CUDA";
     return false;
 }
 std::string describe() { return ""; }
+std::string probe(std::string* why) {
+    available(why);
+    return "";
+}
+std::string runtime_version() { return ""; }
 void memory_info(size_t* free_bytes, size_t* total_bytes) { *free_bytes = *total_bytes = 0; }
 bool supports(GgmlType) { return false; }
 void* alloc(size_t) { absent(); }

@@ -156,14 +156,30 @@ public:
     }
 };
 
+// The GPU has no operation for DeepSeek sparse attention's indexer.
+const char kIndexer[] = "the sparse-attention indexer";
+
+// DecoderSpec families whose every file asks for an operation the GPU
+// lacks, and that operation: their spec functions always set it
+// (glm_dsa_spec requires the indexer's top_k > 0). missing_feature()
+// refuses them by name; gpu_architectures() is the other families.
+struct FamilyGap {
+    const char* arch;
+    const char* feature;
+};
+const FamilyGap kFamilyGaps[] = {{"glm-dsa", kIndexer}};
+
 // The first feature of `s` (or shape of `c`) the GPU forward has no
 // operation for, in a few words; empty when it covers them all.
 std::string missing_feature(const DecoderSpec& s, const ModelConfig& c) {
     auto any = [](const auto& v) { return std::any_of(v.begin(), v.end(), [](auto x) { return x != 0; }); };
+    for (const FamilyGap& g : kFamilyGaps) {
+        if (c.arch == g.arch) return g.feature;
+    }
     if (s.mla.kv_lora > 0 && (s.mla.row() > 1024 || s.mla.rope % 2 != 0)) {
         return "multi-head latent attention with rows over 1024 values or odd rope dims";
     }
-    if (s.indexer.top_k > 0) return "the sparse-attention indexer";
+    if (s.indexer.top_k > 0) return kIndexer;  // any other family's file with an indexer
     if (s.full_attention_interval > 0) {
         const DeltaNetShape& d = s.deltanet;
         if (d.head_v % 32 != 0 || d.head_v > 1024 || d.head_k > 4096) {
@@ -2199,6 +2215,15 @@ private:
 
 }  // namespace
 
+std::vector<std::string> gpu_architectures() {
+    std::vector<std::string> out;
+    for (const std::string& a : Model::decoder_architectures()) {
+        if (std::none_of(std::begin(kFamilyGaps), std::end(kFamilyGaps), [&](const FamilyGap& g) { return a == g.arch; }))
+            out.push_back(a);
+    }
+    return out;
+}
+
 void add_gpu_report(const Model& model, Json* report) {
     if (const auto* m = dynamic_cast<const GpuDecoder*>(&model)) m->add_to_report(report);
 }
@@ -2210,7 +2235,7 @@ std::unique_ptr<Model> open_gpu_model(const GgufFile& file, const GpuOptions& op
         ModelConfig config = read_config(file);
         DecoderSpec spec;
         if (!decoder_spec(file, config, &spec)) {
-            *why = config.arch + " has a forward pass of its own, not a DecoderSpec";
+            *why = config.arch + " has a forward pass of its own, on the CPU only";
             return nullptr;
         }
         const std::string missing = missing_feature(spec, config);

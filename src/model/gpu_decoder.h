@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "json/json.h"
 #include "model/model.h"
@@ -38,6 +39,12 @@ struct GpuOptions {
 // spec asks for a feature without a GPU operation (named), or a weight type
 // has no kernel.
 std::unique_ptr<Model> open_gpu_model(const GgufFile& file, const GpuOptions& options, std::string* why);
+
+// The architectures (general.architecture) whose files the GPU forward
+// pass takes: the DecoderSpec families but those whose spec always needs an
+// operation the GPU lacks. A file of one may still be refused for a shape
+// or weight type open_gpu_model names.
+std::vector<std::string> gpu_architectures();
 
 // When `model` runs on the GPU, adds the report's "gpu" object: the device,
 // and the VRAM tier's slots, hits, misses, bytes copied to it and the host's

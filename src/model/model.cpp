@@ -100,6 +100,14 @@ std::vector<std::string> Model::architectures() {
     return out;
 }
 
+std::vector<std::string> Model::decoder_architectures() {
+    std::vector<std::string> out;
+    for (const Architecture& a : kArchitectures) {
+        if (a.spec) out.push_back(a.name);
+    }
+    return out;
+}
+
 std::unique_ptr<Model> Model::open(const GgufFile& file) {
     const Architecture& a = find_architecture(file);
     ModelConfig c = read_config(file);

@@ -72,6 +72,9 @@ public:
     static std::unique_ptr<Model> open(const GgufFile& file);
     // Architectures open() accepts.
     static std::vector<std::string> architectures();
+    // Those of them built from a DecoderSpec (decoder_spec() answers true),
+    // which the GPU forward pass (model/gpu_decoder.h) may take.
+    static std::vector<std::string> decoder_architectures();
 
     virtual ~Model() = default;
     Model(const Model&) = delete;

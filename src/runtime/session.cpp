@@ -35,7 +35,7 @@ std::unique_ptr<Model> open_model(const GgufFile& file, const SessionOptions& o,
         *backend = "GPU: " + gpu::describe();
         return m;
     }
-    *backend = "CPU (GPU not used: " + why + ")";
+    *backend = "CPU (" + why + ")";  // "CPU (no NVIDIA driver found)"
     return Model::open(file);
 }
 

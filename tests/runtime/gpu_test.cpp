@@ -9,9 +9,11 @@
 // feature it names for the others, is checked everywhere.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "../model/golden.h"
 #include "gguf/gguf.h"
@@ -188,6 +190,27 @@ TEST(GpuOpen, CoversSpecFamiliesAndNamesWhatOthersLack) {
         EXPECT_EQ(open_gpu_model(GgufFile::open(gguf), GpuOptions{}, &why), nullptr) << f;
         EXPECT_NE(why.find(feature), std::string::npos) << f << ": " << why;
         printf("%s on the GPU: refused: %s\n", f, why.c_str());
+    }
+}
+
+// gpu_architectures() (what `--gpu`'s help lists) is exactly the
+// architectures of the golden files open_gpu_model takes up to the device
+// (the test above), and none of those it refuses for their family.
+TEST(GpuOpen, ArchitectureListIsTheFamiliesTaken) {
+    std::set<std::string> taken, refused;
+    for (const char* f : kCovered) {
+        const std::string gguf = golden::models_dir() + "/" + f + "-F32.gguf";
+        if (!std::filesystem::exists(gguf)) GTEST_SKIP() << gguf << " is not here";
+        taken.insert(GgufFile::open(gguf).require_string("general.architecture"));
+    }
+    for (const char* f : {"glm-dsa", "gemma4", "deepseek4"}) {
+        const std::string gguf = golden::models_dir() + "/" + f + "-F32.gguf";
+        if (std::filesystem::exists(gguf)) refused.insert(GgufFile::open(gguf).require_string("general.architecture"));
+    }
+    const std::vector<std::string> listed = gpu_architectures();
+    EXPECT_EQ(std::set<std::string>(listed.begin(), listed.end()), taken);
+    for (const std::string& a : refused) {
+        EXPECT_EQ(std::find(listed.begin(), listed.end(), a), listed.end()) << a;
     }
 }
 

@@ -17,6 +17,7 @@
 #include "bench/gemm_gpu.h"
 #include "bench/readers.h"
 #include "bench/table.h"
+#include "gpu/gpu.h"
 #include "quant/half.h"
 
 namespace ms {
@@ -317,8 +318,12 @@ bool gpu_probe(GpuDevice* dev, std::string* why) {
     if (!a) return false;
     int count = 0;
     cudaError_t e = a->cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count < 1) {
-        *why = strf("no CUDA device (cudaGetDeviceCount: %s)", e != cudaSuccess ? a->cudaGetErrorString(e) : "0 devices");
+    if (e == cudaSuccess && count < 1) e = cudaErrorNoDevice;
+    if (e != cudaSuccess) {
+        int driver = 0, runtime = 0;
+        a->cudaDriverGetVersion(&driver);  // 0 where libcuda is absent
+        a->cudaRuntimeGetVersion(&runtime);
+        *why = gpu::no_device_reason(e, a->cudaGetErrorString(e), driver, runtime);
         return false;
     }
     cudaDeviceProp p;

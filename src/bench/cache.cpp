@@ -15,6 +15,7 @@
 #include "bench/bench_file.h"
 #include "bench/model_experts.h"
 #include "bench/table.h"
+#include "telemetry/build_info.h"
 #include "telemetry/system.h"
 
 namespace ms {
@@ -241,6 +242,7 @@ CacheReport run_cache_bench(const CacheOptions& opt) {
     j["command"] = "bench cache";
     j["schema_version"] = 1;
     j["machine"] = machine;
+    j["build"] = build_info();
     Json s = Json::object();
     s["source"] = src.kind;
     s["path"] = src.kind == "synthetic" ? Json(nullptr) : Json(src.path);

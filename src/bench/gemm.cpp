@@ -19,6 +19,7 @@
 #include "quant/cpu.h"
 #include "quant/dot.h"
 #include "quant/half.h"
+#include "telemetry/build_info.h"
 #include "telemetry/system.h"
 
 namespace ms {
@@ -370,6 +371,7 @@ GemmReport run_gemm_bench(const GemmOptions& opt) {
     j["command"] = "bench gemm";
     j["schema_version"] = 1;
     j["machine"] = machine_info();
+    j["build"] = build_info();
     Json s = Json::object();
     s["threads"] = pool.size();
     s["simd_level"] = simd_level_name(simd_level());

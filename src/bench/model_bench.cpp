@@ -15,6 +15,7 @@
 #include "bench/run_figures.h"
 #include "bench/table.h"
 #include "gguf/gguf.h"
+#include "telemetry/build_info.h"
 #include "telemetry/system.h"
 
 namespace ms {
@@ -410,6 +411,7 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
     j["command"] = "bench model";
     j["schema_version"] = 1;
     j["machine"] = machine_info(opt.models[0]);
+    j["build"] = build_info();
     Json s = Json::object();
     s["binary"] = opt.binary;
     Json ms_ = Json::array(), tests = Json::array(), sweeps = Json::object(), limits = Json::array();

@@ -16,6 +16,7 @@
 #include "bench/plot.h"
 #include "bench/table.h"
 #include "gguf/gguf.h"
+#include "telemetry/build_info.h"
 #include "telemetry/system.h"
 
 namespace ms {
@@ -369,6 +370,7 @@ ProtocolReport run_protocol(const ProtocolOptions& opt) {
     j["command"] = "bench protocol";
     j["schema_version"] = 1;
     j["machine"] = machine;
+    j["build"] = build_info();
     Json s = Json::object();
     s["model"] = opt.model;
     s["model_bytes"] = model_size;

@@ -11,6 +11,7 @@
 
 #include "bench/bench_file.h"
 #include "bench/table.h"
+#include "telemetry/build_info.h"
 #include "telemetry/system.h"
 
 namespace ms {
@@ -328,6 +329,7 @@ SsdReport run_ssd_bench(const SsdOptions& opt) {
     j["command"] = "bench ssd";
     j["schema_version"] = 1;
     j["machine"] = machine_info(bf.path);
+    j["build"] = build_info();
     Json s = Json::object();
     s["seconds_per_test"] = opt.seconds;
     s["slice_bytes"] = slice;

@@ -29,6 +29,7 @@
 #include "cli/session_flags.h"
 #include "gpu/gpu.h"
 #include "json/json.h"
+#include "telemetry/build_info.h"
 #include "telemetry/routing_trace.h"
 #include "telemetry/system.h"
 
@@ -269,6 +270,7 @@ int bench_gpu(int argc, char** argv) {
     }
     const gpu::Rates r = gpu::measure_rates(size_t(size), reps);
     Json j = Json::object();
+    j["build"] = build_info();
     j["device"] = gpu::describe();
     j["bytes"] = size;
     j["reps"] = reps;
@@ -640,7 +642,11 @@ int bench_routing(int argc, char** argv) {
         sizes.empty() ? default_cache_sizes(trace->n_expert(), trace->k()) : parse_int_list("--replay-slots", sizes);
     const std::vector<CachePoint> cache = replay_cache_sizes(*trace, per_layer);
     fputs(routing_text(stats, cache).c_str(), stdout);
-    if (!json.empty()) write_json(json, routing_json(stats, cache));
+    if (!json.empty()) {
+        Json j = routing_json(stats, cache);
+        j["build"] = build_info();
+        write_json(json, j);
+    }
     if (!png.empty()) {
         const std::string err = plot_cache_curve(cache, trace->n_expert(), png);
         if (!err.empty()) throw std::runtime_error(png + ": " + err);

@@ -13,6 +13,7 @@
 #include "cli/session_flags.h"
 #include "json/json.h"
 #include "ops/activation.h"
+#include "telemetry/build_info.h"
 
 namespace ms {
 
@@ -89,6 +90,7 @@ int cmd_logits(int argc, char** argv) {
 
     Json j = Json::object();
     j["arch"] = s->config().arch;
+    j["build"] = build_info();
     j["prompt"] = prompt;
     j["n_vocab"] = V;
     Json pt = Json::array();

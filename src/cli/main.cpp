@@ -29,6 +29,7 @@ const Command kCommands[] = {
     {"tokenize", ms::cmd_tokenize, "print the token ids of a text"},
     {"template", ms::cmd_template, "render a chat template with a context JSON"},
     {"bench", ms::cmd_bench, "benchmarks: ssd, cache, gemm, model, protocol"},
+    {"version", ms::cmd_version, "version, build type, SIMD levels, CUDA and the GPU found (also --version)"},
 };
 
 void usage(FILE* f) {
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    if (!strcmp(argv[1], "--version")) argv[1] = const_cast<char*>("version");
     for (const Command& c : kCommands) {
         if (strcmp(argv[1], c.name) != 0) continue;
         try {

@@ -15,6 +15,7 @@
 #include "cli/progress.h"
 #include "cli/session_flags.h"
 #include "json/json.h"
+#include "telemetry/build_info.h"
 
 namespace ms {
 
@@ -92,6 +93,7 @@ int cmd_perplexity(int argc, char** argv) {
     if (json) {
         Json j = Json::object();
         j["model"] = flags.model;
+        j["build"] = build_info();
         j["file"] = path;
         j["perplexity"] = ppl;
         j["mean_nll"] = nll / double(scored);

@@ -10,6 +10,7 @@
 
 #include "cli/progress.h"
 #include "model/gpu_decoder.h"
+#include "telemetry/build_info.h"
 #include "telemetry/system.h"
 
 namespace ms {
@@ -163,6 +164,7 @@ Json SessionFlags::report_json(const char* command, const Session& s) const {
     j["command"] = command;
     j["model"] = model;
     j["arch"] = s.config().arch;
+    j["build"] = build_info();
     Json settings = Json::object();
     settings["ctx"] = s.n_ctx();
     settings["threads"] = s.n_threads();

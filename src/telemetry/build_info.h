@@ -1,0 +1,22 @@
+// What binary this is and what it found to run on: the version (from git at
+// build time), build type, compiler, the SIMD levels compiled in and the one
+// chosen on this CPU, whether CUDA is compiled in and the GPU found. One
+// object, written by `moestream version --json` and as "build" in every
+// JSON report, so a figure can always be traced to the build that made it.
+#pragma once
+#include "json/json.h"
+
+namespace ms {
+
+// `git describe --tags --always --dirty` of the source tree when it was
+// built, or the project's version where it had no .git (generated at build
+// time by cmake/version.cmake).
+const char* moestream_version();
+
+// {version, build_type, compiler, sanitizers (when any), simd {compiled,
+// cpu_best, active, cpu_features}, cuda {compiled, runtime, architectures},
+// gpu {found, device | reason}}. Never throws and never takes the GPU: its
+// device is only probed (gpu::probe), so a report costs it nothing.
+Json build_info();
+
+}  // namespace ms

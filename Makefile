@@ -10,7 +10,8 @@ DEPS   := build-essential cmake pkg-config libgtest-dev libgmock-dev libbenchmar
           libpcre2-dev liburing-dev libxxhash-dev clang libclang-rt-14-dev gnuplot-nox ninja-build \
           libcpp-httplib-dev chromium haproxy
 
-.PHONY: deps build bin test unit asan tsan fuzz fuzz-long serve-test run run-synth clean routing-check soak
+.PHONY: deps build bin test unit asan tsan fuzz fuzz-long serve-test run run-synth clean routing-check soak \
+        install deb deb-test
 
 deps:
 	@missing=$$(for p in $(DEPS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -92,6 +93,31 @@ run-synth: bin
 # requests on a model 2x larger than --mem, RSS sampled (scripts/soak.sh).
 soak: build
 	scripts/soak.sh $(BUILD) 20000 1000
+
+# The binary, its man page (from its own --help), README and docs under
+# share/doc/moestream, and the demo model under share/moestream, all under
+# PREFIX (the Release build; nothing installed refers to this tree).
+PREFIX ?= /usr/local
+install: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target moestream_man
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+# The same files as a Debian package under /usr (CPack; dependencies from
+# dpkg-shlibdeps): $(BUILD)/packages/moestream_VERSION_amd64.deb.
+deb: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target moestream_man
+	cd $(BUILD) && cpack -G DEB
+	@dpkg-deb --info $(BUILD)/packages/moestream_*.deb | grep -E '^ (Package|Version|Depends):'
+
+# Installs the package into a clean Debian 12 chroot (debootstrap from
+# Debian's mirror; root and network needed) and runs the demo model there
+# (scripts/deb-test.sh).
+deb-test: deb
+	@command -v debootstrap >/dev/null || { SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq debootstrap >/dev/null; }
+	SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); $$SUDO scripts/deb-test.sh $(BUILD)/packages/moestream_*.deb
 
 clean:
 	rm -rf $(BUILD) $(ASAN) $(TSAN) $(FUZZB)

@@ -38,7 +38,7 @@ foreach(n ${names})
 endforeach()
 # Paths under the installation prefix: /usr for the Debian package,
 # /usr/local for a plain `make install`.
-string(APPEND page ".SH FILES\n.TP\nPREFIX/share/moestream/demo-Q8_0.gguf\nthe demo model (13 MB), e.g.\n.B moestream run -m /usr/share/moestream/demo-Q8_0.gguf -p \"It is my duty to\" --mem 28M\n")
+string(APPEND page ".SH FILES\n.TP\nPREFIX/share/moestream/demo-Q8_0.gguf\nthe demo model (13 MB), e.g.\n\\fBmoestream run -m /usr/share/moestream/demo-Q8_0.gguf -p \\(dqIt is my duty to\\(dq --mem 28M -c 512\\fR\n")
 string(APPEND page ".TP\nPREFIX/share/doc/moestream/\nREADME.md and docs/: the design, benchmarks and measurements\n")
 file(WRITE "${OUT}" "${page}")
 # And compressed, as Debian installs man pages (-n: no name or time stamp

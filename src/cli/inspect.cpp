@@ -10,6 +10,7 @@
 #include "json/json.h"
 #include "model/summary.h"
 #include "model/synth.h"
+#include "telemetry/build_info.h"
 
 namespace ms {
 
@@ -44,6 +45,7 @@ std::string range_names(const GgufFile& f, const MoeLayer& l) {
 Json to_json(const GgufFile& f, const ModelSummary& s, bool with_tensors) {
     const Hparams& h = s.hp;
     Json j = Json::object();
+    j["build"] = build_info();
     Json files = Json::array();
     for (const std::string& p : s.files) files.push_back(p);
     j["files"] = files;

@@ -12,6 +12,7 @@
 #include "gguf/gguf.h"
 #include "json/json.h"
 #include "store/layout.h"
+#include "telemetry/build_info.h"
 
 namespace ms {
 
@@ -57,6 +58,7 @@ int cmd_pack(int argc, char** argv) {
 
     Json j = Json::object();
     j["model"] = model;
+    j["build"] = build_info();
     j["sidecar"] = sidecar;
     if (verify) {
         ProgressBar bar("verify", total);

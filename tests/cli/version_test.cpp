@@ -113,4 +113,7 @@ TEST(Version, EveryReportCarriesTheBuild) {
     ASSERT_EQ(bench.rc, 0) << bench.out;
     EXPECT_EQ(ms::Json::parse_file(gemm).at("build").dump(), b.dump());
     std::remove(gemm.c_str());
+    const CliResult inspect = run_cli("inspect --json " + std::string(MOESTREAM_SOURCE_DIR) + "/models/demo-Q8_0.gguf", false);
+    ASSERT_EQ(inspect.rc, 0);
+    EXPECT_EQ(ms::Json::parse(inspect.out).at("build").dump(), b.dump());
 }

@@ -58,7 +58,15 @@ Json build_info() {
     b["compiler"] = compiler();
     if (*MOESTREAM_SANITIZERS) b["sanitizers"] = MOESTREAM_SANITIZERS;
     Json simd = Json::object();
-    simd["compiled"] = words(MOESTREAM_SIMD_UNITS);
+    // Every level's kernels are in an x86-64 binary (quant/dot_avx2.cpp,
+    // dot_avx512.cpp, chosen at run time); elsewhere only the scalar ones.
+    Json compiled = Json::array();
+    compiled.push_back(Json(simd_level_name(SimdLevel::Scalar)));
+#if defined(__x86_64__)
+    compiled.push_back(Json(simd_level_name(SimdLevel::Avx2)));
+    compiled.push_back(Json(simd_level_name(SimdLevel::Avx512)));
+#endif
+    simd["compiled"] = compiled;
     simd["cpu_best"] = simd_level_name(best_simd_level());  // capped by MOESTREAM_SIMD
     simd["active"] = simd_level_name(simd_level());
     simd["cpu_features"] = cpu_feature_names();

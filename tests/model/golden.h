@@ -80,10 +80,12 @@ struct Case {
     std::vector<float> gen;     // greedy steps x n_vocab
 };
 
-inline Case load(const std::string& name) {
+// The files NAME.{gguf,json,logits.f32,gen.f32} in dir (the golden models
+// by default; tests/data holds more in the same format).
+inline Case load(const std::string& name, const std::string& dir = models_dir()) {
     Case c;
     c.name = name;
-    const std::string base = models_dir() + "/" + name;
+    const std::string base = dir + "/" + name;
     c.gguf = base + ".gguf";
     c.meta = Json::parse_file(base + ".json");
     c.prompt = ints(c.meta.at("prompt_tokens"));

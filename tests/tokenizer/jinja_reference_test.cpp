@@ -53,7 +53,8 @@ std::vector<RefCase> load() {
     // The chat cases render golden templates: without them only the
     // probes are generated, and the chat cases are logged as skipped.
     if (!ms::golden::available()) {
-        printf("%s\n", ms::golden::skip_reason(int(ref.at("chat").as_array().size())).c_str());
+        static const std::string logged = ms::golden::skip_reason(int(ref.at("chat").as_array().size()));
+        printf("%s\n", logged.c_str());
         return cases;
     }
     for (const ms::Json& p : ref.at("chat").as_array()) {
@@ -94,6 +95,7 @@ TEST_P(JinjaReference, MatchesJinja2) {
 }
 
 TEST(JinjaReferenceFile, IsComplete) {
+    SKIP_WITHOUT_GOLDEN();
     std::vector<RefCase> cases = load();
     EXPECT_GE(cases.size(), 300u);
 }

@@ -10,7 +10,7 @@ DEPS   := build-essential cmake pkg-config libgtest-dev libgmock-dev libbenchmar
           libpcre2-dev liburing-dev libxxhash-dev clang libclang-rt-14-dev gnuplot-nox ninja-build \
           libcpp-httplib-dev chromium haproxy
 
-.PHONY: deps build bin test unit asan tsan fuzz fuzz-long serve-test run run-synth clean routing-check soak \
+.PHONY: deps build bin test unit asan tsan fuzz fuzz-long serve-test serve-node run run-synth clean routing-check soak \
         install deb deb-test
 
 deps:
@@ -30,11 +30,26 @@ bin: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS) --target moestream
 
+# The golden reference data the tests compare with (never read by the
+# binary). Absent, as in a clone of this repository alone, the test programs
+# that need it skip and log to BUILD_DIR/golden-skipped.txt
+# (tests/golden_dir.h): one line says what was skipped and why. Present (CI),
+# a logged skip fails the suite.
+GOLDEN ?= ../shared/golden
+define golden_summary
+	@log=$(1)/golden-skipped.txt; if [ -s $$log ]; then \
+	  echo "skipped $$(awk '{n += $$2} END {print n}' $$log) tests in $$(cut -d' ' -f1 $$log | sort -u | wc -l) programs ($$(cut -d' ' -f1 $$log | sort -u | paste -sd' ')): $(GOLDEN) not found"; \
+	  if [ -d $(GOLDEN) ]; then echo "error: golden tests skipped although $(GOLDEN) is present"; exit 1; fi; \
+	fi
+endef
+
 # Unit + golden tests (Release), then the unit tests again under ASan+UBSan,
 # the threaded parts' tests under TSan, then a short fuzz run of every parser
 # harness (`make fuzz-long` for long ones).
 test: build
+	@rm -f $(BUILD)/golden-skipped.txt
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(call golden_summary,$(BUILD))
 	$(MAKE) serve-test
 	$(MAKE) asan
 	$(MAKE) tsan
@@ -44,6 +59,10 @@ test: build
 # tests/server/node/package-lock.json, installed here) under node's test
 # runner, and a bounded load test; all on loopback.
 serve-test: build
+	@if [ ! -d $(GOLDEN) ]; then echo "skipped serve-test (the openai client tests serve a golden model): $(GOLDEN) not found"; \
+	else $(MAKE) --no-print-directory serve-node; fi
+
+serve-node:
 	@command -v npm >/dev/null || { SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nodejs npm >/dev/null; }
 	cd tests/server/node && npm ci --no-audit --no-fund --loglevel=error
@@ -52,7 +71,9 @@ serve-test: build
 asan: deps
 	@cmake -S . -B $(ASAN) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESTREAM_SANITIZE=ON >/dev/null
 	@cmake --build $(ASAN) -j $(JOBS)
+	@rm -f $(ASAN)/golden-skipped.txt
 	cd $(ASAN) && MOESTREAM_SANITIZED=1 ctest --output-on-failure -j $(JOBS)
+	$(call golden_summary,$(ASAN))
 
 # ThreadSanitizer on the tests of the threaded parts: the I/O engines and the
 # store, the thread pool, the server (only these targets are built).
@@ -61,7 +82,9 @@ TSAN_TESTS = store_store_test store_streaming_test store_io_test ops_thread_pool
 tsan: deps
 	@cmake -S . -B $(TSAN) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESTREAM_TSAN=ON >/dev/null
 	@cmake --build $(TSAN) -j $(JOBS) --target $(TSAN_TESTS)
+	@rm -f $(TSAN)/golden-skipped.txt
 	cd $(TSAN) && for t in $(TSAN_TESTS); do MOESTREAM_SANITIZED=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" ./$$t || exit 1; done
+	$(call golden_summary,$(TSAN))
 
 fuzz: deps
 	@CC=clang CXX=clang++ cmake -S . -B $(FUZZB) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESTREAM_FUZZ=ON -DMOESTREAM_TESTS=OFF >/dev/null

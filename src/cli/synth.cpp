@@ -21,12 +21,17 @@ int cmd_synth(int argc, char** argv) {
     std::string presets;
     for (const std::string& n : synth_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
     Args args("moestream synth --preset NAME -o OUT.gguf [--type T] [overrides] [--router-skew S] [--router-locality L] [--seed N]",
-              "Writes a synthetic model of a real architecture: real tensor names, shapes and metadata, the\n"
-              "tokenizer of a vocabulary GGUF, and random but valid quantized weights (scaled so activations\n"
-              "stay sane).\n"
+              "Writes a synthetic model of a real architecture: real tensor names, shapes and metadata, a\n"
+              "vocabulary, and random but valid quantized weights (scaled so activations stay sane).\n"
+              "The vocabulary is generated (nothing is read from disk): byte-level BPE learned from public-domain\n"
+              "English text compiled into the binary, padded to the preset's size with tokens that encoding never\n"
+              "produces, with ChatML special tokens and chat template (mixtral-8x7b: SentencePiece with [INST]).\n"
+              "English text splits into tokens about as a real vocabulary splits it (what routing depends on),\n"
+              "with other ids. --vocab FILE.gguf copies the tokenizer (and its size) of a model or vocabulary\n"
+              "GGUF instead.\n"
               "Presets (qwen3moe): tiny (a few MB demo: 6 layers, 16 experts top-4, n_embd 256, ~500-token\n"
               "vocabulary), qwen3-30b-a3b (48 layers, 128 experts top-8, n_embd 2048, expert FFN 768, 32/4 heads\n"
-              "x 128, Qwen3 vocabulary), qwen3-235b-a22b (94 layers, 128 experts top-8, n_embd 4096, FFN 1536,\n"
+              "x 128, Qwen3's vocabulary size), qwen3-235b-a22b (94 layers, 128 experts top-8, n_embd 4096, FFN 1536,\n"
               "64/4 heads). Other families, at their published shapes: mixtral-8x7b (llama: 32 layers, 8 experts\n"
               "top-2, n_embd 4096, FFN 14336), gpt-oss-120b (36 layers, 128 experts top-4, n_embd 2880, MXFP4\n"
               "experts), deepseek-v3 (deepseek2: 61 layers, 3 dense, 256 experts top-8 + 1 shared, n_embd 7168,\n"
@@ -57,7 +62,9 @@ int cmd_synth(int argc, char** argv) {
     args.option("--kv-heads", &kv_heads, "N", "key/value heads (divides --heads)");
     args.option("--head-dim", &head_dim, "N", "head dimension");
     args.option("--context", &context, "N", "context_length written to the metadata");
-    args.option("--vocab", &vocab, "FILE", "GGUF whose tokenizer.* keys are copied (default: the preset's)");
+    args.option("--vocab", &vocab, "FILE",
+                "GGUF (a model or a vocabulary-only file) whose tokenizer.* keys are copied, with its vocabulary "
+                "size (default: a generated vocabulary of the preset's size)");
     args.option("--router-skew", &skew, "S",
                 "expert popularity ~ 1/rank^S within each layer (0 = uniform; one expert is capped at 45% of "
                 "tokens, since no router can pick one expert for more than half of symmetric inputs; default: "
@@ -76,7 +83,7 @@ int cmd_synth(int argc, char** argv) {
     if (!args.parse(argc, argv)) return 0;
     if (out.empty() && !dry_run) throw std::runtime_error("missing -o OUT.gguf (see --help)");
 
-    SynthSpec s = synth_preset(preset, MOESTREAM_GOLDEN_DIR);
+    SynthSpec s = synth_preset(preset);
     if (!type.empty()) s.recipe = type;
     if (layers) s.n_layer = layers;
     if (experts) s.n_expert = experts;

@@ -13,11 +13,13 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
 #include "gguf/gguf.h"
 #include "model/synth_families.h"
+#include "model/synth_vocab.h"
 #include "quant/blocks.h"
 #include "quant/dequant.h"
 #include "quant/half.h"
@@ -603,21 +605,21 @@ namespace {
 const std::vector<SynthSpec>& presets() {
     static const std::vector<SynthSpec> all = {
         {.preset = "tiny", .n_layer = 6, .n_expert = 16, .n_expert_used = 4, .n_embd = 256, .expert_ffn = 256,
-         .n_head = 4, .n_head_kv = 2, .head_dim = 64, .context = 512, .vocab_path = "/models/qwen3moe-F32.gguf"},
+         .n_head = 4, .n_head_kv = 2, .head_dim = 64, .context = 512, .n_vocab = 499},
         {.preset = "qwen3-30b-a3b", .n_layer = 48, .n_expert = 128, .n_expert_used = 8, .n_embd = 2048,
          .expert_ffn = 768, .n_head = 32, .n_head_kv = 4, .head_dim = 128, .context = 40960,
-         .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_skew = 0.5, .router_locality = 4.0},
+         .router_skew = 0.5, .router_locality = 4.0},
         {.preset = "qwen3-235b-a22b", .n_layer = 94, .n_expert = 128, .n_expert_used = 8, .n_embd = 4096,
          .expert_ffn = 1536, .n_head = 64, .n_head_kv = 4, .head_dim = 128, .context = 40960,
-         .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_skew = 0.5, .router_locality = 4.0},
+         .router_skew = 0.5, .router_locality = 4.0},
         // Mixtral 8x7B: Llama 2's 32k SentencePiece vocabulary is the golden one.
         {.preset = "mixtral-8x7b", .arch = "llama", .n_layer = 32, .n_expert = 8, .n_expert_used = 2,
          .n_embd = 4096, .expert_ffn = 14336, .n_head = 32, .n_head_kv = 8, .head_dim = 128, .context = 32768,
-         .vocab_path = "/tokenizer/ggml-vocab-llama-spm.gguf", .router_locality = 0},
+         .tokenizer = "llama", .n_vocab = 32000, .router_locality = 0},
         // gpt-oss-120b ships its experts in MXFP4, the rest in 8 bits.
         {.preset = "gpt-oss-120b", .arch = "gpt-oss", .n_layer = 36, .n_expert = 128, .n_expert_used = 4,
          .n_embd = 2880, .expert_ffn = 2880, .n_head = 64, .n_head_kv = 8, .head_dim = 64, .context = 131072,
-         .rope_base = 150000, .sliding_window = 128, .vocab_path = "/tokenizer/qwen3-vocab.gguf",
+         .rope_base = 150000, .sliding_window = 128,
          .recipe = "MXFP4", .router_locality = 0},
         // DeepSeek V3 (671B): MLA (q rank 1536, KV rank 512, 128 + 64 rope
         // dims per head for q/k, 128 for v), 3 dense layers, 256 experts top-8
@@ -625,7 +627,7 @@ const std::vector<SynthSpec>& presets() {
         {.preset = "deepseek-v3", .arch = "deepseek2", .n_layer = 61, .n_expert = 256, .n_expert_used = 8,
          .n_embd = 7168, .expert_ffn = 2048, .n_head = 128, .n_head_kv = 1, .head_dim = 128, .context = 163840,
          .rope_base = 10000, .rope_dim = 64, .n_dense_lead = 3, .dense_ffn = 18432, .n_shared = 1,
-         .q_lora = 1536, .kv_lora = 512, .v_head_dim = 128, .vocab_path = "/tokenizer/qwen3-vocab.gguf",
+         .q_lora = 1536, .kv_lora = 512, .v_head_dim = 128,
          .router_locality = 0},
         // GLM-4.5-Air (106B-A12B): 46 layers (its NextN block is left out),
         // the first dense, 128 experts top-8 plus one shared, half-rotary heads,
@@ -633,7 +635,7 @@ const std::vector<SynthSpec>& presets() {
         {.preset = "glm-4.5-air", .arch = "glm4moe", .n_layer = 46, .n_expert = 128, .n_expert_used = 8,
          .n_embd = 4096, .expert_ffn = 1408, .n_head = 96, .n_head_kv = 8, .head_dim = 128, .context = 131072,
          .rope_dim = 64, .n_dense_lead = 1, .dense_ffn = 10944, .n_shared = 1,
-         .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
+         .router_locality = 0},
         // Qwen3.5-397B-A17B (Flash-MoE's model): 15 x (3 Gated DeltaNet + 1
         // gated full attention), 512 experts top-10 plus one shared, attention
         // 32/2 heads x 256 rotating a quarter of each head, DeltaNet 16 q/k and
@@ -641,13 +643,13 @@ const std::vector<SynthSpec>& presets() {
         {.preset = "qwen3.5-397b-a17b", .arch = "qwen35moe", .n_layer = 60, .n_expert = 512, .n_expert_used = 10,
          .n_embd = 4096, .expert_ffn = 1024, .n_head = 32, .n_head_kv = 2, .head_dim = 256, .context = 262144,
          .rope_base = 1e7, .rope_dim = 64, .n_shared = 1, .full_attention_interval = 4, .ssm_k_heads = 16,
-         .ssm_v_heads = 64, .ssm_head_dim = 128, .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
+         .ssm_v_heads = 64, .ssm_head_dim = 128, .router_locality = 0},
         // The 35B-A3B class (Qwen3.5-35B-A3B / Qwen3-Next widths): 40 layers,
         // 256 experts top-8 plus one shared of 512, n_embd 2048.
         {.preset = "qwen3.5-35b-a3b", .arch = "qwen35moe", .n_layer = 40, .n_expert = 256, .n_expert_used = 8,
          .n_embd = 2048, .expert_ffn = 512, .n_head = 16, .n_head_kv = 2, .head_dim = 256, .context = 262144,
          .rope_base = 1e7, .rope_dim = 64, .n_shared = 1, .full_attention_interval = 4, .ssm_k_heads = 16,
-         .ssm_v_heads = 32, .ssm_head_dim = 128, .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
+         .ssm_v_heads = 32, .ssm_head_dim = 128, .router_locality = 0},
         // GLM-5 (744B-A40B, colibri's target): DeepSeek V3's MLA (q rank 2048,
         // KV rank 512, 128 + 64 rope dims for q/k, 256 for v, 64 heads) with a
         // lightning indexer in every layer (32 heads x 128, top 2048), 3 dense
@@ -656,7 +658,7 @@ const std::vector<SynthSpec>& presets() {
          .n_embd = 6144, .expert_ffn = 2048, .n_head = 64, .n_head_kv = 1, .head_dim = 128, .context = 202752,
          .rope_dim = 64, .n_dense_lead = 3, .dense_ffn = 12288, .n_shared = 1, .q_lora = 2048, .kv_lora = 512,
          .v_head_dim = 256, .indexer_heads = 32, .indexer_dim = 128, .indexer_top_k = 2048,
-         .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
+         .router_locality = 0},
         // Llama 4 Scout (109B) and Maverick (400B): 48 layers, n_embd 5120,
         // 40/8 heads x 128; every layer routes in Scout (16 experts), every
         // other one in Maverick (128), top-1 by sigmoid plus a shared expert,
@@ -664,11 +666,11 @@ const std::vector<SynthSpec>& presets() {
         {.preset = "llama4-scout", .arch = "llama4", .n_layer = 48, .n_expert = 16, .n_expert_used = 1,
          .n_embd = 5120, .expert_ffn = 8192, .n_head = 40, .n_head_kv = 8, .head_dim = 128, .context = 262144,
          .rope_base = 500000, .moe_step = 1, .dense_ffn = 16384, .n_shared = 1,
-         .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
+         .router_locality = 0},
         {.preset = "llama4-maverick", .arch = "llama4", .n_layer = 48, .n_expert = 128, .n_expert_used = 1,
          .n_embd = 5120, .expert_ffn = 8192, .n_head = 40, .n_head_kv = 8, .head_dim = 128, .context = 262144,
          .rope_base = 500000, .moe_step = 2, .dense_ffn = 16384, .n_shared = 1,
-         .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
+         .router_locality = 0},
         // DeepSeek V4 Flash (284B-A13B): 43 layers, all MoE, 256 experts top-6
         // plus one shared, the first 3 hash-routed; 64 heads x 512 sharing one
         // key/value vector, 64 rope dims, q rank 1024, output in 8 groups of
@@ -680,12 +682,12 @@ const std::vector<SynthSpec>& presets() {
          .n_embd = 4096, .expert_ffn = 2048, .n_head = 64, .n_head_kv = 1, .head_dim = 512, .context = 1048576,
          .rope_base = 10000, .rope_dim = 64, .n_shared = 1, .q_lora = 1024, .sliding_window = 128,
          .indexer_heads = 64, .indexer_dim = 128, .indexer_top_k = 512, .hash_layers = 3, .out_groups = 8,
-         .out_lora = 1024, .vocab_path = "/tokenizer/qwen3-vocab.gguf", .recipe = "MXFP4", .router_locality = 0},
+         .out_lora = 1024, .recipe = "MXFP4", .router_locality = 0},
         // MiniMax-M2 (230B-A10B): 62 layers, n_embd 3072, 48/8 heads x 128
         // rotating 64 dims, q/k normed whole, 256 experts of 1536 top-8.
         {.preset = "minimax-m2", .arch = "minimax-m2", .n_layer = 62, .n_expert = 256, .n_expert_used = 8,
          .n_embd = 3072, .expert_ffn = 1536, .n_head = 48, .n_head_kv = 8, .head_dim = 128, .context = 196608,
-         .rope_base = 5e6, .rope_dim = 64, .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
+         .rope_base = 5e6, .rope_dim = 64, .router_locality = 0},
         // Gemma 4 26B-A4B (TurboFieldfare's model): 30 layers, n_embd 2816, 25
         // sliding-window layers (window 1024, 16 heads x 256, 8 KV heads, rope
         // 1e4) and every 6th full (heads x 512, 2 KV heads, V = K, rope 1e6
@@ -695,7 +697,7 @@ const std::vector<SynthSpec>& presets() {
          .n_embd = 2816, .expert_ffn = 704, .n_head = 16, .n_head_kv = 8, .head_dim = 256, .context = 262144,
          .dense_ffn = 2112, .sliding_window = 1024, .full_attention_interval = 6, .head_dim_full = 512,
          .n_head_kv_full = 2, .rope_base_swa = 10000, .v_from_k = true,
-         .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
+         .router_locality = 0},
         // Gemma 4 E4B: dense, 42 layers, n_embd 2560, 8 heads (2 KV heads of
         // 256 in sliding-window layers, window 512; 2 of 512 in every 6th),
         // MLP 10240, per-layer embeddings of 256, the last 18 layers reading
@@ -705,7 +707,7 @@ const std::vector<SynthSpec>& presets() {
          .n_embd = 2560, .expert_ffn = 32, .n_head = 8, .n_head_kv = 2, .head_dim = 256, .context = 131072,
          .dense_ffn = 10240, .sliding_window = 512, .full_attention_interval = 6, .head_dim_full = 512,
          .n_head_kv_full = 2, .rope_base_swa = 10000, .per_layer_embd = 256, .shared_kv_layers = 18,
-         .routed = false, .vocab_path = "/tokenizer/qwen3-vocab.gguf", .router_locality = 0},
+         .routed = false, .router_locality = 0},
     };
     return all;
 }
@@ -721,13 +723,9 @@ const std::vector<std::string>& synth_preset_names() {
     return names;
 }
 
-SynthSpec synth_preset(const std::string& name, const std::string& golden_dir) {
-    for (const SynthSpec& p : presets()) {
-        if (name != p.preset) continue;
-        SynthSpec s = p;
-        s.vocab_path = golden_dir + p.vocab_path;
-        return s;
-    }
+SynthSpec synth_preset(const std::string& name) {
+    for (const SynthSpec& p : presets())
+        if (name == p.preset) return p;
     std::string known;
     for (const std::string& n : synth_preset_names()) known += (known.empty() ? "" : ", ") + n;
     throw std::runtime_error("unknown preset '" + name + "' (known: " + known + ")");
@@ -752,6 +750,11 @@ void validate_spec(const SynthSpec& s) {
          "--head-dim must be even, with heads x head-dim a multiple of 32");
     need(s.context >= 1, "--context must be positive");
     need(std::isfinite(s.router_skew) && s.router_skew >= 0 && s.router_skew <= 8, "--router-skew must be 0..8");
+    need(!s.vocab_path.empty() || s.tokenizer == "gpt2" || s.tokenizer == "llama",
+         "unknown vocabulary tokenizer '" + s.tokenizer + "' (use gpt2 or llama)");
+    need(!s.vocab_path.empty() || (s.n_vocab >= 512 && s.n_vocab <= (1 << 20)) ||
+             (s.tokenizer == "gpt2" && s.n_vocab >= 265 && s.n_vocab <= (1 << 20)),
+         "the generated vocabulary's size must be 265..2^20 tokens (512.. for llama)");
     need(std::isfinite(s.router_locality) && s.router_locality >= 0 && s.router_locality <= 8,
          "--router-locality must be 0..8");
     if (s.arch != "qwen3moe") validate_family(s);
@@ -892,7 +895,7 @@ int64_t vocab_rows(const GgufFile& vocab, const std::string& path) {
 SynthSizes synth_sizes(const SynthSpec& spec) {
     validate_spec(spec);
     SynthSizes z;
-    z.n_vocab = vocab_rows(GgufFile::open(spec.vocab_path), spec.vocab_path);
+    z.n_vocab = spec.vocab_path.empty() ? spec.n_vocab : vocab_rows(GgufFile::open(spec.vocab_path), spec.vocab_path);
     RouterCalibration uniform;  // sizes do not depend on the router's values
     uniform.scale.assign(size_t(spec.n_expert), 1.0);
     const Plan plan = make_plan(spec, z.n_vocab, uniform);
@@ -920,8 +923,15 @@ SynthResult write_synth_model(const SynthSpec& spec, const std::string& path,
                               const std::function<void(uint64_t, uint64_t)>& progress) {
     validate_spec(spec);
     auto t0 = std::chrono::steady_clock::now();
-    GgufFile vocab = GgufFile::open(spec.vocab_path);
-    const int64_t n_vocab = vocab_rows(vocab, spec.vocab_path);
+    std::optional<GgufFile> vocab_file;
+    SynthVocab vocab;
+    int64_t n_vocab = spec.n_vocab;
+    if (!spec.vocab_path.empty()) {
+        vocab_file = GgufFile::open(spec.vocab_path);
+        n_vocab = vocab_rows(*vocab_file, spec.vocab_path);
+    } else {
+        vocab = make_synth_vocab(spec.tokenizer, spec.n_vocab);
+    }
 
     std::vector<double> target =
         zipf_targets(spec.n_expert, spec.n_expert_used, spec.router_skew, kRouterCap);
@@ -956,8 +966,12 @@ SynthResult write_synth_model(const SynthSpec& spec, const std::string& path,
         w.set_u32(a + "expert_used_count", uint32_t(spec.n_expert_used));
         w.set_u32(a + "expert_feed_forward_length", uint32_t(spec.expert_ffn));
     }
-    for (const auto& [key, value] : vocab.metadata())
-        if (key.rfind("tokenizer.", 0) == 0) w.set_value(key, value);
+    if (vocab_file) {
+        for (const auto& [key, value] : vocab_file->metadata())
+            if (key.rfind("tokenizer.", 0) == 0) w.set_value(key, value);
+    } else {
+        write_synth_vocab(w, vocab);
+    }
     w.set_string("moestream.synth.preset", spec.preset);
     w.set_string("moestream.synth.type", spec.recipe);
     w.set_u64("moestream.synth.seed", spec.seed);

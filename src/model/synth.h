@@ -1,7 +1,8 @@
 // Synthetic models of real architectures (qwen3moe, and the families of
 // model/synth_families.h): real tensor names,
-// shapes and metadata, a real tokenizer copied from a vocabulary GGUF, and
-// random but valid quantized weights. Big tensors are never made as floats:
+// shapes and metadata, a generated vocabulary of the preset's size and
+// tokenizer type (model/synth_vocab.h) or the tokenizer of a vocabulary GGUF
+// the user names, and random but valid quantized weights. Big tensors are never made as floats:
 // blocks are filled from a fast PRNG and only their scale fields are set, so
 // a 17 GB model is written at disk speed. Router rows are scaled so expert
 // popularity follows a Zipf-like law (--router-skew); a few designed
@@ -76,7 +77,12 @@ struct SynthSpec {
     int shared_kv_layers = 0;
     bool routed = true;
     bool v_from_k = false;
-    std::string vocab_path;       // GGUF whose tokenizer.* keys (and vocabulary size) are copied
+    // The vocabulary: generated (model/synth_vocab.h) with this tokenizer
+    // ("gpt2" byte-level BPE, "llama" SentencePiece) and size, unless
+    // vocab_path names a GGUF whose tokenizer.* keys (and size) are copied.
+    std::string tokenizer = "gpt2";
+    int64_t n_vocab = 151669;
+    std::string vocab_path = {};
     std::string recipe = "Q4_K_M";  // Q4_K_M, Q8_0, MXFP4, F16
     double router_skew = 0;       // Zipf exponent of expert popularity; 0 = uniform
     // How much recent context each router sees beside the token (the value
@@ -90,9 +96,11 @@ struct SynthSpec {
 // families' published shapes ("mixtral-8x7b", "gpt-oss-120b", "deepseek-v3",
 // "glm-4.5-air", "qwen3.5-397b-a17b", "qwen3.5-35b-a3b", "glm-5",
 // "llama4-scout", "llama4-maverick", "minimax-m2", "deepseek-v4-flash", "gemma4-26b-a4b", "gemma4-e4b")
-// and "tiny" (a few MB, the README demo). Vocabularies are looked up in
-// golden_dir (the project's shared golden data). Throws on an unknown name.
-SynthSpec synth_preset(const std::string& name, const std::string& golden_dir);
+// and "tiny" (a few MB, the README demo). Their vocabularies are generated:
+// tiny's 499 byte-level BPE tokens, Qwen3's size (151,669, byte-level BPE)
+// for the others, Llama 2's 32,000 SentencePiece tokens for mixtral-8x7b.
+// Throws on an unknown name.
+SynthSpec synth_preset(const std::string& name);
 const std::vector<std::string>& synth_preset_names();
 
 // Checks dimensions and recipe; throws std::runtime_error naming the problem.
@@ -137,7 +145,7 @@ struct SynthResult {
 // What a spec would write, without writing it: tensor data bytes, split
 // into routed experts (the *_exps tensors) and everything else (resident
 // while streaming), and the size of one expert of one layer (gate + up +
-// down). Reads only the vocabulary file.
+// down). Reads only the vocabulary file, if the spec names one.
 struct SynthSizes {
     uint64_t total = 0, experts = 0, resident = 0, one_expert = 0;
     uint64_t rows = 0;  // per-layer embedding table: read a row a token, like experts, not resident

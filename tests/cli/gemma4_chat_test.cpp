@@ -14,6 +14,7 @@
 
 #include "json/json.h"
 #include "run_cli.h"
+#include "../golden_required.h"
 
 using ms::Json;
 

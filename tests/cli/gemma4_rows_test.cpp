@@ -10,6 +10,7 @@
 
 #include "json/json.h"
 #include "run_cli.h"
+#include "../golden_required.h"
 
 namespace {
 

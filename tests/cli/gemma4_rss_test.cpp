@@ -15,6 +15,7 @@
 
 #include "json/json.h"
 #include "run_cli.h"
+#include "../golden_required.h"
 
 namespace {
 

@@ -13,6 +13,7 @@
 #include "../model/golden.h"
 #include "json/json.h"
 #include "run_cli.h"
+#include "../golden_required.h"
 
 using ms::Json;
 

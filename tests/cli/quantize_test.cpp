@@ -10,6 +10,7 @@
 #include <string>
 
 #include "run_cli.h"
+#include "../golden_required.h"
 
 namespace {
 

@@ -13,6 +13,7 @@
 
 #include "json/json.h"
 #include "run_cli.h"
+#include "../golden_dir.h"
 
 using ms::Json;
 
@@ -265,6 +266,7 @@ TEST_F(RunCli, DraftsKeepGreedyTextAndAreCounted) {
 // --draft mtp on a file with a NextN block (golden glm4moe): the plain
 // run's greedy text, and the report counts the block's expert reads.
 TEST_F(RunCli, MtpDraftsKeepGreedyTextAndCountTheirReads) {
+    SKIP_WITHOUT_GOLDEN();
     const std::string report = prefix_ + ".mtp.json";
     const std::string args = "run -m " MOESTREAM_GOLDEN_DIR "/models/glm4moe-Q8_0.gguf -p 'The GNU General Public "
                              "License' -n 24 --temp 0 --ignore-eos";

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "json/json.h"
+#include "../golden_required.h"
 
 namespace {
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "json/json.h"
+#include "../golden_required.h"
 
 namespace {
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "../golden_required.h"
 
 namespace fs = std::filesystem;
 using ms::GgmlType;

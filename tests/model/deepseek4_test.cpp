@@ -13,6 +13,7 @@
 
 #include "golden_model.h"
 #include "model/deepseek4_attention.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

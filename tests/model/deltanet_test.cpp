@@ -15,6 +15,7 @@
 
 #include "golden_model.h"
 #include "model/synth.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {
@@ -76,7 +77,7 @@ TEST(DeltaNetChunks, ShrunkQwen35SynthModelsMatchTokenByToken) {
         uint64_t seed;
     } dims[] = {{2, 4, 32, 128, 1}, {2, 8, 64, 256, 7}, {4, 4, 64, 192, 3}};
     for (const Dims& d : dims) {
-        SynthSpec spec = synth_preset("qwen3.5-35b-a3b", MOESTREAM_GOLDEN_DIR);
+        SynthSpec spec = synth_preset("qwen3.5-35b-a3b");
         spec.vocab_path = std::string(MOESTREAM_GOLDEN_DIR) + "/models/qwen35moe-F32.gguf";
         spec.n_layer = 4;
         spec.n_embd = d.n_embd;

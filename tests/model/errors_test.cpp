@@ -12,6 +12,7 @@
 
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "golden_model.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

@@ -12,11 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "../golden_dir.h"
 #include "json/json.h"
 
 namespace ms::golden {
 
-inline std::string models_dir() { return std::string(MOESTREAM_GOLDEN_DIR) + "/models"; }
+inline std::string models_dir() { return dir() + "/models"; }
 
 // The golden families the forward pass runs (file name prefixes; mixtral's
 // architecture is `llama`; gemma4 includes gemma4-ple; deepseek2-lite and
@@ -30,6 +31,7 @@ inline std::vector<std::string> runnable_families() {
 // Names like "qwen3moe-Q4_K_M" of every model of a family, sorted.
 inline std::vector<std::string> family(const std::string& name) {
     std::vector<std::string> out;
+    if (!available()) return out;  // no golden data: the program skips (golden_required.h)
     for (const auto& e : std::filesystem::directory_iterator(models_dir())) {
         const std::string f = e.path().filename().string();
         if (f.rfind(name + "-", 0) == 0 && e.path().extension() == ".gguf") out.push_back(e.path().stem().string());

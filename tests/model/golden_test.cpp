@@ -16,6 +16,7 @@
 #include "golden_model.h"
 #include "model/synth.h"
 #include "quant/cpu.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {
@@ -183,7 +184,7 @@ TEST(Qwen3MoeLevels, Q4KAttentionModelGivesTheSameLogitsAtEveryLevel) {
     if (best_simd_level() < SimdLevel::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
     golden::LevelGuard guard;
     for (uint64_t seed : {1, 3, 5}) {
-        SynthSpec spec = synth_preset("tiny", MOESTREAM_GOLDEN_DIR);
+        SynthSpec spec = synth_preset("tiny");
         spec.n_layer = 4;
         spec.n_expert = 16;
         spec.n_expert_used = 4;

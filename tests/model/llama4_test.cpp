@@ -10,6 +10,7 @@
 
 #include "golden_model.h"
 #include "model/attention_block.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 #include <vector>
+#include "../golden_required.h"
 
 using namespace ms;
 

@@ -13,7 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "../golden_dir.h"
 #include "gguf/gguf.h"
+#include "json/json.h"
+#include "model/synth_vocab.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 #include "model/summary.h"
 #include "quant/dequant.h"
 
@@ -21,7 +26,6 @@ using namespace ms;
 
 namespace {
 
-const std::string kGolden = MOESTREAM_GOLDEN_DIR;
 
 std::string temp_path(const std::string& name) {
     return "/tmp/moestream-synth-test-" + std::to_string(getpid()) + "-" + name + ".gguf";
@@ -36,7 +40,7 @@ struct TempModel {
 };
 
 SynthSpec small_spec(const std::string& recipe) {
-    SynthSpec s = synth_preset("tiny", kGolden);
+    SynthSpec s = synth_preset("tiny");
     s.n_layer = 2;
     s.n_expert = 8;
     s.n_expert_used = 2;
@@ -89,7 +93,7 @@ void check_blocks(const GgufFile& f) {
 }  // namespace
 
 TEST(Synth, TinyPresetIsAValidQwen3MoeModel) {
-    SynthSpec spec = synth_preset("tiny", kGolden);
+    SynthSpec spec = synth_preset("tiny");
     TempModel m(spec, "tiny");
     GgufFile f = GgufFile::open(m.path);
     EXPECT_EQ(f.get_string("general.architecture"), "qwen3moe");
@@ -103,21 +107,15 @@ TEST(Synth, TinyPresetIsAValidQwen3MoeModel) {
     EXPECT_EQ(f.get_int("qwen3moe.attention.key_length", 0), spec.head_dim);
     EXPECT_GT(f.get_float("qwen3moe.attention.layer_norm_rms_epsilon", 0), 0);
 
-    // Every tokenizer key of the vocabulary source, copied unchanged.
-    GgufFile vocab = GgufFile::open(spec.vocab_path);
-    int copied = 0;
-    for (const auto& [key, v] : vocab.metadata()) {
-        if (key.rfind("tokenizer.", 0) != 0) continue;
-        const GgufValue* got = f.find(key);
-        ASSERT_NE(got, nullptr) << key;
-        EXPECT_EQ(got->type, v.type) << key;
-        EXPECT_EQ(got->s, v.s) << key;
-        EXPECT_EQ(got->as, v.as) << key;
-        EXPECT_EQ(got->ai, v.ai) << key;
-        ++copied;
-    }
-    EXPECT_GE(copied, 5);
-    int64_t n_vocab = int64_t(vocab.get_strings("tokenizer.ggml.tokens").size());
+    // The generated vocabulary (no file read): the preset's size, byte-level
+    // BPE, ChatML markers and template.
+    const int64_t n_vocab = spec.n_vocab;
+    EXPECT_TRUE(spec.vocab_path.empty());
+    const Tokenizer tok = Tokenizer::from_gguf(f);
+    EXPECT_EQ(int64_t(tok.n_vocab()), n_vocab);
+    EXPECT_EQ(tok.model(), "gpt2");
+    EXPECT_EQ(tok.text(tok.eos()), "<|im_end|>");
+    EXPECT_TRUE(f.has("tokenizer.chat_template"));
 
     // Names and shapes llama.cpp's qwen3moe loader asks for.
     auto shape = [&](const std::string& name) {
@@ -191,9 +189,10 @@ TEST(Synth, SameSeedSameFile) {
 }
 
 TEST(Synth, Q4KMRecipeMatchesTheReferenceQuantizer) {
+    SKIP_WITHOUT_GOLDEN();
     // The golden qwen3moe-Q4_K_M file was made by the reference quantizer
     // (3 layers, 8 experts): our recipe must pick the same type per tensor.
-    GgufFile g = GgufFile::open(kGolden + "/models/qwen3moe-Q4_K_M.gguf");
+    GgufFile g = GgufFile::open(ms::golden::dir() + "/models/qwen3moe-Q4_K_M.gguf");
     int checked = 0;
     for (const GgufTensor& t : g.tensors()) {
         if (t.n_dims < 2 || t.name.find("ffn_gate_inp") != std::string::npos) continue;
@@ -236,7 +235,7 @@ TEST(Synth, RouterSkewFollowsTheTargetLaw) {
     // Skew 0.5 on the tiny preset (16 experts, top-4). Route Gaussian inputs
     // through the router rows written to the file and compare the measured
     // popularity with the target law and with the calibration in the metadata.
-    SynthSpec spec = synth_preset("tiny", kGolden);
+    SynthSpec spec = synth_preset("tiny");
     spec.n_layer = 2;
     spec.router_skew = 0.5;
     TempModel m(spec, "skew");
@@ -300,18 +299,18 @@ TEST(Synth, CalibrationConvergesAtRealScale) {
 }
 
 TEST(Synth, BadSpecsAreRefused) {
-    SynthSpec s = synth_preset("tiny", kGolden);
+    SynthSpec s = synth_preset("tiny");
     s.n_expert_used = s.n_expert + 1;
     EXPECT_THROW(validate_spec(s), std::runtime_error);
-    s = synth_preset("tiny", kGolden);
+    s = synth_preset("tiny");
     s.recipe = "Q3_K";
     EXPECT_THROW(validate_spec(s), std::runtime_error);
-    s = synth_preset("tiny", kGolden);
+    s = synth_preset("tiny");
     s.n_head_kv = 3;
     EXPECT_THROW(validate_spec(s), std::runtime_error);
-    EXPECT_THROW(synth_preset("qwen9", kGolden), std::runtime_error);
-    s = synth_preset("tiny", kGolden);
-    s.vocab_path = kGolden + "/models/qwen3moe-F32.json";
+    EXPECT_THROW(synth_preset("qwen9"), std::runtime_error);
+    s = synth_preset("tiny");
+    s.vocab_path = std::string(MOESTREAM_SOURCE_DIR) + "/models/demo-reference.json";  // not a GGUF
     EXPECT_THROW(write_synth_model(s, temp_path("bad"), nullptr), std::runtime_error);
     EXPECT_NE(access(temp_path("bad").c_str(), F_OK), 0);
     EXPECT_NE(access((temp_path("bad") + ".partial").c_str(), F_OK), 0);
@@ -367,4 +366,69 @@ TEST(Synth, RealisticRoutingElementsAreWhereTheDesignPutsThem) {
         std::vector<float> fn = row_of(f, "blk.0.ffn_norm.weight", 0);
         for (int j = 0; j < int(fn.size()); j++) EXPECT_EQ(fn[size_t(j)], j < J ? 0.0f : 1.0f);
     }
+}
+
+// The generated vocabularies, read back by the project's tokenizer: the
+// requested size; English round-trips, mostly in whole-word tokens at full
+// size (the token statistics routing depends on); the last normal token (a
+// padding token at full size) never comes out of encode yet decodes to
+// text; the family's markers are single tokens and its template renders.
+TEST(SynthVocab, GeneratedVocabulariesTokenizeEnglish) {
+    const std::string text =
+        "The committee reported that the new measures had been adopted by the states, and that commerce and "
+        "agriculture continue to prosper under the protection of the laws.";
+    struct Case {
+        const char* tokenizer;
+        int64_t n_vocab;
+    };
+    for (const Case c : {Case{"gpt2", 499}, Case{"gpt2", 151669}, Case{"llama", 32000}}) {
+        SCOPED_TRACE(std::string(c.tokenizer) + " " + std::to_string(c.n_vocab));
+        SynthSpec spec = synth_preset("tiny");
+        spec.n_layer = 1;
+        spec.tokenizer = c.tokenizer;
+        spec.n_vocab = c.n_vocab;
+        TempModel m(spec, std::string("vocab-") + c.tokenizer + std::to_string(c.n_vocab));
+        GgufFile f = GgufFile::open(m.path);
+        const Tokenizer tok = Tokenizer::from_gguf(f);
+        ASSERT_EQ(int64_t(tok.n_vocab()), c.n_vocab);
+        const std::vector<int32_t> ids = tok.encode(text, false, false);
+        EXPECT_EQ(tok.decode(ids), text);
+        const size_t words = size_t(std::count(text.begin(), text.end(), ' ') + 1);
+        if (c.n_vocab > 1000) {
+            EXPECT_LT(ids.size(), words * 13 / 10) << "common words should be single tokens";
+        } else {
+            EXPECT_LT(ids.size(), text.size() / 2) << "merges should fire";
+        }
+        int32_t last_normal = -1;
+        for (int32_t i = 0; i < int32_t(tok.n_vocab()); i++)
+            if (tok.type(i) == TokenType::Normal) last_normal = i;
+        const std::string piece = tok.decode({last_normal});
+        EXPECT_FALSE(piece.empty());
+        if (c.n_vocab > 1000) {
+            EXPECT_NE(tok.encode(piece, false, false), std::vector<int32_t>{last_normal}) << piece;
+        }
+        ChatTemplate ct(f.get_string("tokenizer.chat_template"));
+        const Json ctx = Json::parse(R"({"messages": [{"role": "system", "content": "Be brief."},
+                                                     {"role": "user", "content": "Hello"}],
+                                       "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})");
+        const std::string prompt = ct.render(ctx);
+        if (std::string(c.tokenizer) == "gpt2") {
+            for (const char* marker : {"<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>",
+                                       "<tool_call>", "</tool_call>"}) {
+                const bool control = marker[1] == '|';
+                if (control || c.n_vocab > 1000) {
+                    EXPECT_EQ(tok.encode(marker, false, true).size(), 1u) << marker;
+                }
+            }
+            EXPECT_EQ(prompt,
+                      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
+            EXPECT_TRUE(tok.is_eog(tok.find("<|im_end|>")));
+        } else {
+            EXPECT_EQ(prompt, "<s>[INST] Be brief. [/INST][INST] Hello [/INST]");
+            EXPECT_EQ(tok.text(tok.bos()), "<s>");
+            EXPECT_TRUE(tok.add_bos());
+        }
+    }
+    EXPECT_EQ(make_synth_vocab("gpt2", 4096).merges, make_synth_vocab("gpt2", 4096).merges);
+    EXPECT_THROW(make_synth_vocab("wordpiece", 4096), std::runtime_error);
 }

@@ -17,6 +17,7 @@
 #include "quant/blocks.h"
 #include "quant/dequant.h"
 #include "quant/half.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

@@ -12,6 +12,7 @@
 #include "gguf/gguf.h"
 #include "quant/dequant.h"
 #include "quant/quantize.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

@@ -12,6 +12,7 @@
 #include "../model/golden.h"
 #include "runtime/session.h"
 #include "store/store.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

@@ -10,6 +10,7 @@
 #include <new>
 
 #include "runtime/session.h"
+#include "../golden_required.h"
 
 namespace {
 std::atomic<bool> g_armed{false};

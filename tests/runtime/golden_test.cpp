@@ -6,6 +6,7 @@
 
 #include "../model/golden.h"
 #include "runtime/session.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

@@ -22,6 +22,7 @@
 #include "runtime/session.h"
 #include "../store/test_util.h"
 #include "store/store.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

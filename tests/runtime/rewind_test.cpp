@@ -12,6 +12,7 @@
 
 #include "../model/golden.h"
 #include "runtime/session.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "runtime/session.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

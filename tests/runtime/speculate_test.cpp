@@ -14,6 +14,7 @@
 #include "../model/golden.h"
 #include "model/ram_experts.h"
 #include "runtime/session.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

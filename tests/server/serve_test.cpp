@@ -16,6 +16,7 @@
 
 #include "../model/golden.h"
 #include "server/http.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

@@ -10,6 +10,7 @@
 #include "json/json.h"
 #include "server/tool_calls.h"
 #include "tokenizer/chat_template.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

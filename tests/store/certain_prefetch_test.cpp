@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "model/ram_experts.h"
 #include "store/store.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

@@ -10,6 +10,7 @@
 #include "gguf/gguf.h"
 #include "store/layout.h"
 #include "test_util.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

@@ -12,6 +12,7 @@
 
 #include "json/json.h"
 #include "test_util.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

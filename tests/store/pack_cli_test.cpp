@@ -11,6 +11,7 @@
 #include "json/json.h"
 #include "store/layout.h"
 #include "test_util.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

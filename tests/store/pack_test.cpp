@@ -7,6 +7,7 @@
 #include "gguf/gguf.h"
 #include "store/layout.h"
 #include "test_util.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

@@ -6,6 +6,7 @@
 #include "telemetry/counters.h"
 #include "telemetry/report.h"
 #include "test_util.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

@@ -16,6 +16,7 @@
 #include "gguf/gguf.h"
 #include "store/store.h"
 #include "test_util.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

@@ -18,6 +18,7 @@
 #include "model/ram_experts.h"
 #include "store/store.h"
 #include "test_util.h"
+#include "../golden_required.h"
 
 namespace ms {
 namespace {

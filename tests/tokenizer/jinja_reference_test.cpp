@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "tokenizer/chat_template.h"
+#include "../golden_dir.h"
 
 namespace {
 
@@ -48,6 +49,13 @@ std::vector<RefCase> load() {
         c.source = p.at("template").as_string();
         c.context = p.at("context");
         finish(std::move(c), p);
+    }
+    // The chat cases render golden templates: without them only the
+    // probes are generated, and the chat cases are logged as skipped.
+    if (!ms::golden::available()) {
+        static const std::string logged = ms::golden::skip_reason(int(ref.at("chat").as_array().size()));
+        printf("%s\n", logged.c_str());
+        return cases;
     }
     for (const ms::Json& p : ref.at("chat").as_array()) {
         RefCase c;
@@ -87,6 +95,7 @@ TEST_P(JinjaReference, MatchesJinja2) {
 }
 
 TEST(JinjaReferenceFile, IsComplete) {
+    SKIP_WITHOUT_GOLDEN();
     std::vector<RefCase> cases = load();
     EXPECT_GE(cases.size(), 300u);
 }

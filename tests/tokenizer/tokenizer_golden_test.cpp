@@ -13,6 +13,7 @@
 #include "gguf/gguf.h"
 #include "json/json.h"
 #include "tokenizer/tokenizer.h"
+#include "../golden_required.h"
 
 namespace fs = std::filesystem;
 using namespace ms;

@@ -84,7 +84,10 @@ def symbols(binary):
 def scan(binary):
     funcs = symbols(binary)
     starts = [f[0] for f in funcs]
-    dis = subprocess.Popen(["objdump", "-d", "-w", "--insn-width=15", binary], stdout=subprocess.PIPE, text=True)
+    # grep -P (same pattern) passes on the few candidate lines of millions.
+    objdump = subprocess.Popen(["objdump", "-d", "-w", "--insn-width=15", binary], stdout=subprocess.PIPE)
+    dis = subprocess.Popen(["grep", "-P", CANDIDATE.pattern], stdin=objdump.stdout, stdout=subprocess.PIPE, text=True)
+    objdump.stdout.close()
     found = collections.defaultdict(lambda: [0, ""])  # function -> [count, first instruction]
     kernel_insns = 0
     for line in dis.stdout:
@@ -104,7 +107,7 @@ def scan(binary):
         found[key][0] += 1
         if not found[key][1]:
             found[key][1] = insn
-    if dis.wait() != 0:
+    if objdump.wait() != 0 or dis.wait() > 1:  # grep: 1 is no line found
         raise SystemExit(f"isa_scan: objdump failed on {binary}")
     return binary, kernel_insns, found
 

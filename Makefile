@@ -10,16 +10,21 @@ DEPS   := build-essential cmake pkg-config libgtest-dev libgmock-dev libbenchmar
           libpcre2-dev liburing-dev libxxhash-dev clang libclang-rt-14-dev gnuplot-nox ninja-build \
           libcpp-httplib-dev chromium haproxy
 
-.PHONY: deps build bin test unit asan tsan fuzz fuzz-long serve-test serve-node run run-synth clean routing-check soak \
-        install deb deb-test
+.PHONY: deps build bin test unit asan asan-build tsan fuzz fuzz-long serve-test serve-node run run-synth clean \
+        routing-check soak install deb deb-test simd-deps simd-levels qemu-cpus isa-scan
 
-deps:
-	@missing=$$(for p in $(DEPS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+# apt-get install of those of the packages $(1) that are missing.
+define apt_install
+	@missing=$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:" $$missing; \
 	  SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
+endef
+
+deps:
+	$(call apt_install,$(DEPS))
 
 build: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -43,17 +48,60 @@ define golden_summary
 	fi
 endef
 
-# Unit + golden tests (Release), then the unit tests again under ASan+UBSan,
-# the threaded parts' tests under TSan, then a short fuzz run of every parser
+# Unit + golden tests (Release), again at the SIMD levels of other CPUs and
+# on emulated ones, then under ASan+UBSan, the ISA scan of both builds, the
+# threaded parts' tests under TSan, then a short fuzz run of every parser
 # harness (`make fuzz-long` for long ones).
 test: build
 	@rm -f $(BUILD)/golden-skipped.txt
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	$(call golden_summary,$(BUILD))
+	$(MAKE) simd-levels
+	$(MAKE) qemu-cpus
 	$(MAKE) serve-test
 	$(MAKE) asan
+	$(MAKE) isa-scan
 	$(MAKE) tsan
 	$(MAKE) fuzz FUZZ_SECONDS=$(FUZZ_SECONDS)
+
+# Every x86-64 CPU, not just this one (quant/cpu.h's levels). qemu-user runs
+# the binaries on emulated CPUs, python3 runs scripts/isa_scan.py.
+SIMD_DEPS := qemu-user python3
+simd-deps:
+	$(call apt_install,$(SIMD_DEPS))
+
+# The tests of the SIMD kernels and of what is built on them.
+KERNEL_LABELS := quant|ops|model|runtime
+# The Release suite with the level capped as on a CPU without AVX-512 (all
+# of it) and on one without AVX2 (the kernel tests: the rest only runs slower
+# there, 9 minutes instead of 2 here). Tests that compare levels compare the
+# ones left.
+simd-levels: build
+	cd $(BUILD) && MOESTREAM_SIMD=avx2 ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD) && MOESTREAM_SIMD=scalar ctest --output-on-failure -j $(JOBS) -L '$(KERNEL_LABELS)'
+
+# The Release binaries on emulated CPUs: Haswell (AVX2, FMA, F16C, BMI2, no
+# AVX-512; features TCG lacks are turned off to keep it quiet) for the kernel
+# tests and `make run`'s generation, whose text must be this CPU's; Nehalem
+# (no AVX) for the generation alone. First each must report the level it is
+# meant to check. qemu-user has no io_uring (--io pread) and counts its own
+# memory in the RSS (--mem 64M).
+QEMU_AVX2 := qemu-x86_64 -cpu Haswell-noTSX,-pcid,-x2apic,-tsc-deadline,-invpcid
+QEMU_SSE := qemu-x86_64 -cpu Nehalem
+QEMU_TESTS = $(notdir $(wildcard $(BUILD)/quant_*_test $(BUILD)/ops_*_test)) model_golden_test runtime_golden_test
+RUN_ARGS := run -m models/demo-Q8_0.gguf -p "It is my duty to" -n 64 -c 512 --seed 2
+qemu-cpus: build simd-deps
+	@for cpu in "$(QEMU_AVX2):avx2" "$(QEMU_SSE):scalar"; do \
+	  q=$${cpu%:*}; want=$${cpu##*:}; rm -f $(BUILD)/qemu-level.json; \
+	  $$q $(BUILD)/moestream bench gemm --quick --gpu off --duration 0 --m 4 --json $(BUILD)/qemu-level.json >/dev/null 2>&1; \
+	  grep -q "\"simd_level\": \"$$want\"" $(BUILD)/qemu-level.json || { echo "qemu-cpus: $$q did not run at $$want"; exit 1; }; \
+	done
+	cd $(BUILD) && printf '%s\n' $(QEMU_TESTS) | xargs -P $(JOBS) -I{} sh -c \
+	  '$(QEMU_AVX2) ./{} --gtest_brief=1 > qemu-{}.log 2>&1 && echo "qemu-cpus: {} passed on Haswell" || { cat qemu-{}.log; echo "qemu-cpus: {} FAILED on Haswell"; exit 1; }'
+	$(BUILD)/moestream $(RUN_ARGS) --mem 28M > $(BUILD)/run-native.txt
+	$(QEMU_AVX2) $(BUILD)/moestream $(RUN_ARGS) --mem 64M --io pread > $(BUILD)/run-haswell.txt
+	$(QEMU_SSE) $(BUILD)/moestream $(RUN_ARGS) --mem 64M --io pread > $(BUILD)/run-nehalem.txt
+	cmp $(BUILD)/run-native.txt $(BUILD)/run-haswell.txt && cmp $(BUILD)/run-native.txt $(BUILD)/run-nehalem.txt
 
 # `moestream serve` against the official openai npm client (pinned in
 # tests/server/node/package-lock.json, installed here) under node's test
@@ -68,12 +116,27 @@ serve-node:
 	cd tests/server/node && npm ci --no-audit --no-fund --loglevel=error
 	MOESTREAM_BIN=$(abspath $(BUILD))/moestream node --test tests/server/node/
 
-asan: deps
-	@cmake -S . -B $(ASAN) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESTREAM_SANITIZE=ON >/dev/null
-	@cmake --build $(ASAN) -j $(JOBS)
+# ASan+UBSan, then again capped at AVX2: the configuration of the CPUs
+# without AVX-512 that once died here of SIGILL. Not under qemu:
+# qemu-user 7.2 grows past 4 GB of RSS within seconds on ASan's shadow
+# reservations, before the first test runs.
+asan: asan-build
 	@rm -f $(ASAN)/golden-skipped.txt
 	cd $(ASAN) && MOESTREAM_SANITIZED=1 ctest --output-on-failure -j $(JOBS)
+	cd $(ASAN) && MOESTREAM_SANITIZED=1 MOESTREAM_SIMD=avx2 ctest --output-on-failure -j $(JOBS)
 	$(call golden_summary,$(ASAN))
+
+asan-build: deps
+	@cmake -S . -B $(ASAN) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESTREAM_SANITIZE=ON >/dev/null
+	@cmake --build $(ASAN) -j $(JOBS)
+
+# No instruction beyond baseline x86-64 outside the dispatched kernels, in the
+# Release and ASan binaries (scripts/isa_scan.py), and no ISA flags (-march,
+# -m<ext>) in their compile commands.
+isa-scan: build asan-build simd-deps
+	@if grep -n -E -- '-march=|-mtune=|-m(avx|fma|f16c|bmi|sse3|ssse3|sse4|popcnt|lzcnt)' $(BUILD)/build.ninja $(ASAN)/build.ninja; then \
+	  echo "isa-scan: ISA flags in a default build (above)"; exit 1; fi
+	scripts/isa_scan.py $(BUILD)/moestream $(BUILD)/*_test $(ASAN)/moestream $(ASAN)/*_test
 
 # ThreadSanitizer on the tests of the threaded parts: the I/O engines and the
 # store, the thread pool, the server (only these targets are built).

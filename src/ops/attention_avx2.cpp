@@ -6,7 +6,9 @@
 #include <cstdint>
 
 #include "ops/attention_kernels.h"
+#include "quant/isa_target.h"
 
+MS_ISA_BEGIN(MS_ISA_AVX2)
 namespace ms {
 namespace {
 
@@ -75,7 +77,11 @@ inline void transpose_f16(const uint16_t* p, int64_t stride, int64_t n, uint16_t
 #include "ops/attention_x86.inc"
 
 }  // namespace
+}  // namespace ms
+MS_ISA_END
 
-const AttentionKernels kAttentionAvx2 = kTable;
+namespace ms {
+
+constinit const AttentionKernels kAttentionAvx2 = kTable;
 
 }  // namespace ms

@@ -4,7 +4,9 @@
 #include <cstdint>
 
 #include "ops/delta_rule_kernels.h"
+#include "quant/isa_target.h"
 
+MS_ISA_BEGIN(MS_ISA_AVX2)
 namespace ms {
 namespace {
 
@@ -31,7 +33,11 @@ inline Vec vadd_product(Vec acc, Vec a, Vec b) { return vadd(acc, vmul(a, b)); }
 #include "ops/delta_rule_x86.inc"
 
 }  // namespace
+}  // namespace ms
+MS_ISA_END
 
-const DeltaRuleKernels kDeltaRuleAvx2 = kTable;
+namespace ms {
+
+constinit const DeltaRuleKernels kDeltaRuleAvx2 = kTable;
 
 }  // namespace ms

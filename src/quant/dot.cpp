@@ -381,27 +381,24 @@ ScalarDotFn scalar_dot(GgmlType w) {
     }
 }
 
-struct KernelTables {
-    LevelKernels level[3];
-    KernelTables() {
-        // Every level starts from nothing; missing SIMD entries fall back to
-        // scalar in pick() so each level's table says what it really has.
-        add_avx2_kernels(level[int(SimdLevel::Avx2)]);
-        add_avx2_kernels(level[int(SimdLevel::Avx512)]);
-        add_avx512_kernels(level[int(SimdLevel::Avx512)]);
+// The active level's table: empty at scalar (matmul and quantize_act fall
+// back to the scalar code per missing entry). Only pointers are read here;
+// a kernel runs only at a level that best_simd_level() found the CPU to have.
+const LevelKernels& kernels() {
+    static const LevelKernels scalar;
+    switch (simd_level()) {
+        case SimdLevel::Avx512: return cpu_features().avx512bf16 ? kDotAvx512Bf16 : kDotAvx512;
+        case SimdLevel::Avx2: return kDotAvx2;
+        case SimdLevel::Scalar: break;
     }
-};
-
-const KernelTables& tables() {
-    static const KernelTables t;
-    return t;
+    return scalar;
 }
 
 }  // namespace
 
 void quantize_act(GgmlType w, const float* x, void* dst, int64_t n) {
     const ActType a = act_type(w);
-    if (QuantizeFn q = tables().level[int(simd_level())].quantize[int(a)]) {
+    if (QuantizeFn q = kernels().quantize[int(a)]) {
         q(x, dst, n);
         return;
     }
@@ -512,7 +509,7 @@ void matvec(GgmlType w, const void* W, const void* act, float* y, int64_t n, int
 
 void matmul(GgmlType w, const void* W, int64_t rows, const void* acts, int64_t n_tok, float* Y, int64_t n,
             int64_t r0, int64_t r1) {
-    const LevelKernels& k = tables().level[int(simd_level())];
+    const LevelKernels& k = kernels();
     RowDotFn dot1 = k.dot1[uint32_t(w)];
     RowDotFn dot4 = k.dot4[uint32_t(w)];
     const size_t rb = row_bytes(w, n), ab = act_bytes(w, n);

@@ -7,8 +7,10 @@
 #include <type_traits>
 
 #include "quant/blocks.h"
+#include "quant/isa_target.h"
 #include "quant/kernels.h"
 
+MS_ISA_BEGIN(MS_ISA_AVX2)
 namespace ms {
 namespace {
 
@@ -22,7 +24,11 @@ inline __m256i madd_acc(__m256i acc, __m256i p16, __m256i s16) {
 #include "quant/dot_x86.inc"
 
 }  // namespace
+}  // namespace ms
+MS_ISA_END
 
-void add_avx2_kernels(LevelKernels& k) { fill_256_kernels(k); }
+namespace ms {
+
+constinit const LevelKernels kDotAvx2 = kernels_256();
 
 }  // namespace ms

@@ -17,10 +17,11 @@
 #include <type_traits>
 
 #include "quant/blocks.h"
-#include "quant/cpu.h"
 #include "quant/half.h"
+#include "quant/isa_target.h"
 #include "quant/kernels.h"
 
+MS_ISA_BEGIN(MS_ISA_AVX512)
 namespace ms {
 namespace {
 
@@ -586,24 +587,33 @@ void quantize_q8_k_512(const float* x, void* dst, int64_t n) {
 }
 
 template <int NT>
-void fill_512(RowDotFn* k) {
-    if (cpu_features().avx512bf16) k[int(GgmlType::BF16)] = dot_bf16_dp<NT>;
+constexpr void fill_512(RowDotFn* k, bool bf16) {
+    if (bf16) k[int(GgmlType::BF16)] = dot_bf16_dp<NT>;
     k[int(GgmlType::Q4_K)] = dot_q4_k_512<NT>;
     k[int(GgmlType::Q6_K)] = dot_q6_k_512<NT>;
 }
 
-}  // namespace
-
-void add_avx512_kernels(LevelKernels& k) {
-    fill_256_kernels(k);
-    fill_512<1>(k.dot1);
-    fill_512<4>(k.dot4);
+// Evaluated at compile time only (the constinit tables below).
+constexpr LevelKernels kernels_512(bool bf16) {
+    LevelKernels k = kernels_256();
+    fill_512<1>(k.dot1, bf16);
+    fill_512<4>(k.dot4, bf16);
     k.tiles[int(GgmlType::Q4_K)] = {{tile_q4_k<16>, tile_q4_k<8>, tile_q4_k<4>, tile_q4_k<2>, tile_q4_k<1>}, tile_q8_k_scratch};
     k.tiles[int(GgmlType::Q6_K)] = {{tile_q6_k<16>, tile_q6_k<8>, tile_q6_k<4>, tile_q6_k<2>, tile_q6_k<1>}, tile_q8_k_scratch};
     k.tiles[int(GgmlType::Q8_0)] = {{tile_q8_0<16>, tile_q8_0<8>, tile_q8_0<4>, tile_q8_0<2>, tile_q8_0<1>}, tile_q8_0_scratch};
     k.quantize[int(ActType::Q8_0)] = quantize_q8_32_512<BlockQ8_0>;
     k.quantize[int(ActType::Q8_1)] = quantize_q8_32_512<BlockQ8_1>;
     k.quantize[int(ActType::Q8_K)] = quantize_q8_k_512;
+    return k;
 }
+
+}  // namespace
+}  // namespace ms
+MS_ISA_END
+
+namespace ms {
+
+constinit const LevelKernels kDotAvx512 = kernels_512(false);
+constinit const LevelKernels kDotAvx512Bf16 = kernels_512(true);
 
 }  // namespace ms

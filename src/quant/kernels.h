@@ -48,8 +48,13 @@ struct LevelKernels {
     QuantizeFn quantize[kActTypeCount] = {};
 };
 
-// Defined in dot_avx2.cpp / dot_avx512.cpp; they only set the types they speed up.
-void add_avx2_kernels(LevelKernels& k);
-void add_avx512_kernels(LevelKernels& k);
+// The tables of dot_avx2.cpp and dot_avx512.cpp (null where a type has no
+// kernel at that level): constant data, so nothing in those units runs before
+// dot.cpp has picked a level the CPU has (quant/isa_target.h says why).
+// kDotAvx512Bf16 is kDotAvx512 with AVX512-BF16 pair dots for BF16, for CPUs
+// with cpu_features().avx512bf16.
+extern const LevelKernels kDotAvx2;
+extern const LevelKernels kDotAvx512;
+extern const LevelKernels kDotAvx512Bf16;
 
 }  // namespace ms

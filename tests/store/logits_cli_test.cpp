@@ -58,21 +58,22 @@ TEST(LogitsCli, SameBytesForEveryEngineLayoutBudgetAndThreads) {
     int n = 0;
     for (const char* io : {"uring", "pread", "buffered", "mmap"})
         for (const char* layout : {"gguf", "packed"})
-            for (int64_t mem : {min_mem, fixed + 7 * slot})
+            for (int64_t mem : {min_mem, min_mem + 5 * slot})  // 2 and 7 slots
                 for (int threads : {1, 2}) {
                     if (small && (threads == 2 || mem != min_mem)) continue;
                     SCOPED_TRACE(std::string(io) + " " + layout + " mem " + std::to_string(mem) + " t " +
                                  std::to_string(threads));
                     const std::string out = dir.file("run" + std::to_string(n++));
-                    // The process's own RSS moves between runs (more under
-                    // sanitizers): a smallest budget it refuses is raised by
-                    // a quarter MiB at a time, up to 3 MiB.
+                    // The process's own RSS moves between runs by up to a
+                    // MiB (more under sanitizers), as much as 7 slots here: a
+                    // budget it refuses is raised by a quarter MiB at a time,
+                    // up to 3 MiB.
                     int rc = 1;
                     for (int64_t m = mem; m <= mem + (3 << 20); m += 1 << 18) {
                         rc = sh(bin + " logits" + common + " -t " + std::to_string(threads) + " --io " + io +
                                 " --io-threads 3 --io-split 2 --layout " + layout + " --mem " + std::to_string(m) +
                                 " -o " + out + " --report " + out + ".report >/dev/null 2>" + out + ".err");
-                        if (rc == 0 || mem != min_mem || slurp(out + ".err").find("memory budget") == std::string::npos)
+                        if (rc == 0 || slurp(out + ".err").find("memory budget") == std::string::npos)
                             break;
                     }
                     ASSERT_EQ(rc, 0) << slurp(out + ".err");

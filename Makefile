@@ -166,9 +166,11 @@ routing-check: build
 	MOESTREAM_SLOW=1 MOESTREAM_SLOW_DIR=$(ROUTING_DIR) $(BUILD)/cli_routing_test
 
 # The demo model (models/README.md) streamed under a budget that caches about
-# half of its 64 experts, so decode reads experts from the drive.
+# half of its 64 experts, so decode reads experts from the drive. On the CPU:
+# on a machine with an NVIDIA GPU, --gpu auto would open a CUDA context, whose
+# ~90 MiB of process memory alone is over this 28 MiB budget (H200, 2026-12-03).
 run: bin
-	$(BUILD)/moestream run -m models/demo-Q8_0.gguf -p "It is my duty to" -n 64 --mem 28M -c 512 --seed 2
+	$(BUILD)/moestream run -m models/demo-Q8_0.gguf -p "It is my duty to" -n 64 --mem 28M -c 512 --seed 2 --gpu off
 
 # The random-weight tiny synth of qwen3-30b-a3b's shape (gibberish text).
 run-synth: bin

@@ -90,7 +90,7 @@ int cmd_logits(int argc, char** argv) {
 
     Json j = Json::object();
     j["arch"] = s->config().arch;
-    j["build"] = build_info();
+    j["build"] = build_info(flags.gpu != "off");
     j["prompt"] = prompt;
     j["n_vocab"] = V;
     Json pt = Json::array();

@@ -93,7 +93,7 @@ int cmd_perplexity(int argc, char** argv) {
     if (json) {
         Json j = Json::object();
         j["model"] = flags.model;
-        j["build"] = build_info();
+        j["build"] = build_info(flags.gpu != "off");
         j["file"] = path;
         j["perplexity"] = ppl;
         j["mean_nll"] = nll / double(scored);

@@ -164,7 +164,7 @@ Json SessionFlags::report_json(const char* command, const Session& s) const {
     j["command"] = command;
     j["model"] = model;
     j["arch"] = s.config().arch;
-    j["build"] = build_info();
+    j["build"] = build_info(gpu != "off");
     Json settings = Json::object();
     settings["ctx"] = s.n_ctx();
     settings["threads"] = s.n_threads();

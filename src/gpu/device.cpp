@@ -85,8 +85,14 @@ std::string describe() {
 }
 
 std::string probe(std::string* why) {
-    cudaDeviceProp p{};
-    return first_device(&p, why) ? description(p) : "";
+    // Once a process: every report of a run asks, the answer does not change.
+    static std::string reason;
+    static const std::string device = [] {
+        cudaDeviceProp p{};
+        return first_device(&p, &reason) ? description(p) : std::string();
+    }();
+    if (device.empty() && why) *why = reason;
+    return device;
 }
 
 std::string runtime_version() { return std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10); }

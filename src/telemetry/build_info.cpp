@@ -51,7 +51,7 @@ Json cpu_feature_names() {
 
 }  // namespace
 
-Json build_info() {
+Json build_info(bool probe_gpu) {
     Json b = Json::object();
     b["version"] = moestream_version();
     b["build_type"] = MOESTREAM_BUILD_TYPE;
@@ -80,6 +80,12 @@ Json build_info() {
     }
     b["cuda"] = cuda;
     Json g = Json::object();
+    if (!probe_gpu) {
+        g["probed"] = false;
+        g["reason"] = "not probed: this run did not use the GPU (--gpu off)";
+        b["gpu"] = g;
+        return b;
+    }
     std::string why;
     const std::string device = gpu::probe(&why);
     g["found"] = !device.empty();

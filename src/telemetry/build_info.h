@@ -16,7 +16,10 @@ const char* moestream_version();
 // {version, build_type, compiler, sanitizers (when any), simd {compiled,
 // cpu_best, active, cpu_features}, cuda {compiled, runtime, architectures},
 // gpu {found, device | reason}}. Never throws and never takes the GPU: its
-// device is only probed (gpu::probe), so a report costs it nothing.
-Json build_info();
+// device is only probed (gpu::probe, once a process). probe_gpu false (a run
+// with --gpu off) leaves the driver unloaded: on a GPU machine loading it
+// would add tens of MB to the peak RSS the same report states; gpu is then
+// {probed: false}.
+Json build_info(bool probe_gpu = true);
 
 }  // namespace ms

@@ -117,3 +117,21 @@ TEST(Version, EveryReportCarriesTheBuild) {
     ASSERT_EQ(inspect.rc, 0);
     EXPECT_EQ(ms::Json::parse(inspect.out).at("build").dump(), b.dump());
 }
+
+// A run with --gpu off does not load the NVIDIA driver for its report (on a
+// GPU machine that would add to the peak RSS the report states): the build
+// object is the same but for gpu, which says it was not probed.
+TEST(Version, GpuOffRunDoesNotProbeTheGpu) {
+    ms::Json b = version_json();
+    const std::string report = ::testing::TempDir() + "/version_test_gpu_off.json";
+    const CliResult run = run_cli("run -m " + std::string(MOESTREAM_SOURCE_DIR) +
+                                      "/models/demo-Q8_0.gguf -p hi -n 2 -c 64 --gpu off --report " + report,
+                                  true);
+    ASSERT_EQ(run.rc, 0) << run.out;
+    const ms::Json got = ms::Json::parse_file(report).at("build");
+    EXPECT_FALSE(got.at("gpu").at("probed").as_bool());
+    EXPECT_EQ(got.at("version").dump(), b.at("version").dump());
+    EXPECT_EQ(got.at("simd").dump(), b.at("simd").dump());
+    EXPECT_EQ(got.at("cuda").dump(), b.at("cuda").dump());
+    std::remove(report.c_str());
+}

@@ -2,16 +2,19 @@
 # Runs every fuzz_* harness in BUILD_DIR for SECONDS each, seeded from its
 # folder fuzz/seeds/<name>; fuzz_gguf also gets the first 64 KB (metadata and
 # tensor table) of every golden GGUF. New corpus entries go to
-# fuzz/corpus-<name>, crashes to fuzz/crash-<name>-*. Exits non-zero on the
-# first harness that finds a crash.
+# fuzz/corpus-<name>, crashes to fuzz/crash-<name>-*. Exits non-zero when
+# any harness found a crash.
 set -euo pipefail
-build=${1:-build-fuzz}; seconds=${2:-60}
+build=${1:-build-fuzz}; seconds=${2:-60}  # third argument: harnesses at once (default: cores)
 root=$(cd "$(dirname "$0")/.." && pwd)
 golden="$root/../shared/golden"
 harnesses=("$build"/fuzz_*)
 [ -x "${harnesses[0]}" ] || { echo "fuzz.sh: no harnesses in $build"; exit 1; }
-for h in "${harnesses[@]}"; do
-  name=$(basename "$h")
+# One harness per core at a time (each is single-threaded), each logging
+# to BUILD_DIR/fuzz-<name>.log; the logs' tails are printed in order.
+jobs=${3:-$(nproc)}
+run_one() {
+  h=$1; name=$(basename "$h")
   corpus="$root/fuzz/corpus-$name"; mkdir -p "$corpus"
   seeds=()
   [ -d "$root/fuzz/seeds/$name" ] && seeds+=("$root/fuzz/seeds/$name")
@@ -22,7 +25,21 @@ for h in "${harnesses[@]}"; do
     done
     seeds+=("$heads")
   fi
-  echo "fuzz: $name for ${seconds}s"
   "$h" -max_total_time="$seconds" -max_len=1048576 -rss_limit_mb=4096 -print_final_stats=1 \
-       -artifact_prefix="$root/fuzz/crash-$name-" "$corpus" "${seeds[@]}" 2>&1 | tail -n 14
+       -artifact_prefix="$root/fuzz/crash-$name-" "$corpus" "${seeds[@]}" > "$build/fuzz-$name.log" 2>&1
+}
+declare -A pid_of
+for h in "${harnesses[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  echo "fuzz: $(basename "$h") for ${seconds}s"
+  run_one "$h" &
+  pid_of[$h]=$!
 done
+failed=0
+for h in "${harnesses[@]}"; do
+  name=$(basename "$h")
+  rc=0; wait "${pid_of[$h]}" || rc=$?
+  echo "== $name (exit $rc)"; tail -n 14 "$build/fuzz-$name.log"
+  [ "$rc" -eq 0 ] || failed=1
+done
+exit $failed

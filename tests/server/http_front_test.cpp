@@ -1,0 +1,344 @@
+// HttpFront against slow and hostile clients, with a stand-in for the model's
+// routes (no model needed): 60 sockets trickling headers leave /health fast
+// and a POST answered; over a thousand malformed requests each get the right
+// status with a JSON error within a second; pipelined requests come back in
+// order; bodies beyond the byte budget get 503 before they are read.
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "json/json.h"
+#include "server/http_front.h"
+#include "server/request.h"
+#include "loopback.h"
+
+namespace ms {
+namespace {
+
+double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Front {
+    std::unique_ptr<HttpFront> front;
+    std::thread thread;
+    int port = 0;
+    explicit Front(FrontOptions o) {
+        auto handle = [](const HttpRequest& req, HttpResponse& res) {
+            try {
+                if (req.path == "/health") {
+                    res.body = "{\"status\": \"ok\"}";
+                } else if (req.method == "POST" && req.path == "/v1/chat/completions") {
+                    // Stands in for a generation: parse the body, take a while.
+                    const Json body = parse_body(req.body, 1 << 20);
+                    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                    res.body = "{\"echo\": " + Json(body.is_object() ? "object" : "other").dump() + "}";
+                } else if (req.path.compare(0, 6, "/echo/") == 0) {
+                    res.body = Json(req.path.substr(6)).dump();
+                } else {
+                    throw ApiError(404, "no route");
+                }
+            } catch (const ApiError& e) {
+                res.status = e.status;
+                res.body = error_json(e).dump();
+            }
+        };
+        auto cheap = [](const HttpRequest& req) { return req.path == "/health"; };
+        front = std::make_unique<HttpFront>(o, handle, cheap, nullptr);
+        front->bind("127.0.0.1", 0);
+        port = front->port();
+        thread = std::thread([this] { front->run(); });
+    }
+    ~Front() {
+        front->stop();
+        thread.join();
+    }
+};
+
+// Reads until the server closes or timeout_s passes.
+std::string read_all(int fd, double timeout_s) {
+    std::string got;
+    const double end = now_s() + timeout_s;
+    char buf[8192];
+    for (;;) {
+        const double left = end - now_s();
+        if (left <= 0) break;
+        pollfd p{fd, POLLIN, 0};
+        if (poll(&p, 1, int(left * 1000) + 1) <= 0) break;
+        const ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        got.append(buf, size_t(n));
+    }
+    return got;
+}
+
+// One response off the front of `raw`: status and body (Content-Length framed).
+struct Reply {
+    int status = 0;
+    std::string body;
+    size_t size = 0;  // bytes it took
+};
+Reply parse_reply(const std::string& raw) {
+    Reply r;
+    const size_t head_end = raw.find("\r\n\r\n");
+    if (raw.compare(0, 9, "HTTP/1.1 ") != 0 || head_end == std::string::npos) return r;
+    r.status = std::atoi(raw.c_str() + 9);
+    const size_t cl = raw.find("Content-Length: ");
+    if (cl == std::string::npos || cl > head_end) return r;
+    const size_t n = std::stoul(raw.substr(cl + 16));
+    r.body = raw.substr(head_end + 4, n);
+    r.size = head_end + 4 + n;
+    return r;
+}
+
+std::string post(const std::string& path, const std::string& body) {
+    return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// A request on a fresh connection: the reply, and how long it took.
+std::pair<Reply, double> ask(int port, const std::string& bytes, double timeout_s = 2) {
+    const int fd = connect_to(port);
+    if (fd < 0) return {Reply(), 0};
+    const double t0 = now_s();
+    [[maybe_unused]] ssize_t w = send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    std::string got;
+    char buf[8192];
+    Reply r;
+    while (now_s() - t0 < timeout_s) {
+        pollfd p{fd, POLLIN, 0};
+        if (poll(&p, 1, 50) <= 0) continue;
+        const ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        got.append(buf, size_t(n));
+        r = parse_reply(got);
+        if (r.status) break;
+    }
+    const double took = now_s() - t0;
+    close(fd);
+    return {parse_reply(got), took};
+}
+
+bool is_json_error(const std::string& body) {
+    try {
+        const Json j = Json::parse(body);
+        return j.is_object() && j.contains("error") && j.at("error").at("message").is_string();
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
+TEST(HttpFront, SlowHeaderSocketsLeaveHealthFastAndPostsAnswered) {
+    FrontOptions o;
+    o.header_timeout_s = 2;
+    o.workers = 4;
+    Front f(o);
+    // 60 clients that send a request line and then one header byte every 100 ms.
+    std::vector<int> slow;
+    for (int i = 0; i < 60; i++) {
+        const int fd = connect_to(f.port);
+        ASSERT_GE(fd, 0);
+        const std::string start = "POST /v1/chat/completions HTTP/1.1\r\nX-Slow: ";
+        ASSERT_EQ(send(fd, start.data(), start.size(), MSG_NOSIGNAL), ssize_t(start.size()));
+        slow.push_back(fd);
+    }
+    std::atomic<bool> trickling{true};
+    std::thread trickle([&] {
+        while (trickling) {
+            for (int fd : slow) send(fd, "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+    });
+    std::vector<double> ms;
+    const double t_end = now_s() + 1.5;
+    int posts_ok = 0;
+    while (now_s() < t_end) {
+        auto [r, took] = ask(f.port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+        EXPECT_EQ(r.status, 200);
+        ms.push_back(took * 1000);
+        if (ms.size() % 20 == 0) {
+            auto [p, t] = ask(f.port, post("/v1/chat/completions", R"({"messages": []})"));
+            posts_ok += p.status == 200 && p.body == "{\"echo\": \"object\"}";
+        }
+    }
+    std::sort(ms.begin(), ms.end());
+    const double p99 = ms[std::min(ms.size() - 1, size_t(double(ms.size()) * 0.99))];
+    printf("/health with 60 slow-header sockets: %zu probes, p50 %.2f ms, p99 %.2f ms; %d POSTs answered\n",
+           ms.size(), ms[ms.size() / 2], p99, posts_ok);
+    EXPECT_LT(p99, 100.0);
+    EXPECT_GE(posts_ok, 1);
+    // The trickle does not buy time: the header deadline is whole, so every
+    // slow client has its 408 (JSON) about 2 s after its first byte.
+    int timed_out = 0;
+    for (int fd : slow) {
+        const Reply r = parse_reply(read_all(fd, 2.0));
+        timed_out += r.status == 408 && is_json_error(r.body);
+    }
+    trickling = false;
+    trickle.join();
+    for (int fd : slow) close(fd);
+    EXPECT_EQ(timed_out, 60);
+}
+
+TEST(HttpFront, PipelinedRequestsAreAnsweredInOrder) {
+    Front f(FrontOptions{});
+    const int fd = connect_to(f.port);
+    const std::string three = "GET /echo/one HTTP/1.1\r\nHost: x\r\n\r\n" + post("/v1/chat/completions", "{}") +
+                              "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    ASSERT_EQ(send(fd, three.data(), three.size(), 0), ssize_t(three.size()));
+    std::string got = read_all(fd, 3.0);
+    close(fd);
+    std::vector<std::string> bodies;
+    for (Reply r = parse_reply(got); r.status; r = parse_reply(got)) {
+        EXPECT_EQ(r.status, 200);
+        bodies.push_back(r.body);
+        got.erase(0, r.size);
+    }
+    ASSERT_EQ(bodies.size(), 3u);
+    EXPECT_EQ(bodies[0], "\"one\"");
+    EXPECT_EQ(bodies[1], "{\"echo\": \"object\"}");
+    EXPECT_EQ(bodies[2], "{\"status\": \"ok\"}");
+}
+
+TEST(HttpFront, BodiesBeyondTheBudgetGet503BeforeTheyAreRead) {
+    FrontOptions o;
+    o.max_body_bytes = 1 << 20;
+    o.body_budget_bytes = 2 << 20;
+    Front f(o);
+    const std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                             std::to_string(1 << 20) + "\r\n\r\n{";
+    int a = connect_to(f.port), b = connect_to(f.port);
+    send(a, head.data(), head.size(), 0);
+    send(b, head.data(), head.size(), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto [r, took] = ask(f.port, head);
+    EXPECT_EQ(r.status, 503);
+    EXPECT_TRUE(is_json_error(r.body));
+    EXPECT_LT(took, 1.0);
+    close(a);  // its reservation goes back
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const std::string body = "{" + std::string((1 << 20) - 2, ' ') + "}";
+    auto [ok, t2] = ask(f.port, post("/v1/chat/completions", body), 5);
+    EXPECT_EQ(ok.status, 200);
+    close(b);
+}
+
+// Hostile requests by kind, each with the status the HTTP RFCs (9110, 9112,
+// 6585) and OpenAI's error shape call for.
+struct Hostile {
+    std::string bytes;
+    int status;
+};
+
+std::vector<Hostile> hostile_requests() {
+    std::mt19937 rng(35);
+    std::vector<Hostile> out;
+    auto rnd = [&](size_t n, int lo, int hi) {
+        std::string s;
+        for (size_t i = 0; i < n; i++) s += char(std::uniform_int_distribution<int>(lo, hi)(rng));
+        return s;
+    };
+    const std::string ok_body = R"({"messages": []})";
+    // Request lines that are not METHOD SP /TARGET SP HTTP/1.x.
+    const char* lines[] = {"HELLO", "GET", "GET /", "GET / HTTP/1.1 extra", "GET  / HTTP/1.1", "G(T / HTTP/1.1",
+                           "GET / HTTQ/1.1", "GET / HTTP/1", "GET / http/1.1", "GET x HTTP/1.1", "GET /\x01 HTTP/1.1",
+                           " GET / HTTP/1.1", "GET / HTTP/1.1 ", "GET /a\x7f HTTP/1.1"};
+    for (const char* l : lines) out.push_back({std::string(l) + "\r\nHost: x\r\n\r\n", 400});
+    out.push_back({"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505});  // the HTTP/2 preface
+    out.push_back({"GET / HTTP/2.0\r\n\r\n", 505});
+    out.push_back({"GET / HTTP/3.7\r\n\r\n", 505});
+    for (int i = 0; i < 200; i++) {  // random printable garbage lines: no spaces in the right places
+        std::string l = rnd(1 + rng() % 60, 0x21, 0x7e);
+        out.push_back({l + "\r\n\r\n", 400});
+    }
+    for (int i = 0; i < 100; i++) {  // random bytes with controls, high bits
+        std::string l = rnd(1 + rng() % 60, 1, 255);
+        std::replace(l.begin(), l.end(), '\n', 'x');
+        std::replace(l.begin(), l.end(), '\r', 'x');
+        std::replace(l.begin(), l.end(), ' ', 'x');
+        out.push_back({l + "\r\n\r\n", 400});
+    }
+    // LF-only endings.
+    out.push_back({"GET /health HTTP/1.1\nHost: x\n\n", 400});
+    out.push_back({"GET /health HTTP/1.1\r\nHost: x\n\r\n", 400});
+    out.push_back({post("/v1/chat/completions", ok_body).replace(0, 0, "\n"), 400});
+    // Long lines and header sections.
+    out.push_back({"GET /" + std::string(9000, 'a') + " HTTP/1.1\r\n\r\n", 414});
+    out.push_back({"GET / HTTP/1.1\r\nX: " + std::string(100000, 'a') + "\r\n\r\n", 431});
+    {
+        std::string many = "GET / HTTP/1.1\r\n";
+        for (int i = 0; i < 150; i++) many += "X-" + std::to_string(i) + ": 1\r\n";
+        out.push_back({many + "\r\n", 431});
+    }
+    // Malformed headers.
+    const char* headers[] = {"NoColon", ": empty-name", "Bad Name: x", "X\x01: y", "X: a\x01b", " folded: x",
+                             "\tfolded: x", "X : spaced"};
+    for (const char* h : headers) out.push_back({"GET /health HTTP/1.1\r\nHost: x\r\n" + std::string(h) + "\r\n\r\n", 400});
+    // Lengths.
+    const std::string post_head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n";
+    out.push_back({post_head + "\r\n", 411});
+    out.push_back({post_head + "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 411});
+    out.push_back({post_head + "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\nabc", 400});
+    out.push_back({post_head + "Content-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", 400});
+    const char* bad_lengths[] = {"-5", "abc", "0x10", "1e3", "+3", "3 3", "", "3.0", "-0"};
+    for (const char* l : bad_lengths) out.push_back({post_head + "Content-Length: " + l + "\r\n\r\n", 400});
+    for (int i = 0; i < 100; i++) {  // over the limit: refused before any body byte
+        const uint64_t n = (uint64_t(8) << 20) + 1 + (uint64_t(rng()) << (rng() % 24));
+        out.push_back({post_head + "Content-Length: " + std::to_string(n) + "\r\n\r\nab", 413});
+    }
+    out.push_back({post_head + "Content-Length: 99999999999999999999999999\r\n\r\n", 413});
+    // Bodies that are not the JSON the route wants (answered by the route).
+    const char* bodies[] = {"", "{", "}", "[", "nul", "{\"a\":}", "{\"a\" 1}", "{'a': 1}",
+                            "{\"a\": 1,}", "\xff\xfe{}", "{\"a\": NaN}", "{\"a\": 1}{}",
+                            "{\"a\": \"\x01\"}", "{\"a\": 1, \"a\": 2}"};
+    for (const char* b : bodies) out.push_back({post("/v1/chat/completions", b), 400});
+    for (int i = 0; i < 400; i++) {  // random truncations of a valid body
+        std::string b = R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "stream": false})";
+        b.resize(rng() % (b.size() - 1));
+        out.push_back({post("/v1/chat/completions", b), 400});
+    }
+    for (int i = 0; i < 200; i++) {  // random bytes as the body
+        out.push_back({post("/v1/chat/completions", "{\x01" + rnd(rng() % 100, 0, 255)), 400});
+    }
+    {
+        std::string deep(200, '[');
+        out.push_back({post("/v1/chat/completions", deep + std::string(200, ']')), 400});
+    }
+    // Unknown routes and methods.
+    for (const char* m : {"GET", "PUT", "DELETE", "BREW"}) {
+        const bool body_method = std::string(m) == "PUT";
+        out.push_back({std::string(m) + " /nothing/here HTTP/1.1\r\nHost: x\r\n" +
+                           (body_method ? "Content-Length: 0\r\n" : "") + "\r\n",
+                       404});
+    }
+    return out;
+}
+
+TEST(HttpFront, AThousandHostileRequestsEachGetAJsonErrorWithinASecond) {
+    Front f(FrontOptions{});
+    const std::vector<Hostile> cases = hostile_requests();
+    ASSERT_GE(cases.size(), 1000u);
+    int right = 0;
+    double worst = 0;
+    for (const Hostile& h : cases) {
+        auto [r, took] = ask(f.port, h.bytes, 1.5);
+        worst = std::max(worst, took);
+        const bool ok = r.status == h.status && is_json_error(r.body) && took < 1.0;
+        right += ok;
+        EXPECT_TRUE(ok) << "expected " << h.status << ", got " << r.status << " in " << took << " s for "
+                        << Json(h.bytes.substr(0, 80)).dump() << " -> " << r.body.substr(0, 200);
+    }
+    printf("%zu hostile requests: %d answered right, slowest %.3f s\n", cases.size(), right, worst);
+    auto [health, took] = ask(f.port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_EQ(health.status, 200);
+}
+
+}  // namespace
+}  // namespace ms

@@ -150,6 +150,16 @@ struct HttpServer::Impl {
     Json model() const;
     Json models() const;
     void count(const std::string& path, int status);
+    // An engine error for a client: the model file named without its
+    // directories (the server's paths are the operator's).
+    std::string without_dirs(std::string message) const {
+        const std::string& file = engine.session().file().path();
+        const size_t slash = file.rfind('/');
+        if (slash == std::string::npos) return message;
+        const std::string dir = file.substr(0, slash + 1);
+        for (size_t at; (at = message.find(dir)) != std::string::npos;) message.erase(at, dir.size());
+        return message;
+    }
     void log_line(const std::string& method, const std::string& path, int status, const Job* job, double ms);
 };
 
@@ -520,8 +530,7 @@ void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, bool 
         if (!job->error.empty()) {
             if (job->error != "cancelled") {
                 fprintf(stderr, "error: %s: %s\n", req.path.c_str(), job->error.c_str());
-                send_error(res, ApiError(500, "the generation failed (the server's log has the details)", "",
-                                         "server_error"));
+                send_error(res, ApiError(500, without_dirs(job->error), "", "server_error"));
             }
             return;
         }
@@ -562,7 +571,7 @@ void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, bool 
     auto sent = std::make_shared<size_t>(0);
     // Called until it returns false; a write that fails (the client left)
     // cancels the job.
-    res.stream = [job, chunk, sent_first, format, reply, sent, id, path = req.path](const StreamWrite& write) {
+    res.stream = [this, job, chunk, sent_first, format, reply, sent, id, path = req.path](const StreamWrite& write) {
             auto send = [&](const Json& j) { return write("data: " + j.dump() + "\n\n"); };
             std::string text;
             const bool done = job->wait(&text, 0.5);
@@ -591,8 +600,7 @@ void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, bool 
             if (!job->error.empty()) {
                 if (job->error != "cancelled") {
                     fprintf(stderr, "error: %s: %s\n", path.c_str(), job->error.c_str());
-                    send(error_json(ApiError(500, "the generation failed (the server's log has the details)", "",
-                                             "server_error")));
+                    send(error_json(ApiError(500, without_dirs(job->error), "", "server_error")));
                 }
                 return false;
             }

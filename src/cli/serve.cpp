@@ -15,6 +15,8 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/session_flags.h"
+#include "gguf/gguf.h"
+#include "model/summary.h"
 #include "server/http.h"
 
 namespace ms {
@@ -48,7 +50,8 @@ int cmd_serve(int argc, char** argv) {
            "generating decode together, one forward pass a token for all of them (each MoE layer reads the "
            "union of their experts once). Requests beyond the slots "
            "wait in a queue of --queue; beyond that they get 503 at once. The sampling flags are the defaults "
-           "for fields a request leaves out. Stops on SIGINT/SIGTERM.");
+           "for fields a request leaves out. Without -c each slot's context is the model's training context, at "
+           "most 4096 tokens. Stops on SIGINT/SIGTERM.");
     SessionFlags flags;
     ServerOptions so;
     std::string key_file, alias, template_file;
@@ -81,11 +84,15 @@ int cmd_serve(int argc, char** argv) {
              "a Jinja chat template to use instead of the model's (e.g. one that offers tools)");
     a.size_option("--max-body", &max_body, "SIZE", "largest request body (e.g. 8M); larger gets 413 at once");
     a.size_option("--request-mem", &request_mem, "SIZE",
-                  "request bodies held at once, all together (default: twice --max-body); one that does not fit "
-                  "now gets 503. Four times this (bodies, their parsed JSON and prompt) plus the connections' "
+                  "request bodies held at once, all together (default: --max-body); one that does not fit "
+                  "now gets 503. 3.5 times this (bodies, their parsed JSON and prompt) plus the connections' "
                   "header buffers are reserved inside --mem");
     flags.declare(a, true);
     if (!a.parse(argc, argv)) return 0;
+    // Without -c a slot holds what the model was trained on, up to 4096
+    // tokens: more would be advertised and never worked (the demo model was
+    // trained at 512).
+    if (!a.given("--ctx") && !flags.model.empty()) flags.ctx = summarize_model(GgufFile::open(flags.model), 0).mem.ctx;
     if (parallel < 1 || parallel > 256) throw std::runtime_error("--parallel must be 1..256");
     if (queue < 0 || queue > 100000) throw std::runtime_error("--queue must be 0..100000");
     if (so.port < 0 || so.port > 65535) throw std::runtime_error("--port must be 0..65535");
@@ -104,7 +111,7 @@ int cmd_serve(int argc, char** argv) {
         so.chat_template = read_chat_template(template_file);
     }
     so.max_body_bytes = size_t(max_body);
-    so.body_budget_bytes = size_t(request_mem ? request_mem : 2 * max_body);
+    so.body_budget_bytes = size_t(request_mem ? request_mem : max_body);
     if (so.body_budget_bytes < so.max_body_bytes) throw std::runtime_error("--request-mem must be at least --max-body");
     so.model_id = alias.empty() ? model_name(flags.model) : alias;
     so.sampling = flags.options().sampling;

@@ -26,7 +26,7 @@ struct ServerOptions {
     double header_timeout_s = 10;     // a request's headers, from its first byte
     double body_timeout_s = 60;       // a request's body, from the end of its headers
     size_t max_body_bytes = size_t(8) << 20;
-    size_t body_budget_bytes = size_t(32) << 20;  // all bodies in flight together (more wait: 503)
+    size_t body_budget_bytes = size_t(8) << 20;  // all bodies in flight together (more wait: 503)
     int max_connections = 128;
     int http_threads = 32;            // workers: requests in service at once (not /health, /metrics)
     std::string cors;                 // Access-Control-Allow-Origin ("": no CORS)

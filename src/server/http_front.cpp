@@ -120,7 +120,7 @@ std::string http_error_body(int status, const std::string& message) {
 
 size_t front_buffer_bytes(const FrontOptions& o) {
     // Each connection holds at most its header section plus one read's worth.
-    return size_t(o.max_connections) * (kMaxHeaderBytes + (16 << 10));
+    return size_t(o.max_connections) * (kMaxHeaderBytes + (4 << 10));
 }
 
 struct HttpFront::Impl {
@@ -515,7 +515,7 @@ struct HttpFront::Impl {
     void read_from(Conn& c, double now) {
         char buf[64 << 10];
         // Headers: never hold more than their limit plus one small read.
-        const size_t want = c.state == State::Body ? sizeof buf : size_t(16 << 10);
+        const size_t want = c.state == State::Body ? sizeof buf : size_t(4 << 10);
         const ssize_t n = recv(c.fd, buf, want, 0);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR && errno != EWOULDBLOCK)) {
             if (c.state == State::Closing || c.state == State::Idle) return drop(c.fd);

@@ -54,7 +54,7 @@ struct FrontOptions {
     double body_timeout_s = 60;       // end of headers to the end of the body
     double write_timeout_s = 30;      // longest wait for a client to take more bytes of a reply
     size_t max_body_bytes = size_t(8) << 20;
-    size_t body_budget_bytes = size_t(32) << 20;  // bodies in flight at once, all together
+    size_t body_budget_bytes = size_t(8) << 20;  // bodies in flight at once, all together
 };
 
 // Bytes outside the bodies the front can hold at most (header buffers of

@@ -68,24 +68,9 @@ struct DemoServer {
 TEST(DemoServe, SlowClientsLeaveHealthFastAndAChatAnswered) {
     DemoServer d;
     HttpServer& server = *d.server;
-    std::vector<int> slow;
-    for (int i = 0; i < 60; i++) {
-        const int fd = connect_to(server.port());
-        ASSERT_GE(fd, 0);
-        const std::string start = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ";
-        ASSERT_EQ(send(fd, start.data(), start.size(), MSG_NOSIGNAL), ssize_t(start.size()));
-        slow.push_back(fd);
-    }
-    std::atomic<bool> trickling{true};
-    std::thread trickle([&] {
-        while (trickling) {
-            for (int fd : slow) send(fd, "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-            std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        }
-    });
+    Trickle slow(server.port(), 60, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ", 200);
+    for (int fd : slow.fds) ASSERT_GE(fd, 0);
 
-    httplib::Client c("127.0.0.1", server.port());
-    c.set_read_timeout(30, 0);
     auto chat = std::async(std::launch::async, [&] {
         httplib::Client cc("127.0.0.1", server.port());
         cc.set_read_timeout(30, 0);
@@ -104,8 +89,6 @@ TEST(DemoServe, SlowClientsLeaveHealthFastAndAChatAnswered) {
         EXPECT_EQ(r->status, 200);
     }
     auto reply = chat.get();
-    trickling = false;
-    trickle.join();
     std::sort(ms.begin(), ms.end());
     const double p99 = ms[std::min(ms.size() - 1, size_t(double(ms.size()) * 0.99))];
     printf("/health with 60 slow-header sockets and a chat generating: %zu probes, p50 %.2f ms, p99 %.2f ms\n",
@@ -116,7 +99,6 @@ TEST(DemoServe, SlowClientsLeaveHealthFastAndAChatAnswered) {
     const Json j = Json::parse(reply->body);
     EXPECT_EQ(j.at("choices")[0].at("message").at("role").as_string(), "assistant");
     EXPECT_GT(j.at("usage").at("completion_tokens").as_int(), 0);
-    for (int fd : slow) close(fd);
 }
 
 TEST(DemoServe, UtilityRoutesAndCors) {

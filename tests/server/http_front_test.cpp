@@ -141,21 +141,8 @@ TEST(HttpFront, SlowHeaderSocketsLeaveHealthFastAndPostsAnswered) {
     o.workers = 4;
     Front f(o);
     // 60 clients that send a request line and then one header byte every 100 ms.
-    std::vector<int> slow;
-    for (int i = 0; i < 60; i++) {
-        const int fd = connect_to(f.port);
-        ASSERT_GE(fd, 0);
-        const std::string start = "POST /v1/chat/completions HTTP/1.1\r\nX-Slow: ";
-        ASSERT_EQ(send(fd, start.data(), start.size(), MSG_NOSIGNAL), ssize_t(start.size()));
-        slow.push_back(fd);
-    }
-    std::atomic<bool> trickling{true};
-    std::thread trickle([&] {
-        while (trickling) {
-            for (int fd : slow) send(fd, "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        }
-    });
+    Trickle slow(f.port, 60, "POST /v1/chat/completions HTTP/1.1\r\nX-Slow: ", 100);
+    for (int fd : slow.fds) ASSERT_GE(fd, 0);
     std::vector<double> ms;
     const double t_end = now_s() + 1.5;
     int posts_ok = 0;
@@ -177,13 +164,10 @@ TEST(HttpFront, SlowHeaderSocketsLeaveHealthFastAndPostsAnswered) {
     // The trickle does not buy time: the header deadline is whole, so every
     // slow client has its 408 (JSON) about 2 s after its first byte.
     int timed_out = 0;
-    for (int fd : slow) {
+    for (int fd : slow.fds) {
         const Reply r = parse_reply(read_all(fd, 2.0));
         timed_out += r.status == 408 && is_json_error(r.body);
     }
-    trickling = false;
-    trickle.join();
-    for (int fd : slow) close(fd);
     EXPECT_EQ(timed_out, 60);
 }
 

@@ -5,7 +5,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
 
 namespace ms {
 
@@ -22,5 +27,34 @@ inline int connect_to(int port) {
     }
     return fd;
 }
+
+// n clients that each send `start` (a request line and the start of a
+// header) and then one more header byte every period_ms, until destroyed.
+class Trickle {
+public:
+    Trickle(int port, int n, const std::string& start, int period_ms) {
+        for (int i = 0; i < n; i++) {
+            const int fd = connect_to(port);
+            if (fd >= 0) send(fd, start.data(), start.size(), MSG_NOSIGNAL);
+            fds.push_back(fd);
+        }
+        thread_ = std::thread([this, period_ms] {
+            while (running_) {
+                for (int fd : fds) send(fd, "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+                std::this_thread::sleep_for(std::chrono::milliseconds(period_ms));
+            }
+        });
+    }
+    ~Trickle() {
+        running_ = false;
+        thread_.join();
+        for (int fd : fds) close(fd);
+    }
+    std::vector<int> fds;  // -1 where a connection failed
+
+private:
+    std::atomic<bool> running_{true};
+    std::thread thread_;
+};
 
 }  // namespace ms

@@ -128,9 +128,10 @@ struct HttpServer::Impl {
         }
         front = std::make_unique<HttpFront>(
             front_options(o), [this](const HttpRequest& req, HttpResponse& res) { handle(req, res); },
+            // Answered on the poll thread: never waits on anything. (/metrics
+            // waits for the forward pass in flight, so it goes to a worker.)
             [](const HttpRequest& req) {
-                return (req.method == "GET" || req.method == "HEAD" || req.method == "OPTIONS") &&
-                       (req.path == "/health" || req.path == "/metrics" || req.method == "OPTIONS");
+                return req.method == "OPTIONS" || ((req.method == "GET" || req.method == "HEAD") && req.path == "/health");
             },
             [this](const std::string& method, const std::string& path, int status) {
                 count(path, status);
@@ -227,7 +228,7 @@ void HttpServer::Impl::handle(const HttpRequest& req, HttpResponse& res) {
         res.headers.emplace_back("Access-Control-Allow-Origin", options.cors);
         if (options.cors != "*") res.headers.emplace_back("Vary", "Origin");
     }
-    if (req.method == "HEAD") res.body.clear();
+    res.head_only = req.method == "HEAD";
     count(req.path, res.status);
     const double started = req.received;
     if (!res.stream) {

@@ -217,7 +217,7 @@ struct HttpFront::Impl {
         }
         head += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
         if (!res.stream) {
-            head += res.body;
+            if (!res.head_only) head += res.body;
             return send_all(fd, head.data(), head.size(), timeout_s);
         }
         if (!send_all(fd, head.data(), head.size(), timeout_s)) return false;

@@ -4,9 +4,9 @@
 // runs out of time) and byte limits, refusing bad framing at once (400, 408,
 // 411, 413, 414, 431, 505 with an OpenAI-style JSON body, then the
 // connection closes). A complete request goes to a worker thread, or is
-// answered on the poll thread itself when the route is cheap (/health,
-// /metrics), so those stay answerable whatever the workers and other clients
-// are doing. Connections are bounded: past the bound the one that has waited
+// answered on the poll thread itself when the route is cheap and never waits
+// (/health, CORS preflights), so those stay answerable whatever the workers
+// and other clients are doing. Connections are bounded: past the bound the one that has waited
 // longest without a request in service is dropped. Pipelined requests are
 // answered in order, one at a time per connection. Request bodies draw on a
 // byte budget (reserved from --mem by serve); a body that does not fit now
@@ -42,6 +42,7 @@ struct HttpResponse {
     std::string content_type = "application/json";
     std::string body;
     std::vector<std::pair<std::string, std::string>> headers;
+    bool head_only = false;  // HEAD: the headers (Content-Length the body's), not the body
     // Set for a streamed reply (body unused): called until it returns false.
     std::function<bool(const StreamWrite&)> stream;
 };

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <random>
 #include <thread>
 
@@ -309,12 +310,14 @@ TEST(HttpFront, AThousandHostileRequestsEachGetAJsonErrorWithinASecond) {
     Front f(FrontOptions{});
     const std::vector<Hostile> cases = hostile_requests();
     ASSERT_GE(cases.size(), 1000u);
+    // Sanitized builds run several times slower: the bound is the same shape.
+    const double limit_s = getenv("MOESTREAM_SANITIZED") ? 3.0 : 1.0;
     int right = 0;
     double worst = 0;
     for (const Hostile& h : cases) {
-        auto [r, took] = ask(f.port, h.bytes, 1.5);
+        auto [r, took] = ask(f.port, h.bytes, limit_s + 0.5);
         worst = std::max(worst, took);
-        const bool ok = r.status == h.status && is_json_error(r.body) && took < 1.0;
+        const bool ok = r.status == h.status && is_json_error(r.body) && took < limit_s;
         right += ok;
         EXPECT_TRUE(ok) << "expected " << h.status << ", got " << r.status << " in " << took << " s for "
                         << Json(h.bytes.substr(0, 80)).dump() << " -> " << r.body.substr(0, 200);

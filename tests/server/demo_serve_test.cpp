@@ -1,8 +1,8 @@
 // The whole server (engine, routes, front) with the shipped demo model (no
 // golden files needed): while 60 clients trickle request headers a byte at
 // a time, /health stays fast (p99 < 100 ms) and a chat completion is
-// answered through the demo model's own chat template; llama-server's
-// utility routes and CORS.
+// answered through the demo model's own chat template; the hostile requests
+// of hostile.h; llama-server's utility routes and CORS.
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -16,15 +16,12 @@
 #include <chrono>
 #include <thread>
 
+#include "hostile.h"
 #include "loopback.h"
 #include "server/http.h"
 
 namespace ms {
 namespace {
-
-double now_s() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 struct DemoServer {
     SessionOptions o;
@@ -99,6 +96,16 @@ TEST(DemoServe, SlowClientsLeaveHealthFastAndAChatAnswered) {
     const Json j = Json::parse(reply->body);
     EXPECT_EQ(j.at("choices")[0].at("message").at("role").as_string(), "assistant");
     EXPECT_GT(j.at("usage").at("completion_tokens").as_int(), 0);
+}
+
+// The hostile list against the real routes: the same statuses, JSON errors
+// and bound as against the front alone, and the server serves on.
+TEST(DemoServe, AThousandHostileRequestsAgainstTheRealRoutes) {
+    DemoServer d;
+    expect_hostile_requests_refused(d.server->port());
+    int status = 0;
+    d.post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})", &status);
+    EXPECT_EQ(status, 200);
 }
 
 TEST(DemoServe, UtilityRoutesAndCors) {

@@ -142,7 +142,7 @@ isa-scan: build asan-build simd-deps
 # ThreadSanitizer on the tests of the threaded parts: the I/O engines and the
 # store, the thread pool, the server (only these targets are built).
 TSAN   ?= build-tsan
-TSAN_TESTS = store_store_test store_streaming_test store_io_test ops_thread_pool_test server_serve_test
+TSAN_TESTS = store_store_test store_streaming_test store_io_test ops_thread_pool_test server_serve_test server_http_front_test server_demo_serve_test
 tsan: deps
 	@cmake -S . -B $(TSAN) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESTREAM_TSAN=ON >/dev/null
 	@cmake --build $(TSAN) -j $(JOBS) --target $(TSAN_TESTS)

@@ -92,6 +92,9 @@ def export(ckpt, tok, cfg, path):
     w.add("tokenizer.ggml.bos_token_id", "u32", tok["eos"])
     w.add("tokenizer.ggml.eos_token_id", "u32", tok["eos"])
     w.add("tokenizer.ggml.add_bos_token", "bool", False)
+    # A conversation as paragraphs (the model never saw roles): serve's chat.
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat_template.jinja"), encoding="utf-8") as f:
+        w.add("tokenizer.chat_template", "str", f.read())
     order = ["token_embd.weight", "output_norm.weight", "output.weight"]
     for i in range(cfg["n_layer"]):
         order += [f"blk.{i}.{n}.weight" for n in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",

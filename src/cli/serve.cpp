@@ -15,6 +15,8 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/session_flags.h"
+#include "gguf/gguf.h"
+#include "model/summary.h"
 #include "server/http.h"
 
 namespace ms {
@@ -48,12 +50,13 @@ int cmd_serve(int argc, char** argv) {
            "generating decode together, one forward pass a token for all of them (each MoE layer reads the "
            "union of their experts once). Requests beyond the slots "
            "wait in a queue of --queue; beyond that they get 503 at once. The sampling flags are the defaults "
-           "for fields a request leaves out. Stops on SIGINT/SIGTERM.");
+           "for fields a request leaves out. Without -c each slot's context is the model's training context, at "
+           "most 4096 tokens. Stops on SIGINT/SIGTERM.");
     SessionFlags flags;
     ServerOptions so;
     std::string key_file, alias, template_file;
     int parallel = 1, queue = 16;
-    uint64_t max_body = so.max_body_bytes;
+    uint64_t max_body = so.max_body_bytes, request_mem = 0;
     a.option("--host", &so.host, "ADDR", "address to listen on (0.0.0.0: every interface; mind --api-key then)");
     a.option("--port", &so.port, "N", "TCP port (0: any free port; the one taken is printed)");
     a.option("--api-key", &so.api_key, "KEY",
@@ -67,17 +70,38 @@ int cmd_serve(int argc, char** argv) {
              "a request's longest life in seconds, queue included; past it the reply ends (finish_reason "
              "\"length\")");
     a.option("--idle-timeout", &so.idle_timeout_s, "S",
-             "seconds an idle keep-alive connection stays open, and the longest wait for a request's bytes");
+             "seconds an idle keep-alive connection stays open, and the longest a reply waits for its client to "
+             "take more bytes");
+    a.option("--header-timeout", &so.header_timeout_s, "S",
+             "seconds from a request's first byte to the end of its headers (a slow client is cut off: 408)");
+    a.option("--body-timeout", &so.body_timeout_s, "S", "seconds from the end of a request's headers to the end of "
+             "its body (408 past it)");
+    a.option("--max-connections", &so.max_connections, "N",
+             "open connections at most; a new one beyond them closes the one idle or slow the longest");
+    a.option("--cors", &so.cors, "ORIGIN",
+             "answer CORS preflights (OPTIONS) and send Access-Control-Allow-Origin: ORIGIN (\"*\": any site)");
     a.option("--chat-template-file", &template_file, "FILE",
              "a Jinja chat template to use instead of the model's (e.g. one that offers tools)");
-    a.size_option("--max-body", &max_body, "SIZE", "largest request body (e.g. 8M); larger gets 413");
+    a.size_option("--max-body", &max_body, "SIZE", "largest request body (e.g. 8M); larger gets 413 at once");
+    a.size_option("--request-mem", &request_mem, "SIZE",
+                  "request bodies held at once, all together (default: --max-body); one that does not fit "
+                  "now gets 503. 3.5 times this (bodies, their parsed JSON and prompt) plus the connections' "
+                  "header buffers are reserved inside --mem");
     flags.declare(a, true);
     if (!a.parse(argc, argv)) return 0;
+    // Without -c a slot holds what the model was trained on, up to 4096
+    // tokens: more would be advertised and never worked (the demo model was
+    // trained at 512).
+    if (!a.given("--ctx") && !flags.model.empty()) flags.ctx = summarize_model(GgufFile::open(flags.model), 0).mem.ctx;
     if (parallel < 1 || parallel > 256) throw std::runtime_error("--parallel must be 1..256");
     if (queue < 0 || queue > 100000) throw std::runtime_error("--queue must be 0..100000");
     if (so.port < 0 || so.port > 65535) throw std::runtime_error("--port must be 0..65535");
     if (!(so.timeout_s > 0)) throw std::runtime_error("--timeout must be > 0");
     if (so.idle_timeout_s < 1) throw std::runtime_error("--idle-timeout must be >= 1");
+    if (!(so.header_timeout_s > 0) || !(so.body_timeout_s > 0)) {
+        throw std::runtime_error("--header-timeout and --body-timeout must be > 0");
+    }
+    if (so.max_connections < 4 || so.max_connections > 100000) throw std::runtime_error("--max-connections must be 4..100000");
     if (max_body < 1024) throw std::runtime_error("--max-body must be at least 1K");
     if (!key_file.empty()) {
         if (!so.api_key.empty()) throw std::runtime_error("give --api-key or --api-key-file, not both");
@@ -87,11 +111,13 @@ int cmd_serve(int argc, char** argv) {
         so.chat_template = read_chat_template(template_file);
     }
     so.max_body_bytes = size_t(max_body);
+    so.body_budget_bytes = size_t(request_mem ? request_mem : max_body);
+    if (so.body_budget_bytes < so.max_body_bytes) throw std::runtime_error("--request-mem must be at least --max-body");
     so.model_id = alias.empty() ? model_name(flags.model) : alias;
     so.sampling = flags.options().sampling;
-    // Connections beyond the slots and the queue still get a thread for a 503
-    // or /health, and idle keep-alive connections each hold one.
-    so.http_threads = parallel + queue + 32;
+    // Requests beyond the slots and the queue still get a worker for a 503
+    // (idle connections and /health hold none).
+    so.http_threads = parallel + queue + 8;
 
     // Signals go to one thread that stops the server; every other thread
     // (httplib's, the engine's, the store's) is created with them blocked.
@@ -107,7 +133,7 @@ int cmd_serve(int argc, char** argv) {
     eo.prefill_chunk = flags.batch;
     auto open_slots = [&] {
         std::vector<std::unique_ptr<Session>> slots;
-        slots.push_back(flags.open(parallel));
+        slots.push_back(flags.open(parallel, request_memory_bytes(so)));
         for (int i = 1; i < parallel; i++) slots.push_back(slots[0]->fork(so.sampling));
         return slots;
     };

@@ -99,7 +99,7 @@ SessionOptions SessionFlags::options() const {
     return o;
 }
 
-std::unique_ptr<Session> SessionFlags::open(int sequences) const {
+std::unique_ptr<Session> SessionFlags::open(int sequences, uint64_t reserved) const {
     const SessionOptions o = options();
     std::unique_ptr<ProgressBar> bar;
     std::string phase;
@@ -120,7 +120,7 @@ std::unique_ptr<Session> SessionFlags::open(int sequences) const {
         phase.clear();
         // fixed is resident weights plus one session's KV cache and scratch.
         const uint64_t state = fixed - std::min(fixed, model.resident_bytes());
-        return store.make(file, model, fixed + uint64_t(std::max(sequences - 1, 0)) * state, budget);
+        return store.make(file, model, fixed + uint64_t(std::max(sequences - 1, 0)) * state + reserved, budget);
     };
     auto s = Session::open(o, experts, progress);
     if (bar) bar->finish();

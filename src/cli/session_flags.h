@@ -42,7 +42,9 @@ struct SessionFlags {
     // sequences > 1: the memory plan also reserves the KV caches of that many
     // - 1 forks (serve's slots), so the expert cache gets what is left.
     // --draft auto resolves here (draft_options).
-    std::unique_ptr<Session> open(int sequences = 1) const;
+    // reserved: bytes the caller holds beside the session (serve's requests),
+    // taken from --mem like the session's scratch.
+    std::unique_ptr<Session> open(int sequences = 1, uint64_t reserved = 0) const;
     // --draft and --draft-max for an open session, auto resolved: n-gram
     // drafts when every expert fits in the cache and decoding is greedy
     // (sampled text then stays the seed's), off when experts stream

@@ -63,6 +63,7 @@ Engine::Engine(const OpenSlots& open_slots, const EngineOptions& options, const 
         {
             std::lock_guard<std::mutex> lk(mu_);
             stats_.slots = int(slots_.size());
+            stats_.slot_busy.assign(slots_.size(), 0);
             failed = error;
             ready = true;
         }
@@ -145,6 +146,7 @@ void Engine::run() {
                 queue_.pop_front();
                 best->job = job;
                 stats_.busy_slots++;
+                stats_.slot_busy[size_t(best - slots_.data())] = 1;
             }
             stats_.queued = int(queue_.size());
             if (stats_.busy_slots == 0) {
@@ -313,6 +315,7 @@ void Engine::end(Slot& s, const std::string& reason, const std::string& error) {
         // Counted free before the client hears the end, so its next request finds room.
         std::lock_guard<std::mutex> lk(mu_);
         stats_.busy_slots--;
+        stats_.slot_busy[size_t(&s - slots_.data())] = 0;
         if (error == "cancelled") stats_.requests_cancelled++;
         else if (!error.empty()) stats_.requests_failed++;
         else stats_.requests_done++;

@@ -76,6 +76,7 @@ struct EngineStats {
     // Speculative decoding: decode forward passes, tokens drafted and accepted.
     uint64_t decode_passes = 0, drafted_tokens = 0, accepted_tokens = 0;
     int queued = 0, busy_slots = 0, slots = 0;
+    std::vector<char> slot_busy;  // per slot: generating (GET /slots)
     // The store's counters at the same moment (zero without a store).
     uint64_t hits = 0, misses = 0;
     uint64_t needed[kReadReasons] = {}, read[kReadReasons] = {};

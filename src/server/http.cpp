@@ -1,18 +1,13 @@
 #include "server/http.h"
 
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
-
-#include <httplib.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <map>
@@ -21,73 +16,13 @@
 
 #include "runtime/chat_prompt.h"
 #include "server/chat_page.h"
+#include "server/http_front.h"
 #include "server/tool_calls.h"
 #include "telemetry/system.h"
 
 namespace ms {
 
 namespace {
-
-// "127.0.0.1" and port of a socket's own or peer address.
-bool address_of(int fd, bool peer, std::string* host, int* port) {
-    sockaddr_storage ss{};
-    socklen_t len = sizeof ss;
-    if ((peer ? getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len)
-              : getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len)) != 0) {
-        return false;
-    }
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (ss.ss_family == AF_INET) {
-        const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
-        inet_ntop(AF_INET, &a->sin_addr, buf, sizeof buf);
-        *port = ntohs(a->sin_port);
-    } else if (ss.ss_family == AF_INET6) {
-        const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
-        inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof buf);
-        *port = ntohs(a->sin6_port);
-    } else {
-        return false;
-    }
-    *host = buf;
-    return true;
-}
-
-// Calls fn(fd, local host, local port, peer host, peer port) for each
-// connected TCP socket of this process until fn returns true; returns that fd
-// or -1. cpp-httplib 0.11 hides the sockets it accepted, and two things need
-// them: seeing a client leave while the reply is generated (later releases
-// added Request::is_connection_closed), and closing idle keep-alive
-// connections at shutdown instead of waiting out their timeout.
-template <class F>
-int find_socket(F fn) {
-    DIR* dir = opendir("/proc/self/fd");
-    if (!dir) return -1;
-    int found = -1;
-    while (dirent* e = readdir(dir)) {
-        char* end = nullptr;
-        const long fd = strtol(e->d_name, &end, 10);
-        if (end == e->d_name || *end != '\0') continue;
-        struct stat st;
-        if (fstat(int(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-        std::string local, remote;
-        int local_port = 0, remote_port = 0;
-        if (address_of(int(fd), false, &local, &local_port) && address_of(int(fd), true, &remote, &remote_port) &&
-            fn(int(fd), local, local_port, remote, remote_port)) {
-            found = int(fd);
-            break;
-        }
-    }
-    closedir(dir);
-    return found;
-}
-
-// The accepted socket of a request, found by its two addresses.
-int client_socket(const httplib::Request& req) {
-    return find_socket([&](int, const std::string& local, int local_port, const std::string& remote, int remote_port) {
-        return local_port == req.local_port && remote_port == req.remote_port && remote == req.remote_addr &&
-               local == req.local_addr;
-    });
-}
 
 // False once the peer has closed or reset the connection. A client does not
 // send while it waits for its reply, so readable-with-no-data is the close.
@@ -99,6 +34,17 @@ bool client_alive(int fd) {
     return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) != 0;
 }
 
+// Bytes of text in a chat's messages (their string contents).
+size_t content_bytes(const Json& messages) {
+    size_t n = 0;
+    if (!messages.is_array()) return 0;
+    for (const Json& m : messages.as_array()) {
+        const Json* c = m.is_object() ? m.find("content") : nullptr;
+        if (c && c->is_string()) n += c->as_string().size();
+    }
+    return n;
+}
+
 // Compares in time independent of where the strings differ.
 bool same_secret(const std::string& given, const std::string& key) {
     if (given.size() != key.size()) return false;
@@ -107,13 +53,14 @@ bool same_secret(const std::string& given, const std::string& key) {
     return diff == 0;
 }
 
-void send_json(httplib::Response& res, int status, const Json& body) {
+void send_json(HttpResponse& res, int status, const Json& body) {
     res.status = status;
-    res.set_content(body.dump() + "\n", "application/json");
+    res.content_type = "application/json";
+    res.body = body.dump() + "\n";
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
-    if (e.status == 503) res.set_header("Retry-After", "1");
+void send_error(HttpResponse& res, const ApiError& e) {
+    if (e.status == 503) res.headers.emplace_back("Retry-After", "1");
     send_json(res, e.status, error_json(e));
 }
 
@@ -148,18 +95,16 @@ Json tool_calls_json(const std::vector<ToolCall>& calls, const std::string& id, 
 
 }  // namespace
 
+FrontOptions front_options(const ServerOptions& o);
+
 struct HttpServer::Impl {
     Engine& engine;
     ServerOptions options;
     RequestDefaults defaults;
     std::unique_ptr<ChatPrompt> chat;  // null when the model has no chat template
-    std::string chat_error;
     ToolFormat tools = ToolFormat::None;  // how the template has the model write tool calls
-    httplib::Server http;
-    int port = -1;
-    // httplib's stop() does nothing until listen() runs: stop() and listen()
-    // meet through these (sequentially consistent, so one sees the other).
-    std::atomic<bool> listen_called{false}, listen_done{false}, stop_requested{false};
+    size_t max_piece_bytes = 0;  // the vocabulary's longest token text
+    std::unique_ptr<HttpFront> front;
     std::atomic<uint64_t> next_id{1};
     std::atomic<uint64_t> rejected{0};
     std::mutex count_mu;
@@ -170,91 +115,307 @@ struct HttpServer::Impl {
         defaults.model_id = o.model_id;
         defaults.n_ctx = s.n_ctx();
         defaults.sampling = o.sampling;
+        for (size_t id = 0; id < s.tokenizer().n_vocab(); id++) {
+            max_piece_bytes = std::max(max_piece_bytes, s.tokenizer().piece(int32_t(id)).size());
+        }
+        max_piece_bytes = std::max<size_t>(max_piece_bytes, 16);  // byte fallbacks, control tokens
         try {
             chat = std::make_unique<ChatPrompt>(s, o.chat_template);
             tools = tool_format(chat->source());
         } catch (const std::exception& ex) {
-            chat_error = ex.what();
+            // The details (with the model's path) are the operator's; clients get a plain refusal.
+            fprintf(stderr, "note: chat completions are off: %s\n", ex.what());
         }
-        routes();
+        front = std::make_unique<HttpFront>(
+            front_options(o), [this](const HttpRequest& req, HttpResponse& res) { handle(req, res); },
+            // Answered on the poll thread: never waits on anything. (/metrics
+            // waits for the forward pass in flight, so it goes to a worker.)
+            [](const HttpRequest& req) {
+                return req.method == "OPTIONS" || ((req.method == "GET" || req.method == "HEAD") && req.path == "/health");
+            },
+            [this](const std::string& method, const std::string& path, int status) {
+                count(path, status);
+                log_line(method, path.empty() ? "-" : path, status, nullptr, 0);
+            });
     }
 
-    void routes();
-    void generate(const httplib::Request& req, httplib::Response& res, bool is_chat);
+    void handle(const HttpRequest& req, HttpResponse& res);
+    void route(const HttpRequest& req, HttpResponse& res, std::shared_ptr<Job>* job);
+    void generate(const HttpRequest& req, HttpResponse& res, bool is_chat, std::shared_ptr<Job>* job_out);
+    void tokenize(const HttpRequest& req, HttpResponse& res);
+    void detokenize(const HttpRequest& req, HttpResponse& res);
+    void apply_template(const HttpRequest& req, HttpResponse& res);
+    Json props();
+    Json slots();
     std::string metrics();
+    Json model() const;
     Json models() const;
+    void count(const std::string& path, int status);
+    // An engine error for a client: the model file named without its
+    // directories (the server's paths are the operator's).
+    std::string without_dirs(std::string message) const {
+        const std::string& file = engine.session().file().path();
+        const size_t slash = file.rfind('/');
+        if (slash == std::string::npos) return message;
+        const std::string dir = file.substr(0, slash + 1);
+        for (size_t at; (at = message.find(dir)) != std::string::npos;) message.erase(at, dir.size());
+        return message;
+    }
+    void log_line(const std::string& method, const std::string& path, int status, const Job* job, double ms);
 };
 
-void HttpServer::Impl::routes() {
-    const size_t body_limit = options.max_body_bytes;
-    http.new_task_queue = [n = options.http_threads] { return new httplib::ThreadPool(size_t(n)); };
-    http.set_payload_max_length(body_limit);
-    http.set_keep_alive_timeout(options.idle_timeout_s);
-    http.set_read_timeout(options.idle_timeout_s, 0);
-    http.set_write_timeout(options.idle_timeout_s, 0);
-
-    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-        if (options.api_key.empty() || req.path == "/health" || req.path == "/") return httplib::Server::HandlerResponse::Unhandled;
-        const std::string auth = req.get_header_value("Authorization");
-        const std::string prefix = "Bearer ";
-        if (auth.compare(0, prefix.size(), prefix) == 0 && same_secret(auth.substr(prefix.size()), options.api_key)) {
-            return httplib::Server::HandlerResponse::Unhandled;
-        }
-        res.set_header("WWW-Authenticate", "Bearer");
-        send_error(res, ApiError(401, auth.empty() ? "no API key: send Authorization: Bearer <key>" : "invalid API key",
-                                 "", "invalid_request_error", "invalid_api_key"));
-        return httplib::Server::HandlerResponse::Handled;
-    });
-    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-        // httplib's own refusals (unknown path, body too large...) in OpenAI's shape;
-        // handlers' errors already have a JSON body.
-        if (!res.body.empty() || res.status < 400) return;
-        const std::string msg = res.status == 404 ? "no route " + req.method + " " + req.path
-                                : res.status == 413 ? std::string("the request body is too large")
-                                                    : "HTTP error " + std::to_string(res.status);
-        send_json(res, res.status, error_json(ApiError(res.status, msg)));
-    });
-    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string msg = "internal error";
-        try {
-            std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-            msg = e.what();
-        } catch (...) {
-        }
-        send_json(res, 500, error_json(ApiError(500, msg, "", "server_error")));
-    });
-    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-        static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
-                                      "/metrics", "/"};
-        std::string route = "other";
-        for (const char* k : known)
-            if (req.path == k) route = k;
-        std::lock_guard<std::mutex> lk(count_mu);
-        counts[{route, res.status}]++;
-    });
-
-    http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-        Json j = Json::object();
-        j["status"] = "ok";
-        send_json(res, 200, j);
-    });
-    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { send_json(res, 200, models()); });
-    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-        res.set_content(metrics(), "text/plain; version=0.0.4");
-    });
-    http.Get("/", [](const httplib::Request&, httplib::Response& res) {
-        res.set_content(kChatPage, "text/html; charset=utf-8");
-    });
-    for (const char* path : {"/v1/chat/completions", "/chat/completions"}) {
-        http.Post(path, [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); });
-    }
-    for (const char* path : {"/v1/completions", "/completions"}) {
-        http.Post(path, [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); });
-    }
+FrontOptions front_options(const ServerOptions& o) {
+    FrontOptions f;
+    f.max_connections = o.max_connections;
+    f.workers = o.http_threads;
+    f.idle_timeout_s = o.idle_timeout_s;
+    f.header_timeout_s = o.header_timeout_s;
+    f.body_timeout_s = o.body_timeout_s;
+    f.write_timeout_s = o.idle_timeout_s;
+    f.max_body_bytes = o.max_body_bytes;
+    f.body_budget_bytes = o.body_budget_bytes;
+    return f;
 }
 
-Json HttpServer::Impl::models() const {
+size_t request_memory_bytes(const ServerOptions& o) {
+    // A body in flight costs itself, its parsed JSON and its prompt text:
+    // 3.4x the body, measured with 8 MiB completion prompts (peak RSS 82
+    // MiB for two at once over 28 MiB idle), rounded up.
+    return o.body_budget_bytes / 2 * 7 + front_buffer_bytes(front_options(o));
+}
+
+void HttpServer::Impl::count(const std::string& path, int status) {
+    static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics",
+                                  "/",  "/tokenize", "/detokenize", "/props", "/slots", "/apply-template"};
+    std::string route = "other";
+    for (const char* k : known)
+        if (path == k) route = k;
+    if (path.compare(0, 11, "/v1/models/") == 0) route = "/v1/models/{id}";
+    std::lock_guard<std::mutex> lk(count_mu);
+    counts[{route, status}]++;
+}
+
+// One line a request on stderr: method, path, status, tokens, milliseconds.
+void HttpServer::Impl::log_line(const std::string& method, const std::string& path, int status, const Job* job,
+                                double ms) {
+    std::string p = path.substr(0, 128);
+    for (char& c : p)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    char buf[400];
+    if (job) {
+        snprintf(buf, sizeof buf, "%s %s %d prompt=%lld generated=%lld %.0fms\n", method.substr(0, 16).c_str(),
+                 p.c_str(), status, (long long)job->usage.prompt_tokens, (long long)job->usage.completion_tokens, ms);
+    } else {
+        snprintf(buf, sizeof buf, "%s %s %d %.0fms\n", method.substr(0, 16).c_str(), p.c_str(), status, ms);
+    }
+    fputs(buf, stderr);
+}
+
+void HttpServer::Impl::handle(const HttpRequest& req, HttpResponse& res) {
+    std::shared_ptr<Job> job;
+    try {
+        route(req, res, &job);
+    } catch (const ApiError& e) {
+        res = HttpResponse();
+        send_error(res, e);
+    } catch (const std::exception& e) {
+        // The operator's log gets the details; the client a plain 500 (no paths).
+        fprintf(stderr, "error: %s %s: %s\n", req.method.c_str(), req.path.c_str(), e.what());
+        res = HttpResponse();
+        send_error(res, ApiError(500, "internal error (the server's log has the details)", "", "server_error"));
+    }
+    if (!options.cors.empty()) {
+        res.headers.emplace_back("Access-Control-Allow-Origin", options.cors);
+        if (options.cors != "*") res.headers.emplace_back("Vary", "Origin");
+    }
+    res.head_only = req.method == "HEAD";
+    count(req.path, res.status);
+    const double started = req.received;
+    if (!res.stream) {
+        log_line(req.method, req.path, res.status, job.get(), (steady_seconds() - started) * 1000);
+        return;
+    }
+    // A stream is over when its provider says so: log it then.
+    auto provider = std::move(res.stream);
+    res.stream = [this, provider, job, method = req.method, path = req.path, started, status = res.status](
+                     const StreamWrite& write) {
+        const bool more = provider(write);
+        if (!more) log_line(method, path, status, job.get(), (steady_seconds() - started) * 1000);
+        return more;
+    };
+}
+
+void HttpServer::Impl::route(const HttpRequest& req, HttpResponse& res, std::shared_ptr<Job>* job) {
+    const std::string& m = req.method;
+    const std::string& path = req.path;
+    if (m == "OPTIONS") {
+        // CORS preflight: allowed only with --cors.
+        if (options.cors.empty()) throw ApiError(404, "no route OPTIONS " + path + " (start serve with --cors ORIGIN)");
+        res.status = 204;
+        res.content_type.clear();
+        res.headers.emplace_back("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        res.headers.emplace_back("Access-Control-Allow-Headers", "Authorization, Content-Type");
+        res.headers.emplace_back("Access-Control-Max-Age", "86400");
+        return;
+    }
+    const bool get = m == "GET" || m == "HEAD";
+    if (get && path == "/health") {
+        Json j = Json::object();
+        j["status"] = "ok";
+        return send_json(res, 200, j);
+    }
+    if (get && path == "/") {
+        res.content_type = "text/html; charset=utf-8";
+        res.body = kChatPage;
+        return;
+    }
+    if (!options.api_key.empty()) {
+        const std::string auth = req.header("authorization");
+        const std::string prefix = "Bearer ";
+        if (auth.compare(0, prefix.size(), prefix) != 0 || !same_secret(auth.substr(prefix.size()), options.api_key)) {
+            res.headers.emplace_back("WWW-Authenticate", "Bearer");
+            throw ApiError(401, auth.empty() ? "no API key: send Authorization: Bearer <key>" : "invalid API key", "",
+                           "invalid_request_error", "invalid_api_key");
+        }
+    }
+    if (get && path == "/metrics") {
+        res.content_type = "text/plain; version=0.0.4";
+        res.body = metrics();
+        return;
+    }
+    if (get && path == "/v1/models") return send_json(res, 200, models());
+    if (get && path.compare(0, 11, "/v1/models/") == 0) {
+        const std::string id = path.substr(11);
+        if (id != options.model_id) {
+            throw ApiError(404, "The model '" + id.substr(0, 200) + "' does not exist; this server serves '" +
+                                    options.model_id + "'", "model", "invalid_request_error", "model_not_found");
+        }
+        return send_json(res, 200, model());
+    }
+    if (get && path == "/props") return send_json(res, 200, props());
+    if (get && path == "/slots") return send_json(res, 200, slots());
+    if (m == "POST") {
+        if (path == "/v1/chat/completions" || path == "/chat/completions") return generate(req, res, true, job);
+        if (path == "/v1/completions" || path == "/completions") return generate(req, res, false, job);
+        if (path == "/tokenize") return tokenize(req, res);
+        if (path == "/detokenize") return detokenize(req, res);
+        if (path == "/apply-template") return apply_template(req, res);
+    }
+    throw ApiError(404, "no route " + m.substr(0, 16) + " " + path.substr(0, 200));
+}
+
+// llama-server's POST /tokenize: {"content", "add_special"?, "with_pieces"?}
+// -> {"tokens": [id...]} or [{"id", "piece"}...].
+void HttpServer::Impl::tokenize(const HttpRequest& req, HttpResponse& res) {
+    const Json body = parse_body(req.body, options.max_body_bytes);
+    if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+    const Json* content = body.find("content");
+    if (!content || !content->is_string()) throw ApiError(400, "'content' must be a string", "content");
+    auto flag = [&](const char* name) {
+        const Json* v = body.find(name);
+        if (v && !v->is_null() && !v->is_bool()) throw ApiError(400, std::string("'") + name + "' must be a boolean", name);
+        return v && v->is_bool() && v->as_bool();
+    };
+    const bool add_special = flag("add_special"), with_pieces = flag("with_pieces");
+    const Session& s = engine.session();
+    const std::vector<int32_t> ids = s.tokenize(content->as_string(), add_special);
+    Json tokens = Json::array();
+    for (int32_t id : ids) {
+        if (!with_pieces) {
+            tokens.push_back(Json(int64_t(id)));
+            continue;
+        }
+        Json t = Json::object();
+        t["id"] = int64_t(id);
+        t["piece"] = s.tokenizer().decode({id});
+        tokens.push_back(std::move(t));
+    }
+    Json j = Json::object();
+    j["tokens"] = tokens;
+    send_json(res, 200, j);
+}
+
+// llama-server's POST /detokenize: {"tokens": [id...]} -> {"content"}.
+void HttpServer::Impl::detokenize(const HttpRequest& req, HttpResponse& res) {
+    const Json body = parse_body(req.body, options.max_body_bytes);
+    if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+    const Json* tokens = body.find("tokens");
+    if (!tokens || !tokens->is_array()) throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
+    const Session& s = engine.session();
+    const double n_vocab = double(s.tokenizer().n_vocab());
+    std::vector<int32_t> ids;
+    for (const Json& t : tokens->as_array()) {
+        const double x = t.is_number() ? t.as_number() : -1;
+        if (!t.is_number() || x != std::floor(x) || x < 0 || x >= n_vocab) {
+            throw ApiError(400, "'tokens' must hold token ids from 0 to " + std::to_string(int64_t(n_vocab) - 1), "tokens");
+        }
+        ids.push_back(int32_t(x));
+    }
+    Json j = Json::object();
+    j["content"] = s.tokenizer().decode(ids);
+    send_json(res, 200, j);
+}
+
+// llama-server's POST /apply-template: {"messages"} -> {"prompt"}: the text
+// the chat template makes of them, generation prompt included.
+void HttpServer::Impl::apply_template(const HttpRequest& req, HttpResponse& res) {
+    const Json body = parse_body(req.body, options.max_body_bytes);
+    if (!chat) throw ApiError(400, "the model has no chat template; use /v1/completions", "messages");
+    const GenerationRequest r = parse_chat_request(body, defaults);
+    Json j = Json::object();
+    try {
+        j["prompt"] = chat->text(r.messages, r.tools);
+    } catch (const TemplateError& e) {
+        throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
+    }
+    send_json(res, 200, j);
+}
+
+// llama-server's GET /props, the parts that apply here.
+Json HttpServer::Impl::props() {
+    const Session& s = engine.session();
+    const SamplerParams& p = defaults.sampling;
+    Json params = Json::object();
+    params["temperature"] = double(p.temp);
+    params["top_k"] = int64_t(p.top_k);
+    params["top_p"] = double(p.top_p);
+    params["min_p"] = double(p.min_p);
+    params["repeat_penalty"] = double(p.repeat_penalty);
+    params["repeat_last_n"] = int64_t(p.repeat_last_n);
+    params["presence_penalty"] = double(p.presence_penalty);
+    params["frequency_penalty"] = double(p.frequency_penalty);
+    Json gen = Json::object();
+    gen["n_ctx"] = s.n_ctx();
+    gen["params"] = params;
+    Json j = Json::object();
+    j["default_generation_settings"] = gen;
+    j["total_slots"] = int64_t(engine.stats().slots);
+    j["model_alias"] = options.model_id;
+    j["chat_template"] = chat ? Json(chat->source()) : Json();
+    Json mod = Json::object();
+    mod["vision"] = false;
+    mod["audio"] = false;
+    j["modalities"] = mod;
+    j["build_info"] = "moestream";
+    return j;
+}
+
+// llama-server's GET /slots: each slot and whether it is generating.
+Json HttpServer::Impl::slots() {
+    const EngineStats st = engine.stats();
+    const int64_t n_ctx = engine.session().n_ctx();
+    Json out = Json::array();
+    for (size_t i = 0; i < st.slot_busy.size(); i++) {
+        Json s = Json::object();
+        s["id"] = int64_t(i);
+        s["n_ctx"] = n_ctx;
+        s["is_processing"] = bool(st.slot_busy[i]);
+        out.push_back(std::move(s));
+    }
+    return out;
+}
+
+Json HttpServer::Impl::model() const {
     const Session& s = engine.session();
     Json m = Json::object();
     m["id"] = options.model_id;
@@ -266,22 +427,35 @@ Json HttpServer::Impl::models() const {
     meta["n_ctx"] = s.n_ctx();
     meta["n_vocab"] = s.config().n_vocab;
     m["meta"] = meta;
+    return m;
+}
+
+Json HttpServer::Impl::models() const {
     Json data = Json::array();
-    data.push_back(m);
+    data.push_back(model());
     Json j = Json::object();
     j["object"] = "list";
     j["data"] = data;
     return j;
 }
 
-void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& res, bool is_chat) {
+void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, bool is_chat, std::shared_ptr<Job>* job_out) {
     std::shared_ptr<Job> job;
-    try {
+    {
         const Json body = parse_body(req.body, options.max_body_bytes);
         GenerationRequest r = is_chat ? parse_chat_request(body, defaults) : parse_completion_request(body, defaults);
+        // Text longer than the context can hold at the longest piece per
+        // token is refused before tokenizing (which would take seconds and
+        // many times the text's bytes for a body of megabytes).
+        const size_t text_bytes = is_chat ? content_bytes(r.messages) : r.prompt.size();
+        if (text_bytes > size_t(defaults.n_ctx) * max_piece_bytes) {
+            throw ApiError(400, "the prompt is " + std::to_string(text_bytes) + " bytes; the context holds " +
+                                    std::to_string(defaults.n_ctx) + " tokens", is_chat ? "messages" : "prompt",
+                           "invalid_request_error", "context_length_exceeded");
+        }
         std::vector<int32_t> prompt;
         if (is_chat) {
-            if (!chat) throw ApiError(400, chat_error + "; use /v1/completions");
+            if (!chat) throw ApiError(400, "the model has no chat template; use /v1/completions", "messages");
             if (!r.tools.is_null()) {
                 if (tools == ToolFormat::None) {
                     throw ApiError(400, "the model's chat template has no tool-call format this server knows", "tools");
@@ -303,21 +477,19 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
                                     std::to_string(n_ctx) + " (prompt and reply together)",
                            is_chat ? "messages" : "prompt", "invalid_request_error", "context_length_exceeded");
         }
+        // As llama-server: more than the context has left is capped (the
+        // reply then ends with finish_reason "length").
         if (r.max_tokens > 0 && int64_t(prompt.size()) + r.max_tokens > n_ctx) {
-            throw ApiError(400, "the prompt (" + std::to_string(prompt.size()) + " tokens) and max_tokens (" +
-                                    std::to_string(r.max_tokens) + ") exceed the context of " + std::to_string(n_ctx),
-                           "max_tokens", "invalid_request_error", "context_length_exceeded");
+            r.max_tokens = n_ctx - int64_t(prompt.size());
         }
         job = std::make_shared<Job>(std::move(r), std::move(prompt), options.timeout_s);
-        if (const int fd = client_socket(req); fd >= 0) job->client_alive = [fd] { return client_alive(fd); };
+        if (const int fd = req.fd; fd >= 0) job->client_alive = [fd] { return client_alive(fd); };
         if (!engine.submit(job)) {
             rejected++;
             throw ApiError(503, "the server is busy: every slot is generating and the queue is full; retry later",
                            "", "server_error", "overloaded");
         }
-    } catch (const ApiError& e) {
-        send_error(res, e);
-        return;
+        *job_out = job;
     }
 
     const std::string id = (is_chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
@@ -358,7 +530,10 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
         while (!job->wait(&text, 1.0)) {
         }
         if (!job->error.empty()) {
-            if (job->error != "cancelled") send_error(res, ApiError(500, job->error, "", "server_error"));
+            if (job->error != "cancelled") {
+                fprintf(stderr, "error: %s: %s\n", req.path.c_str(), job->error.c_str());
+                send_error(res, ApiError(500, without_dirs(job->error), "", "server_error"));
+            }
             return;
         }
         Json j = envelope(is_chat ? "chat.completion" : "text_completion");
@@ -388,20 +563,18 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
         return;
     }
 
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");  // proxies: pass each event on at once
+    res.headers.emplace_back("Cache-Control", "no-cache");
+    res.headers.emplace_back("X-Accel-Buffering", "no");  // proxies: pass each event on at once
+    res.content_type = "text/event-stream";
     auto sent_first = std::make_shared<bool>(false);
     // With tools: the reply so far and how much of it went out as content
     // (up to where a tool call begins; the calls go out parsed at the end).
     auto reply = std::make_shared<std::string>();
     auto sent = std::make_shared<size_t>(0);
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, job, chunk, sent_first, format, reply, sent, id](size_t, httplib::DataSink& sink) {
-            auto send = [&](const Json& j) {
-                const std::string line = "data: " + j.dump() + "\n\n";
-                return sink.write(line.data(), line.size());
-            };
+    // Called until it returns false; a write that fails (the client left)
+    // cancels the job.
+    res.stream = [this, job, chunk, sent_first, format, reply, sent, id, path = req.path](const StreamWrite& write) {
+            auto send = [&](const Json& j) { return write("data: " + j.dump() + "\n\n"); };
             std::string text;
             const bool done = job->wait(&text, 0.5);
             ParsedReply parsed;
@@ -427,9 +600,11 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
             }
             if (!done) return true;
             if (!job->error.empty()) {
-                if (job->error != "cancelled") send(error_json(ApiError(500, job->error, "", "server_error")));
-                sink.done();
-                return true;
+                if (job->error != "cancelled") {
+                    fprintf(stderr, "error: %s: %s\n", path.c_str(), job->error.c_str());
+                    send(error_json(ApiError(500, without_dirs(job->error), "", "server_error")));
+                }
+                return false;
             }
             std::string reason = job->finish_reason;
             if (!parsed.calls.empty()) {
@@ -447,12 +622,9 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
                 u["usage"] = usage_json(job->usage);
                 send(u);
             }
-            const char* end = "data: [DONE]\n\n";
-            sink.write(end, strlen(end));
-            sink.done();
-            return true;
-        },
-        [job](bool) { job->cancelled = true; });
+            write("data: [DONE]\n\n");
+            return false;
+        };
 }
 
 std::string HttpServer::Impl::metrics() {
@@ -516,14 +688,19 @@ std::string HttpServer::Impl::metrics() {
     value("moestream_expert_cache_misses_total", double(s.misses));
     metric("moestream_expert_cache_hit_rate", "gauge", "hits / (hits + misses) since start");
     value("moestream_expert_cache_hit_rate", s.hits + s.misses ? double(s.hits) / double(s.hits + s.misses) : 0);
+    // Each family's samples follow its own HELP and TYPE (the text format
+    // does not allow them to interleave with another family's).
     metric("moestream_bytes_needed_total", "counter", "bytes the model needed, by reason");
-    metric("moestream_bytes_read_total", "counter", "bytes requested from the drive (aligned), by reason");
     uint64_t needed = 0;
     for (int r = 0; r < kReadReasons; r++) {
-        const std::string reason = read_reason_name(ReadReason(r));
-        value("moestream_bytes_needed_total{reason=\"" + reason + "\"}", double(s.needed[r]));
-        value("moestream_bytes_read_total{reason=\"" + reason + "\"}", double(s.read[r]));
+        value("moestream_bytes_needed_total{reason=\"" + std::string(read_reason_name(ReadReason(r))) + "\"}",
+              double(s.needed[r]));
         needed += s.needed[r];
+    }
+    metric("moestream_bytes_read_total", "counter", "bytes requested from the drive (aligned), by reason");
+    for (int r = 0; r < kReadReasons; r++) {
+        value("moestream_bytes_read_total{reason=\"" + std::string(read_reason_name(ReadReason(r))) + "\"}",
+              double(s.read[r]));
     }
     const uint64_t process_read = proc_io_read_bytes();
     metric("moestream_process_read_bytes_total", "counter", "bytes this process caused to be read from storage");
@@ -542,40 +719,12 @@ HttpServer::HttpServer(Engine& engine, const ServerOptions& options)
 
 HttpServer::~HttpServer() = default;
 
-void HttpServer::bind() {
-    const ServerOptions& o = impl_->options;
-    if (o.port == 0) {
-        impl_->port = impl_->http.bind_to_any_port(o.host);
-    } else if (impl_->http.bind_to_port(o.host, o.port)) {
-        impl_->port = o.port;
-    }
-    if (impl_->port <= 0) {
-        throw std::runtime_error("cannot listen on " + o.host + ":" + std::to_string(o.port) +
-                                 " (address in use, or not an address of this machine)");
-    }
-}
+void HttpServer::bind() { impl_->front->bind(impl_->options.host, impl_->options.port); }
 
-int HttpServer::port() const { return impl_->port; }
+int HttpServer::port() const { return impl_->front->port(); }
 
-void HttpServer::listen() {
-    impl_->listen_called = true;
-    if (!impl_->stop_requested) impl_->http.listen_after_bind();
-    impl_->listen_done = true;
-}
+void HttpServer::listen() { impl_->front->run(); }
 
-void HttpServer::stop() {
-    impl_->stop_requested = true;
-    while (impl_->listen_called && !impl_->listen_done && !impl_->http.is_running()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    impl_->http.stop();
-    // Wake the threads that wait on idle keep-alive connections (and cut
-    // replies in flight: their sequences stop as their clients would).
-    const int port = impl_->port;
-    find_socket([port](int fd, const std::string&, int local_port, const std::string&, int) {
-        if (local_port == port) shutdown(fd, SHUT_RDWR);
-        return false;
-    });
-}
+void HttpServer::stop() { impl_->front->stop(); }
 
 }  // namespace ms

@@ -1,9 +1,11 @@
-// moestream serve's HTTP side: the OpenAI routes (POST /v1/chat/completions,
-// POST /v1/completions, GET /v1/models), GET /health, GET /metrics
-// (Prometheus text) and the chat page at /; API-key checks, OpenAI-style JSON
-// errors, SSE streaming. cpp-httplib runs each connection on a pool thread,
-// which renders and tokenizes the prompt and then waits on its Job while the
-// Engine generates.
+// moestream serve's routes: the OpenAI API (POST /v1/chat/completions,
+// POST /v1/completions, GET /v1/models[/ID]), llama-server's utilities
+// (POST /tokenize, /detokenize, /apply-template; GET /props, /slots),
+// GET /health, GET /metrics (Prometheus text) and the chat page at /; API-key
+// checks, CORS, OpenAI-style JSON errors, SSE streaming, a log line a request.
+// HttpFront (http_front.h) reads requests; a generation runs on one of its
+// workers, which renders and tokenizes the prompt and then waits on its Job
+// while the Engine generates.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -20,12 +22,21 @@ struct ServerOptions {
     std::string api_key;              // "": no authentication
     std::string model_id;
     double timeout_s = 600;           // a request's whole life, queue included
-    int idle_timeout_s = 30;          // an idle keep-alive connection, or a request arriving slowly
+    int idle_timeout_s = 30;          // an idle keep-alive connection; a reply the client stops taking
+    double header_timeout_s = 10;     // a request's headers, from its first byte
+    double body_timeout_s = 60;       // a request's body, from the end of its headers
     size_t max_body_bytes = size_t(8) << 20;
-    int http_threads = 32;
+    size_t body_budget_bytes = size_t(8) << 20;  // all bodies in flight together (more wait: 503)
+    int max_connections = 128;
+    int http_threads = 32;            // workers: requests in service at once (not /health, /metrics)
+    std::string cors;                 // Access-Control-Allow-Origin ("": no CORS)
     SamplerParams sampling;           // defaults for fields a request leaves out
     std::string chat_template;        // Jinja source used instead of the model's ("": the model's)
 };
+
+// What requests can hold at once (bodies, their parsed JSON, header
+// buffers): serve reserves it from --mem.
+size_t request_memory_bytes(const ServerOptions& o);
 
 class HttpServer {
 public:

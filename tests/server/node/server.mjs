@@ -11,8 +11,11 @@ export const goldenModel = path.resolve(root, '../shared/golden/models/qwen3moe-
 // Qwen3's own chat template (the golden model carries a plain ChatML one), which offers tools.
 export const qwen3Template = path.resolve(root, '../shared/golden/chat/templates/Qwen-Qwen3-0.6B.jinja');
 
-export async function startServer(args) {
-  const proc = spawn(bin, ['serve', '-m', goldenModel, '--port', '0', '--alias', 'golden', '-t', '1', ...args], {
+// The demo model shipped in models/ (chats through its paragraph template).
+export const demoModel = path.resolve(root, 'models/demo-Q8_0.gguf');
+
+export async function startServer(args, model = goldenModel, alias = 'golden') {
+  const proc = spawn(bin, ['serve', '-m', model, '--port', '0', '--alias', alias, '-t', '1', ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stderr = '';

@@ -45,18 +45,18 @@ void SessionFlags::declare(Args& a, bool sampling) {
                   "(the next layer's predicted experts copied ahead where the RAM tier holds every expert; "
                   "--gpu-ram-tier map reads them over the bus instead)");
     a.option("--gpu-ram-tier", &gpu_ram_tier, "copy|map",
-             "how the GPU reaches experts not in its VRAM cache: copy (default), each layer's misses copied into "
+             "how the GPU reaches experts not in its VRAM cache: copy, each layer's misses copied into "
              "VRAM slots; map, where the RAM tier holds every expert, the kernels read a token's misses from "
              "it over the bus and the VRAM cache is refilled between tokens (faster only on text that repeats "
              "the same experts: docs/gpu.md)");
     a.option("--gpu-activations", &gpu_activations, "q8|f32",
-             "activations where quantized weights meet them on the GPU: q8 (default), 8-bit as on the CPU; "
+             "activations where quantized weights meet them on the GPU: q8, 8-bit as on the CPU; "
              "f32, float32 throughout (slower; the golden files' exact/ logits are its reference)");
     a.option("--gpu-prefill", &gpu_prefill, "pass|tokens",
-             "GPU prefill: pass (default), each layer over all of a batch's tokens at once; tokens, one token "
+             "GPU prefill: pass, each layer over all of a batch's tokens at once; tokens, one token "
              "at a time (the same logits bit for bit, slower: to compare)");
     a.option("--gpu-prefetch", &gpu_prefetch, "on|off",
-             "GPU streaming: copy the experts layer L's router predicts for layer L+1 while L runs (on, default) "
+             "GPU streaming: copy the experts layer L's router predicts for layer L+1 while L runs (on) "
              "or not");
     a.flag("--gpu-profile", &gpu_profile,
            "time each stage of the GPU forward pass (kernels launched one by one, no CUDA graph) and print the "

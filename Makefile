@@ -71,7 +71,7 @@ simd-deps:
 	$(call apt_install,$(SIMD_DEPS))
 
 # The tests of the SIMD kernels and of what is built on them.
-KERNEL_LABELS := quant|ops|model|runtime
+KERNEL_LABELS := quant|ops|model|synth|runtime
 # The Release suite with the level capped as on a CPU without AVX-512 (all
 # of it) and on one without AVX2 (the kernel tests: the rest only runs slower
 # there, 9 minutes instead of 2 here). Tests that compare levels compare the

@@ -47,18 +47,17 @@ if step runs; then
     smi=$!
     run resident --gpu auto --mem 24G --io buffered
     kill $smi
-    MOESTREAM_GPU_GRAPHS=0 run resident_nograph --gpu auto --mem 24G --io buffered
     run gpumem8g --gpu auto --gpu-mem 8G --mem 24G --io buffered
     run gpumem2g --gpu auto --gpu-mem 2G --mem 24G --io buffered
     # without copying the next layer's predicted experts ahead
-    MOESTREAM_GPU_PREFETCH=0 run gpumem8g_noprefetch --gpu auto --gpu-mem 8G --mem 24G --io buffered
-    MOESTREAM_GPU_PREFETCH=0 run gpumem2g_noprefetch --gpu auto --gpu-mem 2G --mem 24G --io buffered
+    run gpumem8g_noprefetch --gpu auto --gpu-mem 8G --gpu-prefetch off --mem 24G --io buffered
+    run gpumem2g_noprefetch --gpu auto --gpu-mem 2G --gpu-prefetch off --mem 24G --io buffered
 fi
 if step profile; then
-    MOESTREAM_GPU_PROFILE=1 run profile_resident --gpu auto --mem 24G --io buffered -n 16
+    run profile_resident --gpu auto --gpu-profile --mem 24G --io buffered -n 16
 fi
 if step exact; then  # float32 activations (the kernels before 8-bit x), then 8-bit again: A/B/A
-    MOESTREAM_GPU_EXACT=1 run resident_exact --gpu auto --mem 24G --io buffered
+    run resident_exact --gpu auto --gpu-activations f32 --mem 24G --io buffered
     run resident_again --gpu auto --mem 24G --io buffered
 fi
 if step benchmodel; then  # llama-bench's tg rows, CPU beside GPU
@@ -68,9 +67,9 @@ if step benchmodel; then  # llama-bench's tg rows, CPU beside GPU
 fi
 if step ncu; then  # each kernel of one decode token, launched one by one
     echo "== ncu"
-    MOESTREAM_GPU_GRAPHS=0 timeout 200 ncu --clock-control none --cache-control none --csv \
+    timeout 200 ncu --clock-control none --cache-control none --csv \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,sm__cycles_elapsed.avg.per_second,launch__grid_size,launch__block_size \
-        --launch-skip 578 --launch-count 578 $ms run -m "$MODEL" -p "Hi" -n 2 --draft off --gpu auto --mem 24G --io buffered \
+        --launch-skip 578 --launch-count 578 $ms run -m "$MODEL" -p "Hi" -n 2 --draft off --gpu auto --gpu-profile --mem 24G --io buffered \
         > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
     echo "exit $?"; tail -3 "$OUT/ncu.err"; wc -l "$OUT/ncu.csv"
 fi
@@ -78,7 +77,7 @@ if step cpu; then
     run cpu --gpu off --mem 24G --io buffered -n 16
 fi
 echo "== greedy text, streamed vs resident (cmp: nothing printed when equal)"
-for r in resident_nograph gpumem8g gpumem2g gpumem8g_noprefetch gpumem2g_noprefetch resident_again; do
+for r in gpumem8g gpumem2g gpumem8g_noprefetch gpumem2g_noprefetch resident_again; do
     [ -f "$OUT/$r.txt" ] && cmp "$OUT/resident.txt" "$OUT/$r.txt" && echo "$r: same text as resident"
 done
 [ -f "$OUT/resident.txt" ] && head -c 300 "$OUT/resident.txt"; echo

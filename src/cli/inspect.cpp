@@ -9,7 +9,7 @@
 #include "gguf/gguf.h"
 #include "json/json.h"
 #include "model/summary.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 #include "telemetry/build_info.h"
 
 namespace ms {

@@ -42,9 +42,25 @@ void SessionFlags::declare(Args& a, bool sampling) {
     a.size_option("--gpu-mem", &gpu_mem, "SIZE",
                   "VRAM for the GPU's expert cache (e.g. 8G; 0: all free VRAM but 1 GiB). Experts beyond it "
                   "come from the RAM tier (--mem, page-locked): each layer's misses are copied as it needs them "
-                  "(the next layer's predicted experts copied ahead where the RAM tier holds every expert); "
-                  "with MOESTREAM_GPU_MAPPED=1 and a RAM tier that holds every expert, the kernels read a "
-                  "token's misses from it over the bus instead and the cache is refilled between tokens");
+                  "(the next layer's predicted experts copied ahead where the RAM tier holds every expert; "
+                  "--gpu-ram-tier map reads them over the bus instead)");
+    a.option("--gpu-ram-tier", &gpu_ram_tier, "copy|map",
+             "how the GPU reaches experts not in its VRAM cache: copy, each layer's misses copied into "
+             "VRAM slots; map, where the RAM tier holds every expert, the kernels read a token's misses from "
+             "it over the bus and the VRAM cache is refilled between tokens (faster only on text that repeats "
+             "the same experts: docs/gpu.md)");
+    a.option("--gpu-activations", &gpu_activations, "q8|f32",
+             "activations where quantized weights meet them on the GPU: q8, 8-bit as on the CPU; "
+             "f32, float32 throughout (slower; the golden files' exact/ logits are its reference)");
+    a.option("--gpu-prefill", &gpu_prefill, "pass|tokens",
+             "GPU prefill: pass, each layer over all of a batch's tokens at once; tokens, one token "
+             "at a time (the same logits bit for bit, slower: to compare)");
+    a.option("--gpu-prefetch", &gpu_prefetch, "on|off",
+             "GPU streaming: copy the experts layer L's router predicts for layer L+1 while L runs (on) "
+             "or not");
+    a.flag("--gpu-profile", &gpu_profile,
+           "time each stage of the GPU forward pass (kernels launched one by one, no CUDA graph) and print the "
+           "split to stderr at exit");
     a.option("--report", &report, "FILE", "write settings, timings and peak RSS as JSON to FILE");
     store.declare(a);
     if (!sampling) return;
@@ -87,7 +103,19 @@ SessionOptions SessionFlags::options() const {
     o.nextn = generates && draft == "mtp";  // its weights and KV cache count in --mem
     o.kv_type = parse_kv_type(kv_type);
     o.gpu = gpu;
-    o.gpu_mem = gpu_mem;
+    GpuOptions& g = o.gpu_options;
+    g.expert_bytes = gpu_mem;
+    auto choose = [](const char* flag, const std::string& v, const char* a, const char* b) {
+        if (v != a && v != b) {
+            throw std::runtime_error(std::string(flag) + " must be " + a + " or " + b + ", not '" + v + "'");
+        }
+        return v == b;
+    };
+    g.map_ram_tier = choose("--gpu-ram-tier", gpu_ram_tier, "copy", "map");
+    g.float_activations = choose("--gpu-activations", gpu_activations, "q8", "f32");
+    g.prefill_pass = !choose("--gpu-prefill", gpu_prefill, "pass", "tokens");
+    g.prefetch_next_layer = !choose("--gpu-prefetch", gpu_prefetch, "on", "off");
+    g.profile = gpu_profile;
     SamplerParams& p = o.sampling;
     p.temp = float(temp);
     p.top_k = top_k;
@@ -175,6 +203,10 @@ Json SessionFlags::report_json(const char* command, const Session& s) const {
     settings["experts_per_token_trained"] = s.model().trained_experts_per_token();
     settings["mem"] = mem;
     settings["gpu_mem"] = gpu_mem;
+    settings["gpu_ram_tier"] = gpu_ram_tier;
+    settings["gpu_activations"] = gpu_activations;
+    settings["gpu_prefill"] = gpu_prefill;
+    settings["gpu_prefetch"] = gpu_prefetch;
     j["settings"] = settings;
     j["backend"] = s.backend();
     const Timings& t = s.timings;

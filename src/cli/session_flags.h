@@ -24,6 +24,8 @@ struct SessionFlags {
     uint64_t mem = 0;
     std::string gpu = "auto";
     uint64_t gpu_mem = 0;
+    std::string gpu_activations = "q8", gpu_ram_tier = "copy", gpu_prefill = "pass", gpu_prefetch = "on";
+    bool gpu_profile = false;
     std::string report;
     // Sampling (declared only by commands that sample).
     double temp = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0;

@@ -1,5 +1,5 @@
 // moestream synth: writes a synthetic model of a real architecture (see
-// model/synth.h) with a progress bar, then reports size and write rate.
+// synth/synth.h) with a progress bar, then reports size and write rate.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -8,7 +8,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "json/json.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 
 namespace ms {
 

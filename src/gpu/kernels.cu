@@ -20,6 +20,7 @@
 #include "gpu/block_sum.cuh"
 #include "gpu/launch.cuh"
 #include "gpu/warp_topk.cuh"
+#include "ops/gates.h"
 #include "quant/blocks.h"
 
 namespace ms::gpu {
@@ -658,12 +659,7 @@ __global__ void route_kernel(const float* logits, int n_expert, int k, bool reno
 // An expert's (or dense FFN's) hidden value from its gate and up sums:
 // silu(g) * u, or gpt-oss's clamped g * sigmoid(1.702 g) * (u + 1).
 __device__ __forceinline__ float gated(float g, float u, bool clamped) {
-    if (clamped) {
-        g = fminf(g, 7.0f);
-        u = fmaxf(fminf(u, 7.0f), -7.0f);
-        return g / (1.0f + expf(-1.702f * g)) * (u + 1.0f);
-    }
-    return g / (1.0f + expf(-g)) * u;
+    return clamped ? swiglu_oai_one(g, u, 1.702f, 7.0f) : silu_times(g, u);
 }
 
 // v plus element r of bias row `row` (rows `width` wide), when there is a bias.

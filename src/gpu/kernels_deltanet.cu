@@ -14,6 +14,7 @@
 #include "gpu/block_sum.cuh"
 #include "gpu/gpu.h"
 #include "gpu/launch.cuh"
+#include "ops/gates.h"
 
 namespace ms::gpu {
 
@@ -34,7 +35,7 @@ __global__ void mul_sigmoid_heads_kernel(float* att, const float* qg, int n_head
     if (i >= width) return;
     const int64_t h = i / head_dim, d = i % head_dim, t = blockIdx.y;
     const float g = qg[t * 2 * width + h * 2 * head_dim + head_dim + d];
-    att[t * width + i] *= 1.0f / (1.0f + expf(-g));
+    att[t * width + i] *= sigmoid(g);
 }
 
 // A thread a channel: its n outputs in order, then its state moves on.
@@ -49,13 +50,11 @@ __global__ void deltanet_conv_kernel(const float* in, const float* taps, int ker
     for (int t = 0; t < n; t++) {
         float s = 0.0f;
         for (int j = 0; j < kernel; j++) s += w[j] * seq(t + j);
-        out[t * channels + c] = s / (1.0f + expf(-s));
+        out[t * channels + c] = silu(s);
     }
     // Row n + i >= i is read before row i is written.
     for (int i = 0; i < kernel - 1; i++) state[i * channels + c] = seq(n + i);
 }
-
-__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 // A block a value head, a thread a column j of its state (head_k rows of
 // head_v): per token, the block L2-normalizes the head's q and k into
@@ -87,17 +86,10 @@ __global__ void deltanet_recurrence_kernel(const DeltaNetDims d, const float* co
         const float inv_k = 1.0f / fmaxf(float(sqrt(block_sum(sk, part))), 1e-6f);
         for (int i = j; i < HK; i += blockDim.x) q[i] *= inv_q, k[i] *= inv_k;
         __syncthreads();
-        float b_logit, a_logit;
-        if (d.fused_ba) {
-            const float* g = ba + int64_t(t) * 2 * NV + (h / ratio) * 2 * ratio;
-            b_logit = g[h % ratio];
-            a_logit = g[ratio + h % ratio];
-        } else {
-            b_logit = ba[int64_t(t) * NV + h];
-            a_logit = ba[int64_t(n) * NV + int64_t(t) * NV + h];
-        }
-        const float beta = 1.0f / (1.0f + expf(-b_logit));
-        const float decay = expf(softplus(a_logit + dt_bias[h]) * ssm_a[h]);
+        float b_logit, a_logit, beta, log_decay;
+        deltanet_gate_logits(ba, d.fused_ba, t, n, h, NV, ratio, &b_logit, &a_logit);
+        deltanet_gates(b_logit, a_logit, dt_bias[h], ssm_a[h], &beta, &log_decay);
+        const float decay = expf(log_decay);
         float acc = 0;
         for (int i = 0; i < HK; i++) acc += (S[i * HV + j] * decay) * k[i];
         const float delta = beta * (row[2 * QK + int64_t(h) * HV + j] - acc);
@@ -110,7 +102,7 @@ __global__ void deltanet_recurrence_kernel(const DeltaNetDims d, const float* co
         o *= scale;
         const float mean = float(block_sum(double(o * o), part) / double(HV));
         const float zj = z[t * VD + int64_t(h) * HV + j];
-        out[t * VD + int64_t(h) * HV + j] = (o * (1.0f / sqrtf(mean + eps))) * out_norm[j] * (zj / (1.0f + expf(-zj)));
+        out[t * VD + int64_t(h) * HV + j] = (o * (1.0f / sqrtf(mean + eps))) * out_norm[j] * silu(zj);
     }
 }
 

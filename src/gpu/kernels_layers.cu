@@ -11,6 +11,7 @@
 #include "gpu/gpu.h"
 #include "gpu/launch.cuh"
 #include "gpu/warp_topk.cuh"
+#include "ops/gates.h"
 
 namespace ms::gpu {
 
@@ -39,7 +40,7 @@ __global__ void weighted_rows_kernel(const float* x, const float* weights, int k
 __global__ void add_sigmoid_gated_kernel(float* x, const float* y, const float* gate, int64_t n) {
     chain_start();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, row = blockIdx.y;
-    if (i < n) x[row * n + i] += y[row * n + i] * (1.0f / (1.0f + expf(-gate[row])));
+    if (i < n) x[row * n + i] += y[row * n + i] * sigmoid(gate[row]);
 }
 
 // The block's threads rotate the first n_rot dims of src into dst (dst may
@@ -97,38 +98,22 @@ __global__ void route_sigmoid_kernel(const float* logits, const float* bias, int
     __shared__ float score[1024], biased[1024];
     const int lane = threadIdx.x % 32;
     for (int e = lane; e < n_expert; e += 32) {
-        score[e] = 1.0f / (1.0f + expf(-logits[e]));
+        score[e] = sigmoid(logits[e]);
         biased[e] = bias ? score[e] + bias[e] : score[e];
     }
     __syncwarp();
     if (n_group > 1) {
         // A lane a group: the sum of its two best biased scores; then lane
-        // 0 keeps the n_group_used best groups and masks the others' experts.
+        // 0 keeps the n_group_used best groups and masks the others' experts
+        // (ops/gates.h, model/moe.cpp's choice).
         __shared__ float sum[64];
         const int per = n_expert / n_group;
         for (int g = lane; g < n_group; g += 32) {
-            float a = -INFINITY, b = -INFINITY;
-            for (int e = g * per; e < (g + 1) * per; e++) {
-                const float v = biased[e];
-                if (v > a) {
-                    b = a;
-                    a = v;
-                } else if (v > b) {
-                    b = v;
-                }
-            }
-            sum[g] = per > 1 ? a + b : a;
+            sum[g] = group_score([&](int e) { return biased[e]; }, g * per, (g + 1) * per);
         }
         __syncwarp();
         if (lane == 0) {
-            uint64_t keep = 0;
-            for (int i = 0; i < n_group_used; i++) {
-                int best = -1;
-                for (int g = 0; g < n_group; g++) {
-                    if (!(keep >> g & 1) && (best < 0 || sum[g] > sum[best])) best = g;
-                }
-                keep |= uint64_t(1) << best;
-            }
+            const uint64_t keep = best_groups(sum, n_group, n_group_used);
             for (int e = 0; e < n_expert; e++) {
                 if (!(keep >> (e / per) & 1)) biased[e] = -INFINITY;
             }
@@ -139,7 +124,7 @@ __global__ void route_sigmoid_kernel(const float* logits, const float* bias, int
     if (lane != 0) return;
     double sum = 0;
     for (int r = 0; r < k; r++) sum += double(score[chosen[r]]);
-    const float total = fmaxf(float(sum), 6.103515625e-5f);
+    const float total = renorm_total(sum);
     for (int r = 0; r < k; r++) {
         const float w = renorm ? score[chosen[r]] / total : score[chosen[r]];
         weights[r] = scale != 1.0f ? w * scale : w;

@@ -6,8 +6,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -48,13 +46,6 @@ __device__ __forceinline__ void prefetch_l2(const void* p, size_t bytes) {
 #endif
 }
 
-// MOESTREAM_GPU_PDL=0 launches each kernel only after the one ahead of it
-// has finished (to compare).
-inline bool overlapped_launches() {
-    static const bool on = !getenv("MOESTREAM_GPU_PDL") || strcmp(getenv("MOESTREAM_GPU_PDL"), "0") != 0;
-    return on;
-}
-
 // kernel<<<grid, block, smem, s>>>(args...), allowed to start early (see
 // chain_start); throws, naming `what`, when the launch (or an earlier
 // kernel's run) failed.
@@ -70,7 +61,7 @@ void launch(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, 
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = overlapped_launches() ? 1 : 0;
+    cfg.numAttrs = 1;  // overlapped: +5 % decode measured on the 30B (docs/gpu.md, fourth session)
     const cudaError_t sent = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
     const cudaError_t last = cudaGetLastError();  // also an earlier kernel's failure; clears both
     const cudaError_t e = sent != cudaSuccess ? sent : last;

@@ -7,6 +7,7 @@
 #include "gguf/gguf.h"
 #include "ops/activation.h"
 #include "ops/delta_rule.h"
+#include "ops/gates.h"
 #include "ops/linear.h"
 #include "ops/norm.h"
 
@@ -66,8 +67,6 @@ size_t DeltaNetScratch::acts_per_token(const std::vector<DeltaNetLayer>& layers)
 
 namespace {
 
-float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
-
 // x[0..n) /= max(||x||, 1e-6)
 void l2_normalize(float* x, int n) {
     double ss = 0.0;
@@ -89,7 +88,7 @@ void causal_conv(ThreadPool& pool, const float* w, int K, int64_t C, const float
             for (int t = 0; t < n; t++) {
                 float s = 0.0f;
                 for (int j = 0; j < K; j++) s += wc[j] * seq(t + j);
-                out[int64_t(t) * C + c] = s / (1.0f + std::exp(-s));
+                out[int64_t(t) * C + c] = silu(s);
             }
             // Reads row n + i >= i before writing row i.
             for (int i = 0; i < K - 1; i++) state[i * C + c] = seq(n + i);
@@ -141,18 +140,11 @@ void deltanet_block(ThreadPool& pool, const DeltaNetShape& sh, float rms_eps, co
             float* S = recurrent_state + h * HV * HK;
             const int64_t kh = sh.tiled_heads ? h % sh.n_k_heads : h / ratio;
             // beta and the log of the decay of token t.
+            // (ops/gates.h: the kernels' gates too)
             auto gates = [&](int t, float* beta, float* log_decay) {
                 float b_logit, a_logit;
-                if (sh.fused_ba) {
-                    const float* g = ba + int64_t(t) * 2 * NV + (h / ratio) * 2 * ratio;
-                    b_logit = g[h % ratio];
-                    a_logit = g[ratio + h % ratio];
-                } else {
-                    b_logit = ba[int64_t(t) * NV + h];
-                    a_logit = ba[int64_t(n) * NV + int64_t(t) * NV + h];
-                }
-                *beta = sigmoid(b_logit);
-                *log_decay = softplus(a_logit + l.dt_bias.f32()[h]) * l.a.f32()[h];
+                deltanet_gate_logits(ba, sh.fused_ba, t, n, int(h), NV, ratio, &b_logit, &a_logit);
+                deltanet_gates(b_logit, a_logit, l.dt_bias.f32()[h], l.a.f32()[h], beta, log_decay);
             };
             const float* q0 = conv + kh * HK;
             const float* k0 = conv + QK + kh * HK;
@@ -183,7 +175,7 @@ void deltanet_block(ThreadPool& pool, const DeltaNetShape& sh, float rms_eps, co
             float* oh = o + i * HV;  // token i / NV, head i % NV: rows of VD are NV heads of HV
             const float* zh = z + i * HV;
             rms_norm(oh, l.out_norm.f32(), HV, rms_eps, oh);
-            for (int j = 0; j < HV; j++) oh[j] *= zh[j] / (1.0f + std::exp(-zh[j]));
+            for (int j = 0; j < HV; j++) oh[j] *= silu(zh[j]);
         }
     });
     linear(pool, l.wout, o, n, out, s.acts);

@@ -395,7 +395,7 @@ private:
     uint64_t clock_ = 0, protect_ = 0;
 };
 
-// MOESTREAM_GPU_PROFILE=1: the device time of each stage of a token, from
+// --gpu-profile: the device time of each stage of a token, from
 // events recorded between its launches (the token is then launched kernel by
 // kernel, not replayed from a graph), with the weight bytes each stage reads;
 // printed, per token and as GB/s, when the model closes.
@@ -510,7 +510,7 @@ public:
                 setup_.ram_tier, setup_.expert_cache);
         if (vram_.holds_all()) {
             fprintf(stderr, "gpu: every expert in VRAM (%d slots, %.2f GiB)%s; RAM tier page-locked: %.2f GiB\n",
-                    vram_.n_slots(), gib, graphs_ ? ", a CUDA graph a token" : "", pinned_bytes_ / double(1 << 30));
+                    vram_.n_slots(), gib, !profile_ ? ", a CUDA graph a token" : "", pinned_bytes_ / double(1 << 30));
             return;
         }
         fprintf(stderr,
@@ -542,7 +542,7 @@ public:
         gpu::memory_info(&free_b, &total_b);
         g["vram_bytes"] = uint64_t(total_b);
         g["vram_free_bytes"] = uint64_t(free_b);
-        g["cuda_graphs"] = device_routed() && graphs_ && !profile_;
+        g["cuda_graphs"] = device_routed() && !profile_;
         g["ram_tier_mapped"] = mapped_;
         Json v = Json::object();
         v["slots"] = vram_.n_slots();
@@ -653,7 +653,7 @@ public:
         st->layer_ids = DeviceMemory(size_t(n_run_) * K * 4);
         st->host_layer_ids = static_cast<int32_t*>(gpu::alloc_pinned(size_t(n_run_) * K * 4));
         st->host_bytes = (E + size_t(rope_.n_rot) + 2 + 2 * K + size_t(c.n_vocab)) * 4 + K * sizeof(uint8_t*);
-        if (batch_wanted_ && o.max_batch > 1) st->host_bytes += new_prefill_rows(st->prefill, o.max_batch);
+        if (options_.prefill_pass && o.max_batch > 1) st->host_bytes += new_prefill_rows(st->prefill, o.max_batch);
         return st;
     }
 
@@ -823,7 +823,7 @@ private:
             // time to the first token, rather than by the first decode step
             // (16 tokens after a 512-token pass decoded 296-314 tok/s
             // against 338-342 after a token-by-token prefill).
-            if (device_routed() && graphs_ && !profile_ && !st.graph) {
+            if (device_routed() && !profile_ && !st.graph) {
                 gpu::capture_begin(compute_);
                 token(st, experts, nullptr);
                 st.graph = gpu::capture_end(compute_);
@@ -833,7 +833,7 @@ private:
         // Copying the next layer's predicted experts ahead pays where they
         // are in RAM; from the drive only where the store wants the hints
         // (--prefetch): a wrong guess costs a read and evicts a RAM slot.
-        prefetch_now_ = prefetch_ && (ram_holds_all_ || experts.wants_prefetch());
+        prefetch_now_ = options_.prefetch_next_layer && (ram_holds_all_ || experts.wants_prefetch());
         const gpu::Stream s = compute_;
         // One token at a time: prefill is a sequence of decode steps here.
         for (int t = 0; t < n; t++) {
@@ -844,7 +844,7 @@ private:
             memcpy(st.host_input + E + rope_.n_rot, &pos, 4);
             st.host_input[E + rope_.n_rot + 1] = attention_temperature(spec_.temperature, st.n_past);
             gpu::copy_to_device(st.input.data(), st.host_input, size_t(E + rope_.n_rot + 2) * 4, s);
-            if (device_routed() && graphs_ && !profile_) {
+            if (device_routed() && !profile_) {
                 // Nothing in a token waits for the host: one graph replays it.
                 if (!st.graph) {
                     gpu::capture_begin(s);
@@ -1905,8 +1905,7 @@ private:
         const double t1 = now();
         compute_ = gpu::new_stream();
         copy_ = gpu::new_stream();
-        const char* prof = getenv("MOESTREAM_GPU_PROFILE");
-        if (prof && strcmp(prof, "0") != 0) {
+        if (options_.profile) {
             profile_ = std::make_unique<StageProfile>("decode", n_run_ * 12 + 4);
             prefill_profile_ = std::make_unique<StageProfile>("prefill", n_run_ * 12 + 4);
         }
@@ -1945,7 +1944,7 @@ private:
                 }
             }
             if (pinned_bytes_ > 0) experts.unpin = [](uint8_t* p) { gpu::unpin_host(p); };
-            if (map_wanted_ && pinned_bytes_ > 0 && experts.capacity() >= n_experts) {
+            if (options_.map_ram_tier && pinned_bytes_ > 0 && experts.capacity() >= n_experts) {
                 host_layout = map_ram_tier(experts);
             }
         }
@@ -2058,22 +2057,19 @@ private:
         // only if it has been used at least as often (uses_, halved every
         // kAgingSteps forward steps) as the expert there, the most used
         // misses first.
-        // Plain LRU (MOESTREAM_GPU_ADMIT=lru) copies every miss, and where
-        // the experts a stretch of text uses outnumber the slots, evicts
-        // what the next tokens need (measured: 27.5 % of uses found in VRAM
-        // at --gpu-mem 8G on sampled English text).
+        // Plain LRU, which copies every miss, evicted what the next tokens
+        // need where the experts a stretch of text uses outnumber the slots
+        // (measured: 27.5 % of uses found in VRAM at --gpu-mem 8G on sampled
+        // English text; docs/gpu.md, fifth session).
         auto uses = [&](int layer, int id) { return uses_[size_t(layer) * size_t(config_.n_expert) + size_t(id)]; };
-        if (frequency_admission_) {
-            std::stable_sort(candidates_.begin(), candidates_.end(), [&](const PendingCopy& a, const PendingCopy& b) {
-                return uses(a.layer, a.id) > uses(b.layer, b.id);
-            });
-        }
+        std::stable_sort(candidates_.begin(), candidates_.end(), [&](const PendingCopy& a, const PendingCopy& b) {
+            return uses(a.layer, a.id) > uses(b.layer, b.id);
+        });
         int victim = vram_.lru_slot();
         for (const PendingCopy& c : candidates_) {
             if (pending_.size() >= most || victim < 0) break;
             const int64_t owner = vram_.owner(victim);
-            if (frequency_admission_ && owner >= 0 &&
-                uses_[size_t(owner)] > uses(c.layer, c.id)) {
+            if (owner >= 0 && uses_[size_t(owner)] > uses(c.layer, c.id)) {
                 continue;
             }
             pending_.push_back(c);
@@ -2127,10 +2123,9 @@ private:
     // 550 MB a token read from the drive against LRU's 859, 2.75 against
     // 2.01 tok/s). Where it can, the least recently used: the copies ahead
     // are the newest and least used slots, which fewest-uses would evict
-    // first (2G: 51.1 against LRU's 56.6 tok/s, 8G: equal). With
-    // MOESTREAM_GPU_ADMIT=lru, LRU everywhere.
+    // first (2G: 51.1 against LRU's 56.6 tok/s, 8G: equal).
     int take_slot(int il, int id) const {
-        return frequency_admission_ && !ram_holds_all_ ? vram_.take_coldest(il, id, uses_) : vram_.take(il, id);
+        return !ram_holds_all_ ? vram_.take_coldest(il, id, uses_) : vram_.take(il, id);
     }
 
     // Whether the expert kernels find every chosen expert through the device
@@ -2140,13 +2135,9 @@ private:
     GpuOptions options_;
     std::vector<int> kv_layer_;  // per layer: its place among the attention layers' KV caches, -1 for DeltaNet
     int n_kv_layers_ = 0;
-    // MOESTREAM_GPU_GRAPHS=0 launches each kernel of a token itself (to
-    // compare); otherwise a fully resident model replays a captured graph.
-    const bool graphs_ = !getenv("MOESTREAM_GPU_GRAPHS") || strcmp(getenv("MOESTREAM_GPU_GRAPHS"), "0") != 0;
     // Quantized weights meet 8-bit activations, as on the CPU (the golden
-    // files' main logits are the reference); MOESTREAM_GPU_EXACT=1 keeps
-    // float32 activations throughout (the exact/ logits are then).
-    const bool act8_ = !(getenv("MOESTREAM_GPU_EXACT") && strcmp(getenv("MOESTREAM_GPU_EXACT"), "1") == 0);
+    // files' main logits are the reference), unless --gpu-activations f32.
+    const bool act8_ = !options_.float_activations;
     // Made by attach() (or the first forward call), once load_resident has read the weights.
     mutable std::once_flag uploaded_;
     mutable DeviceMemory weights_;
@@ -2157,17 +2148,13 @@ private:
     mutable const uint8_t* output_dev_ = nullptr;
     mutable const float* output_norm_dev_ = nullptr;
     mutable VramExperts vram_;
-    // MOESTREAM_GPU_MAPPED=1: the RAM tier mapped into the device's address
-    // space (map_ram_tier) where it holds every expert, each expert's view
-    // there kept acquired, the misses read by the kernels over the bus.
-    // Not by default: on text whose experts change, copying each layer's
-    // misses (with the next layer's copied ahead) decoded 3-10 % faster in
-    // each of three comparisons and prefilled 1.36x faster (docs/gpu.md,
-    // fifth session); mapped won only on text repeating one word.
-    const bool map_wanted_ = getenv("MOESTREAM_GPU_MAPPED") && strcmp(getenv("MOESTREAM_GPU_MAPPED"), "1") == 0;
-    // Prefill passes over many tokens at once; MOESTREAM_GPU_BATCH=0: token
-    // by token (to compare: the same bits, slower).
-    const bool batch_wanted_ = !getenv("MOESTREAM_GPU_BATCH") || strcmp(getenv("MOESTREAM_GPU_BATCH"), "0") != 0;
+    // --gpu-ram-tier map (options_.map_ram_tier): the RAM tier mapped into
+    // the device's address space (map_ram_tier) where it holds every expert,
+    // each expert's view there kept acquired, the misses read by the kernels
+    // over the bus. Not by default: on text whose experts change, copying
+    // each layer's misses (with the next layer's copied ahead) decoded 3-10 %
+    // faster in each of three comparisons and prefilled 1.36x faster
+    // (docs/gpu.md, fifth session); mapped won only on text repeating one word.
     mutable bool mapped_ = false;
     mutable std::vector<ExpertView> host_views_;
     // Mapped: the experts being copied into VRAM slots during the token,
@@ -2182,9 +2169,6 @@ private:
     mutable std::vector<uint32_t> uses_;
     mutable uint64_t steps_ = 0;
     static constexpr uint64_t kAgingSteps = 64;
-    // MOESTREAM_GPU_ADMIT=lru: plain LRU in both (to compare).
-    const bool frequency_admission_ =
-        !getenv("MOESTREAM_GPU_ADMIT") || strcmp(getenv("MOESTREAM_GPU_ADMIT"), "lru") != 0;
     mutable gpu::Event tabled_ = nullptr;
     mutable uint64_t pinned_bytes_ = 0;  // of the RAM tier, page-locked
     mutable gpu::Stream compute_ = nullptr, copy_ = nullptr;
@@ -2192,9 +2176,8 @@ private:
     mutable std::unique_ptr<StageProfile> profile_, prefill_profile_;
     mutable int held_ = -1;  // the layer whose copied misses the RAM tier still holds
     // Streaming: layer il's router predicts layer il + 1's experts, which are
-    // copied ahead (prefetch_next); MOESTREAM_GPU_PREFETCH=0 turns it off.
-    const bool prefetch_ = !getenv("MOESTREAM_GPU_PREFETCH") || strcmp(getenv("MOESTREAM_GPU_PREFETCH"), "0") != 0;
-    mutable bool prefetch_now_ = false;  // this forward call: prefetch_, where it pays
+    // copied ahead (prefetch_next) unless --gpu-prefetch off.
+    mutable bool prefetch_now_ = false;  // this forward call: options_.prefetch_next_layer, where it pays
     mutable bool ram_holds_all_ = false;  // the RAM tier can hold every expert at once
     mutable gpu::Event launched_ = nullptr;  // prefill: a group's kernels launched (copied tier)
     mutable gpu::Event prefetched_ = nullptr;

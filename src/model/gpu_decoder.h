@@ -30,8 +30,28 @@
 
 namespace ms {
 
+// The GPU forward pass's settings, from the command line (--gpu-*, parsed
+// with the other session flags in cli/session_flags.cpp); the defaults are
+// the measured best (docs/gpu.md).
 struct GpuOptions {
-    uint64_t expert_bytes = 0;  // VRAM for the expert cache; 0: all free VRAM but 1 GiB
+    uint64_t expert_bytes = 0;  // --gpu-mem: VRAM for the expert cache; 0: all free VRAM but 1 GiB
+    // --gpu-activations f32: float32 activations throughout (an F32 file's
+    // exact/ logits are then the reference), not 8-bit ones where quantized
+    // weights meet them (as on the CPU).
+    bool float_activations = false;
+    // --gpu-ram-tier map: where the RAM tier holds every expert, it is mapped
+    // into the device's address space and the kernels read a token's misses
+    // over the bus, the VRAM slots refilled between tokens; else (copy) each
+    // layer's misses are copied into VRAM slots.
+    bool map_ram_tier = false;
+    // --gpu-prefill tokens: a prompt token by token instead of each layer
+    // over every token of a pass (the same bits, slower: to compare).
+    bool prefill_pass = true;
+    // --gpu-prefetch off: no copies ahead of the next layer's predicted experts.
+    bool prefetch_next_layer = true;
+    // --gpu-profile: each stage's kernels timed with events (launched one by
+    // one, no graph), printed to stderr at exit.
+    bool profile = false;
 };
 
 // The model on the GPU, or nullptr with *why (one line) when there is no

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "ops/activation.h"
+#include "ops/gates.h"
 #include "ops/linear.h"
 #include "quant/dot.h"
 #include "telemetry/routing_trace.h"
@@ -34,7 +35,7 @@ void select_topk(int n_expert, int k, Score score, int32_t* id) {
 void renormalize(float* w, int k) {
     double s = 0;
     for (int r = 0; r < k; r++) s += double(w[r]);
-    const float total = std::max(float(s), 6.103515625e-5f);
+    const float total = renorm_total(s);
     for (int r = 0; r < k; r++) w[r] /= total;
 }
 
@@ -42,8 +43,8 @@ void renormalize(float* w, int k) {
 void gate_scores(Gating g, float* l, int n) {
     if (g == Gating::Sigmoid) {
         for (int e = 0; e < n; e++) l[e] = sigmoid(l[e]);
-    } else {  // softplus as log(1 + e^x), exact enough to return x itself above 20
-        for (int e = 0; e < n; e++) l[e] = std::sqrt(l[e] > 20.0f ? l[e] : std::log1p(std::exp(l[e])));
+    } else {
+        for (int e = 0; e < n; e++) l[e] = std::sqrt(softplus(l[e]));
     }
 }
 
@@ -71,31 +72,15 @@ void route_softmax_topk(const float* logits, int n_tok, int n_expert, int k, boo
 namespace {
 
 // Bit g set: group g is one of the r.n_group_used groups whose two best
-// scores have the largest sum (the lower group on a tie); every bit set
-// without groups.
+// scores have the largest sum (ops/gates.h, as the kernels choose them);
+// every bit set without groups.
 template <class Score>
 uint64_t chosen_groups(const Routing& r, int n_expert, Score score) {
     if (r.n_group <= 1) return ~uint64_t(0);
     const int per = n_expert / r.n_group;
     float sum[kMaxExpertGroups];
-    for (int g = 0; g < r.n_group; g++) {
-        float a = -INFINITY, b = -INFINITY;  // the best two
-        for (int e = g * per; e < (g + 1) * per; e++) {
-            const float v = score(e);
-            if (v > a) {
-                b = a;
-                a = v;
-            } else if (v > b) {
-                b = v;
-            }
-        }
-        sum[g] = per > 1 ? a + b : a;
-    }
-    int32_t best[kMaxExpertGroups];
-    select_topk(r.n_group, r.n_group_used, [&](int g) { return sum[g]; }, best);
-    uint64_t mask = 0;
-    for (int i = 0; i < r.n_group_used; i++) mask |= uint64_t(1) << best[i];
-    return mask;
+    for (int g = 0; g < r.n_group; g++) sum[g] = group_score(score, g * per, (g + 1) * per);
+    return best_groups(sum, r.n_group, r.n_group_used);
 }
 
 }  // namespace

@@ -25,8 +25,7 @@ void softmax(float* x, int64_t n, float scale, float sink) {
 
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
     for (int64_t i = 0; i < n; i++) {
-        const float g = gate[i];
-        out[i] = g / (1.0f + std::exp(-g)) * up[i];
+        out[i] = silu_times(gate[i], up[i]);
     }
 }
 
@@ -72,18 +71,14 @@ void geglu(const float* gate, const float* up, int64_t n, float* out) {
 }
 
 void swiglu_oai(const float* gate, const float* up, int64_t n, float alpha, float limit, float* out) {
-    for (int64_t i = 0; i < n; i++) {
-        const float g = std::min(gate[i], limit);
-        const float u = std::max(std::min(up[i], limit), -limit);
-        out[i] = g / (1.0f + std::exp(-alpha * g)) * (u + 1.0f);
-    }
+    for (int64_t i = 0; i < n; i++) out[i] = swiglu_oai_one(gate[i], up[i], alpha, limit);
 }
 
 void swiglu_clamp(const float* gate, const float* up, int64_t n, float limit, float* out) {
     for (int64_t i = 0; i < n; i++) {
         const float g = std::min(gate[i], limit);
         const float u = std::max(std::min(up[i], limit), -limit);
-        out[i] = g / (1.0f + std::exp(-g)) * u;
+        out[i] = silu_times(g, u);
     }
 }
 

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "ops/gates.h"  // sigmoid, silu: shared with the CUDA kernels
+
 namespace ms {
 
 // x[0..n) = softmax(x * scale), exponentials summed in double. A sink logit
@@ -13,9 +15,6 @@ void softmax(float* x, int64_t n, float scale = 1.0f, float sink = -INFINITY);
 
 // The index of the largest of x[0..n) (the first on ties): greedy decoding.
 int32_t argmax(const float* x, int64_t n);
-
-// 1 / (1 + exp(-x))
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). out may alias
 // either input.

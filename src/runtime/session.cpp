@@ -30,7 +30,7 @@ std::unique_ptr<Model> open_model(const GgufFile& file, const SessionOptions& o,
     if (o.gpu == "off") return Model::open(file);
     if (o.gpu != "auto") throw std::runtime_error("--gpu must be auto or off, not '" + o.gpu + "'");
     std::string why;
-    std::unique_ptr<Model> m = open_gpu_model(file, GpuOptions{o.gpu_mem}, &why);
+    std::unique_ptr<Model> m = open_gpu_model(file, o.gpu_options, &why);
     if (m) {
         *backend = "GPU: " + gpu::describe();
         return m;

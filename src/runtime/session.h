@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "model/gpu_decoder.h"
 #include "model/model.h"
 #include "runtime/draft.h"
 #include "sampling/sampler.h"
@@ -26,7 +27,7 @@ struct SessionOptions {
     GgmlType kv_type = GgmlType::F16;  // F16 or F32
     int n_threads = 0;                 // 0: one per CPU
     std::string gpu = "off";           // "auto": the CUDA forward pass where it covers the model (model/gpu_decoder.h)
-    uint64_t gpu_mem = 0;              // VRAM for the GPU's expert cache (0: all free but 1 GiB)
+    GpuOptions gpu_options;            // --gpu-mem and the other --gpu-* flags (model/gpu_decoder.h)
     int experts_per_token = 0;         // 0: the model's expert_used_count (Model::set_experts_per_token)
     bool nextn = false;                // load and run the model's NextN block (Model::enable_nextn): --draft mtp
     SamplerParams sampling;

@@ -14,7 +14,7 @@
 #include <random>
 
 #include "golden_model.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 #include "../golden_required.h"
 
 namespace ms {

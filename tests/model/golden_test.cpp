@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "golden_model.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 #include "quant/cpu.h"
 #include "../golden_required.h"
 

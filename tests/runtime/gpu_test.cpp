@@ -30,7 +30,7 @@ namespace {
 // sidecar: the experts come through the store (slots for all of them), read
 // from this packed sidecar (every expert's gate, up and down at the same
 // offsets, which the mapped RAM tier needs), instead of RamExperts.
-std::unique_ptr<Session> open_gpu(const std::string& gguf, uint64_t gpu_mem, const std::string& sidecar = "") {
+std::unique_ptr<Session> open_gpu(const std::string& gguf, GpuOptions gpu_options, const std::string& sidecar = "") {
     SessionOptions o;
     o.model_path = gguf;
     o.n_ctx = 64;
@@ -38,7 +38,7 @@ std::unique_ptr<Session> open_gpu(const std::string& gguf, uint64_t gpu_mem, con
     o.n_threads = 2;
     o.sampling.temp = 0;
     o.gpu = "auto";
-    o.gpu_mem = gpu_mem;
+    o.gpu_options = gpu_options;
     ExpertSourceFactory experts;
     if (!sidecar.empty()) {
         experts = [sidecar](const GgufFile& f, const Model& m, uint64_t) -> std::unique_ptr<ExpertSource> {
@@ -82,8 +82,8 @@ class GpuGolden : public ::testing::TestWithParam<std::string> {};
 // Prompt logits and greedy tokens of golden file `name` on the GPU against
 // the reference: its float32-activation run (exact/, bound 1e-3) when
 // `exact`, else the file's own logits (2e-2 where weights are quantized,
-// 1e-3 for F32).
-void check_golden(const std::string& name, bool exact) {
+// 1e-3 for F32). float_activations: --gpu-activations f32.
+void check_golden(const std::string& name, bool exact, bool float_activations = false) {
     const std::string base = golden::models_dir() + "/" + name;
     if (!std::filesystem::exists(base + ".gguf")) GTEST_SKIP() << base << ".gguf is not here";
     const golden::Case g = golden::load(name);
@@ -93,7 +93,9 @@ void check_golden(const std::string& name, bool exact) {
     else if (exact)
         greedy = golden::ints(Json::parse_file(golden::models_dir() + "/exact/" + name + ".json").at("greedy_tokens"));
     const double bound = exact || is_type(name, "F32") ? 1e-3 : 2e-2;
-    auto s = open_gpu(g.gguf, 0);
+    GpuOptions o;
+    o.float_activations = float_activations;
+    auto s = open_gpu(g.gguf, o);
     ASSERT_EQ(s->backend().rfind("GPU", 0), 0u) << s->backend();
     const int64_t V = g.n_vocab;
     std::vector<float> logits(g.prompt.size() * size_t(V));
@@ -124,17 +126,15 @@ TEST_P(GpuGolden, LogitsAndGreedyTokens) {
     check_golden(GetParam(), is_type(GetParam(), "F16") || is_type(GetParam(), "BF16"));
 }
 
-// MOESTREAM_GPU_EXACT=1: float32 activations throughout, against exact/.
+// --gpu-activations f32: float32 activations throughout, against exact/.
 TEST_P(GpuGolden, FloatActivationsMatchExact) {
     std::string why;
     if (!gpu::available(&why)) GTEST_SKIP() << why;
-    setenv("MOESTREAM_GPU_EXACT", "1", 1);
-    check_golden(GetParam(), true);
-    unsetenv("MOESTREAM_GPU_EXACT");
+    check_golden(GetParam(), true, true);
 }
 
 // A prompt prefilled in one pass (every token through each layer at once)
-// against token by token (MOESTREAM_GPU_BATCH=0): the same logits, bit for
+// against token by token (--gpu-prefill tokens): the same logits, bit for
 // bit, at every position, and the same greedy text after them.
 TEST_P(GpuGolden, PrefillPassMatchesTokenByTokenBitForBit) {
     std::string why;
@@ -144,9 +144,10 @@ TEST_P(GpuGolden, PrefillPassMatchesTokenByTokenBitForBit) {
     const golden::Case g = golden::load(GetParam());
     std::vector<std::vector<float>> logits;
     std::vector<std::vector<int32_t>> text;
-    for (const char* batch : {"1", "0"}) {
-        setenv("MOESTREAM_GPU_BATCH", batch, 1);
-        auto s = open_gpu(g.gguf, 0);
+    for (const bool pass : {true, false}) {
+        GpuOptions o;
+        o.prefill_pass = pass;
+        auto s = open_gpu(g.gguf, o);
         logits.emplace_back(g.prompt.size() * size_t(g.n_vocab));
         s->prefill_all(g.prompt, logits.back().data());
         text.emplace_back();
@@ -155,7 +156,6 @@ TEST_P(GpuGolden, PrefillPassMatchesTokenByTokenBitForBit) {
             return true;
         });
     }
-    unsetenv("MOESTREAM_GPU_BATCH");
     EXPECT_EQ(memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
     EXPECT_EQ(text[0], text[1]);
 }
@@ -237,9 +237,11 @@ TEST_P(GpuStreaming, FewVramSlotsMatchResidentBitForBit) {
     // Resident; then streamed with the RAM tier mapped (misses read by the
     // kernels, the VRAM slots refreshed between tokens), then with each
     // layer's misses copied while the host waits.
-    for (const auto& [gpu_mem, mapped] : {std::pair{uint64_t(0), "1"}, std::pair{few, "1"}, std::pair{few, "0"}}) {
-        setenv("MOESTREAM_GPU_MAPPED", mapped, 1);
-        auto s = open_gpu(g.gguf, gpu_mem, sidecar);
+    for (const auto& [gpu_mem, mapped] : {std::pair{uint64_t(0), true}, std::pair{few, true}, std::pair{few, false}}) {
+        GpuOptions o;
+        o.expert_bytes = gpu_mem;
+        o.map_ram_tier = mapped;
+        auto s = open_gpu(g.gguf, o, sidecar);
         logits.emplace_back(g.prompt.size() * size_t(V));
         s->prefill_all(g.prompt, logits.back().data());
         text.emplace_back();
@@ -249,9 +251,8 @@ TEST_P(GpuStreaming, FewVramSlotsMatchResidentBitForBit) {
         });
         Json report = Json::object();
         add_gpu_report(s->model(), &report);
-        EXPECT_EQ(report.at("gpu").at("ram_tier_mapped").as_bool(), gpu_mem != 0 && mapped[0] == '1') << mapped;
+        EXPECT_EQ(report.at("gpu").at("ram_tier_mapped").as_bool(), gpu_mem != 0 && mapped) << mapped;
     }
-    unsetenv("MOESTREAM_GPU_MAPPED");
     for (size_t i = 1; i < logits.size(); i++) {
         EXPECT_EQ(memcmp(logits[0].data(), logits[i].data(), logits[0].size() * 4), 0) << "run " << i;
         EXPECT_EQ(text[0], text[i]) << "run " << i;

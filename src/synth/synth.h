@@ -1,7 +1,7 @@
 // Synthetic models of real architectures (qwen3moe, and the families of
-// model/synth_families.h): real tensor names,
+// synth/synth_families.h): real tensor names,
 // shapes and metadata, a generated vocabulary of the preset's size and
-// tokenizer type (model/synth_vocab.h) or the tokenizer of a vocabulary GGUF
+// tokenizer type (synth/synth_vocab.h) or the tokenizer of a vocabulary GGUF
 // the user names, and random but valid quantized weights. Big tensors are never made as floats:
 // blocks are filled from a fast PRNG and only their scale fields are set, so
 // a 17 GB model is written at disk speed. Router rows are scaled so expert
@@ -21,7 +21,7 @@ namespace ms {
 
 struct SynthSpec {
     std::string preset = "custom";
-    // qwen3moe, or a family of model/synth_families.h (llama, gpt-oss,
+    // qwen3moe, or a family of synth/synth_families.h (llama, gpt-oss,
     // deepseek2, glm4moe, qwen35moe, glm-dsa, llama4, minimax-m2, deepseek4, gemma4), whose
     // extra sizes follow below.
     std::string arch = "qwen3moe";
@@ -77,7 +77,7 @@ struct SynthSpec {
     int shared_kv_layers = 0;
     bool routed = true;
     bool v_from_k = false;
-    // The vocabulary: generated (model/synth_vocab.h) with this tokenizer
+    // The vocabulary: generated (synth/synth_vocab.h) with this tokenizer
     // ("gpt2" byte-level BPE, "llama" SentencePiece) and size, unless
     // vocab_path names a GGUF whose tokenizer.* keys (and size) are copied.
     std::string tokenizer = "gpt2";

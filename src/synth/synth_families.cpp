@@ -1,4 +1,4 @@
-#include "model/synth_families.h"
+#include "synth/synth_families.h"
 
 #include <algorithm>
 #include <cmath>

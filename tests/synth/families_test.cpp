@@ -1,4 +1,4 @@
-// model/synth_families: every non-qwen3moe preset, shrunk to a few MB with
+// synth/synth_families: every non-qwen3moe preset, shrunk to a few MB with
 // its family's structure kept (dense lead layers, shared experts, MLA,
 // biases, sinks, partial rope, DeltaNet layers, its recipe), is a file the family's own loader
 // opens and runs: the tensors are the ones model/ checks, the metadata reads
@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "gguf/gguf.h"
-#include "golden_model.h"
-#include "model/synth.h"
-#include "model/synth_families.h"
+#include "../model/golden_model.h"
+#include "synth/synth.h"
+#include "synth/synth_families.h"
 #include "ops/thread_pool.h"
 
 using namespace ms;

@@ -1,4 +1,4 @@
-#include "model/synth.h"
+#include "synth/synth.h"
 
 #include <fcntl.h>
 #include <sys/statvfs.h>
@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "gguf/gguf.h"
-#include "model/synth_families.h"
-#include "model/synth_vocab.h"
+#include "synth/synth_families.h"
+#include "synth/synth_vocab.h"
 #include "quant/blocks.h"
 #include "quant/dequant.h"
 #include "quant/half.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "model/synth.h"
+#include "synth/synth.h"
 
 namespace ms {
 

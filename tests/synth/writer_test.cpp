@@ -1,8 +1,8 @@
-// model/synth: the tiny preset opened back with GgufFile (metadata, shapes,
+// synth/synth (the writer): the tiny preset opened back with GgufFile (metadata, shapes,
 // tokenizer), block validity through the reference dequantizer, the Q4_K_M
 // recipe against the reference quantizer's choices in the golden file, and
 // the router-skew calibration measured on Gaussian inputs.
-#include "model/synth.h"
+#include "synth/synth.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -16,7 +16,7 @@
 #include "../golden_dir.h"
 #include "gguf/gguf.h"
 #include "json/json.h"
-#include "model/synth_vocab.h"
+#include "synth/synth_vocab.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "model/summary.h"

@@ -7,6 +7,8 @@
 // of the token id, the others by top-k of the scores plus a selection bias;
 // weights renormalized and scaled; clamped SwiGLU in routed and shared
 // experts. The trailing MTP block is checked but neither read nor run.
+// The passes over the layers are LayerMajorModel's (model/layer_major.h):
+// a prompt layer by layer, several sequences' decode steps in one pass.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include "gguf/gguf.h"
 #include "model/deepseek4_attention.h"
 #include "model/ffn_block.h"
+#include "model/layer_major.h"
 #include "model/model.h"
 #include "ops/activation.h"
 #include "ops/linear.h"
@@ -42,10 +45,14 @@ struct Layer {
 
 class Deepseek4State : public ModelState {
 public:
-    AlignedBuffer streams, streams_next;  // max_batch x n_hc x n_embd
-    AlignedBuffer flat, mix, coef;        // normed streams; fn's output; pre | post | C per token
-    AlignedBuffer x, xn, y;               // sub-block input, its norm, its output
-    AlignedBuffer cos_sin_plain, cos_sin_comp;
+    // A forward call's rows (max_tokens): the residual streams (n_hc x
+    // n_embd each), the rope angles and the token ids (hash routing).
+    AlignedBuffer streams, cos_sin_plain, cos_sin_comp, row_tokens;
+    // A piece's rows (max_batch): a sub-block's mixed streams before they
+    // replace the residual's; normed streams; fn's output; pre | post | C
+    // per token; the sub-block's input, its norm, its output.
+    AlignedBuffer streams_next, flat, mix, coef;
+    AlignedBuffer x, xn, y;
     AlignedBuffer acts;
     AlignedBuffer hint, hinted;  // a hash-routed layer's experts for the batch; which are in it
     Dsv4AttentionState attn;
@@ -55,7 +62,7 @@ public:
     uint64_t bytes() const override {
         uint64_t b = attn.bytes() + ffn.bytes();
         for (const AlignedBuffer* p : {&streams, &streams_next, &flat, &mix, &coef, &x, &xn, &y, &cos_sin_plain,
-                                       &cos_sin_comp, &acts, &hint, &hinted}) {
+                                       &cos_sin_comp, &row_tokens, &acts, &hint, &hinted}) {
             b += p->size();
         }
         return b;
@@ -64,9 +71,9 @@ public:
     int64_t rewind_limit(int64_t n) const override { return attn.rewind_limit(n, top); }
 };
 
-class Deepseek4 : public Model {
+class Deepseek4 : public LayerMajorModel {
 public:
-    Deepseek4(const GgufFile& f, ModelConfig c) : Model(std::move(c)) {
+    Deepseek4(const GgufFile& f, ModelConfig c) : LayerMajorModel(std::move(c)) {
         ModelConfig& cfg = config_;
         const std::string p = cfg.arch + ".";
         const GgufTensor* embd = f.tensor("token_embd.weight");
@@ -194,15 +201,19 @@ public:
         check_state_options(o);
         auto st = std::make_unique<Deepseek4State>();
         st->options = o;
-        const size_t B = size_t(o.max_batch), E = size_t(c.n_embd), S = size_t(n_hc_);
-        st->streams.resize(B * S * E * 4);
+        // A forward call takes up to T tokens and runs each layer over them
+        // in pieces of B (layer_major()).
+        const size_t B = size_t(o.max_batch), T = size_t(st->max_tokens()), E = size_t(c.n_embd),
+                     S = size_t(n_hc_);
+        st->streams.resize(T * S * E * 4);
+        st->cos_sin_plain.resize(T * size_t(shape_.n_rot) * 4);
+        st->cos_sin_comp.resize(T * size_t(shape_.n_rot) * 4);
+        st->row_tokens.resize(T * 4);
         st->streams_next.resize(B * S * E * 4);
         st->flat.resize(B * S * E * 4);
         st->mix.resize(B * size_t(2 * n_hc_ + n_hc_ * n_hc_) * 4);
         st->coef.resize(B * size_t(2 * n_hc_ + n_hc_ * n_hc_) * 4);
         for (AlignedBuffer* b : {&st->x, &st->xn, &st->y}) b->resize(B * E * 4);
-        st->cos_sin_plain.resize(B * size_t(shape_.n_rot) * 4);
-        st->cos_sin_comp.resize(B * size_t(shape_.n_rot) * 4);
 
         std::vector<Dsv4AttentionLayer> attn;
         std::vector<FfnLayer> ffn;
@@ -227,97 +238,123 @@ public:
         return st;
     }
 
-    void forward(ModelState& state, ExpertSource& experts, ThreadPool& pool, const int32_t* tokens, int n,
-                 float* logits, bool all_logits) const override {
-        Deepseek4State& st = static_cast<Deepseek4State&>(state);
-        const ModelConfig& c = config_;
-        const int64_t E = c.n_embd, pos0 = st.n_past, SE = int64_t(n_hc_) * E;
-        const int K = c.n_expert_used;
-        if (pos0 == 0) st.top = 0;
-        st.top = std::max(st.top, pos0 + n);
-        experts.start_step(n);
-        TimeSplit* time = n == 1 ? &st.decode_time : &st.prefill_time;
-        time->calls++;
+protected:
+    int layers_run() const override { return n_run_; }
 
-        float* X = st.streams.f32();
-        float* X2 = st.streams_next.f32();
-        float* x = st.x.f32();
-        float* xn = st.xn.f32();
-        float* y = st.y.f32();
-        const int R = shape_.n_rot;
-        pool.parallel_for(n, [&](int64_t b, int64_t e) {
-            for (int64_t t = b; t < e; t++) {
-                float* xt = X + t * SE;
-                dequantize_row(token_embd_.type, token_embd_.row(tokens[t]), xt, E);
-                for (int h = 1; h < n_hc_; h++) std::memcpy(xt + h * E, xt, size_t(E) * 4);
-                rope_angles(shape_.rope_plain, pos0 + t, st.cos_sin_plain.f32() + t * R);
-                rope_angles(shape_.rope_comp, pos0 + t, st.cos_sin_comp.f32() + t * R);
-            }
-        });
-
-        // Hash-routed layers' experts are known from the token ids: layer
-        // 0's are read during its attention, each later one's while the
-        // layer before computes its experts.
-        const bool certain = experts.wants_certain_prefetch();
-        if (certain && n_hash_ > 0) {
-            const ExpertHint h = token_hint(st, 0, tokens, n);
-            experts.prefetch(h.layer, h.ids, h.n);
-        }
-
-        for (int il = 0; il < n_run_; il++) {
-            const Layer& l = layers_[size_t(il)];
-            {
-                PhaseTimer attn_time(time, Phase::Attention, il, attention_bytes(l));
-                hc_pre(pool, st, l.hc_attn, n, X, x);
-                rms_norm_rows(pool, x, l.attn_norm.f32(), n, E, c.rms_eps, xn);
-                dsv4_attention(pool, shape_, l.attn, il, st.attn, xn, n, pos0, st.cos_sin_plain.f32(),
-                               st.cos_sin_comp.f32(), st.acts.data(), y);
-                hc_post(pool, st, n, X, y, X2);
-                std::swap(X, X2);
-            }
-
-            hc_pre(pool, st, l.hc_ffn, n, X, x);
-            rms_norm_rows(pool, x, l.ffn.norm.f32(), n, E, c.rms_eps, xn);
-            PhaseTimer route_time(time, Phase::Routing, il, l.ffn.router.bytes());
-            if (l.token_experts.empty()) {
-                route_tokens(pool, l.ffn, xn, n, K, st.ffn);
-            } else {
-                // Hash-routed: the experts are the token's row of the table,
-                // weighted by their scores.
-                int32_t* ids = reinterpret_cast<int32_t*>(st.ffn.ids.data());
-                const int32_t* table = reinterpret_cast<const int32_t*>(l.token_experts.data);
-                for (int t = 0; t < n; t++) std::memcpy(ids + t * K, table + int64_t(tokens[t]) * K, size_t(K) * 4);
-                for (int i = 0; i < n * K; i++) {
-                    if (ids[i] < 0 || ids[i] >= c.n_expert) {
-                        throw std::runtime_error("blk." + std::to_string(il) + ".ffn_gate_tid2eid: token " +
-                                                 std::to_string(tokens[i / K]) + " names expert " +
-                                                 std::to_string(ids[i]) + " of " + std::to_string(c.n_expert));
-                    }
-                }
-                linear(pool, l.ffn.router, xn, n, st.ffn.logits.f32(), st.acts.data());
-                weigh_chosen_experts(l.ffn.routing, st.ffn.logits.f32(), n, c.n_expert, K, ids, st.ffn.weights.f32());
-            }
-            route_time.stop();
-            PhaseTimer moe_time(nullptr, Phase::ExpertCompute, il);
-            const ExpertHint next = certain && il + 1 < n_hash_ ? token_hint(st, il + 1, tokens, n) : ExpertHint{};
-            const FfnCost cost =
-                ffn_block(pool, experts, expert_layers_[size_t(il)], l.ffn, xn, n, K, st.ffn, y, next);
-            const double moe_s = moe_time.stop();
-            time->add(Phase::IoWait, cost.moe.io_wait_s);
-            time->add(Phase::ExpertCompute, moe_s - cost.moe.io_wait_s, cost.moe.expert_bytes + cost.dense_bytes);
-            hc_post(pool, st, n, X, y, X2);
-            std::swap(X, X2);
-        }
-
-        // The last mix (pre weights only) feeds the output head.
-        const int64_t first = all_logits ? 0 : n - 1;
-        const int64_t rows = n - first;
-        hc_pre(pool, st, output_hc_, int(rows), X + first * SE, x);
-        rms_norm_rows(pool, x, output_norm_.f32(), rows, E, c.rms_eps, xn);
-        linear(pool, output_, xn, rows, logits, st.acts.data());
-        st.n_past += n;
+    void begin(ModelState& seq, ExpertSource&, ThreadPool&, const int32_t*, int n) const override {
+        Deepseek4State& st = static_cast<Deepseek4State&>(seq);
+        if (st.n_past == 0) st.top = 0;
+        st.top = std::max(st.top, st.n_past + n);
     }
 
+    void embed(ModelState& lead, int64_t t, int32_t token, int64_t pos) const override {
+        Deepseek4State& st = static_cast<Deepseek4State&>(lead);
+        const int64_t E = config_.n_embd, R = shape_.n_rot;
+        float* xt = st.streams.f32() + t * n_hc_ * E;
+        dequantize_row(token_embd_.type, token_embd_.row(token), xt, E);
+        for (int h = 1; h < n_hc_; h++) std::memcpy(xt + h * E, xt, size_t(E) * 4);
+        rope_angles(shape_.rope_plain, pos, st.cos_sin_plain.f32() + t * R);
+        rope_angles(shape_.rope_comp, pos, st.cos_sin_comp.f32() + t * R);
+        reinterpret_cast<int32_t*>(st.row_tokens.data())[t] = token;
+    }
+
+    // Hash-routed layers' experts are known from the token ids: layer 0's
+    // are read during its attention, each later one's while the layer
+    // before computes its experts (feed_forward).
+    void before_layers(ModelState& lead, ExpertSource& experts, ThreadPool&, const int32_t* tokens,
+                       int n) const override {
+        if (n_hash_ == 0 || !experts.wants_certain_prefetch()) return;
+        const ExpertHint h = token_hint(static_cast<Deepseek4State&>(lead), 0, tokens, n);
+        experts.prefetch(h.layer, h.ids, h.n);
+    }
+
+    // The residual's nc rows from `row` on through the attention sub-block:
+    // the lead's rows and scratch, seq's attention state.
+    void attend(ModelState& seq, ModelState& lead, ThreadPool& pool, int il, int row, int nc, int,
+                int64_t pos) const override {
+        Deepseek4State& st = static_cast<Deepseek4State&>(lead);
+        const Layer& l = layers_[size_t(il)];
+        const int64_t E = config_.n_embd, R = shape_.n_rot;
+        float* X = st.streams.f32() + int64_t(row) * n_hc_ * E;
+        hc_pre(pool, st, l.hc_attn, nc, X, st.x.f32());
+        rms_norm_rows(pool, st.x.f32(), l.attn_norm.f32(), nc, E, config_.rms_eps, st.xn.f32());
+        dsv4_attention(pool, shape_, l.attn, il, static_cast<Deepseek4State&>(seq).attn, st.xn.f32(), nc, pos,
+                       st.cos_sin_plain.f32() + row * R, st.cos_sin_comp.f32() + row * R, st.acts.data(),
+                       st.y.f32());
+        hc_post(pool, st, nc, X, st.y.f32());
+    }
+
+    uint64_t attention_bytes(int il) const override {
+        const Layer& l = layers_[size_t(il)];
+        const Dsv4AttentionLayer& a = l.attn;
+        uint64_t b = l.hc_attn.fn.bytes();
+        for (const Tensor* t : {&a.q_a, &a.q_b, &a.kv, &a.out_a, &a.out_b, &a.comp.kv, &a.comp.gate, &a.index.kv,
+                                &a.index.gate, &a.index_q_b, &a.index_proj}) {
+            b += t->bytes();
+        }
+        return b;
+    }
+
+    void feed_forward(ModelState& lead, ExpertSource& experts, ThreadPool& pool, int il, int row, int nc,
+                      bool may_predict, TimeSplit* time) const override {
+        Deepseek4State& st = static_cast<Deepseek4State&>(lead);
+        const Layer& l = layers_[size_t(il)];
+        const ModelConfig& c = config_;
+        const int64_t E = c.n_embd;
+        const int K = c.n_expert_used;
+        float* X = st.streams.f32() + int64_t(row) * n_hc_ * E;
+        float* xn = st.xn.f32();
+        const int32_t* tokens = reinterpret_cast<const int32_t*>(st.row_tokens.data());
+        hc_pre(pool, st, l.hc_ffn, nc, X, st.x.f32());
+        rms_norm_rows(pool, st.x.f32(), l.ffn.norm.f32(), nc, E, c.rms_eps, xn);
+        PhaseTimer route_time(time, Phase::Routing, il, l.ffn.router.bytes());
+        if (l.token_experts.empty()) {
+            route_tokens(pool, l.ffn, xn, nc, K, st.ffn);
+        } else {
+            // Hash-routed: the experts are the token's row of the table,
+            // weighted by their scores.
+            int32_t* ids = reinterpret_cast<int32_t*>(st.ffn.ids.data());
+            const int32_t* table = reinterpret_cast<const int32_t*>(l.token_experts.data);
+            for (int t = 0; t < nc; t++) {
+                std::memcpy(ids + t * K, table + int64_t(tokens[row + t]) * K, size_t(K) * 4);
+            }
+            for (int i = 0; i < nc * K; i++) {
+                if (ids[i] < 0 || ids[i] >= c.n_expert) {
+                    throw std::runtime_error("blk." + std::to_string(il) + ".ffn_gate_tid2eid: token " +
+                                             std::to_string(tokens[row + i / K]) + " names expert " +
+                                             std::to_string(ids[i]) + " of " + std::to_string(c.n_expert));
+                }
+            }
+            linear(pool, l.ffn.router, xn, nc, st.ffn.logits.f32(), st.acts.data());
+            weigh_chosen_experts(l.ffn.routing, st.ffn.logits.f32(), nc, c.n_expert, K, ids, st.ffn.weights.f32());
+        }
+        route_time.stop();
+        PhaseTimer moe_time(nullptr, Phase::ExpertCompute, il);
+        // The next hash-routed layer's experts for every row of the call
+        // (it runs them all before its last piece's experts are needed).
+        const bool hint = may_predict && il + 1 < n_hash_ && experts.wants_certain_prefetch();
+        const ExpertHint next = hint ? token_hint(st, il + 1, tokens, row + nc) : ExpertHint{};
+        const FfnCost cost = ffn_block(pool, experts, expert_layers_[size_t(il)], l.ffn, xn, nc, K, st.ffn,
+                                       st.y.f32(), next);
+        const double moe_s = moe_time.stop();
+        time->add(Phase::IoWait, cost.moe.io_wait_s);
+        time->add(Phase::ExpertCompute, moe_s - cost.moe.io_wait_s, cost.moe.expert_bytes + cost.dense_bytes);
+        hc_post(pool, st, nc, X, st.y.f32());
+    }
+
+    // The last mix (pre weights only) feeds the output head.
+    void head(ModelState& lead, ThreadPool& pool, int row, int n, float* logits) const override {
+        Deepseek4State& st = static_cast<Deepseek4State&>(lead);
+        const int64_t E = config_.n_embd, SE = int64_t(n_hc_) * E, B = st.options.max_batch;
+        for (int64_t c0 = 0; c0 < n; c0 += B) {
+            const int nc = int(std::min<int64_t>(B, n - c0));
+            hc_pre(pool, st, output_hc_, nc, st.streams.f32() + (row + c0) * SE, st.x.f32());
+            rms_norm_rows(pool, st.x.f32(), output_norm_.f32(), nc, E, config_.rms_eps, st.xn.f32());
+            linear(pool, output_, st.xn.f32(), nc, logits + c0 * config_.n_vocab, st.acts.data());
+        }
+    }
+
+public:
     void enable_nextn(const GgufFile& f) override {
         if (config_.n_nextn == 0) Model::enable_nextn(f);
         // One eh_proj over [enorm(e) | hnorm(h)] takes one vector, not four streams.
@@ -370,16 +407,6 @@ private:
             }
         }
         return ExpertHint{il, ids, m};
-    }
-
-    uint64_t attention_bytes(const Layer& l) const {
-        const Dsv4AttentionLayer& a = l.attn;
-        uint64_t b = l.hc_attn.fn.bytes();
-        for (const Tensor* t : {&a.q_a, &a.q_b, &a.kv, &a.out_a, &a.out_b, &a.comp.kv, &a.comp.gate, &a.index.kv,
-                                &a.index.gate, &a.index_q_b, &a.index_proj}) {
-            b += t->bytes();
-        }
-        return b;
     }
 
     // x (n rows) = sum_h pre[h] * X[h] for each token's streams X (n rows of
@@ -440,8 +467,10 @@ private:
         });
     }
 
-    // Xn[d] = post[d] * y + sum_s C[s][d] * X[s], with hc_pre's coefficients.
-    void hc_post(ThreadPool& pool, Deepseek4State& st, int n, const float* X, const float* y, float* Xn) const {
+    // X[d] = post[d] * y + sum_s C[s][d] * X[s], with hc_pre's coefficients
+    // (the new streams made in st.streams_next, then copied over X).
+    void hc_post(ThreadPool& pool, Deepseek4State& st, int n, float* X, const float* y) const {
+        float* Xn = st.streams_next.f32();
         const int64_t E = config_.n_embd, SE = int64_t(n_hc_) * E;
         const int S = n_hc_;
         const int64_t M = 2 * S + S * S;
@@ -460,6 +489,7 @@ private:
                         o[i] = post[d] * yt[i] + acc;
                     }
                 }
+                std::memcpy(X + t * SE, Xn + t * SE, size_t(SE) * 4);
             }
         });
     }

@@ -104,9 +104,10 @@ INSTANTIATE_TEST_SUITE_P(Families, BatchDecode, ::testing::ValuesIn(golden::runn
 
 // Streamed through a cache of exactly one token's experts: a batch's union
 // is acquired in groups, and every generated token counts as a decode step.
-// On gemma4 (its own forward pass) and gemma4-ple (per-layer embedding rows
-// through the same store) as on the shared decoder: the batched steps are one
-// forward call each.
+// On gemma4 (its own forward pass), gemma4-ple (per-layer embedding rows
+// through the same store) and deepseek4 (hyper-connected streams, hash-routed
+// layers prefetched from the token ids) as on the shared decoder: the
+// batched steps are one forward call each.
 class BatchDecodeStreamed : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BatchDecodeStreamed, ThroughASmallCache) {
@@ -124,7 +125,7 @@ TEST_P(BatchDecodeStreamed, ThroughASmallCache) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, BatchDecodeStreamed,
-                         ::testing::Values("qwen3moe-Q8_0", "gemma4-Q8_0", "gemma4-ple-Q8_0"),
+                         ::testing::Values("qwen3moe-Q8_0", "gemma4-Q8_0", "gemma4-ple-Q8_0", "deepseek4-Q8_0"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return golden::identifier(i.param); });
 
 }  // namespace

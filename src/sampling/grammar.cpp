@@ -4,6 +4,8 @@
 #include <map>
 #include <numeric>
 
+#include "json/json.h"
+
 namespace ms {
 
 namespace {
@@ -33,28 +35,6 @@ Element rule_element(uint32_t rule) {
     return e;
 }
 
-void utf8_encode(uint32_t cp, uint8_t* out, int* n) {
-    if (cp < 0x80) {
-        out[0] = uint8_t(cp);
-        *n = 1;
-    } else if (cp < 0x800) {
-        out[0] = uint8_t(0xC0 | (cp >> 6));
-        out[1] = uint8_t(0x80 | (cp & 0x3F));
-        *n = 2;
-    } else if (cp < 0x10000) {
-        out[0] = uint8_t(0xE0 | (cp >> 12));
-        out[1] = uint8_t(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = uint8_t(0x80 | (cp & 0x3F));
-        *n = 3;
-    } else {
-        out[0] = uint8_t(0xF0 | (cp >> 18));
-        out[1] = uint8_t(0x80 | ((cp >> 12) & 0x3F));
-        out[2] = uint8_t(0x80 | ((cp >> 6) & 0x3F));
-        out[3] = uint8_t(0x80 | (cp & 0x3F));
-        *n = 4;
-    }
-}
-
 // The code points lo..hi (one encoded length apart from the ASCII case) as
 // sequences of byte ranges, each position's range independent of the
 // others': the standard split of a code point range at the boundaries where
@@ -69,9 +49,10 @@ void utf8_ranges(uint32_t lo, uint32_t hi, std::vector<Sequence>* out) {
             return;
         }
     }
-    int n = 0;
-    uint8_t a[4], b[4];
-    utf8_encode(lo, a, &n);
+    std::string a, b;
+    utf8_append(a, lo);
+    utf8_append(b, hi);
+    const int n = int(a.size());
     for (int i = 1; i < n; i++) {
         const uint32_t m = (uint32_t(1) << (6 * i)) - 1;
         if ((lo & ~m) != (hi & ~m)) {
@@ -87,9 +68,8 @@ void utf8_ranges(uint32_t lo, uint32_t hi, std::vector<Sequence>* out) {
             }
         }
     }
-    utf8_encode(hi, b, &n);
     Sequence s;
-    for (int i = 0; i < n; i++) s.push_back(bytes_element(a[i], b[i]));
+    for (int i = 0; i < n; i++) s.push_back(bytes_element(uint8_t(a[size_t(i)]), uint8_t(b[size_t(i)])));
     out->push_back(std::move(s));
 }
 
@@ -244,10 +224,9 @@ private:
                 if (eof()) fail("unterminated string");
                 if (peek() == '"') break;
                 if (peek() == '\n') fail("newline inside a string");
-                uint8_t buf[4];
-                int n = 0;
-                utf8_encode(read_char(), buf, &n);
-                for (int i = 0; i < n; i++) s.push_back(bytes_element(buf[i], buf[i]));
+                std::string bytes;
+                utf8_append(bytes, read_char());
+                for (char c : bytes) s.push_back(bytes_element(uint8_t(c), uint8_t(c)));
             }
             p_++;
             return s;

@@ -544,9 +544,6 @@ TokenTrie::TokenTrie(const std::vector<std::string>& tokens) : bytes_(tokens) {
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie)
     : g_(std::move(grammar)), trie_(std::move(trie)) {
-    size_t longest = 0;
-    for (size_t i = 0; i < trie_->n_tokens(); i++) longest = std::max(longest, trie_->bytes(int32_t(i)).size());
-    scratch_.resize(longest + 1);
     for (uint32_t a : g_->rules[g_->root]) {
         if (g_->elements[a].kind == Element::End) add_unique(kBottom, &current_);
         else expand(push(a, kBottom), &current_, 0);
@@ -691,31 +688,67 @@ const std::vector<uint64_t>& GrammarMatcher::mask() {
     m.assign((trie_->n_tokens() + 63) / 64, 0);
     building_ = &m;
     const size_t mark = nodes_.size();
-    visit(0, current_, 0);
+    sets_.clear();
+    set_index_.clear();
+    successor_.clear();
+    visit(0, intern(current_));
     nodes_.resize(mark);
+    sets_.clear();
+    set_index_.clear();
+    successor_.clear();
     building_ = nullptr;
     return m;
 }
 
-// Walks the token trie from `trie_node` with the stacks reached so far;
-// a subtree is skipped as soon as no stack survives its byte.
-void GrammarMatcher::visit(uint32_t trie_node, const std::vector<uint32_t>& stacks, size_t depth) {
+namespace {
+constexpr uint32_t kDead = 0xffffffffu;
+}
+
+// The id of a set of stacks equal (stack by stack, in any order) to one met
+// before, or a new id.
+uint32_t GrammarMatcher::intern(std::vector<uint32_t> stacks) {
+    auto hash_of = [&](uint32_t s) { return s == kBottom ? uint64_t(1) : nodes_[s].hash; };
+    std::sort(stacks.begin(), stacks.end(), [&](uint32_t a, uint32_t b) { return hash_of(a) < hash_of(b); });
+    uint64_t h = 0x84222325cbf29ce4ull;
+    for (uint32_t s : stacks) h = (h ^ hash_of(s)) * 0x100000001b3ull;
+    std::vector<uint32_t>& ids = set_index_[h];
+    for (uint32_t id : ids) {
+        const std::vector<uint32_t>& other = sets_[id];
+        if (other.size() != stacks.size()) continue;
+        bool same = true;
+        for (size_t i = 0; i < stacks.size() && same; i++) same = same_stack(other[i], stacks[i]);
+        if (same) return id;
+    }
+    sets_.push_back(std::move(stacks));
+    ids.push_back(uint32_t(sets_.size() - 1));
+    return uint32_t(sets_.size() - 1);
+}
+
+uint32_t GrammarMatcher::step(uint32_t set, uint8_t byte) {
+    const uint64_t key = uint64_t(set) << 8 | byte;
+    if (auto it = successor_.find(key); it != successor_.end()) return it->second;
+    scratch_.clear();
+    advance(sets_[set], byte, &scratch_);
+    const uint32_t next = scratch_.empty() ? kDead : intern(scratch_);
+    successor_[key] = next;
+    return next;
+}
+
+// Walks the token trie from `trie_node` in stack set `set`; a subtree is
+// skipped as soon as no stack survives its byte. Nodes made here live
+// until the mask is done (the sets refer to them).
+void GrammarMatcher::visit(uint32_t trie_node, uint32_t set) {
     const TokenTrie::Node& node = trie_->nodes[trie_node];
-    std::vector<uint32_t>& next = scratch_[depth];
     for (uint32_t i = 0; i < node.n_children; i++) {
         const uint32_t child = trie_->children[node.first_child + i];
-        const size_t mark = nodes_.size();
-        next.clear();
-        advance(stacks, trie_->child_byte[node.first_child + i], &next);
-        if (!next.empty()) {
-            const TokenTrie::Node& c = trie_->nodes[child];
-            for (uint32_t t = 0; t < c.n_tokens; t++) {
-                const int32_t id = trie_->tokens[c.first_token + t];
-                (*building_)[size_t(id) >> 6] |= uint64_t(1) << (id & 63);
-            }
-            if (c.n_children) visit(child, next, depth + 1);
+        const uint32_t next = step(set, trie_->child_byte[node.first_child + i]);
+        if (next == kDead) continue;
+        const TokenTrie::Node& c = trie_->nodes[child];
+        for (uint32_t t = 0; t < c.n_tokens; t++) {
+            const int32_t id = trie_->tokens[c.first_token + t];
+            (*building_)[size_t(id) >> 6] |= uint64_t(1) << (id & 63);
         }
-        nodes_.resize(mark);
+        if (c.n_children) visit(child, next);
     }
 }
 

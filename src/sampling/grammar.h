@@ -99,13 +99,21 @@ private:
     bool walk(const std::string& bytes, std::vector<uint32_t>* out);
     void compact();
     std::string state_key() const;
-    void visit(uint32_t trie_node, const std::vector<uint32_t>& stacks, size_t depth);
+    uint32_t intern(std::vector<uint32_t> stacks);
+    uint32_t step(uint32_t set, uint8_t byte);
+    void visit(uint32_t trie_node, uint32_t set);
 
     std::shared_ptr<const Grammar> g_;
     std::shared_ptr<const TokenTrie> trie_;
     std::vector<Node> nodes_;          // stack nodes; current_ refers into it
     std::vector<uint32_t> current_;    // the stacks now (tops are Bytes elements, or kBottom)
-    std::vector<std::vector<uint32_t>> scratch_;  // per trie depth
+    // While a mask is built: the distinct stack sets met (by content), and
+    // each (set, byte)'s successor, so the walk over the trie costs one
+    // lookup per node once a state repeats (inside a string it always does).
+    std::vector<std::vector<uint32_t>> sets_;
+    std::unordered_map<uint64_t, std::vector<uint32_t>> set_index_;  // hash of a set -> its ids
+    std::unordered_map<uint64_t, uint32_t> successor_;               // set << 8 | byte -> set (kDead: none)
+    std::vector<uint32_t> scratch_;
     std::vector<uint64_t>* building_ = nullptr;
     std::unordered_map<std::string, std::vector<uint64_t>> masks_;
 };

@@ -426,12 +426,15 @@ TEST(Serve, NChoicesShareOnePromptEvaluation) {
     EXPECT_EQ(j.at("usage").at("completion_tokens").as_int(), 12);
     EXPECT_EQ(s.metric("moestream_prefill_tokens_total") - prefilled, double(j.at("usage").at("prompt_tokens").as_int()));
 
-    // Streamed: chunks of both choices, each ending with its finish_reason.
+    // Streamed: chunks of both choices, each ending with its finish_reason,
+    // with the logprobs of the tokens they carry.
     httplib::Client c = s.client();
     auto res = c.Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
-                                                 "n": 2, "stream": true, "ignore_eos": true})", "application/json");
+                                                 "n": 2, "stream": true, "ignore_eos": true, "logprobs": true})",
+                      "application/json");
     ASSERT_TRUE(res);
     int finished[2] = {0, 0};
+    size_t logprobs[2] = {0, 0};
     size_t at = 0;
     while ((at = res->body.find("data: {", at)) != std::string::npos) {
         const size_t end = res->body.find("\n\n", at);
@@ -439,9 +442,18 @@ TEST(Serve, NChoicesShareOnePromptEvaluation) {
         at = end;
         const Json& ch = chunk.at("choices")[0];
         if (!ch.at("finish_reason").is_null()) finished[ch.at("index").as_int()]++;
+        if (!ch.at("logprobs").is_null()) {
+            for (const Json& e : ch.at("logprobs").at("content").as_array()) {
+                EXPECT_LE(e.at("logprob").as_number(), 0.0);
+                logprobs[ch.at("index").as_int()]++;
+            }
+        }
     }
     EXPECT_EQ(finished[0], 1);
     EXPECT_EQ(finished[1], 1);
+    // One per token but an end-of-generation one (ignore_eos lets those through).
+    EXPECT_TRUE(logprobs[0] >= 1 && logprobs[0] <= 3) << res->body;
+    EXPECT_TRUE(logprobs[1] >= 1 && logprobs[1] <= 3) << res->body;
 }
 
 TEST(Serve, LogitBiasForcesAndForbidsTokens) {

@@ -544,6 +544,12 @@ TokenTrie::TokenTrie(const std::vector<std::string>& tokens) : bytes_(tokens) {
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie)
     : g_(std::move(grammar)), trie_(std::move(trie)) {
+    restart();
+}
+
+void GrammarMatcher::restart() {
+    nodes_.clear();
+    current_.clear();
     for (uint32_t a : g_->rules[g_->root]) {
         if (g_->elements[a].kind == Element::End) add_unique(kBottom, &current_);
         else expand(push(a, kBottom), &current_, 0);

@@ -70,6 +70,9 @@ class GrammarMatcher {
 public:
     GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie);
 
+    // Back to the empty text, keeping the masks already made (the next of
+    // a request's n choices meets the same states).
+    void restart();
     // Whether the token's bytes can extend the text (one walk of its bytes).
     bool allows(int32_t id);
     // Advances over the token's bytes; false (state unchanged) when they

@@ -252,7 +252,9 @@ void Engine::begin_choice(Slot& s) {
     const GenerationRequest& r = s.job->request;
     s.generated = 0;
     s.text = std::make_unique<ReplyText>(ss.tokenizer(), r.stop, r.show_control);
-    s.matcher = r.grammar ? std::make_unique<GrammarMatcher>(r.grammar, trie_) : nullptr;
+    if (!r.grammar) s.matcher.reset();
+    else if (s.choice > 0 && s.matcher) s.matcher->restart();
+    else s.matcher = std::make_unique<GrammarMatcher>(r.grammar, trie_);
     SamplerParams p = r.sampling;
     p.seed += uint64_t(s.choice);
     ss.sampler() = Sampler(p, ss.config().n_vocab);

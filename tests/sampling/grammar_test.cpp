@@ -75,6 +75,10 @@ TEST(GrammarMatcher, MasksTokensByTheirBytes) {
     EXPECT_FALSE(m.must_end());
     EXPECT_EQ(from_mask(m, vocab.size()), (std::vector<int32_t>{3, 4}));
 
+    m.restart();  // back to the start: the first mask again
+    EXPECT_EQ(from_mask(m, vocab.size()), (std::vector<int32_t>{0, 2, 5}));
+    EXPECT_EQ(allowed(m, vocab.size()), (std::vector<int32_t>{0, 2, 5}));
+
     GrammarMatcher x(g, trie);
     EXPECT_TRUE(x.accept(5));
     EXPECT_TRUE(x.must_end());

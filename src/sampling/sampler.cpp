@@ -83,6 +83,7 @@ int32_t Sampler::sample(const float* logits, int32_t exclude) {
     size_t last = 0;
     for (size_t i = 0; i < n; i++) {
         if (cand_[i].id == exclude) continue;
+        if (probs_[i] <= 0) continue;  // banned or masked (-inf) candidates are never drawn
         cum += probs_[i];
         last = i;
         if (u < cum) return cand_[i].id;
@@ -115,6 +116,10 @@ int32_t Sampler::distribution(const float* logits, size_t* n_out) {
             for (size_t j = i + 1; j < history_len_; j++) count += history_[j] == id;
             l -= params_.presence_penalty + float(count) * params_.frequency_penalty;
         }
+    }
+    for (const auto& [id, bias] : params_.logit_bias) {
+        if (id < 0 || id >= n_vocab_) continue;
+        cand_[size_t(id)].logit = bias <= -100.0f ? -INFINITY : cand_[size_t(id)].logit + bias;
     }
     auto order = [](const Candidate& a, const Candidate& b) { return better(a.logit, a.id, b.logit, b.id); };
 

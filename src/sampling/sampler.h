@@ -1,11 +1,12 @@
 // Picks the next token from a row of logits: repeat, presence and frequency
-// penalties over the last N tokens, then top-k, top-p, min-p, temperature and a draw from a seeded
+// penalties over the last N tokens, logit_bias, then top-k, top-p, min-p, temperature and a draw from a seeded
 // generator (the reference engine's order). Temperature 0 is greedy. The
 // same seed and the same logits give the same tokens on every machine.
 // Buffers are sized once, so sampling allocates nothing.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace ms {
@@ -22,6 +23,9 @@ struct SamplerParams {
     float presence_penalty = 0.0f;
     float frequency_penalty = 0.0f;
     uint64_t seed = 0;
+    // OpenAI's logit_bias: added to a token's logit before everything
+    // else; -100 or less bans the token outright.
+    std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 class Sampler {

@@ -1,6 +1,7 @@
 #include "server/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -9,6 +10,35 @@
 
 namespace ms {
 
+namespace {
+
+// log-softmax of logits at token t, and the top `top` tokens' (best first,
+// ties by lower id).
+void log_softmax_at(const float* logits, int64_t n, int32_t t, int top, TokenLogprob* out) {
+    float max = -INFINITY;
+    for (int64_t i = 0; i < n; i++) max = std::max(max, logits[i]);
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += std::exp(double(logits[i]) - double(max));
+    const double log_z = double(max) + std::log(sum);
+    out->token = t;
+    out->logprob = float(double(logits[t]) - log_z);
+    out->top.clear();
+    if (top <= 0) return;
+    std::vector<std::pair<int32_t, float>>& best = out->top;
+    auto better = [](const std::pair<int32_t, float>& a, const std::pair<int32_t, float>& b) {
+        return a.second > b.second || (a.second == b.second && a.first < b.first);
+    };
+    for (int64_t i = 0; i < n; i++) {
+        const std::pair<int32_t, float> c{int32_t(i), logits[i]};
+        if (int(best.size()) == top && !better(c, best.back())) continue;
+        best.insert(std::upper_bound(best.begin(), best.end(), c, better), c);
+        if (int(best.size()) > top) best.pop_back();
+    }
+    for (auto& b : best) b.second = float(double(b.second) - log_z);
+}
+
+}  // namespace
+
 double steady_seconds() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -16,26 +46,41 @@ double steady_seconds() {
 Job::Job(GenerationRequest r, std::vector<int32_t> p, double timeout_s)
     : request(std::move(r)), prompt(std::move(p)), deadline(steady_seconds() + timeout_s) {}
 
-bool Job::wait(std::string* text, double timeout_s) {
+bool Job::wait(std::vector<JobOutput>* out, double timeout_s) {
     std::unique_lock<std::mutex> lk(mu_);
     cv_.wait_for(lk, std::chrono::duration<double>(timeout_s), [&] { return done_ || !pending_.empty(); });
-    *text += pending_;
+    for (JobOutput& o : pending_) out->push_back(std::move(o));
     pending_.clear();
     return done_;
 }
 
-void Job::emit(const std::string& text) {
+void Job::emit(int choice, const std::string& text, const TokenLogprob* logprob) {
     {
         std::lock_guard<std::mutex> lk(mu_);
-        pending_ += text;
+        if (pending_.empty() || pending_.back().choice != choice || !pending_.back().finish_reason.empty()) {
+            pending_.emplace_back();
+            pending_.back().choice = choice;
+        }
+        pending_.back().text += text;
+        if (logprob) pending_.back().logprobs.push_back(*logprob);
     }
     cv_.notify_all();
 }
 
-void Job::finish(const std::string& reason, const Usage& u, const std::string& err) {
+void Job::end_choice(int choice, const std::string& reason) {
     {
         std::lock_guard<std::mutex> lk(mu_);
-        finish_reason = reason;
+        JobOutput o;
+        o.choice = choice;
+        o.finish_reason = reason;
+        pending_.push_back(std::move(o));
+    }
+    cv_.notify_all();
+}
+
+void Job::finish(const Usage& u, const std::string& err) {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
         usage = u;
         error = err;
         done_ = true;
@@ -168,7 +213,7 @@ void Engine::run() {
         if (s.job) end(s, "", "the server is shutting down");
     }
     std::lock_guard<std::mutex> lk(mu_);
-    for (auto& job : queue_) job->finish("", {}, "the server is shutting down");
+    for (auto& job : queue_) job->finish({}, "the server is shutting down");
     queue_.clear();
 }
 
@@ -179,20 +224,75 @@ void Engine::start(Slot& s, std::shared_ptr<Job> job) {
     while (keep < ss.tokens().size() && keep < prompt.size() && ss.tokens()[keep] == prompt[keep]) keep++;
     if (keep == prompt.size()) keep--;  // evaluate at least one token: its logits start the reply
     s.next = s.cached = keep;
-    s.generated = 0;
-    s.text = std::make_unique<ReplyText>(ss.tokenizer(), job->request.stop, job->request.show_control);
+    s.choice = 0;
+    s.generated_before = 0;
+    s.prompt_logits.clear();
+    if (job->request.grammar && !trie_) {
+        // Control tokens stand for no text: the grammar never allows them
+        // (end of generation is decided separately).
+        const Tokenizer& tok = ss.tokenizer();
+        std::vector<std::string> bytes(tok.n_vocab());
+        for (size_t i = 0; i < bytes.size(); i++)
+            if (!tok.is_control(int32_t(i))) bytes[i] = tok.piece(int32_t(i));
+        trie_ = std::make_shared<TokenTrie>(bytes);
+    }
     try {
         // Rewinding may evaluate tokens again (sliding-window layers keep only their window).
         std::lock_guard<std::mutex> lk(forward_mu_);
         ss.rewind(keep);
-        ss.sampler() = Sampler(job->request.sampling, ss.config().n_vocab);
     } catch (const std::exception& e) {
         end(s, "", e.what());
         return;
     }
-    // The penalties' history: the kept prefix's tail, as if just prefilled.
-    const size_t window = size_t(std::max(job->request.sampling.repeat_last_n, 0));
-    for (size_t i = keep - std::min(keep, window); i < keep; i++) ss.sampler().accept(ss.tokens()[i]);
+    begin_choice(s);
+}
+
+// A fresh reply after the prompt: its own text, grammar state and sampler
+// (choice i draws with seed + i, so the choices differ).
+void Engine::begin_choice(Slot& s) {
+    Session& ss = *s.session;
+    const GenerationRequest& r = s.job->request;
+    s.generated = 0;
+    s.text = std::make_unique<ReplyText>(ss.tokenizer(), r.stop, r.show_control);
+    if (!r.grammar) s.matcher.reset();
+    else if (s.choice > 0 && s.matcher) s.matcher->restart();
+    else s.matcher = std::make_unique<GrammarMatcher>(r.grammar, trie_);
+    SamplerParams p = r.sampling;
+    p.seed += uint64_t(s.choice);
+    ss.sampler() = Sampler(p, ss.config().n_vocab);
+    // The penalties' history: the prompt's tail, as if just prefilled.
+    const size_t kept = std::min(ss.tokens().size(), s.job->prompt.size());
+    const size_t window = size_t(std::max(r.sampling.repeat_last_n, 0));
+    for (size_t i = kept - std::min(kept, window); i < kept; i++) ss.sampler().accept(ss.tokens()[i]);
+}
+
+int32_t Engine::sample(Slot& s, const float* logits) {
+    Session& ss = *s.session;
+    const int32_t t = ss.sampler().sample(logits);
+    if (!s.matcher) return t;
+    const Tokenizer& tok = ss.tokenizer();
+    // Most tokens a trained model picks fit the grammar: check that one
+    // first; only when it does not, mask the vocabulary and draw again
+    // (the same distribution as masking first: a rejected draw is
+    // followed by a draw from the allowed tokens).
+    if (tok.is_eog(t) ? s.matcher->can_end() : s.matcher->allows(t)) return t;
+    const std::vector<uint64_t>& mask = s.matcher->mask();
+    const size_t n = size_t(ss.config().n_vocab);
+    s.masked.resize(n);
+    bool any = false;
+    for (size_t i = 0; i < n; i++) {
+        const bool ok = i < tok.n_vocab() && ((mask[i >> 6] >> (i & 63)) & 1);
+        s.masked[i] = ok ? logits[i] : -INFINITY;
+        any = any || ok;
+    }
+    if (s.matcher->can_end()) {
+        for (int32_t e : tok.eog_ids()) {
+            s.masked[size_t(e)] = logits[e];
+            any = true;
+        }
+    }
+    if (!any) return -1;
+    return ss.sampler().sample(s.masked.data());
 }
 
 bool Engine::step(Slot& s) {
@@ -225,6 +325,7 @@ bool Engine::step(Slot& s) {
     }
     std::string reason;
     const int64_t limit = job.request.max_tokens;
+    const TokenLogprob* logprob = nullptr;
     auto on_token = [&](int32_t t) {
         s.generated++;
         if (ss.tokenizer().is_eog(t) && !job.request.ignore_eos) {
@@ -232,7 +333,7 @@ bool Engine::step(Slot& s) {
             return false;
         }
         const std::string piece = s.text->push(t);
-        if (!piece.empty()) job.emit(piece);
+        if (!piece.empty() || logprob) job.emit(s.choice, piece, logprob);
         if (s.text->stopped()) reason = "stop";
         else if (limit > 0 && s.generated >= limit) reason = "length";
         return reason.empty();
@@ -264,9 +365,32 @@ bool Engine::step(Slot& s) {
         return false;
     }
     // Without drafts, Session::step's sampling half: sample from the
-    // logits and show the token; the batched decode evaluates it.
-    const int32_t t = ss.sampler().sample(ss.logits());
+    // logits and show the token; the batched decode evaluates it. Every
+    // choice starts from the prompt's logits.
+    if (job.request.n > 1 && s.prompt_logits.empty()) s.prompt_logits.assign(ss.logits(), ss.logits() + ss.config().n_vocab);
+    if (s.matcher && s.matcher->must_end()) {  // the grammar is complete: nothing may follow
+        end(s, "stop");
+        return false;
+    }
+    const float* logits = s.generated == 0 && s.choice > 0 ? s.prompt_logits.data() : ss.logits();
+    int32_t t = -1;
+    try {
+        t = sample(s, logits);
+    } catch (const std::exception& e) {  // a grammar too ambiguous to follow
+        end(s, "", e.what());
+        return false;
+    }
+    if (t < 0) {  // the vocabulary has no token the grammar allows
+        end(s, "stop");
+        return false;
+    }
+    if (s.matcher && !ss.tokenizer().is_eog(t)) s.matcher->accept(t);
     ss.sampler().accept(t);
+    TokenLogprob lp;
+    if (job.request.logprobs >= 0 && !ss.tokenizer().is_eog(t)) {
+        log_softmax_at(logits, ss.config().n_vocab, t, job.request.logprobs, &lp);
+        logprob = &lp;
+    }
     {
         std::lock_guard<std::mutex> st(mu_);
         stats_.generated_tokens++;
@@ -305,12 +429,26 @@ void Engine::end(Slot& s, const std::string& reason, const std::string& error) {
     Job& job = *s.job;
     if (error.empty() && s.text) {
         const std::string tail = s.text->finish();
-        if (!tail.empty()) job.emit(tail);
+        if (!tail.empty()) job.emit(s.choice, tail);
+    }
+    if (error.empty()) job.end_choice(s.choice, reason);
+    if (error.empty() && s.choice + 1 < job.request.n && !s.prompt_logits.empty()) {
+        // The next choice: back to the end of the prompt, whose logits are kept.
+        try {
+            std::lock_guard<std::mutex> lk(forward_mu_);
+            s.session->rewind(job.prompt.size());
+            s.generated_before += s.generated;
+            s.choice++;
+            begin_choice(s);
+            return;
+        } catch (const std::exception& e) {
+            return end(s, "", e.what());
+        }
     }
     Usage u;
     u.prompt_tokens = int64_t(job.prompt.size());
     u.cached_tokens = int64_t(s.cached);
-    u.completion_tokens = s.generated;
+    u.completion_tokens = s.generated_before + s.generated;
     {
         // Counted free before the client hears the end, so its next request finds room.
         std::lock_guard<std::mutex> lk(mu_);
@@ -322,9 +460,10 @@ void Engine::end(Slot& s, const std::string& reason, const std::string& error) {
         stats_.prompt_tokens += uint64_t(u.prompt_tokens);
         stats_.cached_prompt_tokens += uint64_t(u.cached_tokens);
     }
-    job.finish(reason, u, error);
+    job.finish(u, error);
     s.job.reset();
     s.text.reset();
+    s.matcher.reset();
     s.last_used = ++clock_;
 }
 

@@ -31,7 +31,26 @@ struct Usage {
     int64_t completion_tokens = 0;
 };
 
-// One request between the HTTP thread that owns it and the engine.
+// A generated token's log-probability under the model's distribution (the
+// log-softmax of its logits, before penalties, bias, grammar and the
+// sampling filters) and the most likely alternatives, best first.
+struct TokenLogprob {
+    int32_t token = 0;
+    float logprob = 0;
+    std::vector<std::pair<int32_t, float>> top;
+};
+
+// What a job produced for one of its choices since the last wait.
+struct JobOutput {
+    int choice = 0;
+    std::string text;
+    std::vector<TokenLogprob> logprobs;
+    std::string finish_reason;      // "" until this choice is over
+};
+
+// One request between the HTTP thread that owns it and the engine. Its
+// choices (n) come one after another from one slot, each sampled from the
+// same evaluation of the prompt.
 class Job {
 public:
     Job(GenerationRequest request, std::vector<int32_t> prompt, double timeout_s);
@@ -44,22 +63,22 @@ public:
     std::function<bool()> client_alive;
     std::atomic<bool> cancelled{false};
 
-    // HTTP side: waits up to timeout_s for news; appends new text to *text.
-    // Returns true once the job is over (then finish_reason, usage and error
-    // are final).
-    bool wait(std::string* text, double timeout_s);
-    std::string finish_reason;      // stop, length; "" on error or cancel
+    // HTTP side: waits up to timeout_s for news; appends what came, in
+    // order, to *out. Returns true once the job is over (then usage and error
+    // are final, and every choice's finish_reason has come out).
+    bool wait(std::vector<JobOutput>* out, double timeout_s);
     Usage usage;
     std::string error;              // a failure inside the engine (e.g. a read error)
 
     // Engine side.
-    void emit(const std::string& text);
-    void finish(const std::string& reason, const Usage& u, const std::string& err = "");
+    void emit(int choice, const std::string& text, const TokenLogprob* logprob = nullptr);
+    void end_choice(int choice, const std::string& reason);
+    void finish(const Usage& u, const std::string& err = "");
 
 private:
     std::mutex mu_;
     std::condition_variable cv_;
-    std::string pending_;
+    std::vector<JobOutput> pending_;
     bool done_ = false;
 };
 
@@ -108,7 +127,16 @@ private:
         int64_t generated = 0;
         uint64_t last_used = 0;
         int32_t token = 0;           // sampled, to be evaluated by the next batched decode
+        int choice = 0;              // of the job's n
+        int64_t generated_before = 0;  // tokens of the earlier choices
+        std::vector<float> prompt_logits;  // n > 1: the prompt's logits, which start every choice
+        std::unique_ptr<GrammarMatcher> matcher;  // the request's grammar, if any
+        std::vector<float> masked;   // logits with the grammar's disallowed tokens at -inf
     };
+    // The next token of a slot under its grammar (if any); -1 when the
+    // grammar allows nothing more and cannot end.
+    int32_t sample(Slot& s, const float* logits);
+    void begin_choice(Slot& s);
     void run();
     void start(Slot& s, std::shared_ptr<Job> job);
     // A prefill chunk, or sampling the next token from the slot's logits;
@@ -118,6 +146,7 @@ private:
     void end(Slot& s, const std::string& reason, const std::string& error = "");
 
     std::vector<Slot> slots_;
+    std::shared_ptr<const TokenTrie> trie_;  // the vocabulary's bytes, made at the first grammar
     std::vector<Slot*> decoding_;    // this round's decoding slots, and their sessions and tokens
     std::vector<Session*> batch_sessions_;
     std::vector<int32_t> batch_tokens_;

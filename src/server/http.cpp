@@ -93,6 +93,64 @@ Json tool_calls_json(const std::vector<ToolCall>& calls, const std::string& id, 
     return out;
 }
 
+// A token as text: its bytes where they are valid UTF-8, U+FFFD for a
+// piece of a character (the bytes field has them exactly).
+std::string token_string(const Tokenizer& tok, int32_t id) {
+    StreamDecoder d(tok, true);
+    std::string s = d.push(id);
+    return s + d.flush();
+}
+
+Json token_bytes(const Tokenizer& tok, int32_t id) {
+    Json b = Json::array();
+    for (unsigned char c : tok.piece(id)) b.push_back(int64_t(c));
+    return b;
+}
+
+// OpenAI's logprobs object: chat {"content": [{token, logprob, bytes,
+// top_logprobs}]}; completions {tokens, token_logprobs, top_logprobs,
+// text_offset} (offsets into the choice's text, carried in *offset).
+Json logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps, bool chat, size_t* offset) {
+    Json j = Json::object();
+    if (chat) {
+        Json content = Json::array();
+        for (const TokenLogprob& lp : lps) {
+            Json e = Json::object();
+            e["token"] = token_string(tok, lp.token);
+            e["logprob"] = double(lp.logprob);
+            e["bytes"] = token_bytes(tok, lp.token);
+            Json top = Json::array();
+            for (const auto& [t, l] : lp.top) {
+                Json a = Json::object();
+                a["token"] = token_string(tok, t);
+                a["logprob"] = double(l);
+                a["bytes"] = token_bytes(tok, t);
+                top.push_back(std::move(a));
+            }
+            e["top_logprobs"] = std::move(top);
+            content.push_back(std::move(e));
+        }
+        j["content"] = std::move(content);
+        j["refusal"] = Json();
+        return j;
+    }
+    Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(), offsets = Json::array();
+    for (const TokenLogprob& lp : lps) {
+        tokens.push_back(token_string(tok, lp.token));
+        token_logprobs.push_back(double(lp.logprob));
+        Json alts = Json::object();
+        for (const auto& [t, l] : lp.top) alts[token_string(tok, t)] = double(l);
+        top.push_back(std::move(alts));
+        offsets.push_back(int64_t(*offset));
+        *offset += tok.piece(lp.token).size();
+    }
+    j["tokens"] = std::move(tokens);
+    j["token_logprobs"] = std::move(token_logprobs);
+    j["top_logprobs"] = std::move(top);
+    j["text_offset"] = std::move(offsets);
+    return j;
+}
+
 }  // namespace
 
 FrontOptions front_options(const ServerOptions& o);
@@ -114,6 +172,7 @@ struct HttpServer::Impl {
         const Session& s = engine.session();
         defaults.model_id = o.model_id;
         defaults.n_ctx = s.n_ctx();
+        defaults.n_vocab = s.config().n_vocab;
         defaults.sampling = o.sampling;
         for (size_t id = 0; id < s.tokenizer().n_vocab(); id++) {
             max_piece_bytes = std::max(max_piece_bytes, s.tokenizer().piece(int32_t(id)).size());
@@ -471,6 +530,11 @@ void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, bool 
             prompt = engine.session().tokenize(r.prompt, true);
             if (prompt.empty()) throw ApiError(400, "'prompt' is empty", "prompt");
         }
+        if (engine.session().draft().mode != DraftMode::Off) {
+            // Speculation samples inside the session, out of reach of the mask and the per-token records.
+            const char* off = r.grammar ? "response_format" : r.logprobs >= 0 ? "logprobs" : r.n > 1 ? "n" : nullptr;
+            if (off) throw ApiError(400, std::string("'") + off + "' is not available with --draft", off);
+        }
         const int64_t n_ctx = defaults.n_ctx;
         if (int64_t(prompt.size()) >= n_ctx) {
             throw ApiError(400, "the prompt is " + std::to_string(prompt.size()) + " tokens; the context holds " +
@@ -504,10 +568,12 @@ void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, bool 
         j["model"] = options.model_id;
         return j;
     };
-    auto chunk = [envelope, is_chat](const std::string& text, const std::string& reason, bool first) {
+    const Tokenizer& tok = engine.session().tokenizer();
+    auto chunk = [envelope, is_chat, &tok](int choice_index, const std::string& text, const std::string& reason, bool first,
+                                            const std::vector<TokenLogprob>* lp, size_t* offset) {
         Json c = envelope(is_chat ? "chat.completion.chunk" : "text_completion");
         Json choice = Json::object();
-        choice["index"] = 0;
+        choice["index"] = choice_index;
         if (is_chat) {
             Json delta = Json::object();
             if (first) delta["role"] = "assistant";
@@ -516,7 +582,7 @@ void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, bool 
         } else {
             choice["text"] = text;
         }
-        choice["logprobs"] = Json();
+        choice["logprobs"] = lp ? logprobs_json(tok, *lp, is_chat, offset) : Json();
         choice["finish_reason"] = reason.empty() ? Json() : Json(reason);
         Json choices = Json::array();
         choices.push_back(choice);
@@ -525,9 +591,10 @@ void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, bool 
     };
 
     const ToolFormat format = r.tools.is_null() ? ToolFormat::None : tools;
+    const bool want_logprobs = r.logprobs >= 0;
     if (!r.stream) {
-        std::string text;
-        while (!job->wait(&text, 1.0)) {
+        std::vector<JobOutput> out;
+        while (!job->wait(&out, 1.0)) {
         }
         if (!job->error.empty()) {
             if (job->error != "cancelled") {
@@ -536,27 +603,38 @@ void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, bool 
             }
             return;
         }
-        Json j = envelope(is_chat ? "chat.completion" : "text_completion");
-        Json choice = Json::object();
-        choice["index"] = 0;
-        std::string reason = job->finish_reason;
-        if (is_chat) {
-            const ParsedReply reply = parse_tool_calls(format, text, r.tools);
-            Json msg = Json::object();
-            msg["role"] = "assistant";
-            msg["content"] = reply.calls.empty() || !reply.content.empty() ? Json(reply.content) : Json();
-            if (!reply.calls.empty()) {
-                msg["tool_calls"] = tool_calls_json(reply.calls, id, false);
-                reason = "tool_calls";
-            }
-            choice["message"] = msg;
-        } else {
-            choice["text"] = text;
+        std::vector<JobOutput> per(size_t(r.n));
+        for (JobOutput& o : out) {
+            JobOutput& p = per[size_t(o.choice)];
+            p.text += o.text;
+            p.logprobs.insert(p.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
+            if (!o.finish_reason.empty()) p.finish_reason = o.finish_reason;
         }
-        choice["logprobs"] = Json();
-        choice["finish_reason"] = reason;
+        Json j = envelope(is_chat ? "chat.completion" : "text_completion");
         Json choices = Json::array();
-        choices.push_back(choice);
+        for (int i = 0; i < r.n; i++) {
+            const JobOutput& p = per[size_t(i)];
+            Json choice = Json::object();
+            choice["index"] = i;
+            std::string reason = p.finish_reason;
+            if (is_chat) {
+                const ParsedReply reply = parse_tool_calls(format, p.text, r.tools);
+                Json msg = Json::object();
+                msg["role"] = "assistant";
+                msg["content"] = reply.calls.empty() || !reply.content.empty() ? Json(reply.content) : Json();
+                if (!reply.calls.empty()) {
+                    msg["tool_calls"] = tool_calls_json(reply.calls, id, false);
+                    reason = "tool_calls";
+                }
+                choice["message"] = msg;
+            } else {
+                choice["text"] = p.text;
+            }
+            size_t offset = 0;
+            choice["logprobs"] = want_logprobs ? logprobs_json(tok, p.logprobs, is_chat, &offset) : Json();
+            choice["finish_reason"] = reason;
+            choices.push_back(std::move(choice));
+        }
         j["choices"] = choices;
         j["usage"] = usage_json(job->usage);
         send_json(res, 200, j);
@@ -566,37 +644,67 @@ void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, bool 
     res.headers.emplace_back("Cache-Control", "no-cache");
     res.headers.emplace_back("X-Accel-Buffering", "no");  // proxies: pass each event on at once
     res.content_type = "text/event-stream";
-    auto sent_first = std::make_shared<bool>(false);
-    // With tools: the reply so far and how much of it went out as content
-    // (up to where a tool call begins; the calls go out parsed at the end).
-    auto reply = std::make_shared<std::string>();
-    auto sent = std::make_shared<size_t>(0);
+    // Per choice: whether its first chunk went out, and with tools the reply
+    // so far and how much of it went out as content (up to where a tool call
+    // begins; the calls go out parsed when the choice ends); the text offset
+    // of completions' logprobs.
+    struct ChoiceStream {
+        bool sent_first = false;
+        std::string reply;
+        size_t sent = 0, offset = 0;
+    };
+    auto streams = std::make_shared<std::vector<ChoiceStream>>(size_t(r.n));
     // Called until it returns false; a write that fails (the client left)
     // cancels the job.
-    res.stream = [this, job, chunk, sent_first, format, reply, sent, id, path = req.path](const StreamWrite& write) {
+    res.stream = [this, job, chunk, format, streams, id, want_logprobs, path = req.path](const StreamWrite& write) {
             auto send = [&](const Json& j) { return write("data: " + j.dump() + "\n\n"); };
-            std::string text;
-            const bool done = job->wait(&text, 0.5);
-            ParsedReply parsed;
-            if (format != ToolFormat::None) {
-                *reply += text;
-                const size_t free = tool_free_prefix(format, *reply);
-                if (done) parsed = parse_tool_calls(format, *reply, job->request.tools);
-                const size_t upto = done && parsed.calls.empty() ? reply->size() : std::max(free, *sent);
-                text = reply->substr(*sent, upto - *sent);
-                *sent = upto;
-            }
+            std::vector<JobOutput> out;
+            const bool done = job->wait(&out, 0.5);
             const bool include_usage = job->request.include_usage;
             auto with_usage = [&](Json c) {
                 if (include_usage) c["usage"] = Json();
                 return c;
             };
-            if (!*sent_first || !text.empty()) {
-                if (!send(with_usage(chunk(text, "", !*sent_first)))) {
-                    job->cancelled = true;
-                    return false;
+            if (out.empty() && !done) {
+                // Nothing new: the first chunk of choice 0 still tells the
+                // client the reply has begun.
+                ChoiceStream& cs = (*streams)[0];
+                if (cs.sent_first) return true;
+                JobOutput o;
+                out.push_back(o);
+            }
+            for (const JobOutput& o : out) {
+                ChoiceStream& cs = (*streams)[size_t(o.choice)];
+                std::string text = o.text;
+                const bool ended = !o.finish_reason.empty();
+                ParsedReply parsed;
+                if (format != ToolFormat::None) {
+                    cs.reply += text;
+                    const size_t free = tool_free_prefix(format, cs.reply);
+                    if (ended) parsed = parse_tool_calls(format, cs.reply, job->request.tools);
+                    const size_t upto = ended && parsed.calls.empty() ? cs.reply.size() : std::max(free, cs.sent);
+                    text = cs.reply.substr(cs.sent, upto - cs.sent);
+                    cs.sent = upto;
                 }
-                *sent_first = true;
+                if (!cs.sent_first || !text.empty() || !o.logprobs.empty()) {
+                    const std::vector<TokenLogprob>* lp = want_logprobs ? &o.logprobs : nullptr;
+                    if (!send(with_usage(chunk(o.choice, text, "", !cs.sent_first, lp, &cs.offset)))) {
+                        job->cancelled = true;
+                        return false;
+                    }
+                    cs.sent_first = true;
+                }
+                if (!ended) continue;
+                std::string reason = o.finish_reason;
+                if (!parsed.calls.empty()) {
+                    Json c = chunk(o.choice, "", "", false, nullptr, nullptr);
+                    Json delta = Json::object();
+                    delta["tool_calls"] = tool_calls_json(parsed.calls, id, true);
+                    c["choices"].as_array()[0]["delta"] = delta;
+                    send(with_usage(c));
+                    reason = "tool_calls";
+                }
+                send(with_usage(chunk(o.choice, "", reason, false, nullptr, nullptr)));
             }
             if (!done) return true;
             if (!job->error.empty()) {
@@ -606,18 +714,8 @@ void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, bool 
                 }
                 return false;
             }
-            std::string reason = job->finish_reason;
-            if (!parsed.calls.empty()) {
-                Json c = chunk("", "", false);
-                Json delta = Json::object();
-                delta["tool_calls"] = tool_calls_json(parsed.calls, id, true);
-                c["choices"].as_array()[0]["delta"] = delta;
-                send(with_usage(c));
-                reason = "tool_calls";
-            }
-            send(with_usage(chunk("", reason, false)));
             if (include_usage) {
-                Json u = chunk("", "", false);
+                Json u = chunk(0, "", "", false, nullptr, nullptr);
                 u["choices"] = Json::array();
                 u["usage"] = usage_json(job->usage);
                 send(u);

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <random>
 
+#include "server/json_schema.h"
+
 namespace ms {
 
 namespace {
@@ -63,6 +65,100 @@ bool boolean(const Json& body, const char* name, bool def) {
     return v->as_bool();
 }
 
+constexpr int64_t kMaxChoices = 16;
+
+// logit_bias: {"token id": bias in [-100, 100]}.
+void parse_logit_bias(const Json& body, const RequestDefaults& d, SamplerParams* p) {
+    const Json* b = field(body, "logit_bias");
+    if (!b) return;
+    if (!b->is_object()) bad("logit_bias", std::string("'logit_bias' must be an object, not ") + kind_name(*b));
+    if (b->size() > 1024) bad("logit_bias", "'logit_bias' takes at most 1024 tokens");
+    for (const auto& [key, v] : b->as_object()) {
+        const std::string at = "logit_bias." + key;
+        size_t used = 0;
+        long long id = -1;
+        try {
+            id = std::stoll(key, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (key.empty() || used != key.size() || key[0] == '+' || key[0] == ' ' || id < 0 || id >= d.n_vocab) {
+            bad(at, "'logit_bias' keys must be token ids from 0 to " + std::to_string(d.n_vocab - 1) + ", not '" + key + "'");
+        }
+        if (!v.is_number() || !(v.as_number() >= -100 && v.as_number() <= 100)) {
+            bad(at, "'" + at + "' must be a number from -100 to 100");
+        }
+        p->logit_bias.emplace_back(int32_t(id), float(v.as_number()));
+    }
+}
+
+// The reply's grammar: response_format (OpenAI) or llama-server's grammar
+// (GBNF text) or json_schema; at most one of them.
+void parse_constraint(const Json& body, GenerationRequest* r) {
+    std::string gbnf, from;
+    auto schema_grammar = [&](const Json& schema, const std::string& param) {
+        try {
+            return json_schema_to_gbnf(schema);
+        } catch (const std::runtime_error& e) {
+            bad(param, e.what());
+        }
+    };
+    if (const Json* f = field(body, "response_format")) {
+        const Json* type = f->is_object() ? f->find("type") : nullptr;
+        const std::string t = type && type->is_string() ? type->as_string() : "";
+        if (t == "json_object") {
+            gbnf = json_object_gbnf();
+        } else if (t == "json_schema") {
+            const Json* js = f->find("json_schema");
+            const Json* schema = js && js->is_object() ? js->find("schema") : nullptr;
+            if (!schema) bad("response_format", "response_format json_schema needs 'json_schema': {'schema': {...}}");
+            gbnf = schema_grammar(*schema, "response_format.json_schema.schema");
+        } else if (t != "text") {
+            bad("response_format", "'response_format' must be {\"type\": \"text\"}, \"json_object\" or \"json_schema\"");
+        }
+        if (!gbnf.empty()) from = "response_format";
+    }
+    if (const Json* g = field(body, "grammar")) {
+        if (!from.empty()) bad("grammar", "'grammar' and '" + from + "' cannot both be given");
+        if (!g->is_string()) bad("grammar", std::string("'grammar' must be a string (GBNF), not ") + kind_name(*g));
+        gbnf = g->as_string();
+        from = "grammar";
+    }
+    if (const Json* js = field(body, "json_schema")) {
+        if (!from.empty()) bad("json_schema", "'json_schema' and '" + from + "' cannot both be given");
+        gbnf = schema_grammar(*js, "json_schema");
+        from = "json_schema";
+    }
+    if (from.empty()) return;
+    try {
+        r->grammar = std::make_shared<const Grammar>(parse_gbnf(gbnf));
+    } catch (const GrammarError& e) {
+        bad(from, e.what());
+    }
+}
+
+// A field neither endpoint knows is refused by name: a client that sends
+// an option believes it worked.
+void refuse_unknown(const Json& body, const char* const* known, size_t n_known) {
+    if (!body.is_object()) return;
+    for (const auto& [key, v] : body.as_object()) {
+        bool ok = false;
+        for (size_t i = 0; i < n_known && !ok; i++) ok = key == known[i];
+        if (!ok) bad(key, "'" + key + "' is not supported by this server");
+    }
+}
+
+const char* const kCommonFields[] = {
+    "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "repeat_penalty", "presence_penalty",
+    "frequency_penalty", "seed", "stop", "stream", "stream_options", "ignore_eos", "logprobs", "response_format",
+    "grammar", "json_schema", "n", "logit_bias", "user", "cache_prompt"};
+
+void refuse_unknown_fields(const Json& body, std::initializer_list<const char*> extra) {
+    std::vector<const char*> known(std::begin(kCommonFields), std::end(kCommonFields));
+    known.insert(known.end(), extra.begin(), extra.end());
+    refuse_unknown(body, known.data(), known.size());
+}
+
 // Fields shared by both endpoints: model, sampling, limits, stop, stream.
 void parse_common(const Json& body, const RequestDefaults& d, GenerationRequest* r) {
     if (!body.is_object()) bad("", std::string("the request body must be a JSON object, not ") + kind_name(body));
@@ -73,8 +169,7 @@ void parse_common(const Json& body, const RequestDefaults& d, GenerationRequest*
                                     d.model_id + "'", "model", "invalid_request_error", "model_not_found");
         }
     }
-    const int64_t n = integer(body, "n", 1, 128, 1);
-    if (n != 1) bad("n", "only n = 1 is supported: one choice per request");
+    r->n = int(integer(body, "n", 1, kMaxChoices, 1));
     // max_completion_tokens is the newer name of max_tokens in chat.
     const char* limit_name = field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     // Past the context left it is capped by the server (as llama-server), not refused.
@@ -124,13 +219,14 @@ void parse_common(const Json& body, const RequestDefaults& d, GenerationRequest*
         if (!so->is_object()) bad("stream_options", std::string("'stream_options' must be an object, not ") + kind_name(*so));
         r->include_usage = boolean(*so, "include_usage", false);
     }
-    if (boolean(body, "logprobs", false)) bad("logprobs", "logprobs are not supported");
-    if (const Json* f = field(body, "response_format")) {
-        const Json* type = f->is_object() ? f->find("type") : nullptr;
-        if (!type || !type->is_string() || type->as_string() != "text") {
-            bad("response_format", "only response_format {\"type\": \"text\"} is supported");
-        }
+    if (const Json* c = field(body, "cache_prompt"); c && !(c->is_bool() && c->as_bool())) {
+        bad("cache_prompt", "'cache_prompt' can only be true: the server always reuses a slot's cached prefix");
     }
+    if (const Json* u = field(body, "user"); u && !u->is_string()) {
+        bad("user", std::string("'user' must be a string, not ") + kind_name(*u));
+    }
+    parse_logit_bias(body, d, &p);
+    parse_constraint(body, r);
 }
 
 // tools: [{"type": "function", "function": {"name", "description"?,
@@ -261,8 +357,13 @@ Json parse_body(const std::string& body, size_t max_body_bytes) {
 GenerationRequest parse_chat_request(const Json& body, const RequestDefaults& d) {
     GenerationRequest r;
     r.chat = true;
+    refuse_unknown_fields(body, {"messages", "top_logprobs", "tools", "tool_choice"});
     parse_common(body, d, &r);
     parse_tools(body, &r);
+    const int64_t top = integer(body, "top_logprobs", 0, 20, 0);
+    if (boolean(body, "logprobs", false)) r.logprobs = int(top);
+    else if (field(body, "top_logprobs")) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (r.grammar && !r.tools.is_null()) bad("tools", "'tools' cannot be combined with a response format or grammar");
     const Json* msgs = body.find("messages");
     if (!msgs) bad("messages", "'messages' is required");
     if (!msgs->is_array() || msgs->size() == 0) bad("messages", "'messages' must be a non-empty array");
@@ -302,7 +403,12 @@ GenerationRequest parse_completion_request(const Json& body, const RequestDefaul
     GenerationRequest r;
     r.chat = false;
     r.max_tokens = 16;  // OpenAI's default for completions
+    refuse_unknown_fields(body, {"prompt", "echo", "suffix", "best_of"});
     parse_common(body, d, &r);
+    r.logprobs = int(integer(body, "logprobs", 0, 20, -1));
+    if (field(body, "best_of") && integer(body, "best_of", 1, kMaxChoices, 1) != r.n) {
+        bad("best_of", "'best_of' other than n is not supported (no ranking of choices)");
+    }
     const Json* p = body.find("prompt");
     if (!p) bad("prompt", "'prompt' is required");
     if (p->is_string()) {

@@ -3,11 +3,13 @@
 // JSON error a bad request gets. Nothing here touches the model.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "json/json.h"
+#include "sampling/grammar.h"
 #include "sampling/sampler.h"
 
 namespace ms {
@@ -36,6 +38,7 @@ Json parse_body(const std::string& body, size_t max_body_bytes);
 struct RequestDefaults {
     std::string model_id;       // the one model served; a request naming another gets 404
     int64_t n_ctx = 0;          // context of each slot: the bound on prompt + max_tokens
+    int64_t n_vocab = 0;        // logit_bias keys must be below it
     SamplerParams sampling;     // from the command line; fields of the request override them
 };
 
@@ -55,10 +58,18 @@ struct GenerationRequest {
     // are not enforced: nothing constrains what the model writes.
     Json tools;
     bool show_control = false;  // the reply's text keeps control tokens (tool-call markers that are)
+    // What the reply must be a sentence of (response_format json_object or
+    // json_schema, or llama-server's grammar / json_schema); null: free text.
+    std::shared_ptr<const Grammar> grammar;
+    // -1: no logprobs; else each token's log-probability and this many of
+    // the most likely alternatives (chat: top_logprobs; completions: logprobs).
+    int logprobs = -1;
+    int n = 1;                  // choices, each sampled after one evaluation of the prompt
 };
 
 // POST /v1/chat/completions and POST /v1/completions bodies. Throw ApiError
-// (400 wrong type or value, naming the field; 404 unknown model).
+// (400 wrong type or value, or a field this server does not know, naming the
+// field; 404 unknown model).
 GenerationRequest parse_chat_request(const Json& body, const RequestDefaults& d);
 GenerationRequest parse_completion_request(const Json& body, const RequestDefaults& d);
 

@@ -12,7 +12,10 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <cmath>
+#include <fstream>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "../model/golden.h"
@@ -306,7 +309,27 @@ TEST(Serve, BadRequestsGetOpenAIErrorsAndTheServerGoesOn) {
         {chat, "{" + msgs + ", \"max_tokens\": 1e300}", 400, "max_tokens"},
         {chat, "{" + msgs + ", \"max_tokens\": 2.5}", 400, "max_tokens"},
         {chat, "{" + msgs + ", \"stop\": [1]}", 400, "stop"},
-        {chat, "{" + msgs + ", \"n\": 3}", 400, "n"},
+        {chat, "{" + msgs + ", \"n\": 0}", 400, "n"},
+        {chat, "{" + msgs + ", \"n\": 17}", 400, "n"},
+        {chat, "{" + msgs + ", \"functions\": []}", 400, "functions"},
+        {chat, "{" + msgs + ", \"id_slot\": 0}", 400, "id_slot"},
+        {chat, "{" + msgs + ", \"chat_template_kwargs\": {}}", 400, "chat_template_kwargs"},
+        {chat, "{" + msgs + ", \"cache_prompt\": false}", 400, "cache_prompt"},
+        {chat, "{" + msgs + ", \"logprobs\": 3}", 400, "logprobs"},
+        {chat, "{" + msgs + ", \"logprobs\": true, \"top_logprobs\": 21}", 400, "top_logprobs"},
+        {chat, "{" + msgs + ", \"top_logprobs\": 2}", 400, "top_logprobs"},
+        {chat, "{" + msgs + ", \"logit_bias\": {\"abc\": 1}}", 400, "logit_bias.abc"},
+        {chat, "{" + msgs + ", \"logit_bias\": {\"5\": \"x\"}}", 400, "logit_bias.5"},
+        {chat, "{" + msgs + ", \"logit_bias\": {\"5\": 101}}", 400, "logit_bias.5"},
+        {chat, "{" + msgs + ", \"logit_bias\": {\"99999999\": 1}}", 400, "logit_bias.99999999"},
+        {chat, "{" + msgs + ", \"response_format\": {\"type\": \"xml\"}}", 400, "response_format"},
+        {chat, "{" + msgs + R"(, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a"}}}})", 400, "response_format.json_schema.schema"},
+        {chat, "{" + msgs + ", \"grammar\": \"root ::= (\"}", 400, "grammar"},
+        {chat, "{" + msgs + ", \"grammar\": \"root ::= root\"}", 400, "grammar"},
+        {chat, "{" + msgs + ", \"grammar\": \"root ::= \\\"a\\\"\", \"json_schema\": {}}", 400, "json_schema"},
+        {comp, R"({"prompt": "x", "best_of": 2})", 400, "best_of"},
+        {comp, R"({"prompt": "x", "logprobs": true})", 400, "logprobs"},
+        {comp, R"({"prompt": "x", "frobnicate": 1})", 400, "frobnicate"},
         {chat, "{" + msgs + ", \"stream\": \"yes\"}", 400, "stream"},
         {chat, "{" + msgs + ", \"tools\": [{\"type\": \"function\"}]}", 400, "tools[0]"},  // a tool without a function
         {chat, "{" + msgs + ", \"model\": \"gpt-4o\"}", 404, "model"},
@@ -335,6 +358,218 @@ TEST(Serve, BadRequestsGetOpenAIErrorsAndTheServerGoesOn) {
     ASSERT_EQ(capped, 200) << cj.dump();
     EXPECT_EQ(cj.at("choices")[0].at("finish_reason").as_string(), "length");
     EXPECT_EQ(cj.at("usage").at("prompt_tokens").as_int() + cj.at("usage").at("completion_tokens").as_int(), 512);
+}
+
+// The logprobs of a greedy completion are the log-softmax of what
+// `moestream logits` writes for the same prompt and continuation.
+TEST(Serve, LogprobsAreTheLogitsCommandsSoftmax) {
+    TestServer s(1, 4);
+    const std::string prompt = "The capital of France is";
+    auto [status, j] = s.post("/v1/completions", R"({"prompt": ")" + prompt +
+                                                     R"(", "max_tokens": 3, "temperature": 0, "ignore_eos": true, "logprobs": 5})");
+    ASSERT_EQ(status, 200) << j.dump();
+    const Json& lp = j.at("choices")[0].at("logprobs");
+    ASSERT_EQ(lp.at("token_logprobs").size(), 3u);
+
+    // `make tsan` builds this test alone, without the moestream binary.
+    if (access(MOESTREAM_BINARY, X_OK) != 0) GTEST_SKIP() << MOESTREAM_BINARY << " is not built here";
+    const std::string prefix = testing::TempDir() + "serve_logprobs";
+    const std::string cmd = std::string(MOESTREAM_BINARY) + " logits -m " + golden::models_dir() + "/" + kModel +
+                            ".gguf -p '" + prompt + "' -o " + prefix + " -n 2 --kv-type f16 -c 512 -t 1 >/dev/null 2>&1";
+    ASSERT_EQ(system(cmd.c_str()), 0) << cmd;
+    std::ifstream meta_file(prefix + ".json");
+    const Json meta = Json::parse(std::string(std::istreambuf_iterator<char>(meta_file), {}));
+    const int64_t n_vocab = meta.at("n_vocab").as_int();
+    const size_t n_prompt = meta.at("prompt_tokens").size();
+    ASSERT_EQ(int64_t(n_prompt), j.at("usage").at("prompt_tokens").as_int());
+    auto rows = [&](const std::string& path, size_t n) {
+        std::ifstream f(path, std::ios::binary);
+        std::vector<float> v(n * size_t(n_vocab));
+        f.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * 4));
+        EXPECT_TRUE(f) << path;
+        return v;
+    };
+    const std::vector<float> prompt_rows = rows(prefix + ".logits.f32", n_prompt), gen = rows(prefix + ".gen.f32", 2);
+    const Json& greedy = meta.at("greedy_tokens");
+    const Tokenizer& tok = s.engine->session().tokenizer();
+    // A token as the API shows it: U+FFFD for a piece of a character.
+    auto shown = [&](int64_t id) {
+        StreamDecoder d(tok, true);
+        std::string text = d.push(int32_t(id));
+        return text + d.flush();
+    };
+    for (size_t step = 0; step < 3; step++) {
+        const float* row = step == 0 ? &prompt_rows[(n_prompt - 1) * size_t(n_vocab)] : &gen[(step - 1) * size_t(n_vocab)];
+        double max = row[0], sum = 0;
+        for (int64_t i = 0; i < n_vocab; i++) max = std::max(max, double(row[i]));
+        for (int64_t i = 0; i < n_vocab; i++) sum += std::exp(double(row[i]) - max);
+        auto ref = [&](int64_t id) { return double(row[id]) - max - std::log(sum); };
+        const int64_t t = std::max_element(row, row + n_vocab) - row;  // the greedy token
+        if (step < greedy.size()) {
+            EXPECT_EQ(greedy[step].as_int(), t);
+        }
+        EXPECT_EQ(lp.at("tokens")[step].as_string(), shown(t)) << step;
+        EXPECT_NEAR(lp.at("token_logprobs")[step].as_number(), ref(t), 2e-3) << step;
+        // The top 5, best first, are the reference's 5 largest.
+        std::vector<int64_t> order(static_cast<size_t>(n_vocab));
+        for (int64_t i = 0; i < n_vocab; i++) order[size_t(i)] = i;
+        std::partial_sort(order.begin(), order.begin() + 5, order.end(), [&](int64_t a, int64_t b) { return row[a] > row[b]; });
+        const Json& top = lp.at("top_logprobs")[step];
+        std::set<std::string> keys;
+        for (int k = 0; k < 5; k++) keys.insert(shown(order[size_t(k)]));
+        ASSERT_EQ(top.size(), keys.size());
+        for (int k = 0; k < 5; k++) {
+            const Json* v = top.find(shown(order[size_t(k)]));
+            ASSERT_TRUE(v) << "step " << step << " rank " << k;
+            // Two byte tokens may share the key U+FFFD: the value is then the better one's.
+            if (keys.size() == 5) {
+                EXPECT_NEAR(v->as_number(), ref(order[size_t(k)]), 2e-3);
+            }
+        }
+    }
+    // Chat's shape: content[i] with token, logprob, bytes, top_logprobs.
+    auto [cs, cj] = s.post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+                                                      "logprobs": true, "top_logprobs": 2})");
+    ASSERT_EQ(cs, 200) << cj.dump();
+    const Json& content = cj.at("choices")[0].at("logprobs").at("content");
+    ASSERT_GE(content.size(), 1u);
+    EXPECT_TRUE(content[0].at("logprob").as_number() <= 0);
+    EXPECT_EQ(content[0].at("top_logprobs").size(), 2u);
+    EXPECT_TRUE(content[0].at("bytes").is_array());
+}
+
+// n choices: one evaluation of the prompt, n different replies.
+TEST(Serve, NChoicesShareOnePromptEvaluation) {
+    TestServer s(1, 4);
+    const double prefilled = s.metric("moestream_prefill_tokens_total");
+    auto [status, j] = s.post("/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 4, "n": 3, "seed": 5,
+                                                     "temperature": 1.5, "top_k": 0, "top_p": 1, "min_p": 0, "ignore_eos": true})");
+    ASSERT_EQ(status, 200) << j.dump();
+    const Json& choices = j.at("choices");
+    ASSERT_EQ(choices.size(), 3u);
+    std::set<std::string> texts;
+    for (size_t i = 0; i < 3; i++) {
+        EXPECT_EQ(choices[i].at("index").as_int(), int64_t(i));
+        EXPECT_EQ(choices[i].at("finish_reason").as_string(), "length");
+        texts.insert(choices[i].at("text").as_string());
+    }
+    EXPECT_EQ(texts.size(), 3u) << j.dump();
+    EXPECT_EQ(j.at("usage").at("completion_tokens").as_int(), 12);
+    EXPECT_EQ(s.metric("moestream_prefill_tokens_total") - prefilled, double(j.at("usage").at("prompt_tokens").as_int()));
+
+    // Streamed: chunks of both choices, each ending with its finish_reason,
+    // with the logprobs of the tokens they carry.
+    httplib::Client c = s.client();
+    auto res = c.Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
+                                                 "n": 2, "stream": true, "ignore_eos": true, "logprobs": true})",
+                      "application/json");
+    ASSERT_TRUE(res);
+    int finished[2] = {0, 0};
+    size_t logprobs[2] = {0, 0};
+    size_t at = 0;
+    while ((at = res->body.find("data: {", at)) != std::string::npos) {
+        const size_t end = res->body.find("\n\n", at);
+        const Json chunk = Json::parse(res->body.substr(at + 6, end - at - 6));
+        at = end;
+        const Json& ch = chunk.at("choices")[0];
+        if (!ch.at("finish_reason").is_null()) finished[ch.at("index").as_int()]++;
+        if (!ch.at("logprobs").is_null()) {
+            for (const Json& e : ch.at("logprobs").at("content").as_array()) {
+                EXPECT_LE(e.at("logprob").as_number(), 0.0);
+                logprobs[ch.at("index").as_int()]++;
+            }
+        }
+    }
+    EXPECT_EQ(finished[0], 1);
+    EXPECT_EQ(finished[1], 1);
+    // One per token but an end-of-generation one (ignore_eos lets those through).
+    EXPECT_TRUE(logprobs[0] >= 1 && logprobs[0] <= 3) << res->body;
+    EXPECT_TRUE(logprobs[1] >= 1 && logprobs[1] <= 3) << res->body;
+}
+
+TEST(Serve, LogitBiasForcesAndForbidsTokens) {
+    TestServer s(1, 4);
+    const Tokenizer& tok = s.engine->session().tokenizer();
+    const int32_t forced = tok.encode(" blue", false, false).at(0);
+    auto [status, j] = s.post("/v1/completions", R"({"prompt": "Hello", "max_tokens": 3, "temperature": 1, "ignore_eos": true,
+                                                     "logit_bias": {")" + std::to_string(forced) + R"(": 100}})");
+    ASSERT_EQ(status, 200) << j.dump();
+    EXPECT_EQ(j.at("choices")[0].at("text").as_string(), tok.piece(forced) + tok.piece(forced) + tok.piece(forced));
+
+    // Greedy, then greedy with the best token banned: the second best.
+    auto [s1, g] = s.post("/v1/completions", R"({"prompt": "Hello", "max_tokens": 1, "temperature": 0, "logprobs": 2})");
+    ASSERT_EQ(s1, 200) << g.dump();
+    const std::string best = g.at("choices")[0].at("text").as_string();
+    const Json& top = g.at("choices")[0].at("logprobs").at("top_logprobs")[0];
+    std::string second;
+    for (const auto& [k, v] : top.as_object())
+        if (k != best) second = k;
+    const int32_t best_id = tok.encode(best, false, false).at(0);
+    ASSERT_EQ(tok.piece(best_id), best);
+    auto [s2, b] = s.post("/v1/completions", R"({"prompt": "Hello", "max_tokens": 1, "temperature": 0, "logit_bias": {")" +
+                                                 std::to_string(best_id) + R"(": -100}})");
+    ASSERT_EQ(s2, 200) << b.dump();
+    EXPECT_EQ(b.at("choices")[0].at("text").as_string(), second);
+}
+
+// Constrained replies parse as what was asked for, streamed or not, chat
+// or completion (the golden model is random-weight: only the mask makes
+// its output JSON).
+TEST(Serve, ResponseFormatAndGrammarConstrainTheReply) {
+    TestServer s(1, 4);
+    const std::string schema = R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 6},
+        "tags": {"type": "array", "items": {"enum": ["a", "b", 3]}, "maxItems": 2}, "ok": {"type": "boolean"}},
+        "required": ["name", "ok"], "additionalProperties": false})";
+    const std::string bodies[] = {
+        R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 200, "temperature": 1, "seed": 1,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": true, "schema": )" + schema + "}}}",
+        R"({"prompt": "A", "max_tokens": 200, "temperature": 1, "seed": 2, "json_schema": )" + schema + "}",
+        R"({"prompt": "B", "max_tokens": 200, "temperature": 1, "seed": 3, "stream": true, "json_schema": )" + schema + "}",
+    };
+    for (int i = 0; i < 3; i++) {
+        const std::string path = i == 0 ? "/v1/chat/completions" : "/v1/completions";
+        std::string text, reason;
+        if (i == 2) {
+            auto res = s.client().Post(path.c_str(), bodies[i], "application/json");
+            ASSERT_TRUE(res);
+            size_t at = 0;
+            while ((at = res->body.find("data: {", at)) != std::string::npos) {
+                const size_t end = res->body.find("\n\n", at);
+                const Json ch = Json::parse(res->body.substr(at + 6, end - at - 6)).at("choices")[0];
+                at = end;
+                text += ch.at("text").as_string();
+                if (!ch.at("finish_reason").is_null()) reason = ch.at("finish_reason").as_string();
+            }
+        } else {
+            auto [status, j] = s.post(path, bodies[i]);
+            ASSERT_EQ(status, 200) << j.dump();
+            const Json& ch = j.at("choices")[0];
+            text = i == 0 ? ch.at("message").at("content").as_string() : ch.at("text").as_string();
+            reason = ch.at("finish_reason").as_string();
+        }
+        EXPECT_EQ(reason, "stop") << text;
+        Json doc;
+        ASSERT_NO_THROW(doc = Json::parse(text)) << text;
+        EXPECT_TRUE(doc.at("name").is_string() && doc.at("name").as_string().size() <= 12) << text;
+        EXPECT_TRUE(doc.at("ok").is_bool()) << text;
+        for (const auto& [k, v] : doc.as_object()) EXPECT_TRUE(k == "name" || k == "tags" || k == "ok") << text;
+    }
+    auto [status, j] = s.post("/v1/completions", R"({"prompt": "Q", "max_tokens": 20, "temperature": 1, "n": 4,
+                                                     "grammar": "root ::= (\"yes\" | \"no\") \"!\""})");
+    ASSERT_EQ(status, 200) << j.dump();
+    ASSERT_EQ(j.at("choices").size(), 4u);
+    for (const Json& ch : j.at("choices").as_array()) {  // each choice starts the grammar afresh
+        const std::string t = ch.at("text").as_string();
+        EXPECT_TRUE(t == "yes!" || t == "no!") << t;
+        EXPECT_EQ(ch.at("finish_reason").as_string(), "stop");
+    }
+    auto [os, oj] = s.post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 300,
+                                                       "temperature": 0.8, "response_format": {"type": "json_object"}})");
+    ASSERT_EQ(os, 200) << oj.dump();
+    const Json& och = oj.at("choices")[0];
+    if (och.at("finish_reason").as_string() == "stop") {
+        EXPECT_TRUE(Json::parse(och.at("message").at("content").as_string()).is_object());
+    }
 }
 
 TEST(Serve, ApiKey) {
@@ -391,8 +626,8 @@ TEST(Serve, ASequenceStopsWithinOneTokenOfItsClientLeaving) {
     std::atomic<int> polls{0};
     job->client_alive = [&] { return ++polls <= 5; };  // 1 prefill + 4 tokens, then gone
     ASSERT_TRUE(s.engine->submit(job));
-    std::string text;
-    while (!job->wait(&text, 1.0)) {
+    std::vector<JobOutput> out;
+    while (!job->wait(&out, 1.0)) {
     }
     EXPECT_EQ(job->error, "cancelled");
     EXPECT_EQ(job->usage.completion_tokens, 4);

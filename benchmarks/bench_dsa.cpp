@@ -56,7 +56,7 @@ void bm_dense(benchmark::State& st, int threads) {
     const std::vector<float> q = random_floats(size_t(kHeads * kRow), 2);
     std::vector<float> out(size_t(kHeads * kLatent));
     ThreadPool pool(threads);
-    AlignedBuffer scratch(size_t(threads) * attention_scratch_floats(kLatentShape, n_ctx) * 4);
+    AlignedBuffer scratch(attention_scratch_floats(kLatentShape, n_ctx, threads) * 4);
     for (auto _ : st) {
         attention(pool, kLatentShape, kv, q.data(), 1, n_ctx - 1, n_ctx, scratch.f32(), out.data());
         benchmark::DoNotOptimize(out.data());

@@ -71,7 +71,7 @@ void bm_attention(benchmark::State& st, SimdLevel level, GgmlType kv_type, int64
     }
     const std::vector<float> q = random_floats(size_t(kShape.n_head * kShape.head_dim), 3);
     ThreadPool pool(threads);
-    AlignedBuffer scratch(size_t(threads) * attention_scratch_floats(kShape, n_ctx) * 4);
+    AlignedBuffer scratch(attention_scratch_floats(kShape, n_ctx, threads) * 4);
     std::vector<float> out(size_t(kShape.n_head * kShape.head_dim_v));
     size_t l = 0;
     for (auto _ : st) {
@@ -143,7 +143,7 @@ void register_all() {
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
         for (GgmlType kv : {GgmlType::F16, GgmlType::F32}) {
-            for (int64_t n_ctx : {512, 4096}) {
+            for (int64_t n_ctx : {512, 4096, 16384}) {
                 for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
                     if (int(l) > int(best_simd_level())) continue;
                     const std::string name = std::string("attention/") + type_name(kv) + "/ctx:" + std::to_string(n_ctx) +

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <filesystem>
@@ -93,9 +94,10 @@ struct Case {
 }  // namespace
 
 std::string ModelTest::name() const {
-    if (n_gen == 0) return "pp" + std::to_string(n_prompt);
-    if (n_prompt == 0) return "tg" + std::to_string(n_gen);
-    return "pp" + std::to_string(n_prompt) + "+tg" + std::to_string(n_gen);
+    const std::string depth = n_depth > 0 ? " @ d" + std::to_string(n_depth) : "";
+    if (n_gen == 0) return "pp" + std::to_string(n_prompt) + depth;
+    if (n_prompt == 0) return "tg" + std::to_string(n_gen) + depth;
+    return "pp" + std::to_string(n_prompt) + "+tg" + std::to_string(n_gen) + depth;
 }
 
 void mean_stddev(const std::vector<double>& v, double* mean, double* stddev) {
@@ -271,8 +273,13 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
                 r[key] = value;
             }
         }
+        // A depth needs a context that holds it (run's -c is 4096 unless set).
+        const bool has_ctx = std::any_of(c.flags.begin(), c.flags.end(), [](const auto& f) { return f.first == "-c"; });
+        if (c.test.n_depth > 0 && !has_ctx)
+            extra.insert(extra.end(), {"-c", std::to_string(c.test.n_depth + c.test.n_prompt + c.test.n_gen + 1)});
         r["n_prompt"] = c.test.n_prompt;
         r["n_gen"] = c.test.n_gen;
+        r["n_depth"] = c.test.n_depth;
         r["test"] = c.test.name();
         r["test_time"] = time_now("%Y-%m-%dT%H:%M:%SZ", true);
 
@@ -294,7 +301,9 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
             q.binary = opt.binary;
             q.model = c.model->path;
             // llama-bench warms a generation test up with one token.
-            q.n_prompt = c.test.n_prompt;
+            // The depth is prompt tokens before the test's own (a warm-up
+            // skips it: it only loads the model).
+            q.n_prompt = c.test.n_prompt + (warm ? 0 : c.test.n_depth);
             q.n_gen = warm && c.test.n_gen > 0 && c.test.n_prompt == 0 ? 1 : c.test.n_gen;
             q.seed = opt.seed + uint64_t(std::max(rep_i, 0));
             q.report = strf("%s/case%zu_rep%d.json", work.c_str(), ci, rep_i);

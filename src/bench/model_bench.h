@@ -16,9 +16,10 @@
 namespace ms {
 
 // A test as llama-bench names it: pp512 (n_gen 0), tg128 (n_prompt 0),
-// pp512+tg128.
+// pp512+tg128; "tg32 @ d4096" generates after n_depth prompt tokens (their
+// prefill not timed, like llama-bench -d).
 struct ModelTest {
-    int n_prompt = 0, n_gen = 0;
+    int n_prompt = 0, n_gen = 0, n_depth = 0;
     std::string name() const;
 };
 

@@ -411,7 +411,7 @@ std::vector<std::string> split_words(const std::string& s) {
 
 int bench_model(int argc, char** argv) {
     ModelBenchOptions o;
-    std::string models, prompts = "512", gens = "128", pg, threads, batch, ctk, limit, output = "md", json, run_args;
+    std::string models, prompts = "512", gens = "128", depths = "0", pg, threads, batch, ctk, limit, output = "md", json, run_args;
     // Flags of `moestream run` that can be swept, under the same names.
     const char* run_flags[] = {"--mem", "--io", "--io-depth", "--io-threads", "--io-split", "--cache-policy",
                                "--prefetch", "--layout", "-c", "--gpu", "--gpu-mem"};
@@ -430,6 +430,9 @@ int bench_model(int argc, char** argv) {
     a.option("-p,--n-prompt", &prompts, "LIST", "prompt lengths of pp tests (0: none)");
     a.option("-n,--n-gen", &gens, "LIST", "generation lengths of tg tests (0: none)");
     a.option("-pg", &pg, "PP,TG[,PP,TG...]", "combined tests: prompt then generation, pairs");
+    a.option("-d,--n-depth", &depths, "LIST",
+             "context depths of tg tests: each generates after a prompt of D tokens whose prefill is not timed "
+             "(llama-bench's -d; run's -c is raised to hold it unless -c is given)");
     a.option("-r,--repetitions", &o.repetitions, "N", "repetitions of every case");
     a.option("-t,--threads", &threads, "LIST", "thread counts (passed to run as -t)");
     a.option("-b,--batch-size", &batch, "LIST", "prompt batch sizes (passed to run as -b)");
@@ -452,8 +455,10 @@ int bench_model(int argc, char** argv) {
     o.models = split_list(models);
     for (int p : parse_int_list("-p", prompts, 0))
         if (p > 0) o.tests.push_back({p, 0});
+    const std::vector<int> depth_list = parse_int_list("-d", depths, 0);
     for (int n : parse_int_list("-n", gens, 0))
-        if (n > 0) o.tests.push_back({0, n});
+        for (int d : depth_list)
+            if (n > 0) o.tests.push_back({0, n, d});
     if (!pg.empty()) {
         std::vector<int> v = parse_int_list("-pg", pg, 0);
         if (v.size() % 2) throw std::runtime_error("-pg: expected pairs PP,TG");

@@ -21,9 +21,9 @@ void AttentionScratch::init(const ModelConfig& c, const std::vector<AttentionLay
     qg.resize(gated ? B * size_t(2 * c.q_dim()) * 4 : 0);
     size_t floats = 0;
     for (const AttentionLayer& l : layers) {
-        floats = std::max(floats, attention_scratch_floats(attention_shape(c, l), n_ctx));
+        floats = std::max(floats, attention_scratch_floats(attention_shape(c, l), n_ctx, n_threads));
     }
-    scores.resize(size_t(n_threads) * floats * 4);
+    scores.resize(floats * 4);
 }
 
 uint64_t AttentionScratch::bytes() const {

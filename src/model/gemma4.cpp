@@ -244,7 +244,7 @@ public:
             kv_max = std::max(kv_max, size_t(l.kv_dim()));
             ff_max = std::max(ff_max, size_t(l.n_ff));
             const int64_t seen = l.swa ? std::min<int64_t>(window_, o.n_ctx) : o.n_ctx;
-            scratch = std::max(scratch, attention_scratch_floats(shape(l, window_), seen));
+            scratch = std::max(scratch, attention_scratch_floats(shape(l, window_), seen, o.n_threads));
             const Tensor* qkv[3] = {&l.wq, &l.wk, &l.wv};
             act = std::max(act, linear_many_scratch_bytes(qkv, l.kv_layer == int(il) ? (l.wv.rows ? 3 : 2) : 1, 1));
             const Tensor* mlp[2] = {&l.ffn_gate, &l.ffn_up};
@@ -284,7 +284,7 @@ public:
         st->acts.resize(act * B);
         st->cos_sin_swa.resize(T * size_t(rope_swa_.n_rot) * 4);
         st->cos_sin_full.resize(T * size_t(rope_full_.n_rot) * 4);
-        st->attn_scratch.resize(size_t(o.n_threads) * scratch * 4);
+        st->attn_scratch.resize(scratch * 4);
         st->router.resize(B * size_t(c.n_expert) * 4);
         st->ids.resize(B * size_t(c.n_expert_used) * 4);
         st->weights.resize(B * size_t(c.n_expert_used) * 4);

@@ -52,9 +52,9 @@ void MlaScratch::init(const MlaShape& s, int max_batch, int64_t n_ctx, int n_thr
     lat.resize(B * H * size_t(s.kv_lora) * 4);
     o.resize(B * H * size_t(s.v) * 4);
     const KvLayer f32_rows = mla_kv_layer(s, GgmlType::F32, nullptr);  // the widest rows
-    const size_t per_thread = top_k > 0 ? attention_selected_scratch_floats(latent_shape(s), f32_rows, top_k)
-                                        : attention_scratch_floats(latent_shape(s), n_ctx);
-    scores.resize(size_t(n_threads) * per_thread * 4);
+    const size_t floats = top_k > 0 ? size_t(n_threads) * attention_selected_scratch_floats(latent_shape(s), f32_rows, top_k)
+                                    : attention_scratch_floats(latent_shape(s), n_ctx, n_threads);
+    scores.resize(floats * 4);
 }
 
 uint64_t MlaScratch::bytes() const {

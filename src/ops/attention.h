@@ -55,25 +55,32 @@ struct AttentionShape {
     int64_t chunk = 0;
 };
 
-// Floats of per-thread scratch attention needs for contexts up to n_ctx.
-size_t attention_scratch_floats(const AttentionShape& s, int64_t n_ctx);
+// Floats of scratch attention() needs for contexts up to n_ctx on a pool of
+// n_threads.
+size_t attention_scratch_floats(const AttentionShape& s, int64_t n_ctx, int n_threads);
 
 // For each of n_tok queries (q: n_tok rows of n_head*head_dim), query t at
 // position pos0 + t attends to cache positions [0, pos0 + t] (the last
 // s.window of them for a sliding window, those of its chunk for a chunked
 // layer; a ring's tail must be at least s.window - 1 (s.chunk - 1) rows);
-// out gets n_tok rows of n_head*head_dim_v. scratch holds pool.size() times
-// attention_scratch_floats(s, n_ctx) floats. Parallel over (token, KV head),
-// with SIMD loops (AVX2, AVX-512) at the active quant/cpu.h level when
-// head_dim and head_dim_v are multiples of 16; allocates nothing.
+// out gets n_tok rows of n_head*head_dim_v. scratch holds
+// attention_scratch_floats(s, n_ctx, pool.size()) floats; allocates nothing.
+// With head_dim and head_dim_v multiples of 16 and an AVX2 or AVX-512 level
+// active (quant/cpu.h), flash-decoding: each KV head's keys and values are
+// read once for all its query heads, a block of positions at a time, the
+// blocks reduced with an online softmax and folded in order; a decoded
+// token's blocks are shared out over the threads. The cut into blocks
+// depends on the positions only, so the bits do not depend on the thread
+// count or batch; they differ from the scalar reference's by rounding
+// (fused products, a polynomial exponential; docs/performance.md).
 void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, const float* q, int64_t n_tok,
                int64_t pos0, int64_t n_ctx, float* scratch, float* out);
 
 // The dot products of n_q query rows (dim floats each, side by side) with the
 // K rows of positions [first, first + n_pos) of a one-head cache:
 // scores[h * s_stride + j] = q_h . k_{first + j}, each summed in element order
-// (the same bits at every SIMD level). With an F16 cache, q holds F16 values
-// widened. kv must not be a ring.
+// (fused products at the SIMD levels: within rounding of the scalar sums).
+// With an F16 cache, q holds F16 values widened. kv must not be a ring.
 void attention_scores(const KvLayer& kv, const float* q, int n_q, int dim, int64_t first, int64_t n_pos,
                       float* scores, int64_t s_stride);
 

@@ -25,16 +25,23 @@ inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
 inline Vec vload(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 inline void vstore(float* p, Vec v) { _mm256_storeu_ps(p, v); }
 inline Vec vmul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
-// GCC writes these intrinsics as plain vector arithmetic and, with FMA
-// enabled, fuses a multiply feeding an add into one FMA (one rounding where
-// the scalar reference has two); the empty asm hides the product from it.
-inline Vec vadd_product(Vec acc, Vec a, Vec b) {
-    Vec p = vmul(a, b);
-    __asm__("" : "+x"(p));
-    return _mm256_add_ps(acc, p);
-}
+inline Vec vadd(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 inline Vec vmax(Vec a, Vec b) { return _mm256_max_ps(a, b); }
-
+inline Vec vmin(Vec a, Vec b) { return _mm256_min_ps(a, b); }
+inline Vec vround(Vec x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline Vec vpow2(Vec n) {
+    const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+}
+inline Vec vzero_where_below(Vec v, Vec x, float limit) {
+    return _mm256_and_ps(v, _mm256_cmp_ps(x, _mm256_set1_ps(limit), _CMP_GE_OQ));
+}
+inline float hsum(Vec v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
 inline float hmax(Vec v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));

@@ -30,15 +30,19 @@ inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
 inline Vec vload(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 inline void vstore(float* p, Vec v) { _mm512_storeu_ps(p, v); }
 inline Vec vmul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
-// GCC writes these intrinsics as plain vector arithmetic and, with FMA
-// enabled, fuses a multiply feeding an add into one FMA (one rounding where
-// the scalar reference has two); the empty asm hides the product from it.
-inline Vec vadd_product(Vec acc, Vec a, Vec b) {
-    Vec p = vmul(a, b);
-    __asm__("" : "+v"(p));
-    return _mm512_add_ps(acc, p);
-}
+inline Vec vadd(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
 inline Vec vmax(Vec a, Vec b) { return _mm512_max_ps(a, b); }
+inline Vec vmin(Vec a, Vec b) { return _mm512_min_ps(a, b); }
+inline Vec vround(Vec x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline Vec vpow2(Vec n) {
+    const __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+}
+inline Vec vzero_where_below(Vec v, Vec x, float limit) {
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(limit), _CMP_GE_OQ), v);
+}
+inline float hsum(Vec v) { return _mm512_reduce_add_ps(v); }
 inline float hmax(Vec v) { return _mm512_reduce_max_ps(v); }
 
 inline Idx row_offsets(int64_t stride, int64_t n) {

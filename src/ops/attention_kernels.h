@@ -3,7 +3,8 @@
 // level. Each call serves all the query heads that share one KV head, so a
 // cache row is loaded (and widened from F16) once for the whole group rather
 // than once per head. The scalar loops in attention.cpp are the reference
-// they are tested against.
+// they are tested against, within rounding bounds (products are fused, the
+// exponentials are a polynomial: not the reference's bits).
 #pragma once
 #include <cstdint>
 
@@ -17,16 +18,24 @@ struct AttentionKernels {
                        float* scores, int64_t s_stride);
     void (*scores_f16)(const float* q, int n_q, const uint16_t* k, int64_t stride, int dim, int64_t n_pos,
                        float* scores, int64_t s_stride);
-    // x[0..n) = softmax(x * scale) with the sink logit, the same bits as
-    // ms::softmax. x has room for n rounded up to a multiple of
-    // kAttentionSimdWidth; the padding is overwritten.
-    void (*softmax)(float* x, int64_t n, float scale, float sink);
     // out[h * dim + d] = sum over j in [0, n_pos), in order, of
     // p[h * p_stride + j] * v row j [d], for h in [0, n_q).
     void (*mix_f32)(const float* p, int64_t p_stride, int n_q, const float* v, int64_t stride, int dim,
                     int64_t n_pos, float* out);
     void (*mix_f16)(const float* p, int64_t p_stride, int n_q, const uint16_t* v, int64_t stride, int dim,
                     int64_t n_pos, float* out);
+    // One block of flash-decoding: for each of n_q query heads against the
+    // n_pos keys and values (rows k_stride and v_stride elements apart),
+    // max[h] = the largest score * scale, sum[h] = the sum over j of e_j =
+    // e^(score_j * scale - max[h]), and out[h * dim_v + d] = sum of e_j *
+    // v_j[d]. scores: n_q rows of s_stride floats, s_stride at least n_pos
+    // rounded up to a multiple of kAttentionSimdWidth; overwritten.
+    void (*block_f32)(const float* q, int n_q, const float* k, int64_t k_stride, int dim, const float* v,
+                      int64_t v_stride, int dim_v, int64_t n_pos, float scale, float* scores, int64_t s_stride,
+                      float* max, float* sum, float* out);
+    void (*block_f16)(const float* q, int n_q, const uint16_t* k, int64_t k_stride, int dim, const uint16_t* v,
+                      int64_t v_stride, int dim_v, int64_t n_pos, float scale, float* scores, int64_t s_stride,
+                      float* max, float* sum, float* out);
 };
 
 // Both tables need dim (head_dim and head_dim_v) to be a multiple of this.

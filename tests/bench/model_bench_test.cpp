@@ -113,12 +113,15 @@ while [ $# -gt 0 ]; do
     --random-prompt) n="$2"; shift;;
     -n) g="$2"; shift;;
     -t) threads="$2"; shift;;
+    -c) ctx="$2"; shift;;
     --gpu-mem) gm="$2"; shift;;
     --fail) echo "fake failure: $2" >&2; exit 3;;
     "") echo "unexpected argument ''" >&2; exit 4;;
   esac
   shift
 done
+# run's context is 4096 tokens unless -c says otherwise
+[ $((n + g)) -le "${ctx:-4096}" ] || { echo "context too small for $n + $g tokens" >&2; exit 5; }
 awk -v n="$n" -v g="$g" -v t="$threads" -v gm="$gm" 'BEGIN {
   printf "{\"settings\":{\"threads\":%d},\"results\":{\"prefill_tokens\":%d,\"prefill_seconds\":%.6f,", t, n, n / 1000
   printf "\"decode_tokens\":%d,\"decode_seconds\":%.6f},", g, g / 100
@@ -209,6 +212,25 @@ TEST_F(FakeRun, RecordsHoldLlamaBenchFieldsAndOurs) {
     ms::Json j = ms::Json::parse(r.json.dump());
     EXPECT_EQ(j.at("records").size(), 6u);
     EXPECT_TRUE(j.at("machine").contains("cpu"));
+}
+
+// -d: a generation test after a prompt of D tokens, timed over the
+// generated tokens only; the run's context raised to hold them (the fake
+// fails when its context, 4096 unless -c, cannot).
+TEST_F(FakeRun, DepthTimesGenerationAfterAPrompt) {
+    ms::ModelBenchOptions o;
+    o.binary = binary;
+    o.models = {model};
+    o.tests = {{0, 16, 0}, {0, 16, 5000}};
+    o.repetitions = 1;
+    ms::ModelBenchReport r = ms::run_model_bench(o);
+    ASSERT_TRUE(r.errors.empty()) << r.errors[0];
+    ASSERT_EQ(r.records.size(), 2u);
+    EXPECT_EQ(r.records[0].at("test").as_string(), "tg16");
+    EXPECT_EQ(r.records[1].at("test").as_string(), "tg16 @ d5000");
+    EXPECT_EQ(r.records[1].at("n_depth").as_int(), 5000);
+    EXPECT_EQ(r.records[1].at("prompt_tokens_run").as_int(), 5000);
+    EXPECT_NEAR(r.records[1].at("avg_ts").as_number(), 100.0, 0.5);  // 5 s of prefill left out
 }
 
 // A run on the GPU: llama-bench's backend name, and the VRAM tier's hit

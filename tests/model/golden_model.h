@@ -1,7 +1,7 @@
 // Running a model over the golden files in tests: the model with every
 // expert in RAM, and the checks each architecture's golden test makes (prompt
 // logits and greedy steps against the reference; batch size and thread count
-// never changing a bit of the output; every SIMD level giving the same bits).
+// never changing a bit of the output; every SIMD level within the bound).
 #pragma once
 #include <gtest/gtest.h>
 
@@ -157,12 +157,13 @@ inline double state_bytes_per_position(const LoadedModel& m, int64_t from = 4096
 
 // ---- every SIMD level ------------------------------------------------------
 //
-// The AVX2 kernels take the reference engine's float steps, and the other
-// levels give their bits (quant/dot_test), so a forward pass gives the same
-// logits at every level. A level that rounds one product differently starts
-// a few 1e-7 off, but a near-tied expert choice it flips moves that token's
-// hidden state by percents, and through attention every later position's
-// logits (tracker issue 12 item 6: 2.9e-2 at AVX-512 against 1.1e-3 at AVX2).
+// The matmul kernels take the reference engine's float steps at every level
+// (quant/dot_test), but attention's SIMD loops fuse products and use a
+// polynomial exponential (docs/performance.md, "Decode attention at long
+// contexts"), so the levels differ by rounding there, and a near-tied expert
+// choice that rounding flips moves that token's hidden state by percents
+// (tracker issue 12 item 6). The contract is the golden bound at every level,
+// and exact bits across threads, batches and the store at one level.
 
 // Restores the best level however the test ends.
 struct LevelGuard {
@@ -187,23 +188,15 @@ inline std::vector<float> prompt_logits_at(const LoadedModel& m, const std::vect
     return logits;
 }
 
-// At every level: prompt logits within `bound` of the reference and, but for
-// BF16 weights where AVX512-BF16 pair dots (their own rounding) run, the AVX2
-// level's logits bit for bit.
-inline void expect_every_level_gives_avx2_logits(const Case& g, double bound) {
+// At every level: prompt logits within `bound` of the reference.
+inline void expect_every_level_within_bound(const Case& g, double bound) {
     LoadedModel m(g.gguf);
     LevelGuard guard;
-    const bool bf16_pairs = g.meta.at("type").as_string() == "BF16" && cpu_features().avx512bf16;
-    std::vector<float> avx2;
-    if (best_simd_level() >= SimdLevel::Avx2) avx2 = prompt_logits_at(m, g.prompt, SimdLevel::Avx2);
     for (SimdLevel l : simd_levels()) {
         const std::vector<float> logits = prompt_logits_at(m, g.prompt, l);
         const double err = rel_l2(logits.data(), g.logits.data(), logits.size());
         printf("%-22s %-6s prompt logits relative L2 %.3e (bound %.0e)\n", g.name.c_str(), simd_level_name(l), err, bound);
         EXPECT_LE(err, bound) << simd_level_name(l);
-        if (!avx2.empty() && !(l == SimdLevel::Avx512 && bf16_pairs)) {
-            EXPECT_EQ(0, std::memcmp(logits.data(), avx2.data(), logits.size() * 4)) << simd_level_name(l) << " vs avx2";
-        }
     }
 }
 

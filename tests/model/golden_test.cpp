@@ -2,8 +2,8 @@
 // the family: prompt logits within the README's tolerance, greedy steps
 // matching the reference's rows and tokens, and the properties the store
 // relies on (batch size and thread count never change a bit of the output);
-// every SIMD level giving the same bits, on the golden files and on a
-// qwen3moe model with Q4_K attention.
+// every SIMD level within the bound, on the golden files and on a qwen3moe
+// model with Q4_K attention.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -141,9 +141,9 @@ TEST_P(Golden, BatchAndThreadsDoNotChangeBits) {
     golden::expect_batch_and_threads_do_not_change_bits(golden::load(GetParam()));
 }
 
-TEST_P(Golden, EveryLevelWithinBoundWithTheAvx2Logits) {
+TEST_P(Golden, EveryLevelWithinBound) {
     const golden::Case g = golden::load(GetParam());
-    golden::expect_every_level_gives_avx2_logits(g, golden::tolerance(g.meta.at("type").as_string()));
+    golden::expect_every_level_within_bound(g, golden::tolerance(g.meta.at("type").as_string()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Golden, ::testing::ValuesIn(golden::runnable_models()),
@@ -177,10 +177,12 @@ TEST(FamiliesGolden, AllTypesPresent) {
 // top-4, expert FFN 256, attn_k and attn_v in Q4_K (attn_v in Q6_K on the
 // layers use_more_bits picks) where the golden file has Q8_0. No reference
 // engine made logits for it; the AVX2 level stands in, the level the golden
-// files agree with. Before the other levels took its float steps, they were
+// files agree with, and every level must be within the quantized bound of
+// it (the matmuls give the same bits at every level; attention differs by
+// rounding). Before the matmul levels took the AVX2 float steps, they were
 // this far from it here (synth as of this test's writing): seeds 1, 3, 5 at
 // AVX-512 3.2e-3, 4.2e-3, 1.8e-2, at scalar 1.9e-2, 8.2e-3, 1.8e-2.
-TEST(Qwen3MoeLevels, Q4KAttentionModelGivesTheSameLogitsAtEveryLevel) {
+TEST(Qwen3MoeLevels, Q4KAttentionModelWithinBoundAtEveryLevel) {
     if (best_simd_level() < SimdLevel::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
     golden::LevelGuard guard;
     for (uint64_t seed : {1, 3, 5}) {
@@ -205,7 +207,8 @@ TEST(Qwen3MoeLevels, Q4KAttentionModelGivesTheSameLogitsAtEveryLevel) {
             const std::vector<float> logits = golden::prompt_logits_at(m, tokens, l);
             printf("seed %d %-6s relative L2 to avx2 %.3e\n", int(seed), simd_level_name(l),
                    golden::rel_l2(logits.data(), avx2.data(), avx2.size()));
-            EXPECT_EQ(0, std::memcmp(logits.data(), avx2.data(), avx2.size() * 4)) << "seed " << seed << " " << simd_level_name(l);
+            EXPECT_LE(golden::rel_l2(logits.data(), avx2.data(), avx2.size()), golden::tolerance("Q4_K"))
+                << "seed " << seed << " " << simd_level_name(l);
         }
     }
 }

@@ -63,7 +63,7 @@ void check(int64_t chunk, int64_t n_pos, int64_t from, int64_t batch, bool ring)
     AlignedBuffer kc(size_t(cache_rows * kWidth) * 4), vc(size_t(cache_rows * kWidth) * 4);
     const KvLayer kv{GgmlType::F32, kWidth, kWidth, kc.data(), vc.data(), rows, ring ? chunk - 1 : 0};
     ThreadPool pool(2);
-    std::vector<float> scratch(size_t(pool.size()) * attention_scratch_floats(shape, n_pos));
+    std::vector<float> scratch(attention_scratch_floats(shape, n_pos, pool.size()));
     std::vector<float> got(size_t(batch * kHeads * kDim));
     int64_t checked = 0;
     for (int64_t b = 0; b < n_pos; b += batch) {

@@ -66,7 +66,7 @@ TEST(AttentionSelected, EqualsDenseAttentionOverTheChosenRows) {
                 if (set_simd_level(l) != l) continue;
                 for (int threads : {1, 2, 5}) {  // 2 and 5 split a KV head's query heads over threads
                     ThreadPool pool(threads);
-                    std::vector<float> dense_scratch(size_t(threads) * attention_scratch_floats(s, top_k));
+                    std::vector<float> dense_scratch(attention_scratch_floats(s, top_k, threads));
                     std::vector<float> want(n_out), got(n_out);
                     attention(pool, s, part.kv, q.data(), 1, top_k - 1, top_k, dense_scratch.data(), want.data());
                     std::vector<float> scratch(size_t(threads) * attention_selected_scratch_floats(s, full.kv, top_k));
@@ -98,7 +98,7 @@ TEST(AttentionSelected, EveryPositionChosenIsDenseAttention) {
         const std::vector<float> q = random_vector(size_t(n_tok * s.n_head * s.head_dim), 6, 0.5f);
         const size_t n_out = size_t(n_tok * s.n_head * s.head_dim_v);
         ThreadPool pool(2);
-        std::vector<float> dense_scratch(2 * attention_scratch_floats(s, n_tok));
+        std::vector<float> dense_scratch(attention_scratch_floats(s, n_tok, 2));
         std::vector<float> scratch(2 * attention_selected_scratch_floats(s, c.kv, int(n_tok)));
         std::vector<float> want(n_out), got(n_out);
         attention(pool, s, c.kv, q.data(), n_tok, 0, n_tok, dense_scratch.data(), want.data());

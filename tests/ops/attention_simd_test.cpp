@@ -1,8 +1,9 @@
 // The SIMD attention loops (ops/attention_kernels.h) at every level this CPU
 // runs, against double-precision sums of the same float inputs, and
-// attention() at each SIMD level against the scalar reference, which it must
-// equal bit for bit (same operations, same order; the reference's order is
-// what keeps the golden models' routing decisions).
+// attention() at each SIMD level against the scalar reference within
+// rounding bounds (bit-identity across levels is not the contract: products
+// are fused and exponentials are a polynomial), and bit-identical across
+// thread counts, batches and the flash-decoding split at a given level.
 //
 // Tolerances against double are rounding-error bounds, not fitted constants.
 // With u = 2^-24 and gamma(n) = n u / (1 - n u), any float sum of n terms is
@@ -14,6 +15,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "ops/attention.h"
@@ -151,30 +153,69 @@ TEST(AttentionSimd, MixWithinRoundingBoundAndIndependentOfBlocking) {
     }
 }
 
-// Each probability within a few ulp of softmax computed in double from the
-// same scaled floats: std::exp (half an ulp), the normalizing reciprocal and
-// product (half an ulp each), with room to spare.
-TEST(AttentionSimd, SoftmaxWithinFewUlpOfDouble) {
+// One flash-decoding block against double: the maximum is the largest
+// scaled score (within the scores' rounding bound), and out / sum, the
+// block's attention output, within the weights' and the mix's bounds. With
+// e the scores' largest error after scaling, each weight e^(s_j - max) /
+// sum is off by at most a factor e^(2e) from the scores, plus 16 ulp for the
+// polynomial exponential, the max's subtraction and the division; the mix
+// adds gamma(n_pos) of sum_j p_j |v_jd|.
+TEST(AttentionSimd, BlockWithinRoundingBoundOfDouble) {
     if (simd_levels().empty()) GTEST_SKIP() << "no AVX2 on this CPU";
     for (const Level& lv : simd_levels()) {
-        for (int64_t n : {1, 2, 15, 16, 17, 100, 4096}) {
-            for (float spread : {0.1f, 5.0f, 40.0f}) {
-                std::vector<float> x = random_vector(size_t(n), uint32_t(n + 7), spread);
-                if (n > 2) x[1] = -1e30f;  // far below the rest: exactly 0
-                const float scale = 0.37f;
-                std::vector<float> buf(size_t((n + 15) / 16 * 16), NAN);
-                std::memcpy(buf.data(), x.data(), size_t(n) * 4);
-                lv.kernels->softmax(buf.data(), n, scale, -INFINITY);
-                // As both compute it: x * scale and its difference from the
-                // max rounded to float, the rest exact.
-                float max = -INFINITY;
-                for (float v : x) max = std::max(max, v * scale);
-                double sum = 0;
-                for (float v : x) sum += std::exp(double(v * scale - max));
-                for (int64_t i = 0; i < n; i++) {
-                    const double want = std::exp(double(x[size_t(i)] * scale - max)) / sum;
-                    ASSERT_NEAR(buf[size_t(i)], want, 8 * kU * want + 1.2e-38 / sum)
-                        << simd_level_name(lv.level) << " n " << n << " spread " << spread << " i " << i;
+        for (int dim : {16, 64, 128}) {
+            for (int n_q : {1, 3, 8}) {
+                for (int64_t n_pos : {1, 15, 17, 100, 257}) {
+                    const int64_t stride = 2 * dim;
+                    const Rows k(n_pos, stride, uint32_t(dim + n_q * 7 + n_pos * 3)), v(n_pos, stride, uint32_t(n_pos + 5));
+                    std::vector<float> q = random_vector(size_t(n_q * dim), uint32_t(n_pos * 11), 2.0f);
+                    for (float& x : q) x = fp16_to_fp32(fp32_to_fp16(x));
+                    const float scale = 0.3f;
+                    const int64_t s_stride = (n_pos + 15) / 16 * 16;
+                    for (bool f16 : {false, true}) {
+                        std::vector<float> scores(static_cast<size_t>(n_q * s_stride)), max(static_cast<size_t>(n_q)), sum(static_cast<size_t>(n_q)),
+                            out(size_t(n_q * dim), NAN);
+                        const float* kk = f16 ? k.f16_values.data() : k.f32.data();
+                        const float* vv = f16 ? v.f16_values.data() : v.f32.data();
+                        if (f16) {
+                            lv.kernels->block_f16(q.data(), n_q, k.f16.data() + dim, stride, dim, v.f16.data() + dim, stride,
+                                                  dim, n_pos, scale, scores.data(), s_stride, max.data(), sum.data(), out.data());
+                        } else {
+                            lv.kernels->block_f32(q.data(), n_q, k.f32.data() + dim, stride, dim, v.f32.data() + dim, stride,
+                                                  dim, n_pos, scale, scores.data(), s_stride, max.data(), sum.data(), out.data());
+                        }
+                        for (int h = 0; h < n_q; h++) {
+                            std::vector<double> sc(static_cast<size_t>(n_pos));
+                            double want_max = -INFINITY, err = 0;
+                            for (int64_t j = 0; j < n_pos; j++) {
+                                double dot = 0, mag = 0;
+                                for (int d = 0; d < dim; d++) {
+                                    const double t = double(q[size_t(h * dim + d)]) * kk[size_t(j * stride + dim + d)];
+                                    dot += t;
+                                    mag += std::fabs(t);
+                                }
+                                sc[size_t(j)] = dot * scale;
+                                want_max = std::max(want_max, sc[size_t(j)]);
+                                err = std::max(err, (gamma(dim) * mag + kU * std::fabs(dot)) * scale);
+                            }
+                            ASSERT_LE(std::fabs(max[size_t(h)] - want_max), err) << simd_level_name(lv.level);
+                            double total = 0;
+                            for (double& x : sc) total += (x = std::exp(x - want_max));
+                            const double w_rel = std::expm1(2 * err) + 16 * kU;
+                            for (int d = 0; d < dim; d++) {
+                                double want = 0, mag = 0;
+                                for (int64_t j = 0; j < n_pos; j++) {
+                                    const double t = sc[size_t(j)] / total * vv[size_t(j * stride + dim + d)];
+                                    want += t;
+                                    mag += std::fabs(t);
+                                }
+                                const double got = double(out[size_t(h * dim + d)]) / double(sum[size_t(h)]);
+                                ASSERT_LE(std::fabs(got - want), (w_rel + gamma(n_pos)) * mag + 1e-30)
+                                    << simd_level_name(lv.level) << " f16 " << f16 << " dim " << dim << " n_q " << n_q
+                                    << " n_pos " << n_pos << " h " << h << " d " << d;
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -187,23 +228,36 @@ struct Case {
     int64_t n_tok, pos0;
 };
 
-// attention() at each SIMD level equals the scalar reference bit for bit,
-// across shapes (GQA groups of 8, 2 and 1, head_dim_v != head_dim), cache
-// types, positions (tails shorter than a vector) and batches.
-TEST(AttentionSimd, MatchesScalarReferenceBitForBit) {
+// attention() at each SIMD level within rounding of the scalar reference,
+// across shapes (GQA groups of 8, 4, 2 and 1, head_dim_v != head_dim, odd
+// lengths, windows, chunks, sinks), cache types, positions (one block, many,
+// more than 32 blocks' worth) and batches. Both are within rounding of the
+// exact result: with e the scores' error bound after scaling (gamma(head_dim)
+// of the products' magnitudes, both ways), each weight is off by a factor
+// e^(2e) plus 16 ulp, and each output element by that times sum_j p_j
+// |v_jd| <= max |v| plus the mix's gamma(n_pos) of the same; twice that
+// covers the two results.
+TEST(AttentionSimd, MatchesScalarReferenceWithinRounding) {
     if (simd_levels().empty()) GTEST_SKIP() << "no AVX2 on this CPU";
     const AttentionShape qwen30b{32, 4, 128, 128, 1.0f / std::sqrt(128.0f)};
     const AttentionShape small{4, 2, 64, 64, 0.125f};
     const AttentionShape no_gqa{6, 6, 32, 32, 0.2f};
     const AttentionShape wide_v{12, 4, 16, 48, 0.25f};
-    const float sinks[4] = {0.5f, -1.0f, 2.0f, 0.0f};
+    const AttentionShape gqa3{6, 2, 16, 16, 0.25f};
+    const float sinks[8] = {0.5f, -1.0f, 2.0f, 0.0f, 1.0f, -3.0f, 0.25f, 4.0f};
     const AttentionShape windowed_sinks{4, 2, 64, 64, 0.125f, 8, sinks};  // gpt-oss's sliding layers
+    const AttentionShape long_window{8, 1, 32, 32, 0.2f, 700, sinks};
+    AttentionShape chunked{4, 1, 16, 16, 0.25f};
+    chunked.chunk = 300;
     std::vector<Case> cases;
     for (GgmlType t : {GgmlType::F32, GgmlType::F16}) {
-        for (const AttentionShape& s : {qwen30b, small, no_gqa, wide_v, windowed_sinks}) {
+        for (const AttentionShape& s : {qwen30b, small, no_gqa, wide_v, gqa3, windowed_sinks, long_window, chunked}) {
             for (int64_t pos0 : {0, 6, 100, 1000}) cases.push_back({s, t, 1, pos0});
             cases.push_back({s, t, 9, 3});
+            cases.push_back({s, t, 5, 517});
         }
+        cases.push_back({small, t, 1, 9000});  // more blocks than kMaxBlocks' minimum length allows
+        cases.push_back({long_window, t, 3, 9000});
     }
     ThreadPool pool(2);
     for (const Case& c : cases) {
@@ -215,7 +269,14 @@ TEST(AttentionSimd, MatchesScalarReferenceBitForBit) {
         const std::vector<float> k = random_vector(size_t(n_ctx * kw), 11, 0.5f), v = random_vector(size_t(n_ctx * vw), 12);
         for (int64_t t = 0; t < n_ctx; t++) kv_store(kv, t, k.data() + t * kw, v.data() + t * vw);
         const std::vector<float> q = random_vector(size_t(c.n_tok * s.n_head * s.head_dim), 13, 0.5f);
-        std::vector<float> scratch(size_t(pool.size()) * attention_scratch_floats(s, n_ctx));
+        double q_max = 0, k_max = 0, v_max = 0;
+        for (float x : q) q_max = std::max(q_max, double(std::fabs(x)));
+        for (float x : k) k_max = std::max(k_max, double(std::fabs(x)));
+        for (float x : v) v_max = std::max(v_max, double(std::fabs(x)));
+        // |q| and |k| bound the products; F16 rounding only shrinks neither by much.
+        const double err = gamma(s.head_dim) * s.head_dim * q_max * k_max * 1.01 * s.scale;
+        const double bound = 2 * (std::expm1(2 * err) + 16 * kU + gamma(n_ctx)) * v_max;
+        std::vector<float> scratch(attention_scratch_floats(s, n_ctx, pool.size()));
         const size_t n_out = size_t(c.n_tok * s.n_head * s.head_dim_v);
         std::vector<float> want(n_out), got(n_out);
         set_simd_level(SimdLevel::Scalar);
@@ -224,9 +285,59 @@ TEST(AttentionSimd, MatchesScalarReferenceBitForBit) {
         for (const Level& lv : simd_levels()) {
             set_simd_level(lv.level);
             attention(pool, s, kv, q.data(), c.n_tok, c.pos0, n_ctx, scratch.data(), got.data());
-            EXPECT_EQ(std::memcmp(got.data(), want.data(), n_out * sizeof(float)), 0)
-                << simd_level_name(lv.level) << " " << type_name(c.kv_type) << " heads " << s.n_head << "/"
-                << s.n_head_kv << " dim " << s.head_dim << " pos0 " << c.pos0 << " n_tok " << c.n_tok;
+            double worst = 0;
+            for (size_t i = 0; i < n_out; i++) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+            EXPECT_LE(worst, bound) << simd_level_name(lv.level) << " " << type_name(c.kv_type) << " heads " << s.n_head
+                                    << "/" << s.n_head_kv << " dim " << s.head_dim << " pos0 " << c.pos0 << " n_tok "
+                                    << c.n_tok;
+        }
+        set_simd_level(best_simd_level());
+    }
+}
+
+// Random shapes (GQA ratios 1..8, odd lengths, windows, chunks, sinks)
+// at every level: the output's bits do not depend on the thread
+// count, nor on a token being decoded alone (its blocks split over the
+// threads) or in a batch (its blocks on one thread).
+TEST(AttentionSimd, BitsIndependentOfThreadsAndBatch) {
+    std::mt19937 rng(5);
+    const float sinks[64] = {0.5f, -1.0f, 2.0f, 0.0f, 1.0f, -3.0f, 0.25f, 4.0f};
+    ThreadPool pools[] = {ThreadPool(1), ThreadPool(2), ThreadPool(3), ThreadPool(5)};
+    for (int trial = 0; trial < 24; trial++) {
+        const int n_head_kv = 1 + int(rng() % 3), ratio = 1 + int(rng() % 8);
+        const int head_dim = 16 * (1 + int(rng() % 4));
+        AttentionShape s{n_head_kv * ratio, n_head_kv, head_dim, head_dim, 0.3f};
+        const int kind = int(rng() % 4);  // plain, window, chunk, sinks
+        if (kind == 1) s.window = 1 + int64_t(rng() % 700);
+        if (kind == 2) s.chunk = 1 + int64_t(rng() % 700);
+        if (kind == 3 && s.n_head <= 8) s.sinks = sinks;
+        const int64_t n_ctx = 1 + int64_t(rng() % 1500), n_tok = 1 + int64_t(rng() % 4);
+        const int64_t pos0 = n_ctx - n_tok >= 0 ? n_ctx - n_tok : 0;
+        const GgmlType type = rng() % 2 ? GgmlType::F16 : GgmlType::F32;
+        const int64_t kw = int64_t(n_head_kv) * head_dim;
+        const size_t elt = type == GgmlType::F32 ? 4 : 2;
+        AlignedBuffer kc(size_t(n_ctx * kw) * elt), vc(size_t(n_ctx * kw) * elt);
+        const KvLayer kv{type, kw, kw, kc.data(), vc.data()};
+        const std::vector<float> k = random_vector(size_t(n_ctx * kw), 31 + trial), v = random_vector(size_t(n_ctx * kw), 32);
+        for (int64_t t = 0; t < n_ctx; t++) kv_store(kv, t, k.data() + t * kw, v.data() + t * kw);
+        const std::vector<float> q = random_vector(size_t(n_tok * s.n_head * head_dim), 33 + trial);
+        const size_t row = size_t(s.n_head * head_dim);
+        for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
+            if (set_simd_level(l) != l) continue;
+            std::vector<float> first;
+            for (ThreadPool& pool : pools) {
+                std::vector<float> scratch(attention_scratch_floats(s, n_ctx, pool.size()));
+                std::vector<float> batch(size_t(n_tok) * row), one(row);
+                attention(pool, s, kv, q.data(), n_tok, pos0, n_ctx, scratch.data(), batch.data());
+                if (first.empty()) first = batch;
+                ASSERT_EQ(0, std::memcmp(first.data(), batch.data(), batch.size() * 4))
+                    << simd_level_name(l) << " threads " << pool.size() << " trial " << trial;
+                for (int64_t t = 0; t < n_tok; t++) {
+                    attention(pool, s, kv, q.data() + size_t(t) * row, 1, pos0 + t, n_ctx, scratch.data(), one.data());
+                    ASSERT_EQ(0, std::memcmp(one.data(), first.data() + size_t(t) * row, row * 4))
+                        << simd_level_name(l) << " threads " << pool.size() << " trial " << trial << " token " << t;
+                }
+            }
         }
         set_simd_level(best_simd_level());
     }
@@ -247,7 +358,7 @@ TEST(AttentionSimd, TokenAloneEqualsTokenInBatch) {
         for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
             if (set_simd_level(l) != l) continue;
             ThreadPool pool2(2), pool3(3);
-            std::vector<float> scratch(3 * attention_scratch_floats(s, n_tok));
+            std::vector<float> scratch(attention_scratch_floats(s, n_tok, 3));
             std::vector<float> all(size_t(n_tok * 8 * 64)), one(8 * 64);
             attention(pool2, s, kv, q.data(), n_tok, 0, n_tok, scratch.data(), all.data());
             for (int64_t t : {int64_t(0), int64_t(8), n_tok - 1}) {

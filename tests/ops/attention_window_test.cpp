@@ -26,7 +26,7 @@ TEST(AttentionWindow, RingEqualsTheWindowsKeysAlone) {
     const std::vector<float> v = random_vector(size_t(n_pos * kw), 32);
     const std::vector<float> q = random_vector(size_t(n_pos * 4 * 32), 33, 0.5f);
     ThreadPool pool(2);
-    std::vector<float> scratch(size_t(pool.size()) * attention_scratch_floats(plain, window));
+    std::vector<float> scratch(attention_scratch_floats(plain, window, pool.size()));
     std::vector<float> got(size_t(n_pos * 4 * 32)), want(4 * 32);
 
     for (GgmlType type : {GgmlType::F32, GgmlType::F16}) {

@@ -37,7 +37,7 @@ TEST(NoAlloc, AttentionAndLinearAllocateNothingPerCall) {
     const int64_t n_ctx = 300, kw = 4 * 128;
     const std::vector<float> k = random_vector(size_t(kw), 1), q = random_vector(32 * 128, 2);
     ThreadPool pool(2);
-    std::vector<float> scratch(2 * attention_scratch_floats(s, n_ctx)), out(32 * 128);
+    std::vector<float> scratch(attention_scratch_floats(s, n_ctx, 2)), out(32 * 128);
 
     const std::vector<float> w = random_vector(size_t(64 * 2048), 3), x = random_vector(2048, 4);
     const Tensor t{GgmlType::F32, 2048, 64, reinterpret_cast<const uint8_t*>(w.data())};

@@ -183,7 +183,7 @@ TEST(Ops, CausalGqaAttentionMatchesReference) {
             const std::vector<double> want = reference_attention(s, q, kh, vh, n_tok);
             for (int threads : {1, 3}) {
                 ThreadPool pool(threads);
-                std::vector<float> scratch(size_t(threads) * attention_scratch_floats(s, n_ctx));
+                std::vector<float> scratch(attention_scratch_floats(s, n_ctx, threads));
                 std::vector<float> out(want.size());
                 // All tokens at once, then the last token alone at its position.
                 attention(pool, s, kv, q.data(), n_tok, 0, n_ctx, scratch.data(), out.data());

@@ -48,8 +48,8 @@ const DeltaRuleKernels* step_kernels() {
 
 // out (n_q rows of dim) = p (n_q rows p_stride apart, n_pos used) times v
 // (n_pos rows `stride` apart, dim used): each sum over the rows in order,
-// products rounded first, so the attention mixing loops (the SIMD levels)
-// give the bits of the scalar loop.
+// through the attention mixing loops where the CPU has them (their products
+// are fused: within rounding of the scalar loop, not its bits).
 void mix(const float* p, int64_t p_stride, int n_q, const float* v, int64_t stride, int dim, int64_t n_pos,
          float* out) {
     const AttentionKernels* simd = nullptr;

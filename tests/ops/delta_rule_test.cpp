@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "ops/delta_rule.h"
@@ -124,7 +123,10 @@ TEST(DeltaRule, StepAndChunksFollowTheDefinition) {
     }
 }
 
-TEST(DeltaRule, EveryLevelGivesTheScalarBits) {
+// Since the attention loops fuse their products (issue 38's contract), the
+// SIMD levels no longer give the scalar loop's bits: each level follows the
+// definition (double-precision reference) within the scalar's bound.
+TEST(DeltaRule, EveryLevelFollowsTheDefinition) {
     Restore restore;
     const Case cases[] = {{128, 128, 80, 1.0f}, {32, 48, 70, 0.2f}, {16, 24, 20, 1.0f}};
     uint32_t seed = 100;
@@ -132,17 +134,19 @@ TEST(DeltaRule, EveryLevelGivesTheScalarBits) {
         const Tokens x(c.hk, c.hv, c.n, c.decay_scale, seed += 10);
         const float scale = 1.0f / std::sqrt(float(c.hk));
         const std::vector<float> S0 = random_vector(size_t(c.hk * c.hv), seed + 7, 0.1f);
+        std::vector<double> S_ref(S0.begin(), S0.end()), o_ref;
+        reference(x, S_ref, scale, o_ref);
         for (int chunk : {0, kDeltaRuleChunk}) {
-            set_simd_level(SimdLevel::Scalar);
-            std::vector<float> S_scalar = S0, o_scalar;
-            run(x, S_scalar, chunk, scale, o_scalar);
-            for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512}) {
+            for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
                 if (l > best_simd_level()) continue;
                 set_simd_level(l);
                 std::vector<float> S = S0, out;
                 run(x, S, chunk, scale, out);
-                EXPECT_EQ(0, std::memcmp(out.data(), o_scalar.data(), out.size() * 4)) << simd_level_name(l);
-                EXPECT_EQ(0, std::memcmp(S.data(), S_scalar.data(), S.size() * 4)) << simd_level_name(l);
+                const double eo = rel_l2(out, o_ref), es = rel_l2(S, S_ref);
+                printf("%-6s hk %3d hv %3d chunk %2d: output rel L2 %.2e, state %.2e\n", simd_level_name(l), c.hk,
+                       c.hv, chunk, eo, es);
+                EXPECT_LE(eo, 2e-6) << simd_level_name(l) << " chunk " << chunk;
+                EXPECT_LE(es, 2e-6) << simd_level_name(l) << " chunk " << chunk;
             }
         }
     }

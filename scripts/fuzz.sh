@@ -35,11 +35,20 @@ for h in "${harnesses[@]}"; do
   run_one "$h" &
   pid_of[$h]=$!
 done
-failed=0
+failed=()
 for h in "${harnesses[@]}"; do
   name=$(basename "$h")
   rc=0; wait "${pid_of[$h]}" || rc=$?
   echo "== $name (exit $rc)"; tail -n 14 "$build/fuzz-$name.log"
-  [ "$rc" -eq 0 ] || failed=1
+  [ "$rc" -eq 0 ] || failed+=("$name")
 done
-exit $failed
+# Last, so that a log's tail shows it: what failed, the fuzzer's own report
+# of it (the lines from its ERROR on), and the input that did it.
+for name in "${failed[@]}"; do
+  echo "== FAILED: $name"
+  sed -n '/==ERROR\|ERROR: libFuzzer\|deadly signal\|SUMMARY/,$p' "$build/fuzz-$name.log" | grep -v '^#' | head -n 40
+  ls -l "$root"/fuzz/crash-"$name"-* 2>/dev/null | tail -n 3
+done
+[ ${#failed[@]} -eq 0 ] && echo "fuzz: ${#harnesses[@]} harnesses, no crash" && exit 0
+echo "fuzz: ${#failed[@]} of ${#harnesses[@]} harnesses failed: ${failed[*]}"
+exit 1

@@ -16,6 +16,8 @@ constexpr size_t kMaxRules = 1 << 16;
 constexpr int kMaxNesting = 128;
 constexpr uint32_t kMaxRepeat = 4096;
 constexpr size_t kMaxStacks = 4096;
+constexpr size_t kMaxExpandSteps = size_t(1) << 16;  // per byte: about a millisecond
+constexpr size_t kMaxMaskSteps = size_t(1) << 22;    // per mask: well under a second
 
 using Element = Grammar::Element;
 using Sequence = std::vector<Element>;
@@ -550,6 +552,7 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shar
 void GrammarMatcher::restart() {
     nodes_.clear();
     current_.clear();
+    begin_expansion();
     for (uint32_t a : g_->rules[g_->root]) {
         if (g_->elements[a].kind == Element::End) add_unique(kBottom, &current_);
         else expand(push(a, kBottom), &current_, 0);
@@ -573,12 +576,23 @@ bool GrammarMatcher::same_stack(uint32_t a, uint32_t b) const {
     return a == b;
 }
 
+void GrammarMatcher::begin_expansion() {
+    added_.clear();
+    added_bottom_ = false;
+    expand_steps_ = 0;
+}
+
 void GrammarMatcher::add_unique(uint32_t s, std::vector<uint32_t>* out) {
-    for (uint32_t o : *out) {
-        if (o == s) return;
-        if (o != kBottom && s != kBottom && nodes_[o].hash == nodes_[s].hash && same_stack(o, s)) return;
+    if (s == kBottom) {
+        if (added_bottom_) return;
+        added_bottom_ = true;
+    } else {
+        auto [first, last] = added_.equal_range(nodes_[s].hash);
+        for (auto it = first; it != last; ++it)
+            if (it->second == s || same_stack(it->second, s)) return;
     }
     if (out->size() >= kMaxStacks) throw std::runtime_error("grammar: too ambiguous (over 4096 parses at once)");
+    if (s != kBottom) added_.emplace(nodes_[s].hash, s);
     out->push_back(s);
 }
 
@@ -597,6 +611,8 @@ void GrammarMatcher::expand(uint32_t stack, std::vector<uint32_t>* out, int dept
         return;
     }
     if (depth > int(g_->rules.size()) + 1) throw std::runtime_error("grammar: expansion too deep");
+    if (++expand_steps_ > kMaxExpandSteps)
+        throw std::runtime_error("grammar: too ambiguous (over 65536 expansion steps for one byte)");
     const uint32_t cont = g_->elements[pos + 1].kind == Element::End ? parent : push(pos + 1, parent);
     for (uint32_t a : g_->rules[e.rule]) {
         if (g_->elements[a].kind == Element::End) expand(cont, out, depth + 1);
@@ -605,6 +621,7 @@ void GrammarMatcher::expand(uint32_t stack, std::vector<uint32_t>* out, int dept
 }
 
 void GrammarMatcher::advance(const std::vector<uint32_t>& from, uint8_t byte, std::vector<uint32_t>* out) {
+    begin_expansion();
     for (uint32_t s : from) {
         if (s == kBottom) continue;
         const uint32_t pos = nodes_[s].pos, parent = nodes_[s].parent;
@@ -697,12 +714,22 @@ const std::vector<uint64_t>& GrammarMatcher::mask() {
     sets_.clear();
     set_index_.clear();
     successor_.clear();
-    visit(0, intern(current_));
-    nodes_.resize(mark);
-    sets_.clear();
-    set_index_.clear();
-    successor_.clear();
-    building_ = nullptr;
+    mask_steps_ = 0;
+    auto done = [&] {
+        nodes_.resize(mark);
+        sets_.clear();
+        set_index_.clear();
+        successor_.clear();
+        building_ = nullptr;
+    };
+    try {
+        visit(0, intern(current_));
+    } catch (...) {  // a grammar over the bounds: no half-built mask stays cached
+        done();
+        masks_.erase(key);
+        throw;
+    }
+    done();
     return m;
 }
 
@@ -735,6 +762,9 @@ uint32_t GrammarMatcher::step(uint32_t set, uint8_t byte) {
     if (auto it = successor_.find(key); it != successor_.end()) return it->second;
     scratch_.clear();
     advance(sets_[set], byte, &scratch_);
+    mask_steps_ += expand_steps_;
+    if (mask_steps_ > kMaxMaskSteps)
+        throw std::runtime_error("grammar: too ambiguous (over 4M expansion steps for one token mask)");
     const uint32_t next = scratch_.empty() ? kDead : intern(scratch_);
     successor_[key] = next;
     return next;

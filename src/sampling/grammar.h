@@ -117,6 +117,15 @@ private:
     std::unordered_map<uint64_t, std::vector<uint32_t>> set_index_;  // hash of a set -> its ids
     std::unordered_map<uint64_t, uint32_t> successor_;               // set << 8 | byte -> set (kDead: none)
     std::vector<uint32_t> scratch_;
+    // While one set of stacks is expanded (restart, advance): the stacks
+    // added so far by hash, and the expansion steps taken, so that a grammar
+    // whose alternatives multiply (nested repetitions) fails in bounded time
+    // instead of taking seconds per byte.
+    std::unordered_multimap<uint64_t, uint32_t> added_;
+    bool added_bottom_ = false;
+    size_t expand_steps_ = 0;
+    size_t mask_steps_ = 0;  // summed over the steps of one mask()
+    void begin_expansion();
     std::vector<uint64_t>* building_ = nullptr;
     std::unordered_map<std::string, std::vector<uint64_t>> masks_;
 };

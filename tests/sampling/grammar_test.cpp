@@ -149,5 +149,43 @@ ws ::= " "?
     }
 }
 
+// Nested repetitions multiply the parses of one string ("a"+ nested k deep
+// has about 2^k distinct stacks after a few a's). The matcher either answers
+// exactly or says "too ambiguous" within its step bounds; it never spends
+// unbounded time, and a refused mask is not cached half-built.
+TEST(GrammarMatcher, AmbiguousGrammarsFailWithinBounds) {
+    std::vector<std::string> vocab = {"a", "aa", "aaaa", "b"};
+    auto trie = std::make_shared<TokenTrie>(vocab);
+    for (int depth : {2, 6, 12, 24}) {
+        std::string rule = "root ::= \"a\"";
+        for (int i = 0; i < depth; i++) rule += "+";
+        rule += " \"b\"";
+        GrammarMatcher m(std::make_shared<Grammar>(parse_gbnf(rule)), trie);
+        int accepted = 0;
+        std::string error;
+        try {
+            for (; accepted < 6; accepted++) {
+                const std::vector<int32_t> mask = from_mask(m, vocab.size());
+                // At least one a, then b: b once an a is in.
+                const std::vector<int32_t> want = accepted ? std::vector<int32_t>{0, 1, 2, 3} : std::vector<int32_t>{0, 1, 2};
+                ASSERT_EQ(mask, want) << "depth " << depth;
+                ASSERT_TRUE(m.accept(2));
+            }
+        } catch (const std::runtime_error& e) {
+            error = e.what();
+        }
+        if (depth <= 6) {
+            EXPECT_EQ(error, "") << "depth " << depth;
+            EXPECT_TRUE(m.accept(3) && m.must_end());
+        } else {
+            // 2^12 stacks and more: over the bounds (which bound is met first
+            // depends on the grammar's shape).
+            EXPECT_EQ(error.rfind("grammar: too ambiguous", 0), 0u) << "depth " << depth << ": " << error;
+            // Asking again refuses again instead of returning a partial mask.
+            EXPECT_THROW(from_mask(m, vocab.size()), std::runtime_error) << "depth " << depth;
+        }
+    }
+}
+
 }  // namespace
 }  // namespace ms

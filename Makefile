@@ -2,6 +2,11 @@
 JOBS   ?= $(shell nproc)
 BUILD  ?= build
 ASAN   ?= build-asan
+# The checking builds (ASan, TSan, fuzz) keep line tables only (-g1: file and
+# line in every report, 40% less compile time than -g) and leave out the CUDA
+# backend (no GPU where they run; the Release build compiles it).
+CHECK_FLAGS := -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
+               -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DMOESTREAM_CUDA=OFF
 FUZZB  ?= build-fuzz
 FUZZ_SECONDS ?= 30
 FUZZ_LONG_SECONDS ?= 600
@@ -132,7 +137,7 @@ asan: asan-build
 	$(call golden_summary,$(ASAN))
 
 asan-build: deps
-	@cmake -S . -B $(ASAN) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESTREAM_SANITIZE=ON >/dev/null
+	@cmake -S . -B $(ASAN) -G Ninja $(CHECK_FLAGS) -DMOESTREAM_SANITIZE=ON >/dev/null
 	@cmake --build $(ASAN) -j $(JOBS)
 
 # No instruction beyond baseline x86-64 outside the dispatched kernels, in the
@@ -148,14 +153,14 @@ isa-scan: build asan-build simd-deps
 TSAN   ?= build-tsan
 TSAN_TESTS = store_store_test store_streaming_test store_io_test ops_thread_pool_test server_serve_test server_http_front_test server_demo_serve_test
 tsan: deps
-	@cmake -S . -B $(TSAN) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESTREAM_TSAN=ON >/dev/null
+	@cmake -S . -B $(TSAN) -G Ninja $(CHECK_FLAGS) -DMOESTREAM_TSAN=ON >/dev/null
 	@cmake --build $(TSAN) -j $(JOBS) --target $(TSAN_TESTS)
 	@rm -f $(TSAN)/golden-skipped.txt
 	cd $(TSAN) && for t in $(TSAN_TESTS); do MOESTREAM_SANITIZED=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" ./$$t || exit 1; done
 	$(call golden_summary,$(TSAN))
 
 fuzz: deps
-	@CC=clang CXX=clang++ cmake -S . -B $(FUZZB) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESTREAM_FUZZ=ON -DMOESTREAM_TESTS=OFF >/dev/null
+	@CC=clang CXX=clang++ cmake -S . -B $(FUZZB) -G Ninja $(CHECK_FLAGS) -DMOESTREAM_FUZZ=ON -DMOESTREAM_TESTS=OFF >/dev/null
 	@cmake --build $(FUZZB) -j $(JOBS) --target fuzzers
 	scripts/fuzz.sh $(FUZZB) $(FUZZ_SECONDS)
 

@@ -44,11 +44,13 @@ void SessionFlags::declare(Args& a, bool sampling) {
                   "come from the RAM tier (--mem, page-locked): each layer's misses are copied as it needs them "
                   "(the next layer's predicted experts copied ahead where the RAM tier holds every expert; "
                   "--gpu-ram-tier map reads them over the bus instead)");
-    a.option("--gpu-ram-tier", &gpu_ram_tier, "copy|map",
+    a.option("--gpu-ram-tier", &gpu_ram_tier, "copy|map|cpu",
              "how the GPU reaches experts not in its VRAM cache: copy, each layer's misses copied into "
              "VRAM slots; map, where the RAM tier holds every expert, the kernels read a token's misses from "
              "it over the bus and the VRAM cache is refilled between tokens (faster only on text that repeats "
-             "the same experts: docs/gpu.md)");
+             "the same experts: docs/gpu.md); cpu, in decode the host's cores (-t) compute each layer's "
+             "misses from the RAM tier while the GPU runs its hits, the VRAM cache filled with the next "
+             "layer's predicted experts (prefill copies)");
     a.option("--gpu-activations", &gpu_activations, "q8|f32",
              "activations where quantized weights meet them on the GPU: q8, 8-bit as on the CPU; "
              "f32, float32 throughout (slower; the golden files' exact/ logits are its reference)");
@@ -111,7 +113,10 @@ SessionOptions SessionFlags::options() const {
         }
         return v == b;
     };
-    g.map_ram_tier = choose("--gpu-ram-tier", gpu_ram_tier, "copy", "map");
+    if (gpu_ram_tier != "copy" && gpu_ram_tier != "map" && gpu_ram_tier != "cpu")
+        throw std::runtime_error("--gpu-ram-tier must be copy, map or cpu, not '" + gpu_ram_tier + "'");
+    g.map_ram_tier = gpu_ram_tier == "map";
+    g.cpu_misses = gpu_ram_tier == "cpu";
     g.float_activations = choose("--gpu-activations", gpu_activations, "q8", "f32");
     g.prefill_pass = !choose("--gpu-prefill", gpu_prefill, "pass", "tokens");
     g.prefetch_next_layer = !choose("--gpu-prefetch", gpu_prefetch, "on", "off");

@@ -139,6 +139,13 @@ public:
     int32_t* host_ids = nullptr;  // pinned: a layer's chosen experts, then the next layer's predicted ones
     const uint8_t** host_slots = nullptr;  // pinned: their VRAM addresses
     float* host_logits = nullptr;  // pinned: copied at DMA speed, then to the caller's buffer
+    // --gpu-ram-tier cpu: the layer's experts the GPU runs (those in VRAM)
+    // with their routing weights, by rank; the host's sum of the others.
+    DeviceMemory hit_ids, hit_weights, cpu_out;
+    // pinned, K + K + E + E floats: the routing weights, the GPU's experts'
+    // weights, the FFN input xb, the host's sum; then K ints of their ids.
+    float* host_split = nullptr;
+    MoeScratch cpu_moe;  // the host's moe_forward scratch, one token
     uint64_t host_bytes = 0;
     ~GpuState() override {
         gpu::delete_graph(graph);
@@ -147,6 +154,7 @@ public:
         gpu::release_pinned(host_slots);
         gpu::release_pinned(host_logits);
         gpu::release_pinned(host_layer_ids);
+        gpu::release_pinned(host_split);
     }
     uint64_t bytes() const override { return host_bytes; }
     // The recurrent states cannot go back: a shorter prefix is evaluated
@@ -524,6 +532,13 @@ public:
             fprintf(stderr, "gpu: mapped RAM tier: %.1f MB a token read by the kernels over the bus\n",
                     bus_read_bytes_ / 1e6 / double(tokens_));
         }
+        if (cpu_experts_ > 0) {
+            fprintf(stderr,
+                    "gpu: host-computed misses: %.1f experts a token (%.1f MB of weights), %.2f ms a token on the "
+                    "host's threads\n",
+                    double(cpu_experts_) / double(tokens_), cpu_bytes_ / 1e6 / double(tokens_),
+                    1e3 * cpu_seconds_ / double(tokens_));
+        }
         if (predicted_ > 0) {
             fprintf(stderr,
                     "gpu: next-layer prediction: %.1f%% of %llu predicted experts chosen; %llu copied ahead, %.1f%% "
@@ -544,6 +559,7 @@ public:
         g["vram_free_bytes"] = uint64_t(free_b);
         g["cuda_graphs"] = device_routed() && !profile_;
         g["ram_tier_mapped"] = mapped_;
+        g["ram_tier_mode"] = mapped_ ? "map" : options_.cpu_misses ? "cpu" : "copy";
         Json v = Json::object();
         v["slots"] = vram_.n_slots();
         v["slot_bytes"] = vram_.slot_bytes();
@@ -558,6 +574,10 @@ public:
         v["bus_read_bytes"] = bus_read_bytes_;
         v["bus_read_bytes_per_token"] = tokens_ > 0 ? double(bus_read_bytes_) / double(tokens_) : 0.0;
         v["fill_seconds"] = fill_seconds_;
+        // --gpu-ram-tier cpu: misses computed by the host's threads instead.
+        v["host_computed"] = cpu_experts_;
+        v["host_computed_bytes"] = cpu_bytes_;
+        v["host_compute_seconds"] = cpu_seconds_;
         v["tokens"] = tokens_;
         v["predicted"] = predicted_;
         v["predicted_right"] = predicted_right_;
@@ -653,6 +673,14 @@ public:
         st->layer_ids = DeviceMemory(size_t(n_run_) * K * 4);
         st->host_layer_ids = static_cast<int32_t*>(gpu::alloc_pinned(size_t(n_run_) * K * 4));
         st->host_bytes = (E + size_t(rope_.n_rot) + 2 + 2 * K + size_t(c.n_vocab)) * 4 + K * sizeof(uint8_t*);
+        if (options_.cpu_misses) {
+            st->hit_ids = DeviceMemory(K * 4);
+            st->hit_weights = DeviceMemory(K * 4);
+            st->cpu_out = DeviceMemory(E * 4);
+            st->host_split = static_cast<float*>(gpu::alloc_pinned((3 * K + 2 * E) * 4));
+            st->cpu_moe.init(expert_layers_, 1, int(K));
+            st->host_bytes += (3 * K + 2 * E) * 4 + st->cpu_moe.bytes();
+        }
         if (options_.prefill_pass && o.max_batch > 1) st->host_bytes += new_prefill_rows(st->prefill, o.max_batch);
         return st;
     }
@@ -756,10 +784,11 @@ public:
         std::call_once(uploaded_, [&] { upload(experts); });
     }
 
-    void forward(ModelState& state, ExpertSource& experts, ThreadPool&, const int32_t* tokens, int n, float* logits,
-                 bool all_logits) const override {
+    void forward(ModelState& state, ExpertSource& experts, ThreadPool& pool, const int32_t* tokens, int n,
+                 float* logits, bool all_logits) const override {
         std::call_once(uploaded_, [&] { upload(experts); });
         const TierCounts before = tier_counts();
+        pool_ = &pool;
         forward_call(static_cast<GpuState&>(state), experts, tokens, n, logits, all_logits);
         phase_counts_[n > 1 ? 0 : 1].add(tier_counts(), before);
     }
@@ -1283,7 +1312,13 @@ private:
             route_time.stop();
 
             const ExpertLayer& el = expert_layers_[size_t(il)];
-            const double io_wait = device_routed() ? 0 : fetch_experts(st, experts, il, K);
+            // --gpu-ram-tier cpu: the GPU runs the KG experts it holds, by
+            // the weights and ids in hit_*; the host the other K - KG.
+            const bool split = cpu_computes_misses();
+            const int KG = split ? split_experts(st, experts, il, K) : K;
+            const double io_wait = device_routed() || split ? 0 : fetch_experts(st, experts, il, K);
+            const float* expert_weights = split ? st.hit_weights.f32() : st.weights.f32();
+            const int32_t* expert_ids = split ? reinterpret_cast<const int32_t*>(st.hit_ids.data()) : ids;
             mark(StageProfile::kFetch, 0);
             PhaseTimer ffn_time(nullptr, Phase::ExpertCompute, il);
             // Resident or mapped: the table of every expert, indexed by the
@@ -1298,21 +1333,23 @@ private:
             // weight (as model/moe.cpp), and the sum weighs them by 1.
             gpu::Act in = {xb, xb8};
             const bool own = el.weight_input;
-            if (own) {
-                gpu::weighted_rows(xb, st.weights.f32(), 1, K, E, st.xs.f32(), s);
-                in = {st.xs.f32(), quantize(st.xs.f32(), K, E, st.xs8.data())};
+            if (own && KG > 0) {
+                gpu::weighted_rows(xb, expert_weights, 1, KG, E, st.xs.f32(), s);
+                in = {st.xs.f32(), quantize(st.xs.f32(), KG, E, st.xs8.data())};
             }
-            if (el.gate.type == el.up.type) {
-                gpu::expert_gate_up(el.gate.type, table, table_ids, K, 0, vram_.up_offset(il), F, E, in,
-                                    st.hidden.f32(), s, d.extras(clamped(), own, ids));
+            if (KG == 0) {
+                // Every chosen expert is the host's.
+            } else if (el.gate.type == el.up.type) {
+                gpu::expert_gate_up(el.gate.type, table, table_ids, KG, 0, vram_.up_offset(il), F, E, in,
+                                    st.hidden.f32(), s, d.extras(clamped(), own, expert_ids));
             } else {
-                gpu::matvec_experts(el.gate.type, table, table_ids, K, 0, F, E, in, own ? E : 0, gate, s);
-                gpu::matvec_experts(el.up.type, table, table_ids, K, vram_.up_offset(il), F, E, in, own ? E : 0,
+                gpu::matvec_experts(el.gate.type, table, table_ids, KG, 0, F, E, in, own ? E : 0, gate, s);
+                gpu::matvec_experts(el.up.type, table, table_ids, KG, vram_.up_offset(il), F, E, in, own ? E : 0,
                                     up, s);
-                gpu::swiglu(gate, up, int64_t(K) * F, st.hidden.f32(), s);
+                gpu::swiglu(gate, up, int64_t(KG) * F, st.hidden.f32(), s);
             }
-            mark(StageProfile::kGateUp, uint64_t(K) * (el.gate.bytes + el.up.bytes));
-            void* hidden8 = quantize(st.hidden.f32(), K, F, st.hidden8.data());
+            mark(StageProfile::kGateUp, uint64_t(KG) * (el.gate.bytes + el.up.bytes));
+            void* hidden8 = KG > 0 ? quantize(st.hidden.f32(), KG, F, st.hidden8.data()) : nullptr;
             // With a shared expert: the routed sum first (into zeros: the
             // same bits), the shared expert's output added to it, then the
             // residual, in the CPU's order (model/ffn_block.cpp). Adding
@@ -1320,9 +1357,18 @@ private:
             // qwen2moe-Q8_0's logits where 8-bit rows amplify it.
             float* moe_out = m.shared.empty() ? x : st.moe_out.f32();
             if (moe_out != x) gpu::fill(moe_out, 0, size_t(E) * 4, s);
-            gpu::expert_down_add(el.down.type, table, table_ids, K, vram_.down_offset(il), E, F,
-                                 {st.hidden.f32(), hidden8}, own ? st.ones.f32() : st.weights.f32(), moe_out, s,
-                                 d.extras(clamped(), own, ids));
+            if (KG > 0) {
+                gpu::expert_down_add(el.down.type, table, table_ids, KG, vram_.down_offset(il), E, F,
+                                     {st.hidden.f32(), hidden8}, own ? st.ones.f32() : expert_weights, moe_out, s,
+                                     d.extras(clamped(), own, expert_ids));
+            }
+            // The host's part, computed while the GPU runs the above, then
+            // added after it: a fixed order for a given split.
+            const MoeCost host = split && KG < K ? compute_misses(st, experts, il, K, KG) : MoeCost{};
+            if (split && KG < K) {
+                gpu::copy_to_device(st.cpu_out.data(), st.host_split + 2 * K + E, size_t(E) * 4, s);
+                gpu::add(moe_out, st.cpu_out.f32(), E, s);
+            }
             if (!m.shared.empty() && d.shared_gate) {
                 dense_ffn(st, m.shared, d.shared, {xb, xb8}, st.shared_out.f32(), false);
                 gpu::matvec(m.shared_gate.type, d.shared_gate, 1, E, {xb, xb8}, st.shared_logit.f32(), s);
@@ -1335,7 +1381,7 @@ private:
             if (predicting(il)) prefetch_next(st, experts, il, K);
             const double ffn_s = ffn_time.stop();
             if (time) {
-                time->add(Phase::IoWait, io_wait);
+                time->add(Phase::IoWait, io_wait + host.io_wait_s);
                 time->add(Phase::ExpertCompute, ffn_s, uint64_t(K) * el.expert_bytes() + m.shared.weight_bytes());
             }
         }
@@ -1669,7 +1715,76 @@ private:
     // compute stream waits for the batch (the host does not). Sets
     // st.host_slots, and the device's st.slots, to the chosen experts' slots
     // by rank. Returns the seconds the host spent on it after the routing.
-    double fetch_experts(GpuState& st, ExpertSource& experts, int il, int K) const {
+    // Whether this decode step's misses are the host's (--gpu-ram-tier cpu):
+    // streaming (a prefill pass copies them, stream_tiles).
+    bool cpu_computes_misses() const { return options_.cpu_misses && !device_routed(); }
+
+    // --gpu-ram-tier cpu: waits for layer il's routing and its FFN input,
+    // then splits the K chosen experts: those in VRAM go to the GPU (their
+    // slots in st.slots, ids and weights in st.hit_ids / st.hit_weights,
+    // rank order kept), the rest to cpu_ids_ / cpu_weights_ for
+    // compute_misses. Returns how many the GPU runs.
+    int split_experts(GpuState& st, ExpertSource& experts, int il, int K) const {
+        const int64_t E = config_.n_embd;
+        float* w = st.host_split;  // K routing weights
+        float* hit_w = w + K;      // K: the GPU's experts' weights
+        float* xb = hit_w + K;     // E: the FFN input
+        int32_t* hit_ids = reinterpret_cast<int32_t*>(xb + 2 * E);
+        gpu::copy_to_host(w, st.weights.data(), size_t(K) * 4, compute_);
+        gpu::copy_to_host(xb, st.xb.data(), size_t(E) * 4, compute_);
+        routing_ready(st, experts, il, K);
+        int n_hit = 0, n_cpu = 0;
+        vram_.protect();
+        for (int r = 0; r < K; r++) {
+            const int32_t id = st.host_ids[r];
+            count_use(il, id, 1);
+            const int slot = vram_.find(il, id);
+            if (slot >= 0) {
+                st.host_slots[n_hit] = vram_.address(slot);
+                hit_ids[n_hit] = id;
+                hit_w[n_hit++] = w[r];
+            } else {
+                cpu_ids_[n_cpu] = id;
+                cpu_weights_[n_cpu++] = w[r];
+            }
+        }
+        hits_ += uint64_t(n_hit);
+        misses_ += uint64_t(n_cpu);
+        cpu_experts_ += uint64_t(n_cpu);
+        if (n_hit > 0) {
+            gpu::copy_to_device(st.slots.data(), st.host_slots, size_t(n_hit) * sizeof(uint8_t*), compute_);
+            gpu::copy_to_device(st.hit_ids.data(), hit_ids, size_t(n_hit) * 4, compute_);
+            gpu::copy_to_device(st.hit_weights.data(), hit_w, size_t(n_hit) * 4, compute_);
+        }
+        return n_hit;
+    }
+
+    // The host's part of layer il: experts cpu_ids_[0 .. K - KG) applied to
+    // the FFN input with their routing weights (model/moe.cpp: the CPU
+    // path's kernels and threads), summed in rank order into host_split's
+    // last E floats. The RAM tier (or the drive) serves them.
+    MoeCost compute_misses(GpuState& st, ExpertSource& experts, int il, int K, int KG) const {
+        const int64_t E = config_.n_embd;
+        const float* xb = st.host_split + 2 * K;
+        float* out = st.host_split + 2 * K + E;
+        const FfnLayer& m = ffn_[size_t(il)];
+        ExpertVectors biases;
+        biases.gate_bias = m.gate_bias.empty() ? nullptr : m.gate_bias.f32();
+        biases.up_bias = m.up_bias.empty() ? nullptr : m.up_bias.f32();
+        biases.down_bias = m.down_bias.empty() ? nullptr : m.down_bias.f32();
+        const double t0 = now();
+        const MoeCost cost = moe_forward(*pool_, experts, expert_layers_[size_t(il)], xb, 1, cpu_ids_, cpu_weights_,
+                                         K - KG, st.cpu_moe, out, {}, biases);
+        cpu_seconds_ += now() - t0;
+        cpu_bytes_ += cost.expert_bytes;
+        return cost;
+    }
+
+    // Waits for layer il's routing (and whatever was queued before it);
+    // the RAM tier's copies of the layer before, and this layer's
+    // prefetched experts, are then done with.
+    // Returns when the wait for the device ended.
+    double routing_ready(GpuState& st, ExpertSource& experts, int il, int K) const {
         gpu::copy_to_host(st.host_ids, st.ids.data(), size_t(predicting(il) ? 2 * K : K) * 4, compute_);
         gpu::sync(compute_);
         release_held(experts);
@@ -1687,6 +1802,11 @@ private:
                 predicted_right_ += uint64_t(std::count(st.host_ids, st.host_ids + K, predicted_ids_[r]));
             predicted_ += uint64_t(K);
         }
+        return t0;
+    }
+
+    double fetch_experts(GpuState& st, ExpertSource& experts, int il, int K) const {
+        const double t0 = routing_ready(st, experts, il, K);
         int32_t miss[64], miss_rank[64];
         int n_miss = 0;
         vram_.protect();
@@ -2175,6 +2295,14 @@ private:
     mutable gpu::Event copied_ = nullptr;
     mutable std::unique_ptr<StageProfile> profile_, prefill_profile_;
     mutable int held_ = -1;  // the layer whose copied misses the RAM tier still holds
+    // --gpu-ram-tier cpu: this forward call's thread pool; a layer's experts
+    // for the host (ids, routing weights); their count, host seconds and
+    // weight bytes.
+    mutable ThreadPool* pool_ = nullptr;
+    mutable int32_t cpu_ids_[64] = {};
+    mutable float cpu_weights_[64] = {};
+    mutable uint64_t cpu_experts_ = 0, cpu_bytes_ = 0;
+    mutable double cpu_seconds_ = 0;
     // Streaming: layer il's router predicts layer il + 1's experts, which are
     // copied ahead (prefetch_next) unless --gpu-prefetch off.
     mutable bool prefetch_now_ = false;  // this forward call: options_.prefetch_next_layer, where it pays

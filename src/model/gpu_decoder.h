@@ -44,6 +44,12 @@ struct GpuOptions {
     // over the bus, the VRAM slots refilled between tokens; else (copy) each
     // layer's misses are copied into VRAM slots.
     bool map_ram_tier = false;
+    // --gpu-ram-tier cpu: each layer's experts not in VRAM are computed by
+    // the host's cores from the RAM tier (as llama.cpp's --n-cpu-moe does)
+    // while the GPU runs those in VRAM; the two sums are added on the GPU.
+    // The VRAM cache fills with the next layer's predicted experts
+    // (--gpu-prefetch). Decode only: prefill passes copy as with `copy`.
+    bool cpu_misses = false;
     // --gpu-prefill tokens: a prompt token by token instead of each layer
     // over every token of a pass (the same bits, slower: to compare).
     bool prefill_pass = true;

@@ -200,6 +200,63 @@ double replay_hit_rate(const RoutingTrace& trace, int64_t slots, ReplayPolicy po
     return total ? double(hits) / double(total) : 0;
 }
 
+RoutingTrace union_trace(const RoutingTrace& trace, int n_streams) {
+    if (n_streams < 1) throw std::runtime_error("streams must be >= 1");
+    const int k = trace.k(), K = std::min(n_streams * k, trace.n_expert());  // a union holds each expert once
+    const int64_t steps = trace.n_tokens() / n_streams;
+    if (steps < 1)
+        throw std::runtime_error(std::to_string(n_streams) + " streams need at least as many tokens (the trace has " +
+                                 std::to_string(trace.n_tokens()) + ")");
+    RoutingTrace out(trace.n_layer(), trace.n_expert(), K);
+    out.reserve(steps);
+    std::vector<int32_t> ids(static_cast<size_t>(K));
+    for (int64_t i = 0; i < steps; i++) {
+        out.begin_call(1);
+        for (int l = 0; l < trace.n_layer(); l++) {
+            if (!trace.routed(l)) continue;
+            int n = 0;
+            for (int s = 0; s < n_streams; s++) {
+                const int32_t* e = trace.ids(int64_t(s) * steps + i, l);
+                for (int r = 0; r < k && e[r] >= 0; r++)
+                    if (std::find(ids.begin(), ids.begin() + n, e[r]) == ids.begin() + n) ids[size_t(n++)] = e[r];
+            }
+            std::fill(ids.begin() + n, ids.end(), -1);
+            out.record(l, ids.data(), 1, K);
+        }
+    }
+    return out;
+}
+
+std::vector<StreamsPoint> replay_streams(const RoutingTrace& trace, const std::vector<int>& streams,
+                                         const std::vector<int>& per_layer_slots) {
+    std::vector<StreamsPoint> out;
+    for (int n : streams) {
+        const RoutingTrace u = union_trace(trace, n);
+        StreamsPoint p;
+        p.streams = n;
+        p.steps = u.n_tokens();
+        int64_t acquired = 0;
+        for (int64_t i = 0; i < u.n_tokens(); i++)
+            for (int l = 0; l < u.n_layer(); l++)
+                for (const int32_t* e = u.ids(i, l); e < u.ids(i, l) + u.k() && *e >= 0; e++) acquired++;
+        p.acquired_per_token = double(acquired) / double(p.steps * n);
+        int routed = 0;
+        for (int l = 0; l < u.n_layer(); l++) routed += u.routed(l);
+        for (int per : per_layer_slots) {
+            CachePoint q;
+            q.per_layer = per;
+            q.slots = int64_t(per) * routed;  // at least a layer's union (replay_hit_rate checks)
+            q.lru = replay_hit_rate(u, q.slots, ReplayPolicy::Lru);
+            q.lfu = replay_hit_rate(u, q.slots, ReplayPolicy::Lfu);
+            q.wlfu = replay_hit_rate(u, q.slots, ReplayPolicy::Wlfu);
+            q.belady = replay_hit_rate(u, q.slots, ReplayPolicy::Belady);
+            p.cache.push_back(q);
+        }
+        out.push_back(std::move(p));
+    }
+    return out;
+}
+
 std::vector<int> default_cache_sizes(int n_expert, int k) {
     std::vector<int> out;
     for (int sixteenths : {1, 2, 3, 4, 6, 8, 10, 12, 14}) {
@@ -254,6 +311,46 @@ Json routing_json(const RoutingStats& s, const std::vector<CachePoint>& cache) {
     }
     j["cache"] = std::move(c);
     return j;
+}
+
+Json streams_json(const std::vector<StreamsPoint>& points) {
+    Json a = Json::array();
+    for (const StreamsPoint& p : points) {
+        Json o = Json::object();
+        o["streams"] = p.streams;
+        o["steps"] = p.steps;
+        o["experts_acquired_per_token"] = p.acquired_per_token;
+        Json c = Json::array();
+        for (const CachePoint& q : p.cache) {
+            Json r = Json::object();
+            r["slots_per_layer"] = q.per_layer;
+            r["slots"] = q.slots;
+            for (const auto& [name, hit] : {std::pair{"lru", q.lru}, std::pair{"lfu", q.lfu},
+                                            std::pair{"wlfu", q.wlfu}, std::pair{"belady", q.belady}}) {
+                r[name] = hit;
+                r[std::string(name) + "_reads_per_token"] = p.acquired_per_token * (1 - hit);
+            }
+            c.push_back(std::move(r));
+        }
+        o["cache"] = std::move(c);
+        a.push_back(std::move(o));
+    }
+    return a;
+}
+
+std::string streams_text(const std::vector<StreamsPoint>& points) {
+    Table t;
+    t.header = {"streams", "steps", "acquired/token", "slots/layer", "lru %", "lfu %", "wlfu %", "belady %",
+                "wlfu reads/token", "belady reads/token"};
+    for (const StreamsPoint& p : points)
+        for (const CachePoint& q : p.cache)
+            t.add({std::to_string(p.streams), std::to_string(p.steps), strf("%.1f", p.acquired_per_token),
+                   std::to_string(q.per_layer), pct(q.lru), pct(q.lfu), pct(q.wlfu), pct(q.belady),
+                   strf("%.1f", p.acquired_per_token * (1 - q.wlfu)),
+                   strf("%.1f", p.acquired_per_token * (1 - q.belady))});
+    return "\nstreams decoded together (a step's layer acquires the union of their experts; cold start, one "
+           "cache shared by all layers; reads: experts read per generated token)\n" +
+           t.text();
 }
 
 std::string routing_text(const RoutingStats& s, const std::vector<CachePoint>& cache) {

@@ -58,7 +58,29 @@ std::vector<CachePoint> replay_cache_sizes(const RoutingTrace& trace, const std:
 // The default sizes: 1/16 .. 7/8 of a layer's experts, and at least k.
 std::vector<int> default_cache_sizes(int n_expert, int k);
 
+// The trace as n_streams sequences decoded together (`serve --parallel`,
+// Model::forward_batch): its tokens cut into n_streams equal contiguous
+// parts, step i running token i of each part, each layer of a step routing
+// the union of those tokens' experts (in stream order, each once). The
+// result has n_tokens / n_streams steps (the remainder dropped) of up to
+// min(n_streams x k, n_expert) ids, so replay_hit_rate over it counts hits per expert
+// acquired, as the store does for a batched step.
+RoutingTrace union_trace(const RoutingTrace& trace, int n_streams);
+
+// Replays of union_trace(trace, n) for each n of `streams`, at the cache
+// sizes given (slots per routed layer, as replay_cache_sizes).
+struct StreamsPoint {
+    int streams = 1;
+    int64_t steps = 0;
+    double acquired_per_token = 0;  // distinct experts a step, summed over layers, per generated token
+    std::vector<CachePoint> cache;
+};
+std::vector<StreamsPoint> replay_streams(const RoutingTrace& trace, const std::vector<int>& streams,
+                                         const std::vector<int>& per_layer_slots);
+
 Json routing_json(const RoutingStats& s, const std::vector<CachePoint>& cache);
+Json streams_json(const std::vector<StreamsPoint>& points);
+std::string streams_text(const std::vector<StreamsPoint>& points);
 // Plain-text tables: per layer, the mean, and the cache replay.
 std::string routing_text(const RoutingStats& s, const std::vector<CachePoint>& cache);
 // PNG of hit rate against cache size per policy through gnuplot; returns ""

@@ -579,7 +579,7 @@ int bench_protocol(int argc, char** argv) {
 
 int bench_routing(int argc, char** argv) {
     SessionFlags flags;
-    std::string text_file, trace_in, trace_out, json, png, sizes;
+    std::string text_file, trace_in, trace_out, json, png, sizes, streams;
     int window = 8, max_tokens = 0;
     Args a("moestream bench routing (-m MODEL -f TEXT | --trace FILE) [options]",
            "How a model routes on a text and what memory buys: runs the model over the text (as prefill, so "
@@ -599,6 +599,11 @@ int bench_routing(int argc, char** argv) {
     a.option("--replay-slots", &sizes, "LIST",
              "cache sizes to replay, in slots per routed layer (comma list; default 1/16 .. 7/8 of the experts; "
              "--cache-slots is the store's, for the run over the text)");
+    a.option("--streams", &streams, "LIST",
+             "also replay the trace as N sequences decoded together, for each N of the comma list (e.g. "
+             "1,8,16,32): the tokens cut into N parts, a step running one token of each, each layer acquiring "
+             "the union of their experts, as `serve --parallel N` does; hit rates and experts read per "
+             "generated token at the --replay-slots sizes (raised to N x k where smaller)");
     a.option("--json", &json, "FILE", "write the statistics and the replay as JSON");
     a.option("--png", &png, "FILE", "plot hit rate against cache size per policy (gnuplot)");
     if (!a.parse(argc, argv, 3)) return 0;
@@ -647,8 +652,14 @@ int bench_routing(int argc, char** argv) {
         sizes.empty() ? default_cache_sizes(trace->n_expert(), trace->k()) : parse_int_list("--replay-slots", sizes);
     const std::vector<CachePoint> cache = replay_cache_sizes(*trace, per_layer);
     fputs(routing_text(stats, cache).c_str(), stdout);
+    std::vector<StreamsPoint> by_streams;
+    if (!streams.empty()) {
+        by_streams = replay_streams(*trace, parse_int_list("--streams", streams), per_layer);
+        fputs(streams_text(by_streams).c_str(), stdout);
+    }
     if (!json.empty()) {
         Json j = routing_json(stats, cache);
+        if (!by_streams.empty()) j["streams"] = streams_json(by_streams);
         j["build"] = build_info();
         write_json(json, j);
     }

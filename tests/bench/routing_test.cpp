@@ -209,3 +209,45 @@ TEST(RoutingReplay, PoliciesAreOrderedAndGrowWithSize) {
     }
     EXPECT_THROW(replay_cache_sizes(tr, {2}), std::runtime_error);  // fewer than k
 }
+
+// Two streams over a 5-token trace: step i runs tokens i and 2 + i (the
+// fifth token is dropped); each layer acquires the union of the two
+// tokens' experts, the first stream's first.
+TEST(RoutingStreams, UnionTraceRunsOneTokenOfEachPart) {
+    RoutingTrace tr(2, 8, 2);
+    const int32_t rows[5][2][2] = {{{0, 1}, {2, 3}}, {{1, 4}, {5, 6}}, {{1, 0}, {7, 2}}, {{4, 5}, {6, 5}},
+                                   {{3, 3}, {3, 3}}};
+    for (const auto& t : rows)
+        for (int l = 0; l < 2; l++) tr.record(l, t[l], 1, 2);
+    const RoutingTrace u = union_trace(tr, 2);
+    ASSERT_EQ(u.n_tokens(), 2);
+    ASSERT_EQ(u.k(), 4);
+    const std::vector<int32_t> want[2][2] = {{{0, 1, -1, -1}, {2, 3, 7, -1}}, {{1, 4, 5, -1}, {5, 6, -1, -1}}};
+    for (int i = 0; i < 2; i++)
+        for (int l = 0; l < 2; l++)
+            EXPECT_EQ(std::vector<int32_t>(u.ids(i, l), u.ids(i, l) + 4), want[i][l]) << "step " << i << " layer " << l;
+    EXPECT_THROW(union_trace(tr, 6), std::runtime_error);  // fewer tokens than streams
+}
+
+// One stream is the trace itself: the same hit rates as replay_cache_sizes,
+// and a token's acquisitions are its k experts a layer.
+TEST(RoutingStreams, OneStreamIsThePlainReplay) {
+    RoutingTrace tr = random_trace(4, 32, 4, 200, 13);
+    const std::vector<int> sizes = {4, 8, 16};
+    const std::vector<CachePoint> plain = replay_cache_sizes(tr, sizes);
+    const std::vector<StreamsPoint> s = replay_streams(tr, {1, 4}, sizes);
+    ASSERT_EQ(s.size(), 2u);
+    EXPECT_DOUBLE_EQ(s[0].acquired_per_token, 16.0);
+    for (size_t i = 0; i < sizes.size(); i++) {
+        EXPECT_DOUBLE_EQ(s[0].cache[i].lru, plain[i].lru);
+        EXPECT_DOUBLE_EQ(s[0].cache[i].wlfu, plain[i].wlfu);
+        EXPECT_DOUBLE_EQ(s[0].cache[i].belady, plain[i].belady);
+    }
+    // Four streams share experts: fewer acquired per token, and Belady still
+    // bounds every policy.
+    EXPECT_LT(s[1].acquired_per_token, 16.0);
+    for (const CachePoint& q : s[1].cache) {
+        EXPECT_GE(q.belady + 1e-12, q.lru);
+        EXPECT_GE(q.belady + 1e-12, q.wlfu);
+    }
+}

@@ -1,5 +1,5 @@
 // ops/ throughput at Qwen3-30B-A3B's shapes (n_embd 2048, 32 query heads and
-// 4 KV heads of 128, 48 layers): decode attention over an F16/F32 cache at
+// 4 KV heads of 128, 48 layers): decode attention over an F16/F32/Q8_0 cache at
 // two context lengths per SIMD level, and the Q/K/V projections as three linear()
 // calls against one linear_many(), in GB/s of weights read. The weights
 // rotate over 1 GiB of copies so every byte comes from DRAM, as in a 48-layer
@@ -56,7 +56,7 @@ void bm_attention(benchmark::State& st, SimdLevel level, GgmlType kv_type, int64
         return;
     }
     const int64_t kw = int64_t(kShape.n_head_kv) * kShape.head_dim;
-    const size_t elt = kv_type == GgmlType::F32 ? 4 : 2, layer_bytes = size_t(n_ctx * kw) * elt;
+    const size_t layer_bytes = size_t(n_ctx * kv_row_bytes(kv_type, kw));
     std::vector<AlignedBuffer> kc, vc;
     for (int l = 0; l < kLayers; l++) {
         kc.emplace_back(layer_bytes);
@@ -142,7 +142,7 @@ void register_all() {
         benchmark::RegisterBenchmark(("mem/read" + th).c_str(), bm_mem_read, threads)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
-        for (GgmlType kv : {GgmlType::F16, GgmlType::F32}) {
+        for (GgmlType kv : {GgmlType::F16, GgmlType::F32, GgmlType::Q8_0}) {
             for (int64_t n_ctx : {512, 4096, 16384}) {
                 for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
                     if (int(l) > int(best_simd_level())) continue;

@@ -436,7 +436,9 @@ int bench_model(int argc, char** argv) {
     a.option("-r,--repetitions", &o.repetitions, "N", "repetitions of every case");
     a.option("-t,--threads", &threads, "LIST", "thread counts (passed to run as -t)");
     a.option("-b,--batch-size", &batch, "LIST", "prompt batch sizes (passed to run as -b)");
-    a.option("-ctk,--cache-type-k", &ctk, "LIST", "KV cache types f16,f32 (passed to run as --kv-type)");
+    a.option("-ctk,--cache-type-k,--kv-type", &ctk, "LIST",
+             "KV cache types f16,f32,q8_0 (passed to run as --kv-type: keys and values both, like llama-bench's "
+             "-ctk q8_0 -ctv q8_0)");
     for (size_t i = 0; i < std::size(run_flags); ++i)
         a.option(run_flags[i], &run_values[i], "LIST", (std::string("values of run's ") + run_flags[i] + " to sweep").c_str());
     a.option("--limit-mem", &limit, "LIST", "memory cgroup limit per case (e.g. 4G; 0: none); bounds page cache + RSS");

@@ -29,7 +29,10 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "route each token to its K best experts instead of the model's own count (Flash-MoE's speed knob: "
              "fewer experts read and run a token, other logits; warned about, and recorded in the report; "
              "0: the model's)");
-    a.option("--kv-type", &kv_type, "TYPE", "KV cache type: f16 or f32");
+    a.option("--kv-type", &kv_type, "TYPE",
+             "KV cache type: f16, f32 or q8_0 (llama.cpp's -ctk/-ctv q8_0: blocks of 32 values, an F16 scale and "
+             "32 int8, 8.5 bits a value, so about half the KV bytes of f16 in --mem; within the golden tolerances "
+             "of f16; not for MLA, deepseek4 or the GPU)");
     a.size_option("--mem", &mem, "SIZE",
                   "memory budget (e.g. 6G) for resident weights + expert cache + KV cache + scratch + the "
                   "process itself; refuses to start when the fixed part does not fit (0: every expert cached "

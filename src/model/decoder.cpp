@@ -109,7 +109,11 @@ public:
         check_state_options(o);
         auto st = std::make_unique<DecoderState>();
         st->options = o;
-        const size_t B = size_t(o.max_batch), kv_elt = o.kv_type == GgmlType::F16 ? 2 : 4;
+        const size_t B = size_t(o.max_batch);
+        // MLA's compressed rows and the indexer's keys are read by their own
+        // loops (attention_selected, attention_scores), which take F16 or F32.
+        if (o.kv_type == GgmlType::Q8_0 && (!mla_.empty() || n_indexer_ > 0))
+            throw std::runtime_error("a q8_0 KV cache is not supported for MLA models (use f16)");
         // Full layers hold every position; sliding-window layers a ring of
         // their window plus a batch, when that is shorter than the context.
         st->ring = WindowRing(window_, o.max_batch, o.n_ctx);
@@ -126,8 +130,9 @@ public:
             n_full += attends && rows == size_t(o.n_ctx);
             k_off.push_back(k_bytes);
             v_off.push_back(v_bytes);
-            k_bytes += rows * k_width * kv_elt;
-            v_bytes += rows * v_width * kv_elt;
+            if (attends && !mla) check_kv_type(o.kv_type, c.head_dim, c.head_dim_v);
+            k_bytes += rows * size_t(kv_row_bytes(o.kv_type, int64_t(k_width)));
+            v_bytes += rows * size_t(kv_row_bytes(o.kv_type, int64_t(v_width)));
         }
         st->k_cache.resize(k_bytes);
         st->v_cache.resize(v_bytes);
@@ -137,7 +142,8 @@ public:
                                  : st->ring.layer(looks_back(attn_[il]), o.kv_type, c.kv_dim(), c.v_dim(), k,
                                                   st->v_cache.data() + v_off[il]));
         }
-        st->kv_bytes_per_token = int64_t((k_width + v_width) * kv_elt) * n_full;
+        st->kv_bytes_per_token =
+            (kv_row_bytes(o.kv_type, int64_t(k_width)) + kv_row_bytes(o.kv_type, int64_t(v_width))) * n_full;
         if (n_indexer_ > 0) {
             const int64_t key_bytes = indexer_key_bytes(indexer_shape_, o.kv_type);
             st->index_keys.resize(size_t(n_indexer_ * o.n_ctx * key_bytes));

@@ -199,6 +199,8 @@ public:
     std::unique_ptr<ModelState> new_state(const StateOptions& o) const override {
         const ModelConfig& c = config_;
         check_state_options(o);
+        // Its compressed attention keeps its own F32 state.
+        if (o.kv_type == GgmlType::Q8_0) throw std::runtime_error("a q8_0 KV cache is not supported for deepseek4 (use f16)");
         auto st = std::make_unique<Deepseek4State>();
         st->options = o;
         // A forward call takes up to T tokens and runs each layer over them

@@ -228,7 +228,7 @@ public:
         check_state_options(o);
         auto st = std::make_unique<Gemma4State>();
         st->options = o;
-        const size_t B = size_t(o.max_batch), kv_elt = o.kv_type == GgmlType::F16 ? 2 : 4;
+        const size_t B = size_t(o.max_batch);
         const int64_t E = c.n_embd;
 
         // Full layers hold every position; sliding-window layers a ring of
@@ -253,11 +253,12 @@ public:
                 if (w->rows) act = std::max(act, linear_scratch_bytes(*w, 1));
             }
             if (l.kv_layer != int(il)) continue;
+            check_kv_type(o.kv_type, shape(l, window_).head_dim, shape(l, window_).head_dim_v);
             rows[il] = st->ring.cache_rows(l.swa, o.n_ctx);
             k_off[il] = k_bytes;
             v_off[il] = v_bytes;
-            k_bytes += size_t(rows[il]) * size_t(l.kv_dim()) * kv_elt;
-            v_bytes += size_t(rows[il]) * size_t(l.kv_dim()) * kv_elt;
+            k_bytes += size_t(rows[il] * kv_row_bytes(o.kv_type, l.kv_dim()));
+            v_bytes += size_t(rows[il] * kv_row_bytes(o.kv_type, l.kv_dim()));
         }
         if (n_per_layer_ > 0) act = std::max(act, linear_scratch_bytes(ple_model_proj_, 1));
         st->k_cache.resize(k_bytes);

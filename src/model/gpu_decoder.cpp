@@ -600,6 +600,8 @@ public:
     std::unique_ptr<ModelState> new_state(const StateOptions& o) const override {
         const ModelConfig& c = config_;
         check_state_options(o);
+        // The GPU's cache is F32; a q8_0 one is the CPU's alone.
+        if (o.kv_type == GgmlType::Q8_0) throw std::runtime_error("a q8_0 KV cache runs on the CPU only (--gpu off)");
         auto st = std::make_unique<GpuState>();
         st->options = o;
         const size_t kv = size_t(n_kv_layers_) * size_t(o.n_ctx) * size_t(kv_row()) * 4;

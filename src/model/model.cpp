@@ -47,8 +47,8 @@ const GgufTensor* find_checked(const GgufFile& f, const std::string& name, const
 }  // namespace
 
 void check_state_options(const StateOptions& o) {
-    if (o.kv_type != GgmlType::F16 && o.kv_type != GgmlType::F32) {
-        throw std::runtime_error(std::string("KV cache type must be f16 or f32, not ") + type_name(o.kv_type));
+    if (o.kv_type != GgmlType::F16 && o.kv_type != GgmlType::F32 && o.kv_type != GgmlType::Q8_0) {
+        throw std::runtime_error(std::string("KV cache type must be f16, f32 or q8_0, not ") + type_name(o.kv_type));
     }
     if (o.n_ctx < 1 || o.max_batch < 1 || o.n_threads < 1) {
         throw std::runtime_error("context, batch and thread count must be at least 1");

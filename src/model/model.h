@@ -29,7 +29,7 @@ struct StateOptions {
     int max_batch = 512;                // most tokens one piece of a forward call takes (scratch rows)
     int max_tokens = 0;                 // most tokens one forward call takes, for layer_major() models
                                         // (0: max_batch); each layer runs over them in max_batch pieces
-    GgmlType kv_type = GgmlType::F16;   // F16 or F32
+    GgmlType kv_type = GgmlType::F16;   // F16, F32 or Q8_0 (not MLA, the indexer, deepseek4 or the GPU)
     int n_threads = 1;                  // size of the pool forward() runs on
 };
 

@@ -3,11 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "ops/activation.h"
 #include "ops/attention_kernels.h"
+#include "quant/blocks.h"
 #include "quant/cpu.h"
 #include "quant/half.h"
+#include "quant/quantize.h"
 
 namespace ms {
 
@@ -17,19 +22,41 @@ int64_t kv_ring_rows(int64_t window, int64_t max_batch) {
     return window - 1 + max_batch;
 }
 
+int64_t kv_row_bytes(GgmlType type, int64_t width) {
+    switch (type) {
+        case GgmlType::F32: return width * 4;
+        case GgmlType::Q8_0: return width / QK * int64_t(sizeof(BlockQ8_0));
+        default: return width * 2;
+    }
+}
+
+void check_kv_type(GgmlType type, int head_dim, int head_dim_v) {
+    if (type == GgmlType::F16 || type == GgmlType::F32) return;
+    if (type != GgmlType::Q8_0) throw std::runtime_error(std::string("KV cache type ") + type_name(type) + " is not supported");
+    if (head_dim % QK != 0 || head_dim_v % QK != 0) {
+        throw std::runtime_error("a q8_0 KV cache needs head dimensions that are multiples of 32, not " +
+                                 std::to_string(head_dim) + "/" + std::to_string(head_dim_v));
+    }
+}
+
 void kv_store(const KvLayer& kv, int64_t pos, const float* k, const float* v) {
     const bool v_in_k = kv.v == kv.k;
     auto put = [&](int64_t row) {
+        uint8_t* kd = kv.k + size_t(row * kv_row_bytes(kv.type, kv.k_width));
+        uint8_t* vd = kv.v + size_t(row * kv_row_bytes(kv.type, kv.v_width));
         if (kv.type == GgmlType::F32) {
-            std::memcpy(kv.k + size_t(row * kv.k_width) * 4, k, size_t(kv.k_width) * 4);
-            if (!v_in_k) std::memcpy(kv.v + size_t(row * kv.v_width) * 4, v, size_t(kv.v_width) * 4);
-            return;
-        }
-        uint16_t* kd = reinterpret_cast<uint16_t*>(kv.k) + row * kv.k_width;
-        uint16_t* vd = reinterpret_cast<uint16_t*>(kv.v) + row * kv.v_width;
-        for (int64_t i = 0; i < kv.k_width; i++) kd[i] = fp32_to_fp16(k[i]);
-        if (!v_in_k) {
-            for (int64_t i = 0; i < kv.v_width; i++) vd[i] = fp32_to_fp16(v[i]);
+            std::memcpy(kd, k, size_t(kv.k_width) * 4);
+            if (!v_in_k) std::memcpy(vd, v, size_t(kv.v_width) * 4);
+        } else if (kv.type == GgmlType::Q8_0) {
+            quantize_row(GgmlType::Q8_0, k, kd, kv.k_width);
+            if (!v_in_k) quantize_row(GgmlType::Q8_0, v, vd, kv.v_width);
+        } else {
+            uint16_t* kh = reinterpret_cast<uint16_t*>(kd);
+            uint16_t* vh = reinterpret_cast<uint16_t*>(vd);
+            for (int64_t i = 0; i < kv.k_width; i++) kh[i] = fp32_to_fp16(k[i]);
+            if (!v_in_k) {
+                for (int64_t i = 0; i < kv.v_width; i++) vh[i] = fp32_to_fp16(v[i]);
+            }
         }
     };
     const int64_t row = kv.ring > 0 ? pos % kv.ring : pos;
@@ -81,17 +108,28 @@ void scores_for(const float* q, int head_dim, int64_t n_pos, KeyAt key, float* s
     }
 }
 
+// Element e of a Q8_0 row: its block's scale times its int8 (exact in float).
+inline float q8_at(const BlockQ8_0* row, int64_t e, const float* table) {
+    const BlockQ8_0& b = row[e / QK];
+    return table[b.d] * float(b.qs[e % QK]);
+}
+
 // The scalar reference: one query head against positions [0, n_pos) of one
-// KV head.
+// KV head. A Q8_0 cache is read as the floats its blocks hold, against the
+// query as is.
 void attend_head(const AttentionShape& s, const KvLayer& kv, int kv_head, const float* q, int64_t n_pos, float sink,
                  float* scores, float* qh, float* out) {
     const int64_t k_off = int64_t(kv_head) * s.head_dim;
     const int64_t v_off = int64_t(kv_head) * s.head_dim_v;
-    const float* table = kv.type == GgmlType::F16 ? fp16_table() : nullptr;
+    const float* table = kv.type == GgmlType::F32 ? nullptr : fp16_table();
     if (kv.type == GgmlType::F32) {
         const float* K = reinterpret_cast<const float*>(kv.k) + k_off;
         const int64_t w = kv.k_width;
         scores_for(q, s.head_dim, n_pos, [&](int64_t j, int d) { return K[j * w + d]; }, scores);
+    } else if (kv.type == GgmlType::Q8_0) {
+        const BlockQ8_0* K = reinterpret_cast<const BlockQ8_0*>(kv.k);
+        const int64_t w = kv.k_width / QK;
+        scores_for(q, s.head_dim, n_pos, [&](int64_t j, int d) { return q8_at(K + j * w, k_off + d, table); }, scores);
     } else {
         for (int d = 0; d < s.head_dim; d++) qh[d] = fp16_to_fp32(fp32_to_fp16(q[d]));
         const uint16_t* K = reinterpret_cast<const uint16_t*>(kv.k) + k_off;
@@ -107,6 +145,13 @@ void attend_head(const AttentionShape& s, const KvLayer& kv, int kv_head, const 
             const float* vr = V + j * kv.v_width + v_off;
             const float p = scores[j];
             for (int d = 0; d < s.head_dim_v; d++) out[d] += p * vr[d];
+        }
+    } else if (kv.type == GgmlType::Q8_0) {
+        const BlockQ8_0* V = reinterpret_cast<const BlockQ8_0*>(kv.v);
+        for (int64_t j = 0; j < n_pos; j++) {
+            const BlockQ8_0* vr = V + j * (kv.v_width / QK);
+            const float p = scores[j];
+            for (int d = 0; d < s.head_dim_v; d++) out[d] += p * q8_at(vr, v_off + d, table);
         }
     } else {
         const uint16_t* V = reinterpret_cast<const uint16_t*>(kv.v);
@@ -131,21 +176,23 @@ const AttentionKernels* simd_kernels(const AttentionShape& s) {
 
 // The cache seen from row `row` on: its positions in order, one run of rows.
 KvLayer from_row(const KvLayer& kv, int64_t row) {
-    const size_t elt = kv.type == GgmlType::F16 ? 2 : 4;
     KvLayer at = kv;
-    at.k += size_t(row * kv.k_width) * elt;
-    at.v += size_t(row * kv.v_width) * elt;
+    at.k += size_t(row * kv_row_bytes(kv.type, kv.k_width));
+    at.v += size_t(row * kv_row_bytes(kv.type, kv.v_width));
     return at;
 }
 
+// The cache from position pos on (rows wrap in a ring; a run of up to
+// tail + 1 positions is consecutive rows).
+KvLayer at_position(const KvLayer& kv, int64_t pos) { return from_row(kv, kv.ring > 0 ? pos % kv.ring : pos); }
+
 // Flash-decoding: a query's positions are cut into blocks, each reduced on
 // its own to a partial result (AttentionKernels::block_*), and the partials
-// are folded in block order. The cut depends on the number of positions
-// only, never on the thread count or on whether the blocks of one query run
-// on one thread or on many, so every way of computing a token gives the same
-// bits. At least kMinBlock positions a block (a block's scores, keys and
-// values stay in L2), at most kMaxBlocks blocks (the partials of a decoded
-// token stay small).
+// are folded in block order. The cut depends on the query's positions only,
+// never on the thread count, the batch or the tile the query is computed in,
+// so every way of computing a token gives the same bits. At least kMinBlock
+// positions a block (a block's scores, keys and values stay in L2), at most
+// kMaxBlocks blocks and one more (the partials of a decoded token stay small).
 constexpr int64_t kMinBlock = 256;
 constexpr int64_t kMaxBlocks = 32;
 
@@ -154,20 +201,50 @@ int64_t block_len(int64_t n_pos) {
     return std::max(kMinBlock, (even + 63) / 64 * 64);
 }
 
-int64_t block_count(int64_t n_pos) {
-    const int64_t len = block_len(n_pos);
-    return (n_pos + len - 1) / len;
-}
+// The blocks of a query that sees positions [first, last]: cut at the
+// multiples of len, counted from position 0 rather than from first, so that
+// neighbouring queries of a sliding window or chunk share their inner blocks
+// (prefill computes a shared block once for all of them).
+struct BlockCut {
+    int64_t first = 0, last = 0, len = 0;
+    BlockCut(int64_t first_, int64_t last_) : first(first_), last(last_), len(block_len(last_ - first_ + 1)) {}
+    int64_t count() const { return last / len - first / len + 1; }
+    int64_t begin(int64_t i) const { return std::max(first, (first / len + i) * len); }
+    int64_t end(int64_t i) const { return std::min(last + 1, (first / len + i + 1) * len); }
+};
+
+// Most blocks a cut of a context of n_ctx positions has.
+int64_t max_block_count(int64_t n_ctx) { return std::min(kMaxBlocks, (n_ctx + kMinBlock - 1) / kMinBlock) + 1; }
 
 // A partial result for n_q heads: their unnormalized outputs (n_q rows of
 // head_dim_v), then n_q maxima, then n_q sums (attention_kernels.h).
 size_t partial_floats(const AttentionShape& s, int n_q) { return size_t(n_q) * size_t(s.head_dim_v + 2); }
 
-// A thread's scratch for one group on the SIMD path: the F16-rounded query,
-// one block's scores, a block's partial and the running one.
+struct Partial {
+    float* out;
+    float* max;
+    float* sum;
+    Partial rows(int h0, int dim_v) const { return {out + size_t(h0) * size_t(dim_v), max + h0, sum + h0}; }
+};
+
+Partial partial_at(const AttentionShape& s, float* p, int n_q) {
+    float* max = p + size_t(n_q) * size_t(s.head_dim_v);
+    return {p, max, max + n_q};
+}
+
+// Prefill computes up to this many query rows (tokens x the heads of one KV
+// head) against each block: the block's keys and values are read once for
+// them all, and its scores (rows x block floats) stay in L2.
+constexpr int kTileRows = 64;
+
+int tile_tokens(const AttentionShape& s) { return std::max(1, kTileRows / (s.n_head / s.n_head_kv)); }
+
+// A thread's scratch on the SIMD path: a tile's query rows (rounded to F16
+// for an F16 cache), one block's scores for them, a block's partial and the
+// running ones.
 size_t simd_group_floats(const AttentionShape& s, int64_t n_ctx) {
-    const size_t group = size_t(s.n_head / s.n_head_kv);
-    return group * size_t(s.head_dim + scores_stride(block_len(n_ctx))) + 2 * partial_floats(s, int(group));
+    const size_t rows = size_t(tile_tokens(s) * (s.n_head / s.n_head_kv));
+    return rows * size_t(s.head_dim + scores_stride(block_len(n_ctx))) + 2 * partial_floats(s, int(rows));
 }
 
 // The scalar reference's: the group's scores and rounded query.
@@ -181,111 +258,73 @@ size_t group_floats(const AttentionShape& s, int64_t n_ctx) {
 }
 
 // q (n_q rows of head_dim) as the block loops take it: rounded to F16 for an
-// F16 cache (into qh), as is for an F32 one.
+// F16 cache (into qh), as is for F32 and Q8_0 ones.
 const float* block_query(const KvLayer& kv, const float* q, int n_q, int head_dim, float* qh) {
-    if (kv.type == GgmlType::F32) return q;
+    if (kv.type != GgmlType::F16) return q;
     for (int i = 0; i < n_q * head_dim; i++) qh[i] = fp16_to_fp32(fp32_to_fp16(q[i]));
     return qh;
 }
 
-// Positions [j0, j0 + n) of `at` (consecutive rows) for n_q heads of KV head
-// g, reduced to a partial result.
+// The n positions of `at` (consecutive rows from its start) for n_q heads of
+// KV head g, reduced to a partial result.
 void block_partial(const AttentionShape& s, const AttentionKernels& simd, const KvLayer& at, int g, int n_q,
-                   const float* qb, int64_t j0, int64_t n, float* scores, float* part) {
+                   const float* qb, int64_t n, float* scores, const Partial& part) {
     const int64_t s_stride = scores_stride(n);
-    float* max = part + size_t(n_q) * size_t(s.head_dim_v);
-    float* sum = max + n_q;
-    const int64_t k_at = j0 * at.k_width + int64_t(g) * s.head_dim;
-    const int64_t v_at = j0 * at.v_width + int64_t(g) * s.head_dim_v;
+    const int64_t k_at = int64_t(g) * s.head_dim, v_at = int64_t(g) * s.head_dim_v;
     if (at.type == GgmlType::F32) {
         const float* K = reinterpret_cast<const float*>(at.k) + k_at;
         const float* V = reinterpret_cast<const float*>(at.v) + v_at;
         simd.block_f32(qb, n_q, K, at.k_width, s.head_dim, V, at.v_width, s.head_dim_v, n, s.scale, scores, s_stride,
-                       max, sum, part);
+                       part.max, part.sum, part.out);
+    } else if (at.type == GgmlType::Q8_0) {
+        const BlockQ8_0* K = reinterpret_cast<const BlockQ8_0*>(at.k) + k_at / QK;
+        const BlockQ8_0* V = reinterpret_cast<const BlockQ8_0*>(at.v) + v_at / QK;
+        simd.block_q8(qb, n_q, K, at.k_width / QK, s.head_dim, V, at.v_width / QK, s.head_dim_v, n, s.scale, scores,
+                      s_stride, part.max, part.sum, part.out);
     } else {
         const uint16_t* K = reinterpret_cast<const uint16_t*>(at.k) + k_at;
         const uint16_t* V = reinterpret_cast<const uint16_t*>(at.v) + v_at;
         simd.block_f16(qb, n_q, K, at.k_width, s.head_dim, V, at.v_width, s.head_dim_v, n, s.scale, scores, s_stride,
-                       max, sum, part);
+                       part.max, part.sum, part.out);
     }
 }
 
-void partial_clear(const AttentionShape& s, int n_q, float* acc) {
-    std::fill_n(acc, size_t(n_q) * size_t(s.head_dim_v), 0.0f);
-    std::fill_n(acc + size_t(n_q) * size_t(s.head_dim_v), n_q, -INFINITY);
-    std::fill_n(acc + size_t(n_q) * size_t(s.head_dim_v + 1), n_q, 0.0f);
+void partial_clear(const AttentionShape& s, int n_q, const Partial& acc) {
+    std::fill_n(acc.out, size_t(n_q) * size_t(s.head_dim_v), 0.0f);
+    std::fill_n(acc.max, n_q, -INFINITY);
+    std::fill_n(acc.sum, n_q, 0.0f);
 }
 
 // acc = acc combined with part: both rescaled to the larger maximum. Plain
-// float code in a unit without FMA, so the one fold gives the same bits
-// wherever it is called from.
-void partial_fold(const AttentionShape& s, int n_q, const float* part, float* acc) {
+// float code in a unit without FMA, row by row, so the one fold gives the
+// same bits wherever it is called from and whatever rows sit beside a head.
+void partial_fold(const AttentionShape& s, int n_q, const Partial& part, const Partial& acc) {
     const int dv = s.head_dim_v;
-    const float* pmax = part + size_t(n_q) * size_t(dv);
-    float* amax = acc + size_t(n_q) * size_t(dv);
     for (int h = 0; h < n_q; h++) {
-        const float m = std::max(amax[h], pmax[h]);
-        const float a = amax[h] == -INFINITY ? 0.0f : std::exp(amax[h] - m);
-        const float b = pmax[h] == -INFINITY ? 0.0f : std::exp(pmax[h] - m);
-        amax[h] = m;
-        amax[n_q + h] = amax[n_q + h] * a + pmax[n_q + h] * b;
-        float* o = acc + size_t(h) * size_t(dv);
-        const float* po = part + size_t(h) * size_t(dv);
+        const float m = std::max(acc.max[h], part.max[h]);
+        const float a = acc.max[h] == -INFINITY ? 0.0f : std::exp(acc.max[h] - m);
+        const float b = part.max[h] == -INFINITY ? 0.0f : std::exp(part.max[h] - m);
+        acc.max[h] = m;
+        acc.sum[h] = acc.sum[h] * a + part.sum[h] * b;
+        float* o = acc.out + size_t(h) * size_t(dv);
+        const float* po = part.out + size_t(h) * size_t(dv);
         for (int d = 0; d < dv; d++) o[d] = o[d] * a + po[d] * b;
     }
 }
 
 // The heads' outputs from their folded partial, the sinks (or null) joining
 // each softmax as one more logit without a value.
-void partial_finish(const AttentionShape& s, int n_q, const float* acc, const float* sinks, float* out) {
+void partial_finish(const AttentionShape& s, int n_q, const Partial& acc, const float* sinks, float* out) {
     const int dv = s.head_dim_v;
-    const float* amax = acc + size_t(n_q) * size_t(dv);
     for (int h = 0; h < n_q; h++) {
-        float sum = amax[n_q + h], a = 1.0f;
+        float sum = acc.sum[h], a = 1.0f;
         if (sinks && sinks[h] > -INFINITY) {
-            const float m = std::max(amax[h], sinks[h]);
-            a = std::exp(amax[h] - m);
+            const float m = std::max(acc.max[h], sinks[h]);
+            a = std::exp(acc.max[h] - m);
             sum = sum * a + std::exp(sinks[h] - m);
         }
         const float f = a / sum;
-        for (int d = 0; d < dv; d++) out[size_t(h) * size_t(dv) + d] = acc[size_t(h) * size_t(dv) + d] * f;
-    }
-}
-
-// n_q heads of KV head g (q: their rows, out: theirs) against the n_pos
-// positions of `at`, block after block on this thread.
-void attend_blocks(const AttentionShape& s, const AttentionKernels& simd, const KvLayer& at, int g, int n_q,
-                   const float* q, int64_t n_pos, const float* sinks, float* scratch, float* out) {
-    const int64_t len = block_len(n_pos);
-    float* part = scratch;
-    float* acc = part + partial_floats(s, n_q);
-    float* qh = acc + partial_floats(s, n_q);
-    float* scores = qh + size_t(n_q) * size_t(s.head_dim);
-    const float* qb = block_query(at, q, n_q, s.head_dim, qh);
-    partial_clear(s, n_q, acc);
-    for (int64_t j0 = 0; j0 < n_pos; j0 += len) {
-        block_partial(s, simd, at, g, n_q, qb, j0, std::min(len, n_pos - j0), scores, part);
-        partial_fold(s, n_q, part, acc);
-    }
-    partial_finish(s, n_q, acc, sinks, out);
-}
-
-// Query heads [h0, h0 + n_h) of KV head g's group (their rows at qg, outputs
-// at og) against positions [0, n_pos) of `at`, through the SIMD loops or the
-// scalar ones. A head's result does not depend on the heads beside it.
-void attend_kv_head(const AttentionShape& s, const AttentionKernels* simd, const KvLayer& at, int g, int h0, int n_h,
-                    const float* qg, int64_t n_pos, float* scratch, float* og) {
-    const int group = s.n_head / s.n_head_kv;
-    const float* sinks = s.sinks ? s.sinks + g * group + h0 : nullptr;
-    if (simd) {
-        attend_blocks(s, *simd, at, g, n_h, qg, n_pos, sinks, scratch, og);
-        return;
-    }
-    float* qh = scratch;
-    float* scores = qh + s.head_dim;
-    for (int h = 0; h < n_h; h++) {
-        attend_head(s, at, g, qg + h * s.head_dim, n_pos, sinks ? sinks[h] : -INFINITY, scores, qh,
-                    og + h * s.head_dim_v);
+        for (int d = 0; d < dv; d++) out[size_t(h) * size_t(dv) + d] = acc.out[size_t(h) * size_t(dv) + d] * f;
     }
 }
 
@@ -296,33 +335,98 @@ int64_t first_visible(const AttentionShape& s, int64_t p) {
     return first;
 }
 
+// Flash attention over a tile of n_t queries at positions p0, p0 + 1, ...
+// for the heads of KV head g (qg(i): token i's rows; og(i): its outputs),
+// through the SIMD loops on this thread. The blocks that every query of the
+// tile sees whole (same cut) are computed once for all their rows; the
+// others, at the edges of each query's range, query by query. Each query's
+// blocks are folded in its own block order, and a row's partial does not
+// depend on the rows beside it, so a query gets the bits it gets alone.
+template <class RowsOf, class OutOf>
+void attend_tile(const AttentionShape& s, const AttentionKernels& simd, const KvLayer& kv, int g, int64_t p0, int n_t,
+                 RowsOf qg, OutOf og, float* scratch) {
+    const int group = s.n_head / s.n_head_kv;
+    const int rows = n_t * group;
+    float* part_p = scratch;
+    float* acc_p = part_p + partial_floats(s, rows);
+    float* qt = acc_p + partial_floats(s, rows);
+    float* scores = qt + size_t(rows) * size_t(s.head_dim);
+    const Partial acc = partial_at(s, acc_p, rows);
+    for (int i = 0; i < n_t; i++) {  // the tile's rows side by side, as the block loops take them
+        float* qi = qt + size_t(i * group) * size_t(s.head_dim);
+        const float* qb = block_query(kv, qg(i), group, s.head_dim, qi);
+        if (qb != qi) std::memcpy(qi, qb, size_t(group * s.head_dim) * 4);
+    }
+    partial_clear(s, rows, acc);
+    // The shared run [lo, hi): whole blocks of one length inside every query's range.
+    const BlockCut c0(first_visible(s, p0), p0);
+    int64_t lo = 0, hi = 0;
+    bool same_len = true;
+    for (int i = 0; i < n_t; i++) {
+        const BlockCut c(first_visible(s, p0 + i), p0 + i);
+        same_len = same_len && c.len == c0.len;
+        lo = std::max(lo, (c.first + c.len - 1) / c.len * c.len);
+    }
+    hi = (p0 + 1) / c0.len * c0.len;
+    if (!same_len || lo >= hi) lo = hi = std::numeric_limits<int64_t>::max();
+    // Query i's blocks in [from, to), folded into its rows.
+    auto own_blocks = [&](int i, int64_t from, int64_t to) {
+        const BlockCut c(first_visible(s, p0 + i), p0 + i);
+        const Partial part = partial_at(s, part_p, group);
+        const Partial mine = acc.rows(i * group, s.head_dim_v);
+        for (int64_t b = 0; b < c.count(); b++) {
+            const int64_t j0 = c.begin(b), j1 = c.end(b);
+            if (j0 < from || j1 > to) continue;
+            block_partial(s, simd, at_position(kv, j0), g, group, qt + size_t(i * group) * size_t(s.head_dim),
+                          j1 - j0, scores, part);
+            partial_fold(s, group, part, mine);
+        }
+    };
+    const int64_t end = std::numeric_limits<int64_t>::max();
+    if (lo == end) {
+        for (int i = 0; i < n_t; i++) own_blocks(i, 0, end);
+    } else {
+        for (int i = 0; i < n_t; i++) own_blocks(i, 0, lo);
+        const Partial part = partial_at(s, part_p, rows);
+        for (int64_t j0 = lo; j0 < hi; j0 += c0.len) {
+            block_partial(s, simd, at_position(kv, j0), g, rows, qt, c0.len, scores, part);
+            partial_fold(s, rows, part, acc);
+        }
+        for (int i = 0; i < n_t; i++) own_blocks(i, hi, end);
+    }
+    const float* sinks = s.sinks ? s.sinks + g * group : nullptr;
+    for (int i = 0; i < n_t; i++) partial_finish(s, group, acc.rows(i * group, s.head_dim_v), sinks, og(i));
+}
+
 // One decoded token through the SIMD loops, its blocks shared out over the
 // threads (KV heads alone are too few work items for many threads, and one
 // for MLA), then each KV head's partials folded in block order.
 void attention_decode_split(ThreadPool& pool, const AttentionShape& s, const AttentionKernels& simd,
-                            const KvLayer& at, const float* q, int64_t n_pos, int64_t n_ctx, float* scratch,
-                            float* out) {
+                            const KvLayer& kv, const float* q, int64_t p, int64_t n_ctx, float* scratch, float* out) {
     const int group = s.n_head / s.n_head_kv;
     const size_t per_thread = group_floats(s, n_ctx);
     const size_t part_size = partial_floats(s, group);
-    const int64_t nb = block_count(n_pos), len = block_len(n_pos);
+    const BlockCut cut(first_visible(s, p), p);
+    const int64_t nb = cut.count();
     float* qh = scratch + size_t(pool.size()) * per_thread;  // the query rounded once, not once a block
     float* parts = qh + size_t(s.n_head) * size_t(s.head_dim);
-    const float* qb = block_query(at, q, s.n_head, s.head_dim, qh);
+    const float* qb = block_query(kv, q, s.n_head, s.head_dim, qh);
     pool.parallel_for(s.n_head_kv * nb, [&](int64_t b, int64_t e, int thread) {
         float* scores = scratch + size_t(thread) * per_thread;
         for (int64_t i = b; i < e; i++) {
             const int g = int(i / nb);
-            const int64_t j0 = i % nb * len;
-            block_partial(s, simd, at, g, group, qb + int64_t(g) * group * s.head_dim, j0, std::min(len, n_pos - j0),
-                          scores, parts + size_t(i) * part_size);
+            const int64_t j0 = cut.begin(i % nb);
+            block_partial(s, simd, at_position(kv, j0), g, group, qb + int64_t(g) * group * s.head_dim,
+                          cut.end(i % nb) - j0, scores, partial_at(s, parts + size_t(i) * part_size, group));
         }
     });
     auto fold = [&](int64_t b, int64_t e, int thread) {
-        float* acc = scratch + size_t(thread) * per_thread;
+        const Partial acc = partial_at(s, scratch + size_t(thread) * per_thread, group);
         for (int64_t g = b; g < e; g++) {
             partial_clear(s, group, acc);
-            for (int64_t i = 0; i < nb; i++) partial_fold(s, group, parts + size_t(g * nb + i) * part_size, acc);
+            for (int64_t i = 0; i < nb; i++) {
+                partial_fold(s, group, partial_at(s, parts + size_t(g * nb + i) * part_size, group), acc);
+            }
             const float* sinks = s.sinks ? s.sinks + g * group : nullptr;
             partial_finish(s, group, acc, sinks, out + g * group * s.head_dim_v);
         }
@@ -338,15 +442,36 @@ void attention_decode_split(ThreadPool& pool, const AttentionShape& s, const Att
     }
 }
 
+// Query heads [h0, h0 + n_h) of KV head g's group (their rows at qg, outputs
+// at og) against positions [0, n_pos) of `at` (no ring), through the SIMD
+// loops or the scalar ones.
+void attend_kv_head(const AttentionShape& s, const AttentionKernels* simd, const KvLayer& at, int g, int h0, int n_h,
+                    const float* qg, int64_t n_pos, float* scratch, float* og) {
+    if (simd) {
+        AttentionShape part = s;  // n_h heads of the group, as a group of their own
+        part.n_head = n_h * s.n_head_kv;
+        part.window = part.chunk = 0;
+        part.sinks = s.sinks ? s.sinks + (g * (s.n_head / s.n_head_kv) + h0) - g * n_h : nullptr;
+        attend_tile(part, *simd, at, g, n_pos - 1, 1, [&](int) { return qg; }, [&](int) { return og; }, scratch);
+        return;
+    }
+    const int group = s.n_head / s.n_head_kv;
+    const float* sinks = s.sinks ? s.sinks + g * group + h0 : nullptr;
+    float* qh = scratch;
+    float* scores = qh + s.head_dim;
+    for (int h = 0; h < n_h; h++) {
+        attend_head(s, at, g, qg + h * s.head_dim, n_pos, sinks ? sinks[h] : -INFINITY, scores, qh,
+                    og + h * s.head_dim_v);
+    }
+}
+
 }  // namespace
 
 size_t attention_scratch_floats(const AttentionShape& s, int64_t n_ctx, int n_threads) {
     // Each thread's group scratch, then a decoded token's rounded query and
     // block partials.
-    // block_count() is not monotonic, but never above either bound.
-    const int64_t max_blocks = std::min(kMaxBlocks, (n_ctx + kMinBlock - 1) / kMinBlock);
     const size_t split = size_t(s.n_head) * size_t(s.head_dim) +
-                         size_t(s.n_head_kv) * size_t(max_blocks) * partial_floats(s, s.n_head / s.n_head_kv);
+                         size_t(s.n_head_kv) * size_t(max_block_count(n_ctx)) * partial_floats(s, s.n_head / s.n_head_kv);
     return size_t(n_threads) * group_floats(s, n_ctx) + split;
 }
 
@@ -356,13 +481,27 @@ void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, con
     const size_t per_thread = group_floats(s, n_ctx);
     const AttentionKernels* simd = simd_kernels(s);
     if (simd && n_tok == 1 && pool.size() > 1) {
-        const int64_t first = first_visible(s, pos0);
-        const KvLayer at = from_row(kv, kv.ring > 0 ? first % kv.ring : first);
-        attention_decode_split(pool, s, *simd, at, q, pos0 - first + 1, n_ctx, scratch, out);
+        attention_decode_split(pool, s, *simd, kv, q, pos0, n_ctx, scratch, out);
         return;
     }
-    // One work item per (token, KV head): its query heads share every cache
-    // row read.
+    if (simd) {
+        // One work item per (tile of tokens, KV head): the tile's query rows
+        // share every block of keys and values read.
+        const int64_t T = tile_tokens(s), n_tiles = (n_tok + T - 1) / T;
+        pool.parallel_for(n_tiles * s.n_head_kv, [&](int64_t b, int64_t e, int thread) {
+            float* ts = scratch + size_t(thread) * per_thread;
+            for (int64_t i = b; i < e; i++) {
+                const int64_t t0 = i / s.n_head_kv * T;
+                const int g = int(i % s.n_head_kv);
+                const int n_t = int(std::min(T, n_tok - t0));
+                auto head0 = [&](int j) { return (t0 + j) * s.n_head + int64_t(g) * group; };
+                attend_tile(s, *simd, kv, g, pos0 + t0, n_t, [&](int j) { return q + head0(j) * s.head_dim; },
+                            [&](int j) { return out + head0(j) * s.head_dim_v; }, ts);
+            }
+        });
+        return;
+    }
+    // The scalar reference: one work item per (token, KV head).
     pool.parallel_for(n_tok * s.n_head_kv, [&](int64_t b, int64_t e, int thread) {
         float* ts = scratch + size_t(thread) * per_thread;
         for (int64_t i = b; i < e; i++) {
@@ -371,8 +510,8 @@ void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, con
             const int64_t h0 = t * s.n_head + int64_t(g) * group;  // the group's first query head, all tokens counted
             const int64_t p = pos0 + t;
             const int64_t first = first_visible(s, p);
-            const KvLayer at = from_row(kv, kv.ring > 0 ? first % kv.ring : first);
-            attend_kv_head(s, simd, at, g, 0, group, q + h0 * s.head_dim, p - first + 1, ts, out + h0 * s.head_dim_v);
+            attend_kv_head(s, nullptr, at_position(kv, first), g, 0, group, q + h0 * s.head_dim, p - first + 1, ts,
+                           out + h0 * s.head_dim_v);
         }
     });
 }
@@ -418,9 +557,8 @@ void attention_selected(ThreadPool& pool, const AttentionShape& s, const KvLayer
     const size_t per_thread = attention_selected_scratch_floats(s, kv, top_k);
     const size_t loop_floats = group_floats(s, top_k);
     const AttentionKernels* simd = simd_kernels(s);
-    const size_t elt = kv.type == GgmlType::F16 ? 2 : 4;
     const bool v_in_k = kv.v == kv.k;
-    const size_t k_row = size_t(kv.k_width) * elt, v_row = size_t(kv.v_width) * elt;
+    const size_t k_row = size_t(kv_row_bytes(kv.type, kv.k_width)), v_row = size_t(kv_row_bytes(kv.type, kv.v_width));
     // MLA has one KV head: a decoded token would be one work item, so a
     // group's query heads are split over the threads too (each part gathers
     // the rows for itself).

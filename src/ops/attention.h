@@ -1,8 +1,10 @@
-// Causal grouped-query attention over a KV cache held in F16 or F32,
+// Causal grouped-query attention over a KV cache held in F16, F32 or Q8_0,
 // optionally limited to a sliding window and with a sink logit per head. With
 // an F16 cache the query is rounded to F16 before its dot products with the keys
 // and each value row is widened to float, the way the reference engine mixes
-// the two precisions.
+// the two precisions. A Q8_0 cache (blocks of 32: an F16 scale and 32 int8,
+// half the bytes of F16) is read as the floats its blocks hold, against the
+// query in float.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -13,7 +15,8 @@
 namespace ms {
 
 // One layer's cache: at each position, a K row of k_width and a V row of
-// v_width elements (all KV heads side by side), of type F16 or F32.
+// v_width elements (all KV heads side by side), of type F16, F32 or Q8_0
+// (kv_row_bytes; every head starts a block: check_kv_type).
 // A sliding-window layer keeps only a ring of rows: position p lives in row
 // p % ring, and rows [ring, ring + tail) repeat rows [0, tail), so that any
 // tail + 1 consecutive positions are consecutive rows (the attention loops
@@ -31,12 +34,20 @@ struct KvLayer {
     int64_t tail = 0;
 };
 
+// Bytes of a cache row of `width` elements.
+int64_t kv_row_bytes(GgmlType type, int64_t width);
+
+// Throws unless a cache of this type holds heads of these dimensions: F16,
+// F32, or Q8_0 with dimensions that are multiples of 32.
+void check_kv_type(GgmlType type, int head_dim, int head_dim_v);
+
 // Rows a ring needs so that a window of `window` positions stays readable
 // while a batch of max_batch new positions is written before it is read.
 int64_t kv_ring_rows(int64_t window, int64_t max_batch);
 
 // Writes k (k_width floats) and v (v_width floats) at position pos, rounding to F16 with
-// round-to-nearest-even when the cache is F16 (only k when v is a view of k).
+// round-to-nearest-even when the cache is F16, to Q8_0 blocks (quant/quantize.h)
+// when it is Q8_0 (only k when v is a view of k).
 void kv_store(const KvLayer& kv, int64_t pos, const float* k, const float* v);
 
 struct AttentionShape {
@@ -69,10 +80,12 @@ size_t attention_scratch_floats(const AttentionShape& s, int64_t n_ctx, int n_th
 // active (quant/cpu.h), flash-decoding: each KV head's keys and values are
 // read once for all its query heads, a block of positions at a time, the
 // blocks reduced with an online softmax and folded in order; a decoded
-// token's blocks are shared out over the threads. The cut into blocks
-// depends on the positions only, so the bits do not depend on the thread
-// count or batch; they differ from the scalar reference's by rounding
-// (fused products, a polynomial exponential; docs/performance.md).
+// token's blocks are shared out over the threads, and a batch's tokens go
+// in tiles (flash attention) whose blocks are read once for the whole tile.
+// The cut into blocks depends on the positions only, so the bits do not
+// depend on the thread count, batch or tile; they differ from the scalar
+// reference's by rounding (fused products, a polynomial exponential;
+// docs/performance.md).
 void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, const float* q, int64_t n_tok,
                int64_t pos0, int64_t n_ctx, float* scratch, float* out);
 
@@ -80,7 +93,8 @@ void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, con
 // K rows of positions [first, first + n_pos) of a one-head cache:
 // scores[h * s_stride + j] = q_h . k_{first + j}, each summed in element order
 // (fused products at the SIMD levels: within rounding of the scalar sums).
-// With an F16 cache, q holds F16 values widened. kv must not be a ring.
+// With an F16 cache, q holds F16 values widened. kv must not be a ring, nor
+// Q8_0.
 void attention_scores(const KvLayer& kv, const float* q, int n_q, int dim, int64_t first, int64_t n_pos,
                       float* scores, int64_t s_stride);
 

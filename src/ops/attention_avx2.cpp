@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "ops/attention_kernels.h"
+#include "quant/blocks.h"
 #include "quant/isa_target.h"
 
 MS_ISA_BEGIN(MS_ISA_AVX2)
@@ -23,6 +24,9 @@ inline Vec vzero() { return _mm256_setzero_ps(); }
 inline Vec vset1(float x) { return _mm256_set1_ps(x); }
 inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
 inline Vec vload(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline Vec vload_i8(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
 inline void vstore(float* p, Vec v) { _mm256_storeu_ps(p, v); }
 inline Vec vmul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
 inline Vec vadd(Vec a, Vec b) { return _mm256_add_ps(a, b); }

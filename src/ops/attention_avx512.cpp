@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "ops/attention_kernels.h"
+#include "quant/blocks.h"
 #include "quant/isa_target.h"
 
 MS_ISA_BEGIN(MS_ISA_AVX512)
@@ -28,6 +29,9 @@ inline Vec vzero() { return _mm512_setzero_ps(); }
 inline Vec vset1(float x) { return _mm512_set1_ps(x); }
 inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
 inline Vec vload(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline Vec vload_i8(const int8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
 inline void vstore(float* p, Vec v) { _mm512_storeu_ps(p, v); }
 inline Vec vmul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
 inline Vec vadd(Vec a, Vec b) { return _mm512_add_ps(a, b); }

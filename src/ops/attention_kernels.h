@@ -8,6 +8,8 @@
 #pragma once
 #include <cstdint>
 
+#include "quant/blocks.h"
+
 namespace ms {
 
 struct AttentionKernels {
@@ -36,6 +38,12 @@ struct AttentionKernels {
     void (*block_f16)(const float* q, int n_q, const uint16_t* k, int64_t k_stride, int dim, const uint16_t* v,
                       int64_t v_stride, int dim_v, int64_t n_pos, float scale, float* scores, int64_t s_stride,
                       float* max, float* sum, float* out);
+    // The same over a Q8_0 cache: rows of dim / 32 blocks, k_stride and
+    // v_stride counted in blocks; each key and value element is its block's
+    // scale times its int8, widened in registers.
+    void (*block_q8)(const float* q, int n_q, const BlockQ8_0* k, int64_t k_stride, int dim, const BlockQ8_0* v,
+                     int64_t v_stride, int dim_v, int64_t n_pos, float scale, float* scores, int64_t s_stride,
+                     float* max, float* sum, float* out);
 };
 
 // Both tables need dim (head_dim and head_dim_v) to be a multiple of this.

@@ -44,7 +44,8 @@ std::unique_ptr<Model> open_model(const GgufFile& file, const SessionOptions& o,
 GgmlType parse_kv_type(const std::string& s) {
     if (s == "f16" || s == "F16") return GgmlType::F16;
     if (s == "f32" || s == "F32") return GgmlType::F32;
-    throw std::runtime_error("--kv-type must be f16 or f32, not '" + s + "'");
+    if (s == "q8_0" || s == "Q8_0") return GgmlType::Q8_0;
+    throw std::runtime_error("--kv-type must be f16, f32 or q8_0, not '" + s + "'");
 }
 
 Session::Session(GgufFile file, const SessionOptions& o)

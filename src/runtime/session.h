@@ -24,7 +24,7 @@ struct SessionOptions {
     int64_t n_ctx = 4096;              // 0: the model's training context
     int n_batch = 4096;                // most prompt tokens per forward call, evaluated layer by layer
     int n_ubatch = 512;                // most tokens per piece of a layer (scratch rows)
-    GgmlType kv_type = GgmlType::F16;  // F16 or F32
+    GgmlType kv_type = GgmlType::F16;  // F16, F32 or Q8_0
     int n_threads = 0;                 // 0: one per CPU
     std::string gpu = "off";           // "auto": the CUDA forward pass where it covers the model (model/gpu_decoder.h)
     GpuOptions gpu_options;            // --gpu-mem and the other --gpu-* flags (model/gpu_decoder.h)

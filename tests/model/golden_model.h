@@ -85,14 +85,15 @@ inline std::vector<float> expect_matches_reference(const Case& g, double bound) 
 // tests build on this. Gated DeltaNet layers (model/deltanet.h) run a batch
 // of kDeltaNetMinChunked or more tokens in chunks, the same function rounded
 // differently: there the shorter pieces are held to 1e-5 of the batch and its
-// greedy tokens, and the batch on 1 thread to its bits on 2.
-inline void expect_batch_and_threads_do_not_change_bits(const Case& g) {
+// greedy tokens, and the batch on 1 thread to its bits on 2. The cache is
+// F16 unless kv says otherwise.
+inline void expect_batch_and_threads_do_not_change_bits(const Case& g, GgmlType kv = GgmlType::F16) {
     LoadedModel m(g.gguf);
     const int64_t V = g.n_vocab;
     const int n = int(g.prompt.size());
     ThreadPool pool2(2), pool1(1);
 
-    auto batch = m.state(2, GgmlType::F16);
+    auto batch = m.state(2, kv);
     std::vector<float> all(size_t(n * V));
     m.model->forward(*batch, *m.experts, pool2, g.prompt.data(), n, all.data(), true);
 
@@ -110,14 +111,14 @@ inline void expect_batch_and_threads_do_not_change_bits(const Case& g) {
         }
     };
     if (chunked) {
-        auto one = m.state(1, GgmlType::F16);
+        auto one = m.state(1, kv);
         std::vector<float> rows(size_t(n * V));
         m.model->forward(*one, *m.experts, pool1, g.prompt.data(), n, rows.data(), true);
         ASSERT_EQ(0, std::memcmp(rows.data(), all.data(), rows.size() * 4)) << "one batch on 1 thread";
     }
     for (int chunk : {1, 5}) {
         SCOPED_TRACE("chunks of " + std::to_string(chunk));
-        auto steps = m.state(1, GgmlType::F16, chunk);
+        auto steps = m.state(1, kv, chunk);
         std::vector<float> rows(size_t(chunk * V));
         for (int t = 0; t < n; t += chunk) {
             const int k = std::min(chunk, n - t);
@@ -132,7 +133,7 @@ inline void expect_batch_and_threads_do_not_change_bits(const Case& g) {
         o.n_ctx = 64;
         o.max_batch = 3;
         o.max_tokens = n;
-        o.kv_type = GgmlType::F16;
+        o.kv_type = kv;
         o.n_threads = 1;
         auto pieces = m.model->new_state(o);
         std::vector<float> rows(size_t(n * V));

@@ -13,6 +13,7 @@
 // gamma(n_pos) * sum_j p_j |v_jd|.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -22,7 +23,10 @@
 #include "ops/attention_kernels.h"
 #include "ops/buffer.h"
 #include "quant/cpu.h"
+#include "quant/blocks.h"
+#include "quant/dequant.h"
 #include "quant/half.h"
+#include "quant/quantize.h"
 #include "test_util.h"
 
 namespace ms {
@@ -43,16 +47,26 @@ std::vector<Level> simd_levels() {
     return out;
 }
 
-// A cache of n_pos rows of `stride` elements as F32 and as F16, and the
-// values the F16 rows hold, widened.
+// A cache of n_pos rows of `stride` elements as F32, as F16 and (stride a
+// multiple of 32) as Q8_0, and the values the F16 and Q8_0 rows hold, widened.
 struct Rows {
-    std::vector<float> f32, f16_values;
+    std::vector<float> f32, f16_values, q8_values;
     std::vector<uint16_t> f16;
+    std::vector<BlockQ8_0> q8;
     Rows(int64_t n_pos, int64_t stride, uint32_t seed) : f32(random_vector(size_t(n_pos * stride), seed)) {
         for (float x : f32) {
             f16.push_back(fp32_to_fp16(x));
             f16_values.push_back(fp16_to_fp32(f16.back()));
         }
+        if (stride % QK != 0) return;
+        q8.resize(f32.size() / QK);
+        quantize_row(GgmlType::Q8_0, f32.data(), q8.data(), int64_t(f32.size()));
+        q8_values.resize(f32.size());
+        dequantize_row(GgmlType::Q8_0, q8.data(), q8_values.data(), int64_t(f32.size()));
+    }
+    // The values a cache of type t holds.
+    const float* values(GgmlType t) const {
+        return t == GgmlType::F32 ? f32.data() : t == GgmlType::F16 ? f16_values.data() : q8_values.data();
     }
 };
 
@@ -159,7 +173,8 @@ TEST(AttentionSimd, MixWithinRoundingBoundAndIndependentOfBlocking) {
 // e the scores' largest error after scaling, each weight e^(s_j - max) /
 // sum is off by at most a factor e^(2e) from the scores, plus 16 ulp for the
 // polynomial exponential, the max's subtraction and the division; the mix
-// adds gamma(n_pos) of sum_j p_j |v_jd|.
+// adds gamma(n_pos) of sum_j p_j |v_jd|. A Q8_0 cache is held to the values
+// its blocks hold (each exact in float), against the query in float.
 TEST(AttentionSimd, BlockWithinRoundingBoundOfDouble) {
     if (simd_levels().empty()) GTEST_SKIP() << "no AVX2 on this CPU";
     for (const Level& lv : simd_levels()) {
@@ -168,18 +183,25 @@ TEST(AttentionSimd, BlockWithinRoundingBoundOfDouble) {
                 for (int64_t n_pos : {1, 15, 17, 100, 257}) {
                     const int64_t stride = 2 * dim;
                     const Rows k(n_pos, stride, uint32_t(dim + n_q * 7 + n_pos * 3)), v(n_pos, stride, uint32_t(n_pos + 5));
-                    std::vector<float> q = random_vector(size_t(n_q * dim), uint32_t(n_pos * 11), 2.0f);
-                    for (float& x : q) x = fp16_to_fp32(fp32_to_fp16(x));
+                    const std::vector<float> q_f32 = random_vector(size_t(n_q * dim), uint32_t(n_pos * 11), 2.0f);
+                    std::vector<float> q_f16 = q_f32;
+                    for (float& x : q_f16) x = fp16_to_fp32(fp32_to_fp16(x));
                     const float scale = 0.3f;
                     const int64_t s_stride = (n_pos + 15) / 16 * 16;
-                    for (bool f16 : {false, true}) {
+                    for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0}) {
+                        if (t == GgmlType::Q8_0 && dim % QK != 0) continue;
+                        const std::vector<float>& q = t == GgmlType::F16 ? q_f16 : q_f32;
                         std::vector<float> scores(static_cast<size_t>(n_q * s_stride)), max(static_cast<size_t>(n_q)), sum(static_cast<size_t>(n_q)),
                             out(size_t(n_q * dim), NAN);
-                        const float* kk = f16 ? k.f16_values.data() : k.f32.data();
-                        const float* vv = f16 ? v.f16_values.data() : v.f32.data();
-                        if (f16) {
+                        const float* kk = k.values(t);
+                        const float* vv = v.values(t);
+                        if (t == GgmlType::F16) {
                             lv.kernels->block_f16(q.data(), n_q, k.f16.data() + dim, stride, dim, v.f16.data() + dim, stride,
                                                   dim, n_pos, scale, scores.data(), s_stride, max.data(), sum.data(), out.data());
+                        } else if (t == GgmlType::Q8_0) {
+                            lv.kernels->block_q8(q.data(), n_q, k.q8.data() + dim / QK, stride / QK, dim, v.q8.data() + dim / QK,
+                                                 stride / QK, dim, n_pos, scale, scores.data(), s_stride, max.data(), sum.data(),
+                                                 out.data());
                         } else {
                             lv.kernels->block_f32(q.data(), n_q, k.f32.data() + dim, stride, dim, v.f32.data() + dim, stride,
                                                   dim, n_pos, scale, scores.data(), s_stride, max.data(), sum.data(), out.data());
@@ -190,9 +212,9 @@ TEST(AttentionSimd, BlockWithinRoundingBoundOfDouble) {
                             for (int64_t j = 0; j < n_pos; j++) {
                                 double dot = 0, mag = 0;
                                 for (int d = 0; d < dim; d++) {
-                                    const double t = double(q[size_t(h * dim + d)]) * kk[size_t(j * stride + dim + d)];
-                                    dot += t;
-                                    mag += std::fabs(t);
+                                    const double x = double(q[size_t(h * dim + d)]) * kk[size_t(j * stride + dim + d)];
+                                    dot += x;
+                                    mag += std::fabs(x);
                                 }
                                 sc[size_t(j)] = dot * scale;
                                 want_max = std::max(want_max, sc[size_t(j)]);
@@ -205,13 +227,13 @@ TEST(AttentionSimd, BlockWithinRoundingBoundOfDouble) {
                             for (int d = 0; d < dim; d++) {
                                 double want = 0, mag = 0;
                                 for (int64_t j = 0; j < n_pos; j++) {
-                                    const double t = sc[size_t(j)] / total * vv[size_t(j * stride + dim + d)];
-                                    want += t;
-                                    mag += std::fabs(t);
+                                    const double x = sc[size_t(j)] / total * vv[size_t(j * stride + dim + d)];
+                                    want += x;
+                                    mag += std::fabs(x);
                                 }
                                 const double got = double(out[size_t(h * dim + d)]) / double(sum[size_t(h)]);
                                 ASSERT_LE(std::fabs(got - want), (w_rel + gamma(n_pos)) * mag + 1e-30)
-                                    << simd_level_name(lv.level) << " f16 " << f16 << " dim " << dim << " n_q " << n_q
+                                    << simd_level_name(lv.level) << " " << type_name(t) << " dim " << dim << " n_q " << n_q
                                     << " n_pos " << n_pos << " h " << h << " d " << d;
                             }
                         }
@@ -250,8 +272,9 @@ TEST(AttentionSimd, MatchesScalarReferenceWithinRounding) {
     AttentionShape chunked{4, 1, 16, 16, 0.25f};
     chunked.chunk = 300;
     std::vector<Case> cases;
-    for (GgmlType t : {GgmlType::F32, GgmlType::F16}) {
+    for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0}) {
         for (const AttentionShape& s : {qwen30b, small, no_gqa, wide_v, gqa3, windowed_sinks, long_window, chunked}) {
+            if (t == GgmlType::Q8_0 && (s.head_dim % QK != 0 || s.head_dim_v % QK != 0)) continue;
             for (int64_t pos0 : {0, 6, 100, 1000}) cases.push_back({s, t, 1, pos0});
             cases.push_back({s, t, 9, 3});
             cases.push_back({s, t, 5, 517});
@@ -263,8 +286,7 @@ TEST(AttentionSimd, MatchesScalarReferenceWithinRounding) {
     for (const Case& c : cases) {
         const AttentionShape& s = c.shape;
         const int64_t n_ctx = c.pos0 + c.n_tok, kw = int64_t(s.n_head_kv) * s.head_dim, vw = int64_t(s.n_head_kv) * s.head_dim_v;
-        const size_t elt = c.kv_type == GgmlType::F32 ? 4 : 2;
-        AlignedBuffer kc(size_t(n_ctx * kw) * elt), vc(size_t(n_ctx * vw) * elt);
+        AlignedBuffer kc(size_t(n_ctx * kv_row_bytes(c.kv_type, kw))), vc(size_t(n_ctx * kv_row_bytes(c.kv_type, vw)));
         const KvLayer kv{c.kv_type, kw, vw, kc.data(), vc.data()};
         const std::vector<float> k = random_vector(size_t(n_ctx * kw), 11, 0.5f), v = random_vector(size_t(n_ctx * vw), 12);
         for (int64_t t = 0; t < n_ctx; t++) kv_store(kv, t, k.data() + t * kw, v.data() + t * vw);
@@ -273,7 +295,7 @@ TEST(AttentionSimd, MatchesScalarReferenceWithinRounding) {
         for (float x : q) q_max = std::max(q_max, double(std::fabs(x)));
         for (float x : k) k_max = std::max(k_max, double(std::fabs(x)));
         for (float x : v) v_max = std::max(v_max, double(std::fabs(x)));
-        // |q| and |k| bound the products; F16 rounding only shrinks neither by much.
+        // |q| and |k| bound the products; F16 and Q8_0 rounding grow neither by much.
         const double err = gamma(s.head_dim) * s.head_dim * q_max * k_max * 1.01 * s.scale;
         const double bound = 2 * (std::expm1(2 * err) + 16 * kU + gamma(n_ctx)) * v_max;
         std::vector<float> scratch(attention_scratch_floats(s, n_ctx, pool.size()));
@@ -295,10 +317,11 @@ TEST(AttentionSimd, MatchesScalarReferenceWithinRounding) {
     }
 }
 
-// Random shapes (GQA ratios 1..8, odd lengths, windows, chunks, sinks)
-// at every level: the output's bits do not depend on the thread
-// count, nor on a token being decoded alone (its blocks split over the
-// threads) or in a batch (its blocks on one thread).
+// Random shapes (GQA ratios 1..8, odd lengths, windows, chunks, sinks,
+// F32, F16 and Q8_0 caches) at every level: the output's bits do not depend
+// on the thread count, nor on a token being decoded alone (its blocks split
+// over the threads) or in a batch (its blocks on one thread, in a tile of
+// tokens that share the blocks they all see whole).
 TEST(AttentionSimd, BitsIndependentOfThreadsAndBatch) {
     std::mt19937 rng(5);
     const float sinks[64] = {0.5f, -1.0f, 2.0f, 0.0f, 1.0f, -3.0f, 0.25f, 4.0f};
@@ -311,12 +334,15 @@ TEST(AttentionSimd, BitsIndependentOfThreadsAndBatch) {
         if (kind == 1) s.window = 1 + int64_t(rng() % 700);
         if (kind == 2) s.chunk = 1 + int64_t(rng() % 700);
         if (kind == 3 && s.n_head <= 8) s.sinks = sinks;
-        const int64_t n_ctx = 1 + int64_t(rng() % 1500), n_tok = 1 + int64_t(rng() % 4);
-        const int64_t pos0 = n_ctx - n_tok >= 0 ? n_ctx - n_tok : 0;
-        const GgmlType type = rng() % 2 ? GgmlType::F16 : GgmlType::F32;
+        // Every sixth trial a batch of up to 40 tokens, several tiles of
+        // 64 query rows over the group's heads (8 to 64 tokens a tile).
+        const int64_t n_ctx = 1 + int64_t(rng() % 1500);
+        const int64_t n_tok = std::min(n_ctx, 1 + int64_t(rng() % (trial % 6 == 0 ? 40 : 4)));
+        const int64_t pos0 = n_ctx - n_tok;
+        const GgmlType types[3] = {GgmlType::F16, GgmlType::F32, GgmlType::Q8_0};
+        const GgmlType type = types[rng() % (head_dim % QK == 0 ? 3 : 2)];
         const int64_t kw = int64_t(n_head_kv) * head_dim;
-        const size_t elt = type == GgmlType::F32 ? 4 : 2;
-        AlignedBuffer kc(size_t(n_ctx * kw) * elt), vc(size_t(n_ctx * kw) * elt);
+        AlignedBuffer kc(size_t(n_ctx * kv_row_bytes(type, kw))), vc(size_t(n_ctx * kv_row_bytes(type, kw)));
         const KvLayer kv{type, kw, kw, kc.data(), vc.data()};
         const std::vector<float> k = random_vector(size_t(n_ctx * kw), 31 + trial), v = random_vector(size_t(n_ctx * kw), 32);
         for (int64_t t = 0; t < n_ctx; t++) kv_store(kv, t, k.data() + t * kw, v.data() + t * kw);
@@ -332,7 +358,10 @@ TEST(AttentionSimd, BitsIndependentOfThreadsAndBatch) {
                 if (first.empty()) first = batch;
                 ASSERT_EQ(0, std::memcmp(first.data(), batch.data(), batch.size() * 4))
                     << simd_level_name(l) << " threads " << pool.size() << " trial " << trial;
+                // Each token of a short batch; of a long one, its ends and
+                // middle (a tile's tokens all take the same path).
                 for (int64_t t = 0; t < n_tok; t++) {
+                    if (n_tok > 4 && t >= 2 && t != n_tok / 2 && t < n_tok - 2) continue;
                     attention(pool, s, kv, q.data() + size_t(t) * row, 1, pos0 + t, n_ctx, scratch.data(), one.data());
                     ASSERT_EQ(0, std::memcmp(one.data(), first.data() + size_t(t) * row, row * 4))
                         << simd_level_name(l) << " threads " << pool.size() << " trial " << trial << " token " << t;
@@ -350,9 +379,8 @@ TEST(AttentionSimd, TokenAloneEqualsTokenInBatch) {
     const int64_t n_tok = 21, kw = 2 * 64;
     const std::vector<float> k = random_vector(size_t(n_tok * kw), 21), v = random_vector(size_t(n_tok * kw), 22);
     const std::vector<float> q = random_vector(size_t(n_tok * 8 * 64), 23);
-    for (GgmlType type : {GgmlType::F32, GgmlType::F16}) {
-        const size_t elt = type == GgmlType::F32 ? 4 : 2;
-        AlignedBuffer kc(size_t(n_tok * kw) * elt), vc(size_t(n_tok * kw) * elt);
+    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0}) {
+        AlignedBuffer kc(size_t(n_tok * kv_row_bytes(type, kw))), vc(size_t(n_tok * kv_row_bytes(type, kw)));
         const KvLayer kv{type, kw, kw, kc.data(), vc.data()};
         for (int64_t t = 0; t < n_tok; t++) kv_store(kv, t, k.data() + t * kw, v.data() + t * kw);
         for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {

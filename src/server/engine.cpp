@@ -225,8 +225,9 @@ void Engine::start(Slot& s, std::shared_ptr<Job> job) {
     if (keep == prompt.size()) keep--;  // evaluate at least one token: its logits start the reply
     s.next = s.cached = keep;
     s.choice = 0;
-    s.generated_before = 0;
     s.prompt_logits.clear();
+    job->choices_started = job->choices_running = 1;
+    job->cached_tokens = int64_t(keep);
     if (job->request.grammar && !trie_) {
         // Control tokens stand for no text: the grammar never allows them
         // (end of generation is decided separately).
@@ -266,6 +267,29 @@ void Engine::begin_choice(Slot& s) {
     for (size_t i = kept - std::min(kept, window); i < kept; i++) ss.sampler().accept(ss.tokens()[i]);
 }
 
+void Engine::spread_choices(Slot& s) {
+    Job& job = *s.job;
+    for (Slot& h : slots_) {
+        if (job.choices_started >= job.request.n) return;
+        if (h.job) continue;
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            if (!queue_.empty()) return;
+        }
+        if (!h.session->copy_context(*s.session)) return;  // a family whose state cannot be copied: in turn
+        h.job = s.job;
+        h.next = job.prompt.size();
+        h.cached = 0;
+        h.prompt_logits = s.prompt_logits;
+        h.choice = job.choices_started++;
+        job.choices_running++;
+        begin_choice(h);
+        std::lock_guard<std::mutex> lk(mu_);
+        stats_.busy_slots++;
+        stats_.slot_busy[size_t(&h - slots_.data())] = 1;
+    }
+}
+
 int32_t Engine::sample(Slot& s, const float* logits) {
     Session& ss = *s.session;
     const int32_t t = ss.sampler().sample(logits);
@@ -298,6 +322,10 @@ int32_t Engine::sample(Slot& s, const float* logits) {
 bool Engine::step(Slot& s) {
     Job& job = *s.job;
     Session& ss = *s.session;
+    if (!job.failure.empty()) {  // another choice failed
+        end(s, "", job.failure);
+        return false;
+    }
     if (job.cancelled.load() || (job.client_alive && !job.client_alive())) {
         end(s, "", "cancelled");
         return false;
@@ -368,6 +396,7 @@ bool Engine::step(Slot& s) {
     // logits and show the token; the batched decode evaluates it. Every
     // choice starts from the prompt's logits.
     if (job.request.n > 1 && s.prompt_logits.empty()) s.prompt_logits.assign(ss.logits(), ss.logits() + ss.config().n_vocab);
+    if (s.generated == 0 && job.choices_started < job.request.n) spread_choices(s);
     if (s.matcher && s.matcher->must_end()) {  // the grammar is complete: nothing may follow
         end(s, "stop");
         return false;
@@ -426,45 +455,58 @@ void Engine::decode(const std::vector<Slot*>& slots) {
 }
 
 void Engine::end(Slot& s, const std::string& reason, const std::string& error) {
-    Job& job = *s.job;
+    std::shared_ptr<Job> held = s.job;
+    Job& job = *held;
     if (error.empty() && s.text) {
         const std::string tail = s.text->finish();
         if (!tail.empty()) job.emit(s.choice, tail);
     }
     if (error.empty()) job.end_choice(s.choice, reason);
-    if (error.empty() && s.choice + 1 < job.request.n && !s.prompt_logits.empty()) {
-        // The next choice: back to the end of the prompt, whose logits are kept.
-        try {
-            std::lock_guard<std::mutex> lk(forward_mu_);
-            s.session->rewind(job.prompt.size());
-            s.generated_before += s.generated;
-            s.choice++;
-            begin_choice(s);
-            return;
-        } catch (const std::exception& e) {
-            return end(s, "", e.what());
+    else if (job.failure.empty()) job.failure = error;
+    job.completion_tokens += s.generated;
+    s.generated = 0;
+    if (job.failure.empty() && job.choices_started < job.request.n) {
+        if (s.prompt_logits.empty()) {
+            // Over before the prompt was read (--timeout): so are the choices not started.
+            for (; job.choices_started < job.request.n; job.choices_started++) job.end_choice(job.choices_started, reason);
+        } else {
+            // The next choice: back to the end of the prompt, whose logits are kept.
+            try {
+                std::lock_guard<std::mutex> lk(forward_mu_);
+                s.session->rewind(job.prompt.size());
+                s.choice = job.choices_started++;
+                begin_choice(s);
+                return;
+            } catch (const std::exception& e) {
+                return end(s, "", e.what());
+            }
         }
     }
-    Usage u;
-    u.prompt_tokens = int64_t(job.prompt.size());
-    u.cached_tokens = int64_t(s.cached);
-    u.completion_tokens = s.generated_before + s.generated;
+    job.choices_running--;
     {
         // Counted free before the client hears the end, so its next request finds room.
         std::lock_guard<std::mutex> lk(mu_);
         stats_.busy_slots--;
         stats_.slot_busy[size_t(&s - slots_.data())] = 0;
-        if (error == "cancelled") stats_.requests_cancelled++;
-        else if (!error.empty()) stats_.requests_failed++;
-        else stats_.requests_done++;
-        stats_.prompt_tokens += uint64_t(u.prompt_tokens);
-        stats_.cached_prompt_tokens += uint64_t(u.cached_tokens);
     }
-    job.finish(u, error);
     s.job.reset();
     s.text.reset();
     s.matcher.reset();
     s.last_used = ++clock_;
+    if (job.choices_running > 0) return;
+    Usage u;
+    u.prompt_tokens = int64_t(job.prompt.size());
+    u.cached_tokens = job.cached_tokens;
+    u.completion_tokens = job.completion_tokens;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (job.failure == "cancelled") stats_.requests_cancelled++;
+        else if (!job.failure.empty()) stats_.requests_failed++;
+        else stats_.requests_done++;
+        stats_.prompt_tokens += uint64_t(u.prompt_tokens);
+        stats_.cached_prompt_tokens += uint64_t(u.cached_tokens);
+    }
+    job.finish(u, job.failure);
 }
 
 }  // namespace ms

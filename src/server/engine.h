@@ -49,8 +49,10 @@ struct JobOutput {
 };
 
 // One request between the HTTP thread that owns it and the engine. Its
-// choices (n) come one after another from one slot, each sampled from the
-// same evaluation of the prompt.
+// choices (n) share one evaluation of the prompt: once the prompt is in its
+// slot's cache, free slots take copies of that cache and decode further
+// choices in the same batched passes; a slot whose choice ends takes the
+// next one not started, from the end of the prompt again.
 class Job {
 public:
     Job(GenerationRequest request, std::vector<int32_t> prompt, double timeout_s);
@@ -74,6 +76,11 @@ public:
     void emit(int choice, const std::string& text, const TokenLogprob* logprob = nullptr);
     void end_choice(int choice, const std::string& reason);
     void finish(const Usage& u, const std::string& err = "");
+    // The engine thread's bookkeeping of the choices: started, still in a
+    // slot, tokens of those over, and the first failure, which ends them all.
+    int choices_started = 0, choices_running = 0;
+    int64_t completion_tokens = 0, cached_tokens = 0;
+    std::string failure;
 
 private:
     std::mutex mu_;
@@ -128,7 +135,6 @@ private:
         uint64_t last_used = 0;
         int32_t token = 0;           // sampled, to be evaluated by the next batched decode
         int choice = 0;              // of the job's n
-        int64_t generated_before = 0;  // tokens of the earlier choices
         std::vector<float> prompt_logits;  // n > 1: the prompt's logits, which start every choice
         std::unique_ptr<GrammarMatcher> matcher;  // the request's grammar, if any
         std::vector<float> masked;   // logits with the grammar's disallowed tokens at -inf
@@ -137,6 +143,9 @@ private:
     // grammar allows nothing more and cannot end.
     int32_t sample(Slot& s, const float* logits);
     void begin_choice(Slot& s);
+    // n > 1: free slots copy s's cache (the prompt) and start the job's
+    // next choices, while no queued job waits for them.
+    void spread_choices(Slot& s);
     void run();
     void start(Slot& s, std::shared_ptr<Job> job);
     // A prefill chunk, or sampling the next token from the slot's logits;

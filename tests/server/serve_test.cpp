@@ -487,6 +487,49 @@ TEST(Serve, NChoicesShareOnePromptEvaluation) {
     EXPECT_TRUE(logprobs[1] >= 1 && logprobs[1] <= 3) << res->body;
 }
 
+// With free slots, the n choices decode together: one prompt evaluation,
+// one batched pass per token for all of them; greedy choices are the
+// single-choice reply, seeded ones the same on every run.
+TEST(Serve, NChoicesDecodeAsOneBatch) {
+    TestServer s(4, 4);
+    const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 6, "ignore_eos": true, )";
+    auto [s1, one] = s.post("/v1/completions", body + R"("temperature": 0})");
+    ASSERT_EQ(s1, 200) << one.dump();
+    const std::string greedy = one.at("choices")[0].at("text").as_string();
+    const double prefilled = s.metric("moestream_prefill_tokens_total"), passes = s.metric("moestream_decode_passes_total");
+    // A different prompt, so no slot's cache holds it already.
+    auto [s4, four] = s.post("/v1/completions", R"({"prompt": "Once upon a time there", "max_tokens": 6, "ignore_eos": true,
+                                                   "temperature": 0, "n": 4})");
+    ASSERT_EQ(s4, 200) << four.dump();
+    const Json& usage = four.at("usage");
+    EXPECT_EQ(s.metric("moestream_prefill_tokens_total") - prefilled,
+              double(usage.at("prompt_tokens").as_int() - usage.at("prompt_tokens_details").at("cached_tokens").as_int()));
+    // 5 passes evaluate the first 5 of each choice's 6 tokens (the last is
+    // only sampled); in turn it would take 20.
+    EXPECT_EQ(s.metric("moestream_decode_passes_total") - passes, 5.0);
+    EXPECT_EQ(four.at("usage").at("completion_tokens").as_int(), 24);
+    auto [s1b, oneb] = s.post("/v1/completions", R"({"prompt": "Once upon a time there", "max_tokens": 6, "ignore_eos": true,
+                                                    "temperature": 0})");
+    ASSERT_EQ(s1b, 200);
+    for (const Json& ch : four.at("choices").as_array())
+        EXPECT_EQ(ch.at("text").as_string(), oneb.at("choices")[0].at("text").as_string());
+    EXPECT_NE(greedy, "");
+
+    const std::string seeded = body + R"("temperature": 1.5, "top_k": 0, "top_p": 1, "min_p": 0, "seed": 9, "n": 3})";
+    auto [a, ja] = s.post("/v1/completions", seeded);
+    auto [b, jb] = s.post("/v1/completions", seeded);
+    ASSERT_EQ(a, 200);
+    ASSERT_EQ(b, 200);
+    // Choice i of a batch draws as a request alone with seed + i does.
+    for (size_t i = 0; i < 3; i++) {
+        EXPECT_EQ(ja.at("choices")[i].at("text").as_string(), jb.at("choices")[i].at("text").as_string()) << i;
+        auto [c, jc] = s.post("/v1/completions", body + R"("temperature": 1.5, "top_k": 0, "top_p": 1, "min_p": 0, "seed": )" +
+                                                     std::to_string(9 + i) + "}");
+        ASSERT_EQ(c, 200);
+        EXPECT_EQ(jc.at("choices")[0].at("text").as_string(), ja.at("choices")[i].at("text").as_string()) << i;
+    }
+}
+
 TEST(Serve, LogitBiasForcesAndForbidsTokens) {
     TestServer s(1, 4);
     const Tokenizer& tok = s.engine->session().tokenizer();

@@ -67,6 +67,18 @@ void Job::emit(int choice, const std::string& text, const TokenLogprob* logprob)
     cv_.notify_all();
 }
 
+void Job::emit(int choice, const std::string& text, const std::vector<TokenLogprob>& logprobs) {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        JobOutput o;
+        o.choice = choice;
+        o.text = text;
+        o.logprobs = logprobs;
+        pending_.push_back(std::move(o));
+    }
+    cv_.notify_all();
+}
+
 void Job::end_choice(int choice, const std::string& reason) {
     {
         std::lock_guard<std::mutex> lk(mu_);
@@ -223,6 +235,8 @@ void Engine::start(Slot& s, std::shared_ptr<Job> job) {
     size_t keep = 0;
     while (keep < ss.tokens().size() && keep < prompt.size() && ss.tokens()[keep] == prompt[keep]) keep++;
     if (keep == prompt.size()) keep--;  // evaluate at least one token: its logits start the reply
+    job->prompt_logprobs.clear();
+    if (job->request.echo && job->request.logprobs >= 0) keep = 0;  // every prompt position's logits
     s.next = s.cached = keep;
     s.choice = 0;
     s.prompt_logits.clear();
@@ -254,6 +268,7 @@ void Engine::begin_choice(Slot& s) {
     Session& ss = *s.session;
     const GenerationRequest& r = s.job->request;
     s.generated = 0;
+    s.echoed = false;
     s.text = std::make_unique<ReplyText>(ss.tokenizer(), r.stop, r.show_control);
     if (!r.grammar) s.matcher.reset();
     else if (s.choice > 0 && s.matcher) s.matcher->restart();
@@ -287,6 +302,32 @@ void Engine::spread_choices(Slot& s) {
         std::lock_guard<std::mutex> lk(mu_);
         stats_.busy_slots++;
         stats_.slot_busy[size_t(&h - slots_.data())] = 1;
+    }
+}
+
+// Each prompt token's log-probability after the tokens before it. A BOS
+// the tokenizer added is not in the prompt's text, so not shown; the first
+// token shown after nothing has none (NaN: null in the reply).
+void Engine::echo_logprobs(Slot& s, const std::vector<int32_t>& piece) {
+    Session& ss = *s.session;
+    Job& job = *s.job;
+    const size_t V = size_t(ss.config().n_vocab), p0 = s.next;
+    const Tokenizer& tok = ss.tokenizer();
+    const size_t first = tok.add_bos() && job.prompt.size() > 1 && job.prompt[0] == tok.bos() ? 1 : 0;
+    s.rows.resize(piece.size() * V);
+    ss.prefill_all(piece, s.rows.data());
+    if (p0 == 0 && first == 0) {
+        TokenLogprob lp;
+        lp.token = job.prompt[0];
+        lp.logprob = NAN;
+        job.prompt_logprobs.push_back(lp);
+    }
+    for (size_t i = 0; i < piece.size(); i++) {
+        const size_t next = p0 + i + 1;  // the token row i predicts
+        if (next >= job.prompt.size() || next < first) continue;
+        TokenLogprob lp;
+        log_softmax_at(&s.rows[i * V], int64_t(V), job.prompt[next], job.request.logprobs, &lp);
+        job.prompt_logprobs.push_back(std::move(lp));
     }
 }
 
@@ -337,11 +378,18 @@ bool Engine::step(Slot& s) {
     }
     if (s.next < job.prompt.size()) {
         const double t0 = steady_seconds();
+        const bool rows = job.request.echo && job.request.logprobs >= 0;
         try {
             std::lock_guard<std::mutex> lk(forward_mu_);
-            const size_t n = std::min(job.prompt.size() - s.next, size_t(std::max(options_.prefill_chunk, 1)));
-            ss.prefill(std::vector<int32_t>(job.prompt.begin() + ptrdiff_t(s.next),
-                                            job.prompt.begin() + ptrdiff_t(s.next + n)));
+            // Every position's logits are n_vocab floats: few rows a chunk.
+            const int chunk = rows ? kEchoRows : std::max(options_.prefill_chunk, 1);
+            const size_t n = std::min(job.prompt.size() - s.next, size_t(chunk));
+            const std::vector<int32_t> piece(job.prompt.begin() + ptrdiff_t(s.next), job.prompt.begin() + ptrdiff_t(s.next + n));
+            if (rows) {
+                echo_logprobs(s, piece);
+            } else {
+                ss.prefill(piece);
+            }
             s.next += n;
             std::lock_guard<std::mutex> st(mu_);
             stats_.prefilled_tokens += n;
@@ -350,6 +398,10 @@ bool Engine::step(Slot& s) {
             end(s, "", e.what());
         }
         return false;
+    }
+    if (job.request.echo && !s.echoed) {
+        s.echoed = true;
+        job.emit(s.choice, job.request.prompt, job.prompt_logprobs);
     }
     std::string reason;
     const int64_t limit = job.request.max_tokens;

@@ -74,6 +74,7 @@ public:
 
     // Engine side.
     void emit(int choice, const std::string& text, const TokenLogprob* logprob = nullptr);
+    void emit(int choice, const std::string& text, const std::vector<TokenLogprob>& logprobs);
     void end_choice(int choice, const std::string& reason);
     void finish(const Usage& u, const std::string& err = "");
     // The engine thread's bookkeeping of the choices: started, still in a
@@ -81,6 +82,9 @@ public:
     int choices_started = 0, choices_running = 0;
     int64_t completion_tokens = 0, cached_tokens = 0;
     std::string failure;
+    // echo with logprobs: the prompt's tokens' (a null one is NaN), made
+    // while the prompt is evaluated.
+    std::vector<TokenLogprob> prompt_logprobs;
 
 private:
     std::mutex mu_;
@@ -138,6 +142,8 @@ private:
         std::vector<float> prompt_logits;  // n > 1: the prompt's logits, which start every choice
         std::unique_ptr<GrammarMatcher> matcher;  // the request's grammar, if any
         std::vector<float> masked;   // logits with the grammar's disallowed tokens at -inf
+        bool echoed = false;         // the choice's text has begun with the prompt (echo)
+        std::vector<float> rows;     // echo with logprobs: a prefill chunk's logits
     };
     // The next token of a slot under its grammar (if any); -1 when the
     // grammar allows nothing more and cannot end.
@@ -146,6 +152,11 @@ private:
     // n > 1: free slots copy s's cache (the prompt) and start the job's
     // next choices, while no queued job waits for them.
     void spread_choices(Slot& s);
+    // echo with logprobs: evaluates a piece of the prompt with every
+    // position's logits, appending the log-probabilities of the tokens they
+    // predict to the job's prompt_logprobs.
+    void echo_logprobs(Slot& s, const std::vector<int32_t>& piece);
+    static constexpr int kEchoRows = 8;  // prompt tokens a chunk then (rows of n_vocab floats)
     void run();
     void start(Slot& s, std::shared_ptr<Job> job);
     // A prefill chunk, or sampling the next token from the slot's logits;

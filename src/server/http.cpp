@@ -137,10 +137,12 @@ Json logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps, b
     Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(), offsets = Json::array();
     for (const TokenLogprob& lp : lps) {
         tokens.push_back(token_string(tok, lp.token));
-        token_logprobs.push_back(double(lp.logprob));
+        // echo: the prompt's first token has nothing before it.
+        const bool none = std::isnan(lp.logprob);
+        token_logprobs.push_back(none ? Json() : Json(double(lp.logprob)));
         Json alts = Json::object();
         for (const auto& [t, l] : lp.top) alts[token_string(tok, t)] = double(l);
-        top.push_back(std::move(alts));
+        top.push_back(none ? Json() : std::move(alts));
         offsets.push_back(int64_t(*offset));
         *offset += tok.piece(lp.token).size();
     }

@@ -418,7 +418,7 @@ GenerationRequest parse_completion_request(const Json& body, const RequestDefaul
     } else {
         bad("prompt", "'prompt' must be a string (or an array of one string)");
     }
-    if (boolean(body, "echo", false)) bad("echo", "echo is not supported");
+    r.echo = boolean(body, "echo", false);
     if (field(body, "suffix")) bad("suffix", "suffix is not supported");
     return r;
 }

@@ -65,6 +65,10 @@ struct GenerationRequest {
     // the most likely alternatives (chat: top_logprobs; completions: logprobs).
     int logprobs = -1;
     int n = 1;                  // choices, each sampled after one evaluation of the prompt
+    // Completions: each choice's text starts with the prompt, and with
+    // logprobs, its tokens start with the prompt's (the first one's null
+    // where nothing comes before it).
+    bool echo = false;
 };
 
 // POST /v1/chat/completions and POST /v1/completions bodies. Throw ApiError

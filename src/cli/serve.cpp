@@ -88,6 +88,7 @@ int cmd_serve(int argc, char** argv) {
                   "now gets 503. 3.5 times this (bodies, their parsed JSON and prompt) plus the connections' "
                   "header buffers are reserved inside --mem");
     flags.declare(a, true);
+    a.show_default("--ctx", "the model's training context, at most 4096");
     if (!a.parse(argc, argv)) return 0;
     // Without -c a slot holds what the model was trained on, up to 4096
     // tokens: more would be advertised and never worked (the demo model was

@@ -39,6 +39,13 @@ void log_softmax_at(const float* logits, int64_t n, int32_t t, int top, TokenLog
 
 }  // namespace
 
+std::shared_ptr<const TokenTrie> vocabulary_trie(const Tokenizer& tok) {
+    std::vector<std::string> bytes(tok.n_vocab());
+    for (size_t i = 0; i < bytes.size(); i++)
+        if (!tok.is_control(int32_t(i))) bytes[i] = tok.piece(int32_t(i));
+    return std::make_shared<const TokenTrie>(bytes);
+}
+
 double steady_seconds() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -91,6 +98,7 @@ void Job::end_choice(int choice, const std::string& reason) {
 }
 
 void Job::finish(const Usage& u, const std::string& err) {
+    held.reset();  // before the client can hear the end and send its next request
     {
         std::lock_guard<std::mutex> lk(mu_);
         usage = u;
@@ -242,15 +250,7 @@ void Engine::start(Slot& s, std::shared_ptr<Job> job) {
     s.prompt_logits.clear();
     job->choices_started = job->choices_running = 1;
     job->cached_tokens = int64_t(keep);
-    if (job->request.grammar && !trie_) {
-        // Control tokens stand for no text: the grammar never allows them
-        // (end of generation is decided separately).
-        const Tokenizer& tok = ss.tokenizer();
-        std::vector<std::string> bytes(tok.n_vocab());
-        for (size_t i = 0; i < bytes.size(); i++)
-            if (!tok.is_control(int32_t(i))) bytes[i] = tok.piece(int32_t(i));
-        trie_ = std::make_shared<TokenTrie>(bytes);
-    }
+    if (job->request.grammar && !trie_) trie_ = options_.trie ? options_.trie : vocabulary_trie(ss.tokenizer());
     try {
         // Rewinding may evaluate tokens again (sliding-window layers keep only their window).
         std::lock_guard<std::mutex> lk(forward_mu_);

@@ -71,6 +71,9 @@ public:
     bool wait(std::vector<JobOutput>* out, double timeout_s);
     Usage usage;
     std::string error;              // a failure inside the engine (e.g. a read error)
+    // What the request holds of a server budget (its grammar's bytes),
+    // given back when the job finishes. Set before submit.
+    std::shared_ptr<void> held;
 
     // Engine side.
     void emit(int choice, const std::string& text, const TokenLogprob* logprob = nullptr);
@@ -96,7 +99,15 @@ private:
 struct EngineOptions {
     int queue = 16;               // requests waiting for a slot beyond which new ones are refused
     int prefill_chunk = 512;      // prompt tokens per forward pass (others' tokens wait that long)
+    // The vocabulary's trie for grammars (vocabulary_trie), made before the
+    // memory plan so it counts in --mem; null: made at the first grammar.
+    std::shared_ptr<const TokenTrie> trie;
 };
+
+// The token trie grammars are matched over: each token's bytes, none for
+// control tokens (they stand for no text; end of generation is decided
+// apart).
+std::shared_ptr<const TokenTrie> vocabulary_trie(const Tokenizer& tok);
 
 // Totals since start, for /metrics.
 struct EngineStats {

@@ -132,6 +132,7 @@ void parse_constraint(const Json& body, GenerationRequest* r) {
     if (from.empty()) return;
     try {
         r->grammar = std::make_shared<const Grammar>(parse_gbnf(gbnf));
+        r->grammar_field = from;
     } catch (const GrammarError& e) {
         bad(from, e.what());
     }

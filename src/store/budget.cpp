@@ -23,7 +23,7 @@ MemoryPlan plan_memory(const MemoryNeeds& n) {
                                  (n.requests ? " + requests " + mib(n.requests) : "") + " + " +
                                  std::to_string(n.min_slots) +
                                  " expert slots of " + mib(n.slot_bytes) + "), have " + mib(n.budget) +
-                                 (n.requests ? " (raise --mem, or lower -c or --request-mem)" : " (raise --mem or lower -c)"));
+                                 (n.requests ? " (raise --mem, or lower -c, --request-mem or --grammar-mem)" : " (raise --mem or lower -c)"));
     uint64_t slots = (n.budget - p.fixed_bytes) / n.slot_bytes;
     if (n.max_slots > 0 && slots >= uint64_t(n.max_slots)) {
         slots = uint64_t(std::max(n.max_slots, n.min_slots));

@@ -55,6 +55,10 @@ TEST(ServeCli, TheBudgetErrorShowsTheRequestReserveApartFromTheKvCache) {
     const double grown = mib_after(large, "requests ") - mib_after(small, "requests ");
     EXPECT_NEAR(grown, 3.5 * (4 - 1.0 / 1024), 0.15) << small << large;
     EXPECT_NE(large.find("--request-mem"), std::string::npos) << large;
+    // Grammars' budget is in the reserve too.
+    auto [g1, s3] = run(kBinary + " serve -m " + kDemo + " --mem 16M --max-body 1K --grammar-mem 1M --port 0");
+    auto [g5, s4] = run(kBinary + " serve -m " + kDemo + " --mem 16M --max-body 1K --grammar-mem 5M --port 0");
+    EXPECT_NEAR(mib_after(g5, "requests ") - mib_after(g1, "requests "), 4.0, 0.15) << g1 << g5;
 }
 
 }  // namespace

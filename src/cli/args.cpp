@@ -61,6 +61,12 @@ bool Args::given(const char* long_name) const {
     return false;
 }
 
+void Args::show_default(const char* long_name, const std::string& text) {
+    for (auto& o : opts_)
+        for (auto& n : o.names)
+            if (n == long_name) o.def = text;
+}
+
 static int64_t parse_int(const std::string& flag, const std::string& v) {
     char* end = nullptr;
     errno = 0;

@@ -31,6 +31,9 @@ public:
     std::string help() const;
     // True when the user gave this flag explicitly.
     bool given(const char* long_name) const;
+    // The default --help shows for a flag whose default is decided later
+    // (e.g. from the model), instead of the variable's value.
+    void show_default(const char* long_name, const std::string& text);
 
 private:
     enum class Kind { Flag, Str, I64, Int, Dbl, Size };

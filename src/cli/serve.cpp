@@ -2,6 +2,7 @@
 // --parallel slots that share one model and expert store. Loads the model,
 // binds, prints the address it listens on, serves until SIGINT/SIGTERM, then
 // prints the totals (and writes --report).
+#include <malloc.h>
 #include <signal.h>
 
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "gguf/gguf.h"
 #include "model/summary.h"
 #include "server/http.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ms {
 
@@ -56,7 +58,7 @@ int cmd_serve(int argc, char** argv) {
     ServerOptions so;
     std::string key_file, alias, template_file;
     int parallel = 1, queue = 16;
-    uint64_t max_body = so.max_body_bytes, request_mem = 0;
+    uint64_t max_body = so.max_body_bytes, request_mem = 0, grammar_mem = so.grammar_budget_bytes;
     a.option("--host", &so.host, "ADDR", "address to listen on (0.0.0.0: every interface; mind --api-key then)");
     a.option("--port", &so.port, "N", "TCP port (0: any free port; the one taken is printed)");
     a.option("--api-key", &so.api_key, "KEY",
@@ -87,12 +89,26 @@ int cmd_serve(int argc, char** argv) {
                   "request bodies held at once, all together (default: --max-body); one that does not fit "
                   "now gets 503. 3.5 times this (bodies, their parsed JSON and prompt) plus the connections' "
                   "header buffers are reserved inside --mem");
+    a.size_option("--grammar-mem", &grammar_mem, "SIZE",
+                  "the compiled grammars (response_format, grammar, json_schema) of the requests in service, all "
+                  "together; one that does not fit now gets 503, one larger than this 400. Reserved inside --mem "
+                  "with the vocabulary's token trie and each slot's mask cache");
     flags.declare(a, true);
+    a.show_default("--ctx", "the model's training context, at most 4096");
     if (!a.parse(argc, argv)) return 0;
     // Without -c a slot holds what the model was trained on, up to 4096
     // tokens: more would be advertised and never worked (the demo model was
     // trained at 512).
-    if (!a.given("--ctx") && !flags.model.empty()) flags.ctx = summarize_model(GgufFile::open(flags.model), 0).mem.ctx;
+    if (flags.model.empty()) throw std::runtime_error("no model given (-m MODEL)");
+    std::shared_ptr<const TokenTrie> trie;
+    {
+        const GgufFile file = GgufFile::open(flags.model);
+        if (!a.given("--ctx")) flags.ctx = summarize_model(file, 0).mem.ctx;
+        // Grammars are matched over the vocabulary's trie: made now, so that
+        // it counts in the memory plan.
+        trie = vocabulary_trie(Tokenizer::from_gguf(file));
+    }
+    malloc_trim(0);  // the tokenizer read for the trie is gone: its pages go back before the plan measures RSS
     if (parallel < 1 || parallel > 256) throw std::runtime_error("--parallel must be 1..256");
     if (queue < 0 || queue > 100000) throw std::runtime_error("--queue must be 0..100000");
     if (so.port < 0 || so.port > 65535) throw std::runtime_error("--port must be 0..65535");
@@ -113,6 +129,7 @@ int cmd_serve(int argc, char** argv) {
     so.max_body_bytes = size_t(max_body);
     so.body_budget_bytes = size_t(request_mem ? request_mem : max_body);
     if (so.body_budget_bytes < so.max_body_bytes) throw std::runtime_error("--request-mem must be at least --max-body");
+    so.grammar_budget_bytes = size_t(grammar_mem);
     so.model_id = alias.empty() ? model_name(flags.model) : alias;
     so.sampling = flags.options().sampling;
     // Requests beyond the slots and the queue still get a worker for a 503
@@ -131,9 +148,11 @@ int cmd_serve(int argc, char** argv) {
     EngineOptions eo;
     eo.queue = queue;
     eo.prefill_chunk = flags.batch;
+    eo.trie = trie;
+    const size_t reserve = request_memory_bytes(so) + grammar_memory_bytes(so, *trie, parallel);
     auto open_slots = [&] {
         std::vector<std::unique_ptr<Session>> slots;
-        slots.push_back(flags.open(parallel, request_memory_bytes(so)));
+        slots.push_back(flags.open(parallel, reserve));
         for (int i = 1; i < parallel; i++) slots.push_back(slots[0]->fork(so.sampling));
         return slots;
     };
@@ -143,6 +162,10 @@ int cmd_serve(int argc, char** argv) {
     server.bind();
     printf("moestream serve: %s on http://%s:%d (%d slot%s of %lld tokens, queue %d)\n", so.model_id.c_str(),
            so.host.c_str(), server.port(), parallel, parallel == 1 ? "" : "s", (long long)base.n_ctx(), queue);
+    fprintf(stderr, "reserved in --mem for requests: %s for bodies, %s for grammars (token trie %s)\n",
+            format_bytes(double(request_memory_bytes(so))).c_str(),
+            format_bytes(double(grammar_memory_bytes(so, *trie, parallel))).c_str(),
+            format_bytes(double(trie->memory_bytes())).c_str());
     fflush(stdout);
 
     std::thread waiter([&] {

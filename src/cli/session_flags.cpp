@@ -156,7 +156,7 @@ std::unique_ptr<Session> SessionFlags::open(int sequences, uint64_t reserved) co
         phase.clear();
         // fixed is resident weights plus one session's KV cache and scratch.
         const uint64_t state = fixed - std::min(fixed, model.resident_bytes());
-        return store.make(file, model, fixed + uint64_t(std::max(sequences - 1, 0)) * state + reserved, budget);
+        return store.make(file, model, fixed + uint64_t(std::max(sequences - 1, 0)) * state, budget, reserved);
     };
     auto s = Session::open(o, experts, progress);
     if (bar) bar->finish();

@@ -53,7 +53,7 @@ void StoreFlags::start(const std::string& model_path) const {
 }
 
 std::unique_ptr<ExpertSource> StoreFlags::make(const GgufFile& file, const Model& model, uint64_t fixed_bytes,
-                                               uint64_t budget) const {
+                                               uint64_t budget, uint64_t requests) const {
     std::string note;
     ExpertLayout lay = ExpertLayout::open(file, model.expert_layers(), layout, &note);
     if (verify_experts) lay.adopt_checksums(file, sidecar_path(file.path()));
@@ -69,9 +69,10 @@ std::unique_ptr<ExpertSource> StoreFlags::make(const GgufFile& file, const Model
     need.slot_bytes = lay.slot_bytes();
     need.min_slots = std::max(1, model.config().n_expert_used);
     need.max_slots = lay.total_experts();
+    need.requests = requests;
     need.budget = budget;
     if (budget == 0) {
-        uint64_t all = fixed_bytes + need.process + uint64_t(need.max_slots) * need.slot_bytes;
+        uint64_t all = fixed_bytes + requests + need.process + uint64_t(need.max_slots) * need.slot_bytes;
         uint64_t cap = read_meminfo().available / 5 * 4;
         need.budget = cap > 0 ? std::min(all, cap) : all;
         if (need.budget < all)

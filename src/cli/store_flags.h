@@ -37,8 +37,9 @@ struct StoreFlags {
     // means no --mem: every expert gets a slot if that fits in 80 % of the
     // available memory, else that 80 % is the budget. The StoreFlags must
     // outlive the returned source (it owns the counters).
+    // requests: bytes held beside the sessions (serve's request reserve).
     std::unique_ptr<ExpertSource> make(const GgufFile& file, const Model& model, uint64_t fixed_bytes,
-                                       uint64_t budget) const;
+                                       uint64_t budget, uint64_t requests = 0) const;
     // Marks the start of decoding (after the prompt) in the report.
     void mark_decode() const;
     // Adds the store's settings, memory plan, counters, disk and phase

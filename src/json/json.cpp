@@ -97,6 +97,8 @@ struct Parser {
         bool is_int = true;
         if (i < s.size() && s[i] == '-') ++i;
         if (i >= s.size() || !isdigit(static_cast<unsigned char>(s[i]))) fail("bad number");
+        // RFC 8259: an integer part is 0 or starts with 1-9 (01 is no JSON number).
+        if (s[i] == '0' && i + 1 < s.size() && isdigit(static_cast<unsigned char>(s[i + 1]))) fail("bad number (leading zero)");
         while (i < s.size() && isdigit(static_cast<unsigned char>(s[i]))) ++i;
         if (i < s.size() && s[i] == '.') {
             is_int = false;

@@ -85,6 +85,34 @@ public:
         saved_pos = n_past;
     }
 
+    bool copy_from(const ModelState& other) override {
+        const auto* o = dynamic_cast<const DecoderState*>(&other);
+        if (!o || o->k_cache.size() != k_cache.size() || o->v_cache.size() != v_cache.size()) return false;
+        // Whole caches: the ring's rows are not in position order, and a
+        // copy per choice is small next to the prompt it saves evaluating.
+        // x holds the hidden states NextN makes its rows from.
+        for (auto [to, from] : {std::pair{&k_cache, &o->k_cache}, {&v_cache, &o->v_cache}, {&index_keys, &o->index_keys},
+                                {&conv_state, &o->conv_state}, {&recurrent_state, &o->recurrent_state},
+                                {&nextn_x, &o->nextn_x}, {&last_tokens, &o->last_tokens}}) {
+            if (to->size() != from->size()) return false;
+            if (to->size() > 0) std::memcpy(to->data(), from->data(), to->size());
+        }
+        if (nextn_x.size() > 0 && x.size() == o->x.size()) std::memcpy(x.data(), o->x.data(), x.size());
+        saved_conv.resize(o->saved_conv.size());
+        saved_recurrent.resize(o->saved_recurrent.size());
+        if (saved_conv.size() > 0) std::memcpy(saved_conv.data(), o->saved_conv.data(), saved_conv.size());
+        if (saved_recurrent.size() > 0) std::memcpy(saved_recurrent.data(), o->saved_recurrent.data(), saved_recurrent.size());
+        saved_pos = o->saved_pos;
+        recurrent_pos = o->recurrent_pos;
+        nextn_rows = o->nextn_rows;
+        last_pos0 = o->last_pos0;
+        last_n = o->last_n;
+        nextn_seen = o->nextn_seen;
+        ring.top = o->ring.top;
+        n_past = o->n_past;
+        return true;
+    }
+
     // Before a forward call at pos0: states from zero at 0, from the
     // checkpoint when rewound to it; a call before the checkpoint rewrites
     // the positions it saved.

@@ -58,6 +58,11 @@ public:
     // can return this position and forward() continue from it. No-op where
     // positions are all the state there is.
     virtual void checkpoint() {}
+    // Makes this state continue where `other` (made by the same model with
+    // the same options) stands: its cache, position and recurrent state,
+    // so several sequences can share one evaluation of a prompt (serve's
+    // n > 1). False where a family cannot; then this state is unchanged.
+    virtual bool copy_from(const ModelState& other) { (void)other; return false; }
     // Where forward() spent its time: calls over several tokens (prefill)
     // and over one (decode), kept apart.
     TimeSplit prefill_time, decode_time;

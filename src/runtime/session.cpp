@@ -233,6 +233,14 @@ void Session::rewind(size_t n) {
     }
 }
 
+bool Session::copy_context(const Session& from) {
+    if (from.model_ != model_ || !state_->copy_from(*from.state_)) return false;
+    tokens_ = from.tokens_;
+    logits_ = from.logits_;
+    exclude_ = -1;
+    return true;
+}
+
 size_t Session::prefill_context(const std::vector<int32_t>& context) {
     if (context.empty()) throw std::runtime_error("empty context");
     size_t keep = 0;

@@ -107,6 +107,11 @@ public:
     // Keeps the first n tokens of the context, forgets the rest (evaluating
     // again those a sliding-window cache no longer holds the window of).
     void rewind(size_t n);
+    // Makes this session's context a copy of `from`'s (cache, tokens,
+    // logits), from a fork of one another: serve's n > 1 choices share one
+    // evaluation of the prompt. False where the model's state cannot be
+    // copied (this session is then unchanged).
+    bool copy_context(const Session& from);
     // Makes the cache hold exactly `context` (e.g. a re-rendered chat),
     // evaluating only the tokens after its longest common prefix with what
     // the cache holds, and at least one so logits() is fresh. Returns how many

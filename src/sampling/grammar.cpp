@@ -544,6 +544,27 @@ TokenTrie::TokenTrie(const std::vector<std::string>& tokens) : bytes_(tokens) {
     }
 }
 
+size_t Grammar::bytes() const {
+    size_t b = sizeof(Grammar) + elements.capacity() * sizeof(Element) + rules.capacity() * sizeof(rules[0]) +
+               names.capacity() * sizeof(std::string);
+    for (const auto& r : rules) b += r.capacity() * sizeof(uint32_t);
+    for (const std::string& n : names) b += n.capacity() > 15 ? n.capacity() + 1 : 0;  // past the string's own buffer
+    return b;
+}
+
+size_t TokenTrie::memory_bytes() const {
+    size_t b = sizeof(TokenTrie) + nodes.capacity() * sizeof(Node) + children.capacity() * sizeof(uint32_t) +
+               child_byte.capacity() + tokens.capacity() * sizeof(int32_t) + bytes_.capacity() * sizeof(std::string);
+    for (const std::string& t : bytes_) b += t.capacity() > 15 ? t.capacity() + 1 : 0;
+    return b;
+}
+
+size_t GrammarMatcher::memory_bound(const TokenTrie& trie) {
+    const size_t mask = (trie.n_tokens() + 63) / 64 * 8;
+    // Each cached mask: its bits, its key (a few stacks of 4-byte positions) and the map's node.
+    return kMaxMasks * (mask + 128) + trie.nodes.size() * 64;
+}
+
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie)
     : g_(std::move(grammar)), trie_(std::move(trie)) {
     restart();
@@ -706,7 +727,7 @@ std::string GrammarMatcher::state_key() const {
 const std::vector<uint64_t>& GrammarMatcher::mask() {
     std::string key = state_key();
     if (auto it = masks_.find(key); it != masks_.end()) return it->second;
-    if (masks_.size() >= 256) masks_.clear();  // bounded: 256 x n_vocab bits
+    if (masks_.size() >= kMaxMasks) masks_.clear();  // bounded: kMaxMasks x n_vocab bits
     std::vector<uint64_t>& m = masks_[key];
     m.assign((trie_->n_tokens() + 63) / 64, 0);
     building_ = &m;

@@ -39,6 +39,13 @@ void log_softmax_at(const float* logits, int64_t n, int32_t t, int top, TokenLog
 
 }  // namespace
 
+std::shared_ptr<const TokenTrie> vocabulary_trie(const Tokenizer& tok) {
+    std::vector<std::string> bytes(tok.n_vocab());
+    for (size_t i = 0; i < bytes.size(); i++)
+        if (!tok.is_control(int32_t(i))) bytes[i] = tok.piece(int32_t(i));
+    return std::make_shared<const TokenTrie>(bytes);
+}
+
 double steady_seconds() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -67,6 +74,18 @@ void Job::emit(int choice, const std::string& text, const TokenLogprob* logprob)
     cv_.notify_all();
 }
 
+void Job::emit(int choice, const std::string& text, const std::vector<TokenLogprob>& logprobs) {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        JobOutput o;
+        o.choice = choice;
+        o.text = text;
+        o.logprobs = logprobs;
+        pending_.push_back(std::move(o));
+    }
+    cv_.notify_all();
+}
+
 void Job::end_choice(int choice, const std::string& reason) {
     {
         std::lock_guard<std::mutex> lk(mu_);
@@ -79,6 +98,7 @@ void Job::end_choice(int choice, const std::string& reason) {
 }
 
 void Job::finish(const Usage& u, const std::string& err) {
+    held.reset();  // before the client can hear the end and send its next request
     {
         std::lock_guard<std::mutex> lk(mu_);
         usage = u;
@@ -223,19 +243,14 @@ void Engine::start(Slot& s, std::shared_ptr<Job> job) {
     size_t keep = 0;
     while (keep < ss.tokens().size() && keep < prompt.size() && ss.tokens()[keep] == prompt[keep]) keep++;
     if (keep == prompt.size()) keep--;  // evaluate at least one token: its logits start the reply
+    job->prompt_logprobs.clear();
+    if (job->request.echo && job->request.logprobs >= 0) keep = 0;  // every prompt position's logits
     s.next = s.cached = keep;
     s.choice = 0;
-    s.generated_before = 0;
     s.prompt_logits.clear();
-    if (job->request.grammar && !trie_) {
-        // Control tokens stand for no text: the grammar never allows them
-        // (end of generation is decided separately).
-        const Tokenizer& tok = ss.tokenizer();
-        std::vector<std::string> bytes(tok.n_vocab());
-        for (size_t i = 0; i < bytes.size(); i++)
-            if (!tok.is_control(int32_t(i))) bytes[i] = tok.piece(int32_t(i));
-        trie_ = std::make_shared<TokenTrie>(bytes);
-    }
+    job->choices_started = job->choices_running = 1;
+    job->cached_tokens = int64_t(keep);
+    if (job->request.grammar && !trie_) trie_ = options_.trie ? options_.trie : vocabulary_trie(ss.tokenizer());
     try {
         // Rewinding may evaluate tokens again (sliding-window layers keep only their window).
         std::lock_guard<std::mutex> lk(forward_mu_);
@@ -253,6 +268,7 @@ void Engine::begin_choice(Slot& s) {
     Session& ss = *s.session;
     const GenerationRequest& r = s.job->request;
     s.generated = 0;
+    s.echoed = false;
     s.text = std::make_unique<ReplyText>(ss.tokenizer(), r.stop, r.show_control);
     if (!r.grammar) s.matcher.reset();
     else if (s.choice > 0 && s.matcher) s.matcher->restart();
@@ -264,6 +280,55 @@ void Engine::begin_choice(Slot& s) {
     const size_t kept = std::min(ss.tokens().size(), s.job->prompt.size());
     const size_t window = size_t(std::max(r.sampling.repeat_last_n, 0));
     for (size_t i = kept - std::min(kept, window); i < kept; i++) ss.sampler().accept(ss.tokens()[i]);
+}
+
+void Engine::spread_choices(Slot& s) {
+    Job& job = *s.job;
+    for (Slot& h : slots_) {
+        if (job.choices_started >= job.request.n) return;
+        if (h.job) continue;
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            if (!queue_.empty()) return;
+        }
+        if (!h.session->copy_context(*s.session)) return;  // a family whose state cannot be copied: in turn
+        h.job = s.job;
+        h.next = job.prompt.size();
+        h.cached = 0;
+        h.prompt_logits = s.prompt_logits;
+        h.choice = job.choices_started++;
+        job.choices_running++;
+        begin_choice(h);
+        std::lock_guard<std::mutex> lk(mu_);
+        stats_.busy_slots++;
+        stats_.slot_busy[size_t(&h - slots_.data())] = 1;
+    }
+}
+
+// Each prompt token's log-probability after the tokens before it. A BOS
+// the tokenizer added is not in the prompt's text, so not shown; the first
+// token shown after nothing has none (NaN: null in the reply).
+void Engine::echo_logprobs(Slot& s, const std::vector<int32_t>& piece) {
+    Session& ss = *s.session;
+    Job& job = *s.job;
+    const size_t V = size_t(ss.config().n_vocab), p0 = s.next;
+    const Tokenizer& tok = ss.tokenizer();
+    const size_t first = tok.add_bos() && job.prompt.size() > 1 && job.prompt[0] == tok.bos() ? 1 : 0;
+    s.rows.resize(piece.size() * V);
+    ss.prefill_all(piece, s.rows.data());
+    if (p0 == 0 && first == 0) {
+        TokenLogprob lp;
+        lp.token = job.prompt[0];
+        lp.logprob = NAN;
+        job.prompt_logprobs.push_back(lp);
+    }
+    for (size_t i = 0; i < piece.size(); i++) {
+        const size_t next = p0 + i + 1;  // the token row i predicts
+        if (next >= job.prompt.size() || next < first) continue;
+        TokenLogprob lp;
+        log_softmax_at(&s.rows[i * V], int64_t(V), job.prompt[next], job.request.logprobs, &lp);
+        job.prompt_logprobs.push_back(std::move(lp));
+    }
 }
 
 int32_t Engine::sample(Slot& s, const float* logits) {
@@ -298,6 +363,10 @@ int32_t Engine::sample(Slot& s, const float* logits) {
 bool Engine::step(Slot& s) {
     Job& job = *s.job;
     Session& ss = *s.session;
+    if (!job.failure.empty()) {  // another choice failed
+        end(s, "", job.failure);
+        return false;
+    }
     if (job.cancelled.load() || (job.client_alive && !job.client_alive())) {
         end(s, "", "cancelled");
         return false;
@@ -309,11 +378,18 @@ bool Engine::step(Slot& s) {
     }
     if (s.next < job.prompt.size()) {
         const double t0 = steady_seconds();
+        const bool rows = job.request.echo && job.request.logprobs >= 0;
         try {
             std::lock_guard<std::mutex> lk(forward_mu_);
-            const size_t n = std::min(job.prompt.size() - s.next, size_t(std::max(options_.prefill_chunk, 1)));
-            ss.prefill(std::vector<int32_t>(job.prompt.begin() + ptrdiff_t(s.next),
-                                            job.prompt.begin() + ptrdiff_t(s.next + n)));
+            // Every position's logits are n_vocab floats: few rows a chunk.
+            const int chunk = rows ? kEchoRows : std::max(options_.prefill_chunk, 1);
+            const size_t n = std::min(job.prompt.size() - s.next, size_t(chunk));
+            const std::vector<int32_t> piece(job.prompt.begin() + ptrdiff_t(s.next), job.prompt.begin() + ptrdiff_t(s.next + n));
+            if (rows) {
+                echo_logprobs(s, piece);
+            } else {
+                ss.prefill(piece);
+            }
             s.next += n;
             std::lock_guard<std::mutex> st(mu_);
             stats_.prefilled_tokens += n;
@@ -322,6 +398,10 @@ bool Engine::step(Slot& s) {
             end(s, "", e.what());
         }
         return false;
+    }
+    if (job.request.echo && !s.echoed) {
+        s.echoed = true;
+        job.emit(s.choice, job.request.prompt, job.prompt_logprobs);
     }
     std::string reason;
     const int64_t limit = job.request.max_tokens;
@@ -368,6 +448,7 @@ bool Engine::step(Slot& s) {
     // logits and show the token; the batched decode evaluates it. Every
     // choice starts from the prompt's logits.
     if (job.request.n > 1 && s.prompt_logits.empty()) s.prompt_logits.assign(ss.logits(), ss.logits() + ss.config().n_vocab);
+    if (s.generated == 0 && job.choices_started < job.request.n) spread_choices(s);
     if (s.matcher && s.matcher->must_end()) {  // the grammar is complete: nothing may follow
         end(s, "stop");
         return false;
@@ -426,45 +507,58 @@ void Engine::decode(const std::vector<Slot*>& slots) {
 }
 
 void Engine::end(Slot& s, const std::string& reason, const std::string& error) {
-    Job& job = *s.job;
+    std::shared_ptr<Job> held = s.job;
+    Job& job = *held;
     if (error.empty() && s.text) {
         const std::string tail = s.text->finish();
         if (!tail.empty()) job.emit(s.choice, tail);
     }
     if (error.empty()) job.end_choice(s.choice, reason);
-    if (error.empty() && s.choice + 1 < job.request.n && !s.prompt_logits.empty()) {
-        // The next choice: back to the end of the prompt, whose logits are kept.
-        try {
-            std::lock_guard<std::mutex> lk(forward_mu_);
-            s.session->rewind(job.prompt.size());
-            s.generated_before += s.generated;
-            s.choice++;
-            begin_choice(s);
-            return;
-        } catch (const std::exception& e) {
-            return end(s, "", e.what());
+    else if (job.failure.empty()) job.failure = error;
+    job.completion_tokens += s.generated;
+    s.generated = 0;
+    if (job.failure.empty() && job.choices_started < job.request.n) {
+        if (s.prompt_logits.empty()) {
+            // Over before the prompt was read (--timeout): so are the choices not started.
+            for (; job.choices_started < job.request.n; job.choices_started++) job.end_choice(job.choices_started, reason);
+        } else {
+            // The next choice: back to the end of the prompt, whose logits are kept.
+            try {
+                std::lock_guard<std::mutex> lk(forward_mu_);
+                s.session->rewind(job.prompt.size());
+                s.choice = job.choices_started++;
+                begin_choice(s);
+                return;
+            } catch (const std::exception& e) {
+                return end(s, "", e.what());
+            }
         }
     }
-    Usage u;
-    u.prompt_tokens = int64_t(job.prompt.size());
-    u.cached_tokens = int64_t(s.cached);
-    u.completion_tokens = s.generated_before + s.generated;
+    job.choices_running--;
     {
         // Counted free before the client hears the end, so its next request finds room.
         std::lock_guard<std::mutex> lk(mu_);
         stats_.busy_slots--;
         stats_.slot_busy[size_t(&s - slots_.data())] = 0;
-        if (error == "cancelled") stats_.requests_cancelled++;
-        else if (!error.empty()) stats_.requests_failed++;
-        else stats_.requests_done++;
-        stats_.prompt_tokens += uint64_t(u.prompt_tokens);
-        stats_.cached_prompt_tokens += uint64_t(u.cached_tokens);
     }
-    job.finish(u, error);
     s.job.reset();
     s.text.reset();
     s.matcher.reset();
     s.last_used = ++clock_;
+    if (job.choices_running > 0) return;
+    Usage u;
+    u.prompt_tokens = int64_t(job.prompt.size());
+    u.cached_tokens = job.cached_tokens;
+    u.completion_tokens = job.completion_tokens;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (job.failure == "cancelled") stats_.requests_cancelled++;
+        else if (!job.failure.empty()) stats_.requests_failed++;
+        else stats_.requests_done++;
+        stats_.prompt_tokens += uint64_t(u.prompt_tokens);
+        stats_.cached_prompt_tokens += uint64_t(u.cached_tokens);
+    }
+    job.finish(u, job.failure);
 }
 
 }  // namespace ms

@@ -49,8 +49,10 @@ struct JobOutput {
 };
 
 // One request between the HTTP thread that owns it and the engine. Its
-// choices (n) come one after another from one slot, each sampled from the
-// same evaluation of the prompt.
+// choices (n) share one evaluation of the prompt: once the prompt is in its
+// slot's cache, free slots take copies of that cache and decode further
+// choices in the same batched passes; a slot whose choice ends takes the
+// next one not started, from the end of the prompt again.
 class Job {
 public:
     Job(GenerationRequest request, std::vector<int32_t> prompt, double timeout_s);
@@ -69,11 +71,23 @@ public:
     bool wait(std::vector<JobOutput>* out, double timeout_s);
     Usage usage;
     std::string error;              // a failure inside the engine (e.g. a read error)
+    // What the request holds of a server budget (its grammar's bytes),
+    // given back when the job finishes. Set before submit.
+    std::shared_ptr<void> held;
 
     // Engine side.
     void emit(int choice, const std::string& text, const TokenLogprob* logprob = nullptr);
+    void emit(int choice, const std::string& text, const std::vector<TokenLogprob>& logprobs);
     void end_choice(int choice, const std::string& reason);
     void finish(const Usage& u, const std::string& err = "");
+    // The engine thread's bookkeeping of the choices: started, still in a
+    // slot, tokens of those over, and the first failure, which ends them all.
+    int choices_started = 0, choices_running = 0;
+    int64_t completion_tokens = 0, cached_tokens = 0;
+    std::string failure;
+    // echo with logprobs: the prompt's tokens' (a null one is NaN), made
+    // while the prompt is evaluated.
+    std::vector<TokenLogprob> prompt_logprobs;
 
 private:
     std::mutex mu_;
@@ -85,7 +99,15 @@ private:
 struct EngineOptions {
     int queue = 16;               // requests waiting for a slot beyond which new ones are refused
     int prefill_chunk = 512;      // prompt tokens per forward pass (others' tokens wait that long)
+    // The vocabulary's trie for grammars (vocabulary_trie), made before the
+    // memory plan so it counts in --mem; null: made at the first grammar.
+    std::shared_ptr<const TokenTrie> trie;
 };
+
+// The token trie grammars are matched over: each token's bytes, none for
+// control tokens (they stand for no text; end of generation is decided
+// apart).
+std::shared_ptr<const TokenTrie> vocabulary_trie(const Tokenizer& tok);
 
 // Totals since start, for /metrics.
 struct EngineStats {
@@ -128,15 +150,24 @@ private:
         uint64_t last_used = 0;
         int32_t token = 0;           // sampled, to be evaluated by the next batched decode
         int choice = 0;              // of the job's n
-        int64_t generated_before = 0;  // tokens of the earlier choices
         std::vector<float> prompt_logits;  // n > 1: the prompt's logits, which start every choice
         std::unique_ptr<GrammarMatcher> matcher;  // the request's grammar, if any
         std::vector<float> masked;   // logits with the grammar's disallowed tokens at -inf
+        bool echoed = false;         // the choice's text has begun with the prompt (echo)
+        std::vector<float> rows;     // echo with logprobs: a prefill chunk's logits
     };
     // The next token of a slot under its grammar (if any); -1 when the
     // grammar allows nothing more and cannot end.
     int32_t sample(Slot& s, const float* logits);
     void begin_choice(Slot& s);
+    // n > 1: free slots copy s's cache (the prompt) and start the job's
+    // next choices, while no queued job waits for them.
+    void spread_choices(Slot& s);
+    // echo with logprobs: evaluates a piece of the prompt with every
+    // position's logits, appending the log-probabilities of the tokens they
+    // predict to the job's prompt_logprobs.
+    void echo_logprobs(Slot& s, const std::vector<int32_t>& piece);
+    static constexpr int kEchoRows = 8;  // prompt tokens a chunk then (rows of n_vocab floats)
     void run();
     void start(Slot& s, std::shared_ptr<Job> job);
     // A prefill chunk, or sampling the next token from the slot's logits;

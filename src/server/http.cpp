@@ -137,10 +137,12 @@ Json logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps, b
     Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(), offsets = Json::array();
     for (const TokenLogprob& lp : lps) {
         tokens.push_back(token_string(tok, lp.token));
-        token_logprobs.push_back(double(lp.logprob));
+        // echo: the prompt's first token has nothing before it.
+        const bool none = std::isnan(lp.logprob);
+        token_logprobs.push_back(none ? Json() : Json(double(lp.logprob)));
         Json alts = Json::object();
         for (const auto& [t, l] : lp.top) alts[token_string(tok, t)] = double(l);
-        top.push_back(std::move(alts));
+        top.push_back(none ? Json() : std::move(alts));
         offsets.push_back(int64_t(*offset));
         *offset += tok.piece(lp.token).size();
     }
@@ -165,6 +167,13 @@ struct HttpServer::Impl {
     std::unique_ptr<HttpFront> front;
     std::atomic<uint64_t> next_id{1};
     std::atomic<uint64_t> rejected{0};
+    // Bytes of the grammars of requests in service (ServerOptions::
+    // grammar_budget_bytes). Shared: a job may outlive the server.
+    struct GrammarBudget {
+        std::mutex mu;
+        size_t used = 0;
+    };
+    std::shared_ptr<GrammarBudget> grammar_budget = std::make_shared<GrammarBudget>();
     std::mutex count_mu;
     std::map<std::pair<std::string, int>, uint64_t> counts;  // (route, status) -> responses
 
@@ -241,6 +250,10 @@ size_t request_memory_bytes(const ServerOptions& o) {
     // 3.4x the body, measured with 8 MiB completion prompts (peak RSS 82
     // MiB for two at once over 28 MiB idle), rounded up.
     return o.body_budget_bytes / 2 * 7 + front_buffer_bytes(front_options(o));
+}
+
+size_t grammar_memory_bytes(const ServerOptions& o, const TokenTrie& trie, int slots) {
+    return trie.memory_bytes() + size_t(slots) * GrammarMatcher::memory_bound(trie) + o.grammar_budget_bytes;
 }
 
 void HttpServer::Impl::count(const std::string& path, int status) {
@@ -546,7 +559,33 @@ void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, bool 
         if (r.max_tokens > 0 && int64_t(prompt.size()) + r.max_tokens > n_ctx) {
             r.max_tokens = n_ctx - int64_t(prompt.size());
         }
+        std::shared_ptr<void> held;
+        if (r.grammar) {
+            // The grammar counts in --mem: it takes its bytes from the budget while the request lives.
+            const size_t need = r.grammar->bytes(), budget = options.grammar_budget_bytes;
+            auto kib = [](size_t b) { return std::to_string((b + 1023) / 1024) + " KiB"; };
+            if (need > budget) {
+                throw ApiError(400, "the grammar of '" + r.grammar_field + "' takes " + kib(need) +
+                                        " compiled; the server holds at most " + kib(budget) +
+                                        " of grammars (--grammar-mem): simplify it", r.grammar_field);
+            }
+            std::shared_ptr<GrammarBudget> g = grammar_budget;
+            {
+                std::lock_guard<std::mutex> lk(g->mu);
+                if (g->used + need > budget) {
+                    rejected++;
+                    throw ApiError(503, "the grammars of the requests in service fill --grammar-mem; retry later",
+                                   r.grammar_field, "server_error", "overloaded");
+                }
+                g->used += need;
+            }
+            held = std::shared_ptr<void>(nullptr, [g, need](void*) {
+                std::lock_guard<std::mutex> lk(g->mu);
+                g->used -= need;
+            });
+        }
         job = std::make_shared<Job>(std::move(r), std::move(prompt), options.timeout_s);
+        job->held = std::move(held);
         if (const int fd = req.fd; fd >= 0) job->client_alive = [fd] { return client_alive(fd); };
         if (!engine.submit(job)) {
             rejected++;

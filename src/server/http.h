@@ -32,11 +32,17 @@ struct ServerOptions {
     std::string cors;                 // Access-Control-Allow-Origin ("": no CORS)
     SamplerParams sampling;           // defaults for fields a request leaves out
     std::string chat_template;        // Jinja source used instead of the model's ("": the model's)
+    // The compiled grammars of the requests in service, all together: one
+    // that does not fit now gets 503, one larger than all of it 400.
+    size_t grammar_budget_bytes = size_t(4) << 20;
 };
 
 // What requests can hold at once (bodies, their parsed JSON, header
 // buffers): serve reserves it from --mem.
 size_t request_memory_bytes(const ServerOptions& o);
+// What grammars can hold at once: the vocabulary's trie, each slot's
+// matcher (its mask cache) and the grammar budget; also reserved from --mem.
+size_t grammar_memory_bytes(const ServerOptions& o, const TokenTrie& trie, int slots);
 
 class HttpServer {
 public:

@@ -31,6 +31,15 @@ namespace {
 constexpr size_t kMaxRequestLine = 8 << 10;
 constexpr size_t kMaxHeaderBytes = 16 << 10;
 constexpr size_t kMaxHeaders = 100;
+constexpr size_t kMaxChunkLine = 1 << 10;  // a chunk size line with its extensions
+
+int hex_value(char ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
 constexpr double kLingerSeconds = 1.0;  // after an error: reading what the client still sends, so it sees the answer
 
 double now_s() {
@@ -135,6 +144,11 @@ struct HttpFront::Impl {
         size_t body_len = 0;
         size_t reserved = 0;      // of the body budget
         bool keep_alive = true;
+        // Transfer-Encoding: chunked: where the reader is in the framing,
+        // and the bytes of the current chunk still to come.
+        enum class Chunk { Size, Data, DataEnd, Trailer } chunk = Chunk::Size;
+        bool chunked = false;
+        size_t chunk_left = 0, trailer_bytes = 0;
     };
 
     FrontOptions o;
@@ -314,16 +328,24 @@ struct HttpFront::Impl {
                 have_length = true;
                 length = n;
             } else if (key == "transfer-encoding") {
+                if (chunked) throw Refusal{400, "two Transfer-Encoding headers"};
+                // The only coding a request body may have here (RFC 9112 6.1: others are a 501).
+                if (lower(value) != "chunked") {
+                    throw Refusal{501, "transfer coding '" + value.substr(0, 32) + "' is not supported (only chunked)"};
+                }
                 chunked = true;
             }
         }
-        if (chunked) {
-            if (have_length) throw Refusal{400, "both Transfer-Encoding and Content-Length"};
-            throw Refusal{411, "chunked request bodies are not accepted: send Content-Length"};
-        }
+        // Both framings at once is how requests are smuggled past proxies.
+        if (chunked && have_length) throw Refusal{400, "both Transfer-Encoding and Content-Length"};
         const bool has_body_method = r.method == "POST" || r.method == "PUT" || r.method == "PATCH";
-        if (has_body_method && !have_length) throw Refusal{411, "a " + r.method + " needs a Content-Length header"};
+        if (has_body_method && !have_length && !chunked) {
+            throw Refusal{411, "a " + r.method + " needs a Content-Length header or a chunked body"};
+        }
         c.body_len = length;
+        c.chunked = chunked;
+        c.chunk = Conn::Chunk::Size;
+        c.chunk_left = c.trailer_bytes = 0;
         const std::string conn = lower(r.header("connection"));
         c.keep_alive = r.http10 ? conn.find("keep-alive") != std::string::npos : conn.find("close") == std::string::npos;
     }
@@ -402,15 +424,30 @@ struct HttpFront::Impl {
                     }
                 }
                 c.req.body.reserve(c.body_len);
+            } else if (c.chunked && lower(c.req.header("expect")) == "100-continue") {
+                static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+                if (!send_all(c.fd, cont, sizeof cont - 1, 0.2)) {
+                    close_gently(c);
+                    return false;
+                }
             }
             c.state = State::Body;
             c.deadline = now + o.body_timeout_s;
         }
         if (c.state == State::Body) {
-            const size_t take = std::min(c.in.size(), c.body_len - c.req.body.size());
-            c.req.body.append(c.in, 0, take);
-            c.in.erase(0, take);
-            if (c.req.body.size() < c.body_len) return false;
+            if (c.chunked) {
+                try {
+                    if (!read_chunks(c)) return false;
+                } catch (const Refusal& r) {
+                    refuse(c, r);
+                    return false;
+                }
+            } else {
+                const size_t take = std::min(c.in.size(), c.body_len - c.req.body.size());
+                c.req.body.append(c.in, 0, take);
+                c.in.erase(0, take);
+                if (c.req.body.size() < c.body_len) return false;
+            }
             c.req.fd = c.fd;
             c.req.received = now;
             if (cheap && cheap(c.req)) {
@@ -428,6 +465,100 @@ struct HttpFront::Impl {
             cv.notify_one();
         }
         return false;
+    }
+
+    // A chunked body (RFC 9112 7.1): hex size [; extensions] CRLF, data
+    // CRLF, ..., 0 CRLF, trailer lines, CRLF. Each chunk is checked against
+    // --max-body and takes its bytes from the body budget when its size
+    // line arrives, so a chunked body costs what a Content-Length one does.
+    // True when the body is complete; throws Refusal on bad framing.
+    bool read_chunks(Conn& c) {
+        for (;;) {
+            switch (c.chunk) {
+            case Conn::Chunk::Size: {
+                const size_t eol = c.in.find("\r\n");
+                if (eol == std::string::npos) {
+                    if (c.in.size() > kMaxChunkLine) throw Refusal{400, "malformed chunked body: a chunk size line over 1 KiB"};
+                    return false;
+                }
+                if (eol > kMaxChunkLine) throw Refusal{400, "malformed chunked body: a chunk size line over 1 KiB"};
+                const std::string line = c.in.substr(0, eol);
+                const size_t digits = std::min(line.find(';'), line.size());
+                size_t n = 0;
+                if (digits == 0) throw Refusal{400, "malformed chunked body: a chunk size must be hex digits"};
+                for (size_t i = 0; i < digits; i++) {
+                    const int v = hex_value(line[i]);
+                    if (v < 0) throw Refusal{400, "malformed chunked body: a chunk size must be hex digits"};
+                    if (n > o.max_body_bytes) break;  // too large already: no overflow
+                    n = n * 16 + size_t(v);
+                }
+                for (char ch : line) {
+                    if ((static_cast<unsigned char>(ch) < 0x20 && ch != '\t') || ch == 0x7f) {
+                        throw Refusal{400, "malformed chunked body: control character in a chunk size line"};
+                    }
+                }
+                c.in.erase(0, eol + 2);
+                if (n == 0) {
+                    c.chunk = Conn::Chunk::Trailer;
+                    break;
+                }
+                if (n > o.max_body_bytes || c.req.body.size() + n > o.max_body_bytes) {
+                    throw Refusal{413, "the request body is too large: over " + std::to_string(o.max_body_bytes) +
+                                           " bytes, the limit"};
+                }
+                {
+                    std::lock_guard<std::mutex> lk(mu);
+                    if (budget_used + n > o.body_budget_bytes) {
+                        throw Refusal{503, "the server holds as many request bodies as its memory budget allows; retry later"};
+                    }
+                    budget_used += n;
+                    c.reserved += n;
+                }
+                // Doubling, capped at --max-body: many small chunks must not copy the body each time.
+                if (c.req.body.capacity() < c.req.body.size() + n) {
+                    c.req.body.reserve(std::min(std::max(c.req.body.capacity() * 2, c.req.body.size() + n), o.max_body_bytes));
+                }
+                c.chunk_left = n;
+                c.chunk = Conn::Chunk::Data;
+                break;
+            }
+            case Conn::Chunk::Data: {
+                const size_t take = std::min(c.in.size(), c.chunk_left);
+                c.req.body.append(c.in, 0, take);
+                c.in.erase(0, take);
+                c.chunk_left -= take;
+                if (c.chunk_left > 0) return false;
+                c.chunk = Conn::Chunk::DataEnd;
+                break;
+            }
+            case Conn::Chunk::DataEnd:
+                if (c.in.size() < 2) return false;
+                if (c.in.compare(0, 2, "\r\n") != 0) throw Refusal{400, "malformed chunked body: a chunk's data must end with CRLF"};
+                c.in.erase(0, 2);
+                c.chunk = Conn::Chunk::Size;
+                break;
+            case Conn::Chunk::Trailer: {
+                // Trailer fields are read and dropped; they count against the header limit.
+                const size_t eol = c.in.find("\r\n");
+                if (eol == std::string::npos || c.trailer_bytes + eol + 2 > kMaxHeaderBytes) {
+                    if (c.trailer_bytes + c.in.size() > kMaxHeaderBytes) throw Refusal{431, "the trailer fields exceed 16 KiB"};
+                    return false;
+                }
+                c.trailer_bytes += eol + 2;
+                const bool last = eol == 0;
+                const std::string field = c.in.substr(0, eol);
+                c.in.erase(0, eol + 2);
+                if (last) {
+                    c.body_len = c.req.body.size();
+                    return true;
+                }
+                if (field.find(':') == std::string::npos || field[0] == ' ' || field[0] == '\t') {
+                    throw Refusal{400, "malformed chunked body: a trailer line is not name: value"};
+                }
+                break;
+            }
+            }
+        }
     }
 
     // A request answered: the connection waits for the next one (handling

@@ -8,9 +8,10 @@
 // (/health, CORS preflights), so those stay answerable whatever the workers
 // and other clients are doing. Connections are bounded: past the bound the one that has waited
 // longest without a request in service is dropped. Pipelined requests are
-// answered in order, one at a time per connection. Request bodies draw on a
-// byte budget (reserved from --mem by serve); a body that does not fit now
-// gets 503.
+// answered in order, one at a time per connection. Bodies come with
+// Content-Length or chunked (Transfer-Encoding: chunked, under the same
+// deadline and size limit). Request bodies draw on a byte budget (reserved
+// from --mem by serve); a body that does not fit now gets 503.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -1,7 +1,10 @@
 #include "server/json_schema.h"
 
 #include <cmath>
+#include <iterator>
+#include <set>
 #include <stdexcept>
+#include <vector>
 
 namespace ms {
 
@@ -45,6 +48,110 @@ std::string literal(const std::string& s) {
         }
     }
     return out + "\"";
+}
+
+// Whether two JSON values are equal as JSON Schema compares them (numbers
+// by value, so 1 and 1.0 are one; object members in any order).
+bool same_value(const Json& a, const Json& b) {
+    if (a.kind() != b.kind()) return false;
+    if (a.is_number()) return a.as_number() == b.as_number();
+    if (a.is_array()) {
+        if (a.size() != b.size()) return false;
+        for (size_t i = 0; i < a.size(); i++)
+            if (!same_value(a[i], b[i])) return false;
+        return true;
+    }
+    if (a.is_object()) {
+        if (a.size() != b.size()) return false;
+        for (const auto& [k, v] : a.as_object()) {
+            const Json* w = b.find(k);
+            if (!w || !same_value(v, *w)) return false;
+        }
+        return true;
+    }
+    return a.dump() == b.dump();
+}
+
+// What a schema accepts, over-approximated: a finite set of values (const,
+// enum) or a set of JSON kinds (integer counts as number: 1.0 is both).
+// oneOf is enforced only where its branches' footprints do not meet, so
+// whatever one branch generates no other accepts.
+struct Footprint {
+    bool values_only = false;
+    std::vector<Json> values;
+    std::set<std::string> kinds;
+};
+
+const char* kind_of(const Json& v) {
+    if (v.is_object()) return "object";
+    if (v.is_array()) return "array";
+    if (v.is_string()) return "string";
+    if (v.is_number()) return "number";
+    if (v.is_bool()) return "boolean";
+    return "null";
+}
+
+Footprint footprint(const Json& s) {
+    Footprint f;
+    static const char* const kAll[] = {"object", "array", "string", "number", "boolean", "null"};
+    if (!s.is_object()) {
+        f.kinds.insert(std::begin(kAll), std::end(kAll));
+        return f;
+    }
+    if (const Json* c = s.find("const")) {
+        f.values_only = true;
+        f.values.push_back(*c);
+        return f;
+    }
+    if (const Json* e = s.find("enum"); e && e->is_array()) {
+        f.values_only = true;
+        f.values = e->as_array();
+        return f;
+    }
+    for (const char* key : {"anyOf", "oneOf"}) {
+        if (const Json* a = s.find(key); a && a->is_array()) {
+            f.values_only = true;
+            for (const Json& b : a->as_array()) {
+                Footprint g = footprint(b);
+                f.values_only = f.values_only && g.values_only;
+                f.values.insert(f.values.end(), g.values.begin(), g.values.end());
+                f.kinds.insert(g.kinds.begin(), g.kinds.end());
+            }
+            if (!f.values_only) {
+                for (const Json& v : f.values) f.kinds.insert(kind_of(v));
+            }
+            return f;
+        }
+    }
+    if (const Json* t = s.find("type")) {
+        std::vector<Json> names = t->is_array() ? t->as_array() : std::vector<Json>{*t};
+        for (const Json& n : names) {
+            if (!n.is_string()) continue;
+            f.kinds.insert(n.as_string() == "integer" ? "number" : n.as_string());
+        }
+        return f;
+    }
+    f.kinds.insert(std::begin(kAll), std::end(kAll));  // properties, items... constrain only their own kind
+    return f;
+}
+
+bool disjoint(const Footprint& a, const Footprint& b) {
+    if (a.values_only && b.values_only) {
+        for (const Json& x : a.values)
+            for (const Json& y : b.values)
+                if (same_value(x, y)) return false;
+        return true;
+    }
+    if (a.values_only || b.values_only) {
+        const Footprint& v = a.values_only ? a : b;
+        const Footprint& k = a.values_only ? b : a;
+        for (const Json& x : v.values)
+            if (k.kinds.count(kind_of(x))) return false;
+        return true;
+    }
+    for (const std::string& k : a.kinds)
+        if (b.kinds.count(k)) return false;
+    return true;
 }
 
 class Converter {
@@ -111,6 +218,21 @@ private:
         for (const char* key : {"anyOf", "oneOf"}) {
             if (const Json* a = s.find(key)) {
                 if (!a->is_array() || a->size() == 0) fail(path, std::string("'") + key + "' must be a non-empty array");
+                if (std::string(key) == "oneOf") {
+                    // Exactly one: the grammar can only choose among
+                    // branches, so they must never accept the same value.
+                    std::vector<Footprint> f;
+                    for (const Json& b : a->as_array()) f.push_back(footprint(b));
+                    for (size_t i = 0; i < f.size(); i++) {
+                        for (size_t j = i + 1; j < f.size(); j++) {
+                            if (!disjoint(f[i], f[j])) {
+                                fail(path, "'oneOf' branches " + std::to_string(i) + " and " + std::to_string(j) +
+                                               " may accept the same value, so exactly one cannot be enforced: use "
+                                               "'anyOf', or branches of different types or consts");
+                            }
+                        }
+                    }
+                }
                 std::string alts;
                 for (size_t i = 0; i < a->size(); i++) {
                     alts += (alts.empty() ? "" : " | ") + visit((*a)[i], path + "." + key + "[" + std::to_string(i) + "]");

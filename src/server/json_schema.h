@@ -13,8 +13,10 @@ namespace ms {
 // a list of them), properties, required, additionalProperties false (absent
 // or true: only the declared properties are generated, which the schema
 // allows), enum, const, items, minItems, maxItems, minLength, maxLength,
-// anyOf, oneOf (as anyOf: alternatives that overlap are not excluded), and
-// the annotations title, description, $schema, $id, default, examples.
+// anyOf, oneOf (when no two branches can accept one value: different types,
+// or consts and enums with no value in common; otherwise refused, since a
+// grammar cannot exclude a sentence that fits two branches), and the
+// annotations title, description, $schema, $id, default, examples.
 // An empty schema is any JSON value. Throws std::runtime_error
 // "json_schema: <path>: '<keyword>' is not supported" and the like.
 std::string json_schema_to_gbnf(const Json& schema);

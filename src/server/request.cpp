@@ -132,6 +132,7 @@ void parse_constraint(const Json& body, GenerationRequest* r) {
     if (from.empty()) return;
     try {
         r->grammar = std::make_shared<const Grammar>(parse_gbnf(gbnf));
+        r->grammar_field = from;
     } catch (const GrammarError& e) {
         bad(from, e.what());
     }
@@ -418,7 +419,7 @@ GenerationRequest parse_completion_request(const Json& body, const RequestDefaul
     } else {
         bad("prompt", "'prompt' must be a string (or an array of one string)");
     }
-    if (boolean(body, "echo", false)) bad("echo", "echo is not supported");
+    r.echo = boolean(body, "echo", false);
     if (field(body, "suffix")) bad("suffix", "suffix is not supported");
     return r;
 }

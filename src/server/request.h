@@ -61,10 +61,15 @@ struct GenerationRequest {
     // What the reply must be a sentence of (response_format json_object or
     // json_schema, or llama-server's grammar / json_schema); null: free text.
     std::shared_ptr<const Grammar> grammar;
+    std::string grammar_field;  // the field it came from, for errors about it
     // -1: no logprobs; else each token's log-probability and this many of
     // the most likely alternatives (chat: top_logprobs; completions: logprobs).
     int logprobs = -1;
     int n = 1;                  // choices, each sampled after one evaluation of the prompt
+    // Completions: each choice's text starts with the prompt, and with
+    // logprobs, its tokens start with the prompt's (the first one's null
+    // where nothing comes before it).
+    bool echo = false;
 };
 
 // POST /v1/chat/completions and POST /v1/completions bodies. Throw ApiError

@@ -14,15 +14,16 @@ static std::string mib(uint64_t b) {
 MemoryPlan plan_memory(const MemoryNeeds& n) {
     if (n.slot_bytes == 0 || n.min_slots < 1) throw std::runtime_error("memory budget: bad slot geometry");
     MemoryPlan p;
-    p.fixed_bytes = n.resident + n.kv + n.scratch + n.process;
+    p.fixed_bytes = n.resident + n.kv + n.scratch + n.process + n.requests;
     uint64_t min_cache = uint64_t(n.min_slots) * n.slot_bytes;
     if (p.fixed_bytes + min_cache > n.budget)
         throw std::runtime_error("memory budget: needs at least " + mib(p.fixed_bytes + min_cache) +
                                  " (resident weights " + mib(n.resident) + " + KV cache " + mib(n.kv) +
-                                 " + scratch " + mib(n.scratch) + " + process " + mib(n.process) + " + " +
+                                 " + scratch " + mib(n.scratch) + " + process " + mib(n.process) +
+                                 (n.requests ? " + requests " + mib(n.requests) : "") + " + " +
                                  std::to_string(n.min_slots) +
                                  " expert slots of " + mib(n.slot_bytes) + "), have " + mib(n.budget) +
-                                 " (raise --mem or lower -c)");
+                                 (n.requests ? " (raise --mem, or lower -c, --request-mem or --grammar-mem)" : " (raise --mem or lower -c)"));
     uint64_t slots = (n.budget - p.fixed_bytes) / n.slot_bytes;
     if (n.max_slots > 0 && slots >= uint64_t(n.max_slots)) {
         slots = uint64_t(std::max(n.max_slots, n.min_slots));

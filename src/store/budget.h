@@ -17,18 +17,20 @@ struct MemoryNeeds {
     int min_slots = 1;        // experts used per token (top-k) at least
     int max_slots = 0;        // every expert of the model: more would never be used
     uint64_t process = 0;     // what the process holds besides the above (code, tokenizer, metadata)
+    uint64_t requests = 0;    // held for requests beside the sessions (serve: bodies, grammars)
 };
 
 struct MemoryPlan {
     int slots = 0;
     uint64_t cache_bytes = 0;  // slots * slot_bytes
-    uint64_t fixed_bytes = 0;  // resident + kv + scratch + process
+    uint64_t fixed_bytes = 0;  // resident + kv + scratch + process + requests
     uint64_t total_bytes = 0;  // fixed + cache, <= budget
     bool all_experts_fit = false;
 };
 
 // Throws "memory budget: needs at least X (resident R + KV K + scratch S +
-// process P + N expert slots of B), have Y" when even the minimum does not fit.
+// process P [+ requests Q] + N expert slots of B), have Y" when even the
+// minimum does not fit.
 MemoryPlan plan_memory(const MemoryNeeds& needs);
 
 }  // namespace ms

@@ -30,9 +30,12 @@ TEST(Json, SurrogatePairs) {
 }
 
 TEST(Json, RejectsMalformedWithPosition) {
-    for (const char* bad : {"", "{", "[1,]", "{\"a\" 1}", "tru", "\"abc", "1 2", "[1e]", "{\"a\":01x}"}) {
+    for (const char* bad : {"", "{", "[1,]", "{\"a\" 1}", "tru", "\"abc", "1 2", "[1e]", "{\"a\":01x}", "01", "-01",
+                            "00", "[007]", "00.5", "-00", "{\"a\": 01}"}) {
         EXPECT_THROW(Json::parse(bad, "t.json"), std::runtime_error) << bad;
     }
+    // Zero itself, and zeros after the first digit or the point, are numbers.
+    for (const char* good : {"0", "-0", "0.05", "10", "0e5", "-0.0", "100"}) EXPECT_NO_THROW(Json::parse(good)) << good;
     try {
         Json::parse("{\n  \"a\": ]", "ctx.json");
         FAIL();

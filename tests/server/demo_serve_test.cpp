@@ -18,6 +18,7 @@
 
 #include "hostile.h"
 #include "loopback.h"
+#include "sampling/grammar.h"
 #include "server/http.h"
 
 namespace ms {
@@ -28,7 +29,7 @@ struct DemoServer {
     std::unique_ptr<Engine> engine;
     std::unique_ptr<HttpServer> server;
     std::thread serving;
-    explicit DemoServer(const std::string& cors = "") {
+    explicit DemoServer(const std::string& cors = "", size_t grammar_budget = ServerOptions().grammar_budget_bytes) {
         o.model_path = std::string(MOESTREAM_SOURCE_DIR) + "/models/demo-Q8_0.gguf";
         o.n_ctx = 512;
         o.n_threads = 1;
@@ -46,6 +47,7 @@ struct DemoServer {
         so.http_threads = 4;
         so.header_timeout_s = 3;
         so.cors = cors;
+        so.grammar_budget_bytes = grammar_budget;
         server = std::make_unique<HttpServer>(*engine, so);
         server->bind();
         serving = std::thread([this] { server->listen(); });
@@ -159,6 +161,35 @@ TEST(DemoServe, UtilityRoutesAndCors) {
     EXPECT_EQ(pre->status, 204);
     EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Origin"), "https://example.org");
     EXPECT_NE(pre->get_header_value("Access-Control-Allow-Headers").find("Authorization"), std::string::npos);
+}
+
+// A request's compiled grammar takes its bytes from --grammar-mem while it
+// is in service: one larger than all of it is a 400 naming its field, and
+// the bytes come back when the request is over.
+TEST(DemoServe, GrammarsTakeTheirBytesFromTheirBudget) {
+    const size_t budget = 16 << 10;
+    DemoServer d("", budget);
+    // A grammar over half the budget: two at once could not be held.
+    std::string half;
+    for (int k = 1; k < 4096; k++) {
+        half = "root ::= \"a\" [a-z]{0," + std::to_string(k) + "}";
+        if (parse_gbnf(half).bytes() > budget / 2) break;
+    }
+    ASSERT_LE(parse_gbnf(half).bytes(), budget);
+    for (int i = 0; i < 3; i++) {
+        int status = 0;
+        Json j = d.post("/v1/completions", R"({"prompt": "It is", "max_tokens": 4, "grammar": )" + Json(half).dump() + "}",
+                        &status);
+        ASSERT_EQ(status, 200) << i << ": " << j.dump();
+        EXPECT_EQ(j.at("choices")[0].at("text").as_string().substr(0, 1), "a");
+    }
+    const std::string big = "root ::= \"a\" [a-z]{0,4000}";
+    ASSERT_GT(parse_gbnf(big).bytes(), budget);
+    int status = 0;
+    Json e = d.post("/v1/completions", R"({"prompt": "It is", "max_tokens": 4, "grammar": )" + Json(big).dump() + "}", &status);
+    EXPECT_EQ(status, 400);
+    EXPECT_EQ(e.at("error").at("param").as_string(), "grammar");
+    EXPECT_NE(e.at("error").at("message").as_string().find("--grammar-mem"), std::string::npos) << e.dump();
 }
 
 }  // namespace

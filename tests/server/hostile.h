@@ -152,7 +152,20 @@ inline std::vector<Hostile> hostile_requests() {
     // Lengths.
     const std::string post_head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n";
     out.push_back({post_head + "\r\n", 411});
-    out.push_back({post_head + "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 411});
+    // Chunked bodies: well framed, the route reads them ("hello" is no JSON);
+    // bad framing, a coding other than chunked, or over --max-body is refused.
+    out.push_back({post_head + "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 400});
+    out.push_back({post_head + "Transfer-Encoding: chunked\r\n\r\n3;x=y\r\nhel\r\n2\r\nlo\r\n0\r\nT: 1\r\n\r\n", 400});
+    const char* bad_chunks[] = {"zz\r\nhello\r\n0\r\n\r\n", "5\r\nhelloXX0\r\n\r\n", "\r\nhello\r\n",
+                                "-5\r\nhello\r\n0\r\n\r\n", "5 \x01\r\nhello\r\n0\r\n\r\n",
+                                "0\r\nno colon\r\n\r\n"};
+    for (const char* b : bad_chunks) out.push_back({post_head + "Transfer-Encoding: chunked\r\n\r\n" + b, 400});
+    out.push_back({post_head + "Transfer-Encoding: chunked\r\n\r\n" + std::string(2000, '1') + "\r\n", 400});
+    out.push_back({post_head + "Transfer-Encoding: chunked\r\n\r\n800001\r\nab", 413});
+    out.push_back({post_head + "Transfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFFFFFFFFFF\r\nab", 413});
+    out.push_back({post_head + "Transfer-Encoding: gzip\r\n\r\nab", 501});
+    out.push_back({post_head + "Transfer-Encoding: gzip, chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n", 501});
+    out.push_back({post_head + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400});
     out.push_back({post_head + "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\nabc", 400});
     out.push_back({post_head + "Content-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", 400});
     const char* bad_lengths[] = {"-5", "abc", "0x10", "1e3", "+3", "3 3", "", "3.0", "-0"};

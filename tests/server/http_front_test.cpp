@@ -141,6 +141,58 @@ TEST(HttpFront, BodiesBeyondTheBudgetGet503BeforeTheyAreRead) {
     close(b);
 }
 
+// A chunked body arrives whole (in pieces, with an extension and a
+// trailer), and counts against --max-body and the body budget like a
+// Content-Length one; one trickled past the body deadline gets 408.
+TEST(HttpFront, ChunkedBodiesUnderTheSameLimits) {
+    FrontOptions o;
+    o.max_body_bytes = 1 << 20;
+    o.body_budget_bytes = 2 << 20;
+    o.body_timeout_s = 0.5;
+    Front f(o);
+    const std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+    {
+        const int fd = connect_to(f.port);
+        const std::string parts[] = {"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n1", "\r\n{\r", "\n5;name=value\r\n\"a\": \r\n3\r\n1}\n\r\n0\r\nX-T: 1\r\n", "\r\n"};
+        for (const std::string& p : parts) {
+            ASSERT_EQ(send(fd, p.data(), p.size(), 0), ssize_t(p.size()));
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        const Reply r = parse_reply(read_all(fd, 2.0));
+        close(fd);
+        EXPECT_EQ(r.status, 200);
+        EXPECT_EQ(r.body, "{\"echo\": \"object\"}");
+    }
+    // 1 MiB in 1 KiB chunks is whole; one byte more is 413.
+    const std::string body = "[" + std::string((1 << 20) - 2, ' ') + "]";
+    std::string big = head;
+    for (size_t at = 0; at < body.size(); at += 1024) big += "400\r\n" + body.substr(at, 1024) + "\r\n";
+    auto [whole, t1] = ask(f.port, big + "0\r\n\r\n", 5);
+    EXPECT_EQ(whole.status, 200) << whole.body;
+    auto [over, t2] = ask(f.port, big + "1\r\n \r\n0\r\n\r\n", 5);
+    EXPECT_EQ(over.status, 413);
+    EXPECT_TRUE(is_json_error(over.body));
+    // Two bodies of 1 MiB hold the budget: a chunk of a third gets 503.
+    int a = connect_to(f.port), b = connect_to(f.port);
+    const std::string held = head + "100000\r\n{";
+    send(a, held.data(), held.size(), 0);
+    send(b, held.data(), held.size(), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto [busy, t3] = ask(f.port, head + "10\r\n{}", 1.0);
+    EXPECT_EQ(busy.status, 503);
+    close(a);
+    close(b);
+    // A body trickled past its deadline.
+    const int slow = connect_to(f.port);
+    send(slow, head.data(), head.size(), 0);
+    for (int i = 0; i < 8; i++) {
+        send(slow, "1\r\n \r\n", 6, MSG_NOSIGNAL);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ(parse_reply(read_all(slow, 1.0)).status, 408);
+    close(slow);
+}
+
 TEST(HttpFront, AThousandHostileRequestsEachGetAJsonErrorWithinASecond) {
     Front f(FrontOptions{});
     expect_hostile_requests_refused(f.port);

@@ -40,6 +40,25 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceByName) {
     EXPECT_EQ(refusal(R"({"type": "object", "description": "ok", "title": "t", "properties": {"a": {"type": "null"}}})"), "");
 }
 
+// oneOf is enforced where no two branches can accept one value, and refused
+// (naming it) where they might: a grammar cannot exclude such a sentence.
+TEST(JsonSchema, OneOfOnlyWithBranchesThatCannotMeet) {
+    const std::string overlap = "json_schema: schema: 'oneOf' branches 0 and 1 may accept the same value, so exactly one "
+                                "cannot be enforced: use 'anyOf', or branches of different types or consts";
+    EXPECT_EQ(refusal(R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})"), overlap);
+    EXPECT_EQ(refusal(R"({"oneOf": [{"type": "string"}, {"enum": [3, "a"]}]})"), overlap);
+    EXPECT_EQ(refusal(R"({"oneOf": [{"const": 1}, {"const": 1.0}]})"), overlap);
+    EXPECT_EQ(refusal(R"({"oneOf": [{"const": {"a": 1, "b": 2}}, {"const": {"b": 2, "a": 1}}]})"), overlap);
+    EXPECT_EQ(refusal(R"({"oneOf": [{"properties": {}}, {"type": "string"}]})"), overlap);  // no type: any value
+    EXPECT_EQ(refusal(R"({"oneOf": [{"anyOf": [{"type": "null"}, {"type": "array"}]}, {"type": ["string", "array"]}]})"),
+              overlap);
+    EXPECT_NE(refusal(R"({"oneOf": [{"type": "null"}, {"type": "string"}, {"type": "null"}]})").find("branches 0 and 2"),
+              std::string::npos);
+    EXPECT_EQ(refusal(R"({"oneOf": [{"type": "string"}, {"type": ["integer", "boolean"]}, {"type": "object", "properties": {}}]})"), "");
+    EXPECT_EQ(refusal(R"({"oneOf": [{"const": 1}, {"enum": [2, "1"]}, {"type": "array"}]})"), "");
+    EXPECT_EQ(refusal(R"({"oneOf": [{"anyOf": [{"const": 1}, {"const": 2}]}, {"type": "string"}]})"), "");
+}
+
 // --- an independent validator of the subset -------------------------------
 
 size_t code_points(const std::string& s) {
@@ -60,7 +79,7 @@ bool valid(const Json& v, const Json& s) {
         if (const Json* a = s.find(k)) {
             int matches = 0;
             for (const Json& sub : a->as_array()) matches += valid(v, sub);
-            if (matches == 0) return false;
+            if (matches == 0 || (std::string(k) == "oneOf" && matches > 1)) return false;
         }
     }
     const Json* type = s.find("type");
@@ -146,6 +165,22 @@ Json random_schema(std::mt19937& rng, int depth) {
         case 7:
             s["const"] = Json::parse(R"({"k": [1, "\u00e9"]})");
             break;
+        case 8: {
+            // oneOf over branches of different kinds: a scalar type or a
+            // const (which may equal what another branch allows: then the
+            // converter must refuse, and the case is drawn again).
+            Json a = Json::array();
+            a.push_back(random_schema(rng, depth + 2));
+            a.push_back(random_schema(rng, depth + 2));
+            if (pick(2)) a.push_back(Json::parse(R"({"const": [true]})"));
+            s["oneOf"] = a;
+            try {
+                json_schema_to_gbnf(s);
+            } catch (const std::runtime_error&) {
+                return random_schema(rng, depth);
+            }
+            break;
+        }
         default: {
             Json a = Json::array();
             a.push_back(random_schema(rng, depth + 1));
@@ -170,7 +205,7 @@ TEST(JsonSchema, RandomSchemasGiveValidDocumentsByConstruction) {
         vocab.push_back(t);
     }
     auto trie = std::make_shared<TokenTrie>(vocab);
-    int documents = 0;
+    int documents = 0, one_of = 0;
     for (int i = 0; i < 100; i++) {
         const Json schema = random_schema(rng, 0);
         const std::string gbnf = json_schema_to_gbnf(schema);
@@ -193,8 +228,10 @@ TEST(JsonSchema, RandomSchemasGiveValidDocumentsByConstruction) {
         ASSERT_NO_THROW(doc = Json::parse(text)) << schema.dump() << ": " << text;
         EXPECT_TRUE(valid(doc, schema)) << schema.dump() << ": " << text;
         documents++;
+        one_of += schema.dump().find("oneOf") != std::string::npos;
     }
     EXPECT_EQ(documents, 100);
+    EXPECT_GE(one_of, 5);  // the exactly-one rule was put to the test
 }
 
 // The validator itself rejects what it should, so the test above can fail.

@@ -427,6 +427,45 @@ TEST(Serve, LogprobsAreTheLogitsCommandsSoftmax) {
             }
         }
     }
+    // echo: the prompt's text, then the reply's; its tokens' logprobs first
+    // (the first one's null), each the softmax of the logits before it.
+    const std::string echo_body = R"({"prompt": ")" + prompt + R"(", "max_tokens": 2, "temperature": 0, "ignore_eos": true, )";
+    auto [es, ej] = s.post("/v1/completions", echo_body + R"("echo": true, "logprobs": 2})");
+    ASSERT_EQ(es, 200) << ej.dump();
+    auto [ps, pj] = s.post("/v1/completions", echo_body + R"("n": 2, "echo": true})");
+    ASSERT_EQ(ps, 200) << pj.dump();
+    const std::string reply = j.at("choices")[0].at("text").as_string();  // 3 tokens
+    EXPECT_EQ(ej.at("choices")[0].at("text").as_string().rfind(prompt, 0), 0u);
+    EXPECT_EQ(reply.rfind(ej.at("choices")[0].at("text").as_string().substr(prompt.size()), 0), 0u) << reply;
+    for (const Json& ch : pj.at("choices").as_array())
+        EXPECT_EQ(ch.at("text").as_string(), ej.at("choices")[0].at("text").as_string());
+    const Json& elp = ej.at("choices")[0].at("logprobs");
+    const Json& prompt_tokens = meta.at("prompt_tokens");
+    const size_t first = tok.add_bos() && prompt_tokens[0].as_int() == tok.bos() ? 1 : 0;
+    ASSERT_EQ(elp.at("token_logprobs").size(), n_prompt - first + 2);
+    size_t text_at = 0;
+    for (size_t p = first; p < n_prompt; p++) {
+        const size_t k = p - first;
+        const int64_t id = prompt_tokens[p].as_int();
+        EXPECT_EQ(elp.at("tokens")[k].as_string(), shown(id)) << p;
+        EXPECT_EQ(elp.at("text_offset")[k].as_int(), int64_t(text_at)) << p;
+        text_at += tok.piece(int32_t(id)).size();
+        if (p == 0) {
+            EXPECT_TRUE(elp.at("token_logprobs")[k].is_null());
+            EXPECT_TRUE(elp.at("top_logprobs")[k].is_null());
+            continue;
+        }
+        const float* row = &prompt_rows[(p - 1) * size_t(n_vocab)];
+        double max = row[0], sum = 0;
+        for (int64_t i = 0; i < n_vocab; i++) max = std::max(max, double(row[i]));
+        for (int64_t i = 0; i < n_vocab; i++) sum += std::exp(double(row[i]) - max);
+        EXPECT_NEAR(elp.at("token_logprobs")[k].as_number(), double(row[id]) - max - std::log(sum), 2e-3) << p;
+        // Two byte tokens may share the key U+FFFD.
+        EXPECT_TRUE(elp.at("top_logprobs")[k].size() == 2u || elp.at("top_logprobs")[k].size() == 1u);
+    }
+    EXPECT_NEAR(elp.at("token_logprobs")[n_prompt - first].as_number(), lp.at("token_logprobs")[0].as_number(), 1e-6);
+    auto [cs0, cj0] = s.post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "Hi"}], "echo": true})");
+    EXPECT_EQ(cs0, 400);
     // Chat's shape: content[i] with token, logprob, bytes, top_logprobs.
     auto [cs, cj] = s.post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
                                                       "logprobs": true, "top_logprobs": 2})");
@@ -485,6 +524,49 @@ TEST(Serve, NChoicesShareOnePromptEvaluation) {
     // One per token but an end-of-generation one (ignore_eos lets those through).
     EXPECT_TRUE(logprobs[0] >= 1 && logprobs[0] <= 3) << res->body;
     EXPECT_TRUE(logprobs[1] >= 1 && logprobs[1] <= 3) << res->body;
+}
+
+// With free slots, the n choices decode together: one prompt evaluation,
+// one batched pass per token for all of them; greedy choices are the
+// single-choice reply, seeded ones the same on every run.
+TEST(Serve, NChoicesDecodeAsOneBatch) {
+    TestServer s(4, 4);
+    const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 6, "ignore_eos": true, )";
+    auto [s1, one] = s.post("/v1/completions", body + R"("temperature": 0})");
+    ASSERT_EQ(s1, 200) << one.dump();
+    const std::string greedy = one.at("choices")[0].at("text").as_string();
+    const double prefilled = s.metric("moestream_prefill_tokens_total"), passes = s.metric("moestream_decode_passes_total");
+    // A different prompt, so no slot's cache holds it already.
+    auto [s4, four] = s.post("/v1/completions", R"({"prompt": "Once upon a time there", "max_tokens": 6, "ignore_eos": true,
+                                                   "temperature": 0, "n": 4})");
+    ASSERT_EQ(s4, 200) << four.dump();
+    const Json& usage = four.at("usage");
+    EXPECT_EQ(s.metric("moestream_prefill_tokens_total") - prefilled,
+              double(usage.at("prompt_tokens").as_int() - usage.at("prompt_tokens_details").at("cached_tokens").as_int()));
+    // 5 passes evaluate the first 5 of each choice's 6 tokens (the last is
+    // only sampled); in turn it would take 20.
+    EXPECT_EQ(s.metric("moestream_decode_passes_total") - passes, 5.0);
+    EXPECT_EQ(four.at("usage").at("completion_tokens").as_int(), 24);
+    auto [s1b, oneb] = s.post("/v1/completions", R"({"prompt": "Once upon a time there", "max_tokens": 6, "ignore_eos": true,
+                                                    "temperature": 0})");
+    ASSERT_EQ(s1b, 200);
+    for (const Json& ch : four.at("choices").as_array())
+        EXPECT_EQ(ch.at("text").as_string(), oneb.at("choices")[0].at("text").as_string());
+    EXPECT_NE(greedy, "");
+
+    const std::string seeded = body + R"("temperature": 1.5, "top_k": 0, "top_p": 1, "min_p": 0, "seed": 9, "n": 3})";
+    auto [a, ja] = s.post("/v1/completions", seeded);
+    auto [b, jb] = s.post("/v1/completions", seeded);
+    ASSERT_EQ(a, 200);
+    ASSERT_EQ(b, 200);
+    // Choice i of a batch draws as a request alone with seed + i does.
+    for (size_t i = 0; i < 3; i++) {
+        EXPECT_EQ(ja.at("choices")[i].at("text").as_string(), jb.at("choices")[i].at("text").as_string()) << i;
+        auto [c, jc] = s.post("/v1/completions", body + R"("temperature": 1.5, "top_k": 0, "top_p": 1, "min_p": 0, "seed": )" +
+                                                     std::to_string(9 + i) + "}");
+        ASSERT_EQ(c, 200);
+        EXPECT_EQ(jc.at("choices")[0].at("text").as_string(), ja.at("choices")[i].at("text").as_string()) << i;
+    }
 }
 
 TEST(Serve, LogitBiasForcesAndForbidsTokens) {

@@ -200,6 +200,28 @@ double replay_hit_rate(const RoutingTrace& trace, int64_t slots, ReplayPolicy po
     return total ? double(hits) / double(total) : 0;
 }
 
+namespace {
+
+int routed_layers(const RoutingTrace& trace) {
+    int routed = 0;
+    for (int l = 0; l < trace.n_layer(); l++) routed += trace.routed(l);
+    return routed;
+}
+
+// Every policy's hit rate at per_layer slots a routed layer.
+CachePoint replay_point(const RoutingTrace& trace, int per_layer) {
+    CachePoint p;
+    p.per_layer = per_layer;
+    p.slots = int64_t(per_layer) * routed_layers(trace);
+    p.lru = replay_hit_rate(trace, p.slots, ReplayPolicy::Lru);
+    p.lfu = replay_hit_rate(trace, p.slots, ReplayPolicy::Lfu);
+    p.wlfu = replay_hit_rate(trace, p.slots, ReplayPolicy::Wlfu);
+    p.belady = replay_hit_rate(trace, p.slots, ReplayPolicy::Belady);
+    return p;
+}
+
+}  // namespace
+
 RoutingTrace union_trace(const RoutingTrace& trace, int n_streams) {
     if (n_streams < 1) throw std::runtime_error("streams must be >= 1");
     const int k = trace.k(), K = std::min(n_streams * k, trace.n_expert());  // a union holds each expert once
@@ -240,18 +262,9 @@ std::vector<StreamsPoint> replay_streams(const RoutingTrace& trace, const std::v
             for (int l = 0; l < u.n_layer(); l++)
                 for (const int32_t* e = u.ids(i, l); e < u.ids(i, l) + u.k() && *e >= 0; e++) acquired++;
         p.acquired_per_token = double(acquired) / double(p.steps * n);
-        int routed = 0;
-        for (int l = 0; l < u.n_layer(); l++) routed += u.routed(l);
-        for (int per : per_layer_slots) {
-            CachePoint q;
-            q.per_layer = per;
-            q.slots = int64_t(per) * routed;  // at least a layer's union (replay_hit_rate checks)
-            q.lru = replay_hit_rate(u, q.slots, ReplayPolicy::Lru);
-            q.lfu = replay_hit_rate(u, q.slots, ReplayPolicy::Lfu);
-            q.wlfu = replay_hit_rate(u, q.slots, ReplayPolicy::Wlfu);
-            q.belady = replay_hit_rate(u, q.slots, ReplayPolicy::Belady);
-            p.cache.push_back(q);
-        }
+        // Any size whose slots hold a layer's union (replay_hit_rate checks):
+        // a union may exceed a layer's experts per slot count, unlike k.
+        for (int per : per_layer_slots) p.cache.push_back(replay_point(u, per));
         out.push_back(std::move(p));
     }
     return out;
@@ -267,22 +280,13 @@ std::vector<int> default_cache_sizes(int n_expert, int k) {
 }
 
 std::vector<CachePoint> replay_cache_sizes(const RoutingTrace& trace, const std::vector<int>& per_layer_slots) {
-    int routed = 0;
-    for (int l = 0; l < trace.n_layer(); l++) routed += trace.routed(l);
     std::vector<CachePoint> out;
     for (int per : per_layer_slots) {
         if (per < trace.k() || per > trace.n_expert())
             throw std::runtime_error("cache size " + std::to_string(per) + " slots per layer: must be between k (" +
                                      std::to_string(trace.k()) + ") and the expert count (" +
                                      std::to_string(trace.n_expert()) + ")");
-        CachePoint p;
-        p.per_layer = per;
-        p.slots = int64_t(per) * routed;
-        p.lru = replay_hit_rate(trace, p.slots, ReplayPolicy::Lru);
-        p.lfu = replay_hit_rate(trace, p.slots, ReplayPolicy::Lfu);
-        p.wlfu = replay_hit_rate(trace, p.slots, ReplayPolicy::Wlfu);
-        p.belady = replay_hit_rate(trace, p.slots, ReplayPolicy::Belady);
-        out.push_back(p);
+        out.push_back(replay_point(trace, per));
     }
     return out;
 }

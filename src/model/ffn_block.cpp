@@ -83,6 +83,14 @@ void route_tokens(ThreadPool& pool, const FfnLayer& l, const float* x, int n, in
                   k, ids ? ids : reinterpret_cast<int32_t*>(s.ids.data()), weights ? weights : s.weights.f32());
 }
 
+ExpertVectors expert_biases(const FfnLayer& l) {
+    ExpertVectors v;
+    v.gate_bias = l.gate_bias.empty() ? nullptr : l.gate_bias.f32();
+    v.up_bias = l.up_bias.empty() ? nullptr : l.up_bias.f32();
+    v.down_bias = l.down_bias.empty() ? nullptr : l.down_bias.f32();
+    return v;
+}
+
 FfnCost ffn_block(ThreadPool& pool, ExpertSource& source, const ExpertLayer& experts, const FfnLayer& l,
                   const float* x, int n, int k, FfnScratch& s, float* out, const ExpertHint& next) {
     FfnCost cost;
@@ -91,10 +99,7 @@ FfnCost ffn_block(ThreadPool& pool, ExpertSource& source, const ExpertLayer& exp
         cost.dense_bytes = l.dense.weight_bytes();
         return cost;
     }
-    ExpertVectors biases;
-    biases.gate_bias = l.gate_bias.empty() ? nullptr : l.gate_bias.f32();
-    biases.up_bias = l.up_bias.empty() ? nullptr : l.up_bias.f32();
-    biases.down_bias = l.down_bias.empty() ? nullptr : l.down_bias.f32();
+    const ExpertVectors biases = expert_biases(l);
     // The shared expert computes while the routed ones are read; its output
     // is added after the routed sum, as the reference adds them.
     const int64_t E = experts.down.rows;

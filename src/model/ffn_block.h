@@ -61,6 +61,10 @@ struct FfnScratch {
 // out (n rows of n_embd) = the dense FFN over x.
 void dense_ffn(ThreadPool& pool, const DenseFfn& f, const float* x, int n, FfnScratch& s, float* out);
 
+// The layer's per-expert bias rows (gpt-oss) for moe_forward; none where
+// the layer has none.
+ExpertVectors expert_biases(const FfnLayer& l);
+
 // The router over x (n rows) chooses k experts per token: s.ids, s.weights
 // (or ids / weights when given).
 void route_tokens(ThreadPool& pool, const FfnLayer& l, const float* x, int n, int k, FfnScratch& s,

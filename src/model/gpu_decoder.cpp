@@ -1769,14 +1769,9 @@ private:
         const int64_t E = config_.n_embd;
         const float* xb = st.host_split + 2 * K;
         float* out = st.host_split + 2 * K + E;
-        const FfnLayer& m = ffn_[size_t(il)];
-        ExpertVectors biases;
-        biases.gate_bias = m.gate_bias.empty() ? nullptr : m.gate_bias.f32();
-        biases.up_bias = m.up_bias.empty() ? nullptr : m.up_bias.f32();
-        biases.down_bias = m.down_bias.empty() ? nullptr : m.down_bias.f32();
         const double t0 = now();
         const MoeCost cost = moe_forward(*pool_, experts, expert_layers_[size_t(il)], xb, 1, cpu_ids_, cpu_weights_,
-                                         K - KG, st.cpu_moe, out, {}, biases);
+                                         K - KG, st.cpu_moe, out, {}, expert_biases(ffn_[size_t(il)]));
         cpu_seconds_ += now() - t0;
         cpu_bytes_ += cost.expert_bytes;
         return cost;

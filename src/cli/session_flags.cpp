@@ -215,6 +215,7 @@ Json SessionFlags::report_json(const char* command, const Session& s) const {
     settings["gpu_activations"] = gpu_activations;
     settings["gpu_prefill"] = gpu_prefill;
     settings["gpu_prefetch"] = gpu_prefetch;
+    settings["parallel"] = parallel;
     j["settings"] = settings;
     j["backend"] = s.backend();
     const Timings& t = s.timings;

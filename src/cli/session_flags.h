@@ -35,6 +35,7 @@ struct SessionFlags {
     std::string draft = "auto";
     int draft_max = 4;
     bool generates = false;  // the command samples (declare(a, true)): drafts apply
+    int parallel = 1;  // run --parallel: sequences decoded together (the report's decode figures are their sum)
     StoreFlags store;  // --io, --layout, --cache-policy...: experts stream from the drive
 
     // sampling: also declare the sampling flags.

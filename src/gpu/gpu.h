@@ -245,10 +245,16 @@ size_t attention_scratch_bytes(int n_head, int head_dim);
 // chunk > 0 (Llama 4): to its chunk's positions, [p - p % chunk, p].
 // sinks: n_head logits (device floats, or null), each one more score in its
 // head's softmax, not scaled, that takes probability mass but adds no value.
+//
+// seq set (batched decode, fresh not set): the n rows are of n sequences,
+// each with its own caches and position: row t at position pos[t] of the
+// caches seq[2t] (k) and seq[2t + 1] (v); k_cache and v_cache are not read.
+// The same holds for seq in the KV writes below (qk_norm_rope_store,
+// rope_store, mla_rope_store: its one cache at seq[2t]).
 void attention(const float* q, float* k_cache, float* v_cache, const int32_t* pos, int n_head, int n_kv_head,
                int head_dim, float scale, float* scratch, float* out, Stream s, void* act = nullptr,
                const FreshRow& fresh = {}, int n = 1, int window = 0, const float* sinks = nullptr,
-               int chunk = 0);
+               int chunk = 0, float* const* seq = nullptr);
 
 // Per head: q's n_head heads RMS-normed with q_norm and NeoX-rotated in
 // place; k's n_kv_head heads normed with k_norm and rotated into row *pos of
@@ -257,7 +263,8 @@ void attention(const float* q, float* k_cache, float* v_cache, const int32_t* po
 // n > 1: n tokens (q, k, v and cos_sin n rows) into rows *pos .. *pos + n - 1.
 void qk_norm_rope_store(float* q, const float* k, const float* v, const float* q_norm, const float* k_norm,
                         int n_head, int n_kv_head, int head_dim, int n_rot, float eps, const float* cos_sin,
-                        float* k_cache, float* v_cache, const int32_t* pos, Stream s, int n = 1);
+                        float* k_cache, float* v_cache, const int32_t* pos, Stream s, int n = 1,
+                        float* const* seq = nullptr);
 
 // A CUDA graph: the launches issued on a stream between capture_begin and
 // capture_end, replayed by launch() with one call.
@@ -320,7 +327,7 @@ void weighted_rows(const float* x, const float* weights, int n, int k, int64_t w
 // n > 1: n tokens, as qk_norm_rope_store's.
 void rope_store(float* q, const float* k, const float* v, int n_head, int n_kv_head, int head_dim, int n_rot,
                 bool neox, const float* cos_sin, float* k_cache, float* v_cache, const int32_t* pos, Stream s,
-                int n = 1);
+                int n = 1, float* const* seq = nullptr);
 
 // Sigmoid routing (k <= 32, n_expert <= 1024), as model/moe.cpp's
 // route_experts: the top k of sigmoid(logit) + selection_bias (n_expert
@@ -341,7 +348,7 @@ void route_sigmoid_topk(const float* logits, const float* selection_bias, int n_
 // (q, row and cos_sin n rows) into rows *pos .. *pos + n - 1.
 void mla_rope_store(float* q, int n_head, int q_head, int q_rope_at, float* row, int row_width, int row_rope_at,
                     int n_rot, bool neox, const float* cos_sin, float* cache, const int32_t* pos, Stream s,
-                    int n = 1);
+                    int n = 1, float* const* seq = nullptr);
 
 // Gated attention (Qwen3.5, Qwen3-Next): the q matrix gives per head
 // [q | gate] (qg: n rows of 2 n_head head_dim). split_gated_q copies the

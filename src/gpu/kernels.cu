@@ -48,15 +48,29 @@ __device__ __forceinline__ float warp_sum(float v) {
 // One lane's share of a block of weights: the 8 lanes p = lane % 8 of a
 // lane group split each block (kWeights weights, kBytes bytes) of a row.
 // load() reads the lane's activations once, dot() uses them with one row's
-// block, so a warp computing R rows reads x once for all R.
+// block, so a warp computing R rows reads x once for all R. weights()
+// reads (W) the lane's share of a row's block once for all the inputs a
+// warp takes (rows_dot_tokens): the 8-bit units (UnitQ) decode it into
+// registers there; the float units keep the block and the part (BlockPart)
+// and decode in dot().
 template <GgmlType T>
 struct Unit;
+
+// The float units' W: the block and the part, decoded in dot().
+struct BlockPart {
+    const uint8_t* block;
+    int p;
+};
+struct ByBlock {
+    using W = BlockPart;
+    __device__ static W weights(const uint8_t* block, int p) { return {block, p}; }
+};
 
 // Q4_K: lane part p reads 16 bytes of qs: 16 low nibbles (sub-block 2g) and
 // 16 high nibbles (2g + 1), g = p / 2. A block is 144 bytes, 16-byte aligned
 // in rows that are: d, dmin and the 12 scale bytes come in one 16-byte load.
 template <>
-struct Unit<GgmlType::Q4_K> {
+struct Unit<GgmlType::Q4_K> : ByBlock {
     static constexpr int kWeights = 256, kBytes = sizeof(BlockQ4_K);
     static constexpr bool kTail = false;
     struct X {
@@ -78,7 +92,9 @@ struct Unit<GgmlType::Q4_K> {
         }
         return v;
     }
-    __device__ static float dot(const uint8_t* block, int p, const X& v) {
+    __device__ static float dot(const W& held, const X& v) {
+        const uint8_t* block = held.block;
+        const int p = held.p;
         const int g = p / 2, l0 = (p % 2) * 16;
         const uint4 head = *reinterpret_cast<const uint4*>(block);
         const uint4 qv = *reinterpret_cast<const uint4*>(block + 16 + 32 * g + l0);
@@ -130,12 +146,14 @@ struct Unit<GgmlType::Q4_K> {
 // Q5_K: Q4_K's layout plus a high bit per weight in qh (bit 2g for the low
 // nibbles of group g, 2g + 1 for the high ones); 176 bytes, 16-byte aligned.
 template <>
-struct Unit<GgmlType::Q5_K> {
+struct Unit<GgmlType::Q5_K> : ByBlock {
     static constexpr int kWeights = 256, kBytes = sizeof(BlockQ5_K);
     static constexpr bool kTail = false;
     using X = Unit<GgmlType::Q4_K>::X;
     __device__ static X load(const float* x, int64_t ib, int p) { return Unit<GgmlType::Q4_K>::load(x, ib, p); }
-    __device__ static float dot(const uint8_t* block, int p, const X& v) {
+    __device__ static float dot(const W& held, const X& v) {
+        const uint8_t* block = held.block;
+        const int p = held.p;
         const int g = p / 2, l0 = (p % 2) * 16;
         const uint4 head = *reinterpret_cast<const uint4*>(block);
         const uint4 hv = *reinterpret_cast<const uint4*>(block + 16 + l0);
@@ -165,7 +183,7 @@ struct Unit<GgmlType::Q5_K> {
 // the four weights l, l + 32, l + 64, l + 96 of that half. Blocks are 210
 // bytes, so 2-byte loads are the widest aligned ones.
 template <>
-struct Unit<GgmlType::Q6_K> {
+struct Unit<GgmlType::Q6_K> : ByBlock {
     static constexpr int kWeights = 256, kBytes = sizeof(BlockQ6_K);
     static constexpr bool kTail = false;
     struct X {
@@ -183,7 +201,9 @@ struct Unit<GgmlType::Q6_K> {
         }
         return v;
     }
-    __device__ static float dot(const uint8_t* block, int p, const X& v) {
+    __device__ static float dot(const W& held, const X& v) {
+        const uint8_t* block = held.block;
+        const int p = held.p;
         const BlockQ6_K* b = reinterpret_cast<const BlockQ6_K*>(block);
         const int n = p / 4, l0 = (p % 4) * 8;
         const float d = half_at(reinterpret_cast<const uint8_t*>(&b->d));
@@ -216,7 +236,7 @@ struct Unit<GgmlType::Q6_K> {
 
 // Blocks of 32 weights read 4 a lane (Q8_0, MXFP4): lane part p's x is
 // one float4.
-struct Float4Part {
+struct Float4Part : ByBlock {
     using X = float4;
     __device__ static X load(const float* x, int64_t ib, int p) {
         return *reinterpret_cast<const float4*>(x + ib * 32 + p * 4);
@@ -228,7 +248,9 @@ template <>
 struct Unit<GgmlType::Q8_0> : Float4Part {
     static constexpr int kWeights = 32, kBytes = sizeof(BlockQ8_0);
     static constexpr bool kTail = false;
-    __device__ static float dot(const uint8_t* block, int p, const X& xv) {
+    __device__ static float dot(const W& held, const X& xv) {
+        const uint8_t* block = held.block;
+        const int p = held.p;
         const uint16_t* q16 = reinterpret_cast<const uint16_t*>(block + 2 + p * 4);
         const uint32_t a = q16[0], b = q16[1];
         // int8 q as (q + 128) - 128: the sign bit flipped is q + 128.
@@ -264,7 +286,9 @@ template <>
 struct Unit<GgmlType::MXFP4> : Float4Part {
     static constexpr int kWeights = 32, kBytes = sizeof(BlockMXFP4);
     static constexpr bool kTail = false;
-    __device__ static float dot(const uint8_t* block, int p, const X& xv) {
+    __device__ static float dot(const W& held, const X& xv) {
+        const uint8_t* block = held.block;
+        const int p = held.p;
         const int v = mxfp4_values(block, p);
         const float s = float(int8_t(v)) * xv.x + float(int8_t(v >> 8)) * xv.y + float(int8_t(v >> 16)) * xv.z +
                         float(int8_t(v >> 24)) * xv.w;
@@ -275,7 +299,7 @@ struct Unit<GgmlType::MXFP4> : Float4Part {
 // F32 and F16: a "block" of 256 weights, 32 contiguous a lane part; the
 // columns past the last whole 256 go through tail().
 template <>
-struct Unit<GgmlType::F32> {
+struct Unit<GgmlType::F32> : ByBlock {
     static constexpr int kWeights = 256, kBytes = 256 * 4;
     static constexpr bool kTail = true;
     struct X {
@@ -288,7 +312,9 @@ struct Unit<GgmlType::F32> {
         for (int j = 0; j < 8; j++) v.v[j] = xv[j];
         return v;
     }
-    __device__ static float dot(const uint8_t* block, int p, const X& v) {
+    __device__ static float dot(const W& held, const X& v) {
+        const uint8_t* block = held.block;
+        const int p = held.p;
         const float4* w = reinterpret_cast<const float4*>(block) + p * 8;
         float s = 0;
 #pragma unroll
@@ -305,12 +331,14 @@ struct Unit<GgmlType::F32> {
 // as words of two, which Half turns into floats (pair) and one value
 // (one) for the row's tail.
 template <class Half>
-struct Unit16 {
+struct Unit16 : ByBlock {
     static constexpr int kWeights = 256, kBytes = 256 * 2;
     static constexpr bool kTail = true;
     using X = Unit<GgmlType::F32>::X;
     __device__ static X load(const float* x, int64_t ib, int p) { return Unit<GgmlType::F32>::load(x, ib, p); }
-    __device__ static float dot(const uint8_t* block, int p, const X& v) {
+    __device__ static float dot(const W& held, const X& v) {
+        const uint8_t* block = held.block;
+        const int p = held.p;
         const uint4* w = reinterpret_cast<const uint4*>(block) + p * 4;
         float s = 0;
 #pragma unroll
@@ -444,24 +472,40 @@ struct UnitQ<GgmlType::Q4_K> {
         v.d = a.dk[ib];
         return v;
     }
+    // The part's scales and mins (sub-blocks 2g, 2g + 1) and d, dmin: what
+    // Q5_K shares.
+    struct Scales {
+        int sc0, m0, sc1, m1;
+        float d, dmin;
+    };
+    __device__ static Scales scales(const uint8_t* block, int g) {
+        const uint4 head = *reinterpret_cast<const uint4*>(block);
+        Scales k;
+        Unit<GgmlType::Q4_K>::scales_k4(head, g, &k.sc0, &k.m0, &k.sc1, &k.m1);
+        k.d = __half2float(__ushort_as_half(uint16_t(head.x & 0xFFFF)));
+        k.dmin = __half2float(__ushort_as_half(uint16_t(head.x >> 16)));
+        return k;
+    }
+    struct W {
+        Scales k;
+        uint4 qv;
+    };
+    __device__ static W weights(const uint8_t* block, int p) {
+        const int g = p / 2, l0 = (p % 2) * 16;
+        return {scales(block, g), *reinterpret_cast<const uint4*>(block + 16 + 32 * g + l0)};
+    }
     // w's four 5-bit values (nibbles, plus bit `bit` of h's bytes as the fifth) against x's four bytes.
     __device__ static int dot4(uint32_t nib, int x, int c) { return __dp4a(int(nib & 0x0F0F0F0Fu), x, c); }
-    __device__ static float finish(const uint4& head, int g, int lo, int hi, const X& v) {
-        int sc0, m0, sc1, m1;
-        Unit<GgmlType::Q4_K>::scales_k4(head, g, &sc0, &m0, &sc1, &m1);
-        const float d = __half2float(__ushort_as_half(uint16_t(head.x & 0xFFFF)));
-        const float dmin = __half2float(__ushort_as_half(uint16_t(head.x >> 16)));
-        return v.d * (d * float(sc0 * lo + sc1 * hi) - dmin * float(m0 * v.sum_lo + m1 * v.sum_hi));
+    __device__ static float finish(const Scales& k, int lo, int hi, const X& v) {
+        return v.d * (k.d * float(k.sc0 * lo + k.sc1 * hi) - k.dmin * float(k.m0 * v.sum_lo + k.m1 * v.sum_hi));
     }
-    __device__ static float dot(const uint8_t* block, int p, const X& v) {
-        const int g = p / 2, l0 = (p % 2) * 16;
-        const uint4 head = *reinterpret_cast<const uint4*>(block);
-        const uint4 qv = *reinterpret_cast<const uint4*>(block + 16 + 32 * g + l0);
+    __device__ static float dot(const W& w, const X& v) {
+        const uint4 qv = w.qv;
         int lo = dot4(qv.x, v.lo.x, 0), hi = dot4(qv.x >> 4, v.hi.x, 0);
         lo = dot4(qv.y, v.lo.y, lo), hi = dot4(qv.y >> 4, v.hi.y, hi);
         lo = dot4(qv.z, v.lo.z, lo), hi = dot4(qv.z >> 4, v.hi.z, hi);
         lo = dot4(qv.w, v.lo.w, lo), hi = dot4(qv.w >> 4, v.hi.w, hi);
-        return finish(head, g, lo, hi, v);
+        return finish(w.k, lo, hi, v);
     }
 };
 
@@ -476,17 +520,24 @@ struct UnitQ<GgmlType::Q5_K> {
     __device__ static int dot5(uint32_t q, uint32_t h, int bit, int x, int c) {
         return __dp4a(int((q & 0x0F0F0F0Fu) | (((h >> bit) & 0x01010101u) << 4)), x, c);
     }
-    __device__ static float dot(const uint8_t* block, int p, const X& v) {
+    struct W {
+        Q4::Scales k;
+        uint4 qv, hv;
+        int g;
+    };
+    __device__ static W weights(const uint8_t* block, int p) {
         const int g = p / 2, l0 = (p % 2) * 16;
-        const uint4 head = *reinterpret_cast<const uint4*>(block);
-        const uint4 hv = *reinterpret_cast<const uint4*>(block + 16 + l0);
-        const uint4 qv = *reinterpret_cast<const uint4*>(block + 48 + 32 * g + l0);
-        const int b0 = 2 * g, b1 = 2 * g + 1;
+        return {Q4::scales(block, g), *reinterpret_cast<const uint4*>(block + 48 + 32 * g + l0),
+                *reinterpret_cast<const uint4*>(block + 16 + l0), g};
+    }
+    __device__ static float dot(const W& w, const X& v) {
+        const uint4 qv = w.qv, hv = w.hv;
+        const int b0 = 2 * w.g, b1 = 2 * w.g + 1;
         int lo = dot5(qv.x, hv.x, b0, v.lo.x, 0), hi = dot5(qv.x >> 4, hv.x, b1, v.hi.x, 0);
         lo = dot5(qv.y, hv.y, b0, v.lo.y, lo), hi = dot5(qv.y >> 4, hv.y, b1, v.hi.y, hi);
         lo = dot5(qv.z, hv.z, b0, v.lo.z, lo), hi = dot5(qv.z >> 4, hv.z, b1, v.hi.z, hi);
         lo = dot5(qv.w, hv.w, b0, v.lo.w, lo), hi = dot5(qv.w >> 4, hv.w, b1, v.hi.w, hi);
-        return Q4::finish(head, g, lo, hi, v);
+        return Q4::finish(w.k, lo, hi, v);
     }
 };
 
@@ -512,7 +563,12 @@ struct UnitQ<GgmlType::Q6_K> {
         v.d = a.dk[ib];
         return v;
     }
-    __device__ static float dot(const uint8_t* block, int p, const X& v) {
+    struct W {
+        uint32_t la[2], lb[2], hh[2];
+        int sc[4];
+        float d;
+    };
+    __device__ static W weights(const uint8_t* block, int p) {
         const BlockQ6_K* b = reinterpret_cast<const BlockQ6_K*>(block);
         const int n = p / 4, l0 = (p % 4) * 8;
         const int8_t* sc = b->scales + 8 * n + l0 / 16;
@@ -520,12 +576,22 @@ struct UnitQ<GgmlType::Q6_K> {
         const uint16_t* lo16 = reinterpret_cast<const uint16_t*>(b->ql + 64 * n + l0);
         const uint16_t* hi16 = reinterpret_cast<const uint16_t*>(b->ql + 64 * n + 32 + l0);
         const uint16_t* h16 = reinterpret_cast<const uint16_t*>(b->qh + 32 * n + l0);
+        W wt;
+#pragma unroll
+        for (int w = 0; w < 2; w++) {
+            wt.la[w] = lo16[2 * w] | (uint32_t(lo16[2 * w + 1]) << 16);
+            wt.lb[w] = hi16[2 * w] | (uint32_t(hi16[2 * w + 1]) << 16);
+            wt.hh[w] = h16[2 * w] | (uint32_t(h16[2 * w + 1]) << 16);
+        }
+        for (int i = 0; i < 4; i++) wt.sc[i] = sc[2 * i];
+        wt.d = half_at(reinterpret_cast<const uint8_t*>(&b->d));
+        return wt;
+    }
+    __device__ static float dot(const W& wt, const X& v) {
         int a[4] = {0, 0, 0, 0};
 #pragma unroll
         for (int w = 0; w < 2; w++) {
-            const uint32_t la = lo16[2 * w] | (uint32_t(lo16[2 * w + 1]) << 16);
-            const uint32_t lb = hi16[2 * w] | (uint32_t(hi16[2 * w + 1]) << 16);
-            const uint32_t hh = h16[2 * w] | (uint32_t(h16[2 * w + 1]) << 16);
+            const uint32_t la = wt.la[w], lb = wt.lb[w], hh = wt.hh[w];
             const int x0 = w ? v.q[0].y : v.q[0].x, x1 = w ? v.q[1].y : v.q[1].x;
             const int x2 = w ? v.q[2].y : v.q[2].x, x3 = w ? v.q[3].y : v.q[3].x;
             a[0] = __dp4a(int((la & 0x0F0F0F0Fu) | ((hh & 0x03030303u) << 4)), x0, a[0]);
@@ -533,9 +599,9 @@ struct UnitQ<GgmlType::Q6_K> {
             a[2] = __dp4a(int(((la >> 4) & 0x0F0F0F0Fu) | (((hh >> 4) & 0x03030303u) << 4)), x2, a[2]);
             a[3] = __dp4a(int(((lb >> 4) & 0x0F0F0F0Fu) | (((hh >> 6) & 0x03030303u) << 4)), x3, a[3]);
         }
-        const int s = sc[0] * (a[0] - 32 * v.sum[0]) + sc[2] * (a[1] - 32 * v.sum[1]) +
-                      sc[4] * (a[2] - 32 * v.sum[2]) + sc[6] * (a[3] - 32 * v.sum[3]);
-        return half_at(reinterpret_cast<const uint8_t*>(&b->d)) * v.d * float(s);
+        const int s = wt.sc[0] * (a[0] - 32 * v.sum[0]) + wt.sc[1] * (a[1] - 32 * v.sum[1]) +
+                      wt.sc[2] * (a[2] - 32 * v.sum[2]) + wt.sc[3] * (a[3] - 32 * v.sum[3]);
+        return wt.d * v.d * float(s);
     }
 };
 
@@ -551,11 +617,15 @@ struct UnitQ<GgmlType::Q8_0> {
     __device__ static X load(const ActRow& a, int64_t ib, int p) {
         return {*reinterpret_cast<const int*>(a.q0 + ib * 32 + 4 * p), a.d0[ib]};
     }
-    __device__ static float dot(const uint8_t* block, int p, const X& v) {
+    struct W {
+        int q;
+        float d;
+    };
+    __device__ static W weights(const uint8_t* block, int p) {
         const uint16_t* q16 = reinterpret_cast<const uint16_t*>(block + 2 + p * 4);
-        const uint32_t w = q16[0] | (uint32_t(q16[1]) << 16);
-        return half_at(block) * v.d * float(__dp4a(int(w), v.q, 0));
+        return {int(q16[0] | (uint32_t(q16[1]) << 16)), half_at(block)};
     }
+    __device__ static float dot(const W& w, const X& v) { return w.d * v.d * float(__dp4a(w.q, v.q, 0)); }
 };
 
 // MXFP4 against Q8_0 activations (as the CPU's kernels take them).
@@ -565,9 +635,9 @@ struct UnitQ<GgmlType::MXFP4> {
     static constexpr bool kTail = false;
     using X = UnitQ<GgmlType::Q8_0>::X;
     __device__ static X load(const ActRow& a, int64_t ib, int p) { return UnitQ<GgmlType::Q8_0>::load(a, ib, p); }
-    __device__ static float dot(const uint8_t* block, int p, const X& v) {
-        return e8m0_half(block[0]) * v.d * float(__dp4a(mxfp4_values(block, p), v.q, 0));
-    }
+    using W = UnitQ<GgmlType::Q8_0>::W;
+    __device__ static W weights(const uint8_t* block, int p) { return {mxfp4_values(block, p), e8m0_half(block[0])}; }
+    __device__ static float dot(const W& w, const X& v) { return w.d * v.d * float(__dp4a(w.q, v.q, 0)); }
 };
 
 template <GgmlType T>
@@ -578,10 +648,12 @@ constexpr bool kQuantized = T != GgmlType::F32 && T != GgmlType::F16 && T != Ggm
 // lane / 8 + 4 * part, stepping 4 * nparts (nparts warps share the rows).
 // U is a Unit (x: floats) or a UnitQ (x: an ActRow). Each input's sums
 // take the same steps whatever NT is, so a prefill pass over many tokens
-// gives each the bits a decode step gives it.
+// gives each the bits a decode step gives it. Only the first `count`
+// inputs are summed (a tile's others are left 0): a batched decode step's
+// experts mostly take one or two of a tile's NT.
 template <class U, int R, int NT, class XS>
 __device__ __forceinline__ void rows_dot_tokens(const uint8_t* const (&w)[R], int64_t cols, const XS (&x)[NT],
-                                                int lane, int part, int nparts, float (&s)[NT][R]) {
+                                                int lane, int part, int nparts, float (&s)[NT][R], int count = NT) {
     const int64_t nb = cols / U::kWeights;
     const int p = lane % 8;
 #pragma unroll
@@ -590,17 +662,22 @@ __device__ __forceinline__ void rows_dot_tokens(const uint8_t* const (&w)[R], in
         for (int r = 0; r < R; r++) s[t][r] = 0;
     }
     for (int64_t ib = int64_t(part) * 4 + lane / 8; ib < nb; ib += 4 * nparts) {
+        typename U::W held[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) held[r] = U::weights(w[r] + ib * U::kBytes, p);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
+            if (t >= count) break;
             const typename U::X xs = U::load(x[t], ib, p);
 #pragma unroll
-            for (int r = 0; r < R; r++) s[t][r] += U::dot(w[r] + ib * U::kBytes, p, xs);
+            for (int r = 0; r < R; r++) s[t][r] += U::dot(held[r], xs);
         }
     }
     if constexpr (U::kTail) {
         for (int64_t i = nb * U::kWeights + part * 32 + lane; i < cols; i += 32 * nparts) {
 #pragma unroll
             for (int t = 0; t < NT; t++) {
+                if (t >= count) break;
 #pragma unroll
                 for (int r = 0; r < R; r++) s[t][r] += U::weight(w[r], i) * x[t][i];
             }
@@ -939,15 +1016,16 @@ __global__ void __launch_bounds__(32 * kWarps) batch_kernel(const BatchArgs a, c
         const size_t stride = act_row_bytes(a.cols);
 #pragma unroll
         for (int t = 0; t < NT; t++) xs[t] = act_row(a.xq + in[t] * stride, a.cols);
-        rows_dot_tokens<UnitQ<T>, R, NT>(rows, a.cols, xs, lane, part, a.nparts, s);
+        rows_dot_tokens<UnitQ<T>, R, NT>(rows, a.cols, xs, lane, part, a.nparts, s, count);
     } else {
         const float* xs[NT];
 #pragma unroll
         for (int t = 0; t < NT; t++) xs[t] = a.x + int64_t(in[t]) * a.cols;
-        rows_dot_tokens<Unit<T>, R, NT>(rows, a.cols, xs, lane, part, a.nparts, s);
+        rows_dot_tokens<Unit<T>, R, NT>(rows, a.cols, xs, lane, part, a.nparts, s, count);
     }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
+        if (t >= count) break;
 #pragma unroll
         for (int r = 0; r < R; r++) s[t][r] = warp_sum(s[t][r]);
     }
@@ -1199,10 +1277,11 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(cons
                                                                            float* v_cache, const int32_t* pos,
                                                                            int n_head, int n_kv_head, int head_dim,
                                                                            float scale, float* part,
-                                                                           const FreshRow fresh, int window, int chunk) {
+                                                                           const FreshRow fresh, int window, int chunk,
+                                                                           float* const* seq) {
     chain_start();
-    // Prefill: blockIdx.z is the token, at position *pos + blockIdx.z.
-    const int n_pos = *pos + 1 + int(blockIdx.z);
+    // Prefill: blockIdx.z is the token, at position *pos + blockIdx.z (or its sequence's pos[z]).
+    const int n_pos = int(row_position(pos, seq, blockIdx.z, &k_cache, &v_cache)) + 1;
     const int first = window > 0  ? max(0, n_pos - window)
                       : chunk > 0 ? (n_pos - 1) - (n_pos - 1) % chunk
                                   : 0;
@@ -1344,7 +1423,7 @@ __global__ void attention_combine_kernel(const float* part, int head_dim, int sp
 __global__ void qk_norm_rope_store_kernel(float* q, const float* k, const float* v, const float* q_norm,
                                           const float* k_norm, int n_head, int head_dim, int n_rot, float eps,
                                           const float* cos_sin, float* k_cache, float* v_cache, int64_t kv_width,
-                                          const int32_t* pos) {
+                                          const int32_t* pos, float* const* seq) {
     chain_start();
     __shared__ float h[512];
     __shared__ double part[32];
@@ -1354,7 +1433,7 @@ __global__ void qk_norm_rope_store_kernel(float* q, const float* k, const float*
     k += t * kv_width;
     v += t * kv_width;
     cos_sin += t * n_rot;
-    const int64_t at = *pos + t;
+    const int64_t at = row_position(pos, seq, t, &k_cache, &v_cache);
     const bool is_q = int(blockIdx.x) < n_head;
     const int head = is_q ? blockIdx.x : blockIdx.x - n_head;
     const float* src = is_q ? q + int64_t(head) * head_dim : k + int64_t(head) * head_dim;
@@ -1586,7 +1665,7 @@ size_t attention_scratch_bytes(int n_head, int head_dim) {
 
 void attention(const float* q, float* k_cache, float* v_cache, const int32_t* pos, int n_head, int n_kv_head,
                int head_dim, float scale, float* scratch, float* out, Stream s, void* act, const FreshRow& fresh,
-               int n, int window, const float* sinks, int chunk) {
+               int n, int window, const float* sinks, int chunk, float* const* seq) {
     if (head_dim > 1024) throw std::runtime_error("CUDA attention: head_dim > 1024");
     if (n < 1 || n > 65535 || (n > 1 && fresh.k)) {
         throw std::runtime_error("CUDA attention: 1 to 65535 tokens, one if fresh");
@@ -1596,7 +1675,7 @@ void attention(const float* q, float* k_cache, float* v_cache, const int32_t* po
     }
     const dim3 grid(unsigned(n_head), kAttentionSplits, unsigned(n));
     launch("attention", attention_split_kernel, grid, kAttentionThreads, attention_smem, native(s), q, k_cache, v_cache,
-           pos, n_head, n_kv_head, head_dim, scale, scratch, fresh, window, chunk);
+           pos, n_head, n_kv_head, head_dim, scale, scratch, fresh, window, chunk, seq);
     const int64_t width = int64_t(n_head) * head_dim;
     const bool fused = act && 256 % head_dim == 0 && width % 256 == 0;
     const int per = fused ? 256 / head_dim : 1;
@@ -1608,12 +1687,12 @@ void attention(const float* q, float* k_cache, float* v_cache, const int32_t* po
 
 void qk_norm_rope_store(float* q, const float* k, const float* v, const float* q_norm, const float* k_norm,
                         int n_head, int n_kv_head, int head_dim, int n_rot, float eps, const float* cos_sin,
-                        float* k_cache, float* v_cache, const int32_t* pos, Stream s, int n) {
+                        float* k_cache, float* v_cache, const int32_t* pos, Stream s, int n, float* const* seq) {
     if (head_dim > 512) throw std::runtime_error("CUDA qk_norm_rope_store: head_dim > 512");
     launch("qk_norm_rope_store", qk_norm_rope_store_kernel, dim3(unsigned(n_head + n_kv_head), unsigned(n)), 128, 0,
            native(s), q, k, v,
            q_norm, k_norm, n_head, head_dim, n_rot, eps, cos_sin, k_cache, v_cache, int64_t(n_kv_head) * head_dim,
-           pos);
+           pos, seq);
 }
 
 void swiglu(const float* gate, const float* up, int64_t n, float* h, Stream s) {

@@ -63,10 +63,10 @@ __device__ void rotate_pairs(const float* src, float* dst, int n_rot, bool neox,
 // n_rot are copied as they are.
 __global__ void rope_store_kernel(float* q, const float* k, const float* v, int n_head, int head_dim, int n_rot,
                                   bool neox, const float* cos_sin, float* k_cache, float* v_cache, int64_t kv_width,
-                                  const int32_t* pos) {
+                                  const int32_t* pos, float* const* seq) {
     chain_start();
-    // Prefill: blockIdx.y is the token, at position *pos + blockIdx.y.
-    const int64_t t = blockIdx.y, at = *pos + t;
+    // Prefill: blockIdx.y is the token, at position *pos + blockIdx.y (or its sequence's pos[y]).
+    const int64_t t = blockIdx.y, at = row_position(pos, seq, t, &k_cache, &v_cache);
     q += t * n_head * head_dim;
     k += t * kv_width;
     v += t * kv_width;
@@ -135,10 +135,12 @@ __global__ void route_sigmoid_kernel(const float* logits, const float* bias, int
 // row's k_pe, then writes the row into the cache.
 __global__ void mla_rope_store_kernel(float* q, int n_head, int q_head, int q_rope_at, float* row, int row_width,
                                       int row_rope_at, int n_rot, bool neox, const float* cos_sin, float* cache,
-                                      const int32_t* pos) {
+                                      const int32_t* pos, float* const* seq) {
     chain_start();
-    // Prefill: blockIdx.y is the token, at position *pos + blockIdx.y.
+    // Prefill: blockIdx.y is the token, at position *pos + blockIdx.y (or its sequence's pos[y]).
     const int64_t t = blockIdx.y;
+    float* unused = nullptr;
+    const int64_t at = row_position(pos, seq, t, &cache, &unused);
     q += t * n_head * q_head;
     row += t * row_width;
     cos_sin += t * n_rot;
@@ -147,19 +149,20 @@ __global__ void mla_rope_store_kernel(float* q, int n_head, int q_head, int q_ro
     rotate_pairs(v, v, n_rot, neox, cos_sin);
     if (is_q) return;
     __syncthreads();
-    float* dst = cache + (*pos + t) * row_width;
+    float* dst = cache + at * row_width;
     for (int i = threadIdx.x; i < row_width; i += blockDim.x) dst[i] = row[i];
 }
 
 }  // namespace
 
 void mla_rope_store(float* q, int n_head, int q_head, int q_rope_at, float* row, int row_width, int row_rope_at,
-                    int n_rot, bool neox, const float* cos_sin, float* cache, const int32_t* pos, Stream s, int n) {
+                    int n_rot, bool neox, const float* cos_sin, float* cache, const int32_t* pos, Stream s, int n,
+                    float* const* seq) {
     if (n_rot % 2 != 0 || q_rope_at + n_rot > q_head || row_rope_at + n_rot > row_width) {
         throw std::runtime_error("CUDA mla_rope_store: n_rot even, inside the heads and the row");
     }
     launch("mla_rope_store", mla_rope_store_kernel, dim3(unsigned(n_head + 1), unsigned(n)), 64, 0, native(s), q, n_head,
-           q_head, q_rope_at, row, row_width, row_rope_at, n_rot, neox, cos_sin, cache, pos);
+           q_head, q_rope_at, row, row_width, row_rope_at, n_rot, neox, cos_sin, cache, pos, seq);
 }
 
 void add(float* y, const float* b, int64_t n, Stream s, int rows) {
@@ -182,11 +185,11 @@ void add_sigmoid_gated(float* x, const float* y, const float* gate, int64_t n, S
 
 void rope_store(float* q, const float* k, const float* v, int n_head, int n_kv_head, int head_dim, int n_rot,
                 bool neox, const float* cos_sin, float* k_cache, float* v_cache, const int32_t* pos, Stream s,
-                int n) {
+                int n, float* const* seq) {
     if (n_rot > head_dim || n_rot % 2 != 0) throw std::runtime_error("CUDA rope_store: n_rot even, <= head_dim");
     launch("rope_store", rope_store_kernel, dim3(unsigned(n_head + n_kv_head), unsigned(n)), 64, 0, native(s), q, k, v,
            n_head, head_dim,
-           n_rot, neox, cos_sin, k_cache, v_cache, int64_t(n_kv_head) * head_dim, pos);
+           n_rot, neox, cos_sin, k_cache, v_cache, int64_t(n_kv_head) * head_dim, pos, seq);
 }
 
 void route_sigmoid_topk(const float* logits, const float* selection_bias, int n_expert, int k, bool renorm,

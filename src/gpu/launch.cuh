@@ -46,6 +46,19 @@ __device__ __forceinline__ void prefetch_l2(const void* p, size_t bytes) {
 #endif
 }
 
+// Row t of a pass's KV writes and attention: its position and caches. One
+// sequence (seq null): position *pos + t of k_cache and v_cache. Rows of
+// several sequences (batched decode, gpu.h's SeqCaches): position pos[t] of
+// the caches seq[2t] (k; multi-head latent attention's one cache) and
+// seq[2t + 1] (v).
+__device__ __forceinline__ int64_t row_position(const int32_t* pos, float* const* seq, int64_t t, float** k_cache,
+                                                float** v_cache) {
+    if (!seq) return *pos + t;
+    *k_cache = seq[2 * t];
+    *v_cache = seq[2 * t + 1];
+    return pos[t];
+}
+
 // kernel<<<grid, block, smem, s>>>(args...), allowed to start early (see
 // chain_start); throws, naming `what`, when the launch (or an earlier
 // kernel's run) failed.

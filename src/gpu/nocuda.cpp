@@ -62,7 +62,7 @@ void expert_down_add(GgmlType, const uint8_t* const*, const int32_t*, int, size_
     absent();
 }
 void qk_norm_rope_store(float*, const float*, const float*, const float*, const float*, int, int, int, int, float,
-                        const float*, float*, float*, const int32_t*, Stream, int) {
+                        const float*, float*, float*, const int32_t*, Stream, int, float* const*) {
     absent();
 }
 void matvec_experts(GgmlType, const uint8_t* const*, const int32_t*, int, size_t, int64_t, int64_t, Act, int64_t,
@@ -73,7 +73,7 @@ void rms_norm(const float*, const float*, int64_t, int64_t, float, float*, Strea
 void prepare_attention(int, int) { absent(); }
 size_t attention_scratch_bytes(int, int) { return 0; }
 void attention(const float*, float*, float*, const int32_t*, int, int, int, float, float*, float*, Stream, void*,
-               const FreshRow&, int, int, const float*, int) {
+               const FreshRow&, int, int, const float*, int, float* const*) {
     absent();
 }
 void capture_begin(Stream) { absent(); }
@@ -102,14 +102,14 @@ void scale_by(float*, int64_t, const float*, Stream, int) { absent(); }
 void weighted_rows(const float*, const float*, int, int, int64_t, float*, Stream) { absent(); }
 void add_sigmoid_gated(float*, const float*, const float*, int64_t, Stream, int) { absent(); }
 void rope_store(float*, const float*, const float*, int, int, int, int, bool, const float*, float*, float*,
-                const int32_t*, Stream, int) {
+                const int32_t*, Stream, int, float* const*) {
     absent();
 }
 void route_sigmoid_topk(const float*, const float*, int, int, bool, float, int32_t*, float*, Stream, int, int, int) {
     absent();
 }
 void mla_rope_store(float*, int, int, int, float*, int, int, int, bool, const float*, float*, const int32_t*, Stream,
-                    int) {
+                    int, float* const*) {
     absent();
 }
 void copy_rows(void*, size_t, const void*, size_t, size_t, size_t, Stream) { absent(); }

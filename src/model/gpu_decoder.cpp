@@ -70,6 +70,8 @@ struct MlaRows {
 // Prefill's rows: up to `cap` tokens of a forward call at once, in VRAM
 // (gpu.h's batched operations), with the host's view of each layer's
 // routing, from which it cuts the experts' tiles.
+class GpuState;
+
 struct PrefillRows {
     int cap = 0;  // tokens; 0: prefill runs token by token
     DeviceMemory x, xb, xb8, q, k, v, att, att8, att_part, router, ids, weights;
@@ -93,6 +95,11 @@ struct PrefillRows {
     DeviceMemory rope;
     DeviceMemory tiles;  // gpu::ExpertTiles' arrays: tiles, then in_row, then out_row
     DeviceMemory logits;  // all_logits: kLogitRows rows of the output head
+    // Batched decode (rows of several sequences): per KV layer, each row's
+    // k and v cache (gpu.h's seq: 2 x rows pointers a layer), and the states.
+    DeviceMemory seq_caches;
+    float** host_seq_caches = nullptr;  // pinned
+    std::vector<GpuState*> seqs;
     float* host_x = nullptr;      // pinned: the tokens' embedded rows
     float* host_rope = nullptr;   // pinned: rope's contents
     int32_t* host_ids = nullptr;  // pinned: a layer's routing, cap x K ids
@@ -102,6 +109,7 @@ struct PrefillRows {
     ExpertGroups groups;        // a layer's (token, rank) pairs by expert
     std::vector<int32_t> miss;  // the copied tier: a group's experts not in VRAM
     ~PrefillRows() {
+        gpu::release_pinned(host_seq_caches);
         gpu::release_pinned(host_x);
         gpu::release_pinned(host_rope);
         gpu::release_pinned(host_ids);
@@ -588,6 +596,13 @@ public:
         v["prefill"] = phase_counts_[0].json();
         v["decode"] = phase_counts_[1].json();
         g["vram_tier"] = v;
+        // forward_batch's passes (serve --parallel): steps of several
+        // sequences run as one pass, and their rows (tokens).
+        Json b = Json::object();
+        b["passes"] = batched_passes_;
+        b["rows"] = batched_rows_;
+        b["rows_per_pass"] = batched_passes_ > 0 ? double(batched_rows_) / double(batched_passes_) : 0.0;
+        g["batched_decode"] = b;
         g["ram_tier_pinned_bytes"] = pinned_bytes_;
         Json up = Json::object();
         up["resident_weights_seconds"] = setup_.resident_weights;
@@ -772,7 +787,14 @@ public:
         b.layer_count.resize(size_t(n_run_));
         b.groups.resize(c.n_expert, T * K);
         b.miss.resize(size_t(c.n_expert));
-        return (T * E + T * (R + 2) + T * K + tile_ints) * 4;
+        size_t seq_bytes = 0;
+        if (batches_sequences()) {
+            seq_bytes = size_t(n_kv_layers_) * 2 * T * sizeof(float*);
+            b.seq_caches = DeviceMemory(seq_bytes);
+            b.host_seq_caches = static_cast<float**>(gpu::alloc_pinned(seq_bytes));
+            b.seqs.resize(T);
+        }
+        return (T * E + T * (R + 2) + T * K + tile_ints) * 4 + seq_bytes;
     }
 
     // The most expert tiles a pass of cap tokens can need: each expert's
@@ -784,6 +806,36 @@ public:
 
     void attach(ExpertSource& experts) const override {
         std::call_once(uploaded_, [&] { upload(experts); });
+    }
+
+    // Whether forward_batch runs its sequences as the rows of one pass
+    // (prefill_pass over rows of several sequences, each row the bits of
+    // its sequence's decode step); Gated DeltaNet layers' recurrent states
+    // are one sequence's in the pass, so those families decode in turn.
+    bool batches_sequences() const { return options_.prefill_pass && n_deltanet_ == 0; }
+
+    // n sequences' next tokens as the rows of one pass: each layer's
+    // projections and experts run once over all rows (every expert the
+    // step uses read once), attention over each row's own cache.
+    void forward_batch(ModelState* const* states, int n, ExpertSource& experts, ThreadPool& pool,
+                       const int32_t* tokens, float* logits) const override {
+        GpuState& lead = static_cast<GpuState&>(*states[0]);
+        if (n == 1 || !batches_sequences() || n > lead.prefill.cap) {
+            Model::forward_batch(states, n, experts, pool, tokens, logits);
+            return;
+        }
+        std::call_once(uploaded_, [&] { upload(experts); });
+        const TierCounts before = tier_counts();
+        pool_ = &pool;
+        for (int i = 0; i < n; i++) {
+            lead.prefill.seqs[size_t(i)] = static_cast<GpuState*>(states[i]);
+            states[i]->decode_time.calls++;
+        }
+        if (!mapped_) experts.start_step(n);
+        prefill_pass(lead, experts, tokens, n, logits, true, true, lead.prefill.seqs.data());
+        phase_counts_[1].add(tier_counts(), before);
+        batched_passes_++;
+        batched_rows_ += uint64_t(n);
     }
 
     void forward(ModelState& state, ExpertSource& experts, ThreadPool& pool, const int32_t* tokens, int n,
@@ -1088,7 +1140,8 @@ private:
     // each row bit for bit decode's (the heads' k_b and v_b as expert tiles,
     // `heads`; the latent parts normed in a contiguous copy).
     void mla_layer(GpuState& st, int il, const MlaRows& r, float* att_part, float* x, int n, gpu::Act xb,
-                   const float* cos_sin, const int32_t* pos, const gpu::ExpertTiles& heads) const {
+                   const float* cos_sin, const int32_t* pos, const gpu::ExpertTiles& heads,
+                   float* const* seq = nullptr) const {
         const ModelConfig& c = config_;
         const MlaShape& m = mla_shape_;
         const MlaLayer& l = mla_[size_t(il)];
@@ -1124,7 +1177,7 @@ private:
         }
         float* cache = k_rows(st, il);
         gpu::mla_rope_store(q, int(H), int(QH), m.nope, row, int(R), int(L), m.rope, rope_.neox, cos_sin, cache, pos,
-                            s, n);
+                            s, n, seq);
         // The heads' matrices over the (token, head) rows: one token as
         // decode's expert-table launch, a pass through the head tiles.
         auto heads_product = [&](const Tensor& t, const uint8_t* const* table, int64_t out, int64_t in, gpu::Act hx,
@@ -1149,7 +1202,7 @@ private:
         for (int a0 = 0; a0 < n; a0 += kAttentionRows) {
             const int na = std::min(kAttentionRows, n - a0);
             gpu::attention(qlat + int64_t(a0) * H * R, cache, cache, pos + a0, int(H), 1, int(R), m.scale, att_part,
-                           att + int64_t(a0) * H * R, s, nullptr, {}, na);
+                           att + int64_t(a0) * H * R, s, nullptr, {}, na, 0, nullptr, 0, seq ? seq + 2 * a0 : nullptr);
         }
         gpu::copy_rows(lat, size_t(L) * 4, att, size_t(R) * 4, size_t(L) * 4, HN, s);
         float* o = r.o.f32();
@@ -1165,7 +1218,7 @@ private:
     // the cache write.
     void position_qk(const AttentionLayer& a, const DeviceLayer& d, float* q, float* k, const float* v, int n,
                      const float* cos_sin, const int32_t* pos, const float* temp, float* kc, float* vc, float* kt,
-                     float* vt) const {
+                     float* vt, float* const* seq = nullptr) const {
         const ModelConfig& c = config_;
         const gpu::Stream s = compute_;
         const int64_t Q = c.q_dim(), KV = c.kv_dim();
@@ -1176,14 +1229,15 @@ private:
         const int n_rot = a.rope ? rope_.n_rot : 0;
         if (!a.rope && a.temperature.scale != 0.0f) gpu::scale_by(q, Q, temp, s, n);
         if (a.qk_norm != QkNorm::PlainAfterRope) {
-            gpu::rope_store(q, k, v, c.n_head, c.n_head_kv, c.head_dim, n_rot, rope_.neox, cos_sin, kc, vc, pos, s, n);
+            gpu::rope_store(q, k, v, c.n_head, c.n_head_kv, c.head_dim, n_rot, rope_.neox, cos_sin, kc, vc, pos, s, n,
+                            seq);
             return;
         }
         const int32_t* zero = reinterpret_cast<const int32_t*>(zero_.data());
         gpu::rope_store(q, k, v, c.n_head, c.n_head_kv, c.head_dim, n_rot, rope_.neox, cos_sin, kt, vt, zero, s, n);
         gpu::rms_norm(q, nullptr, int64_t(n) * c.n_head, c.head_dim, c.rms_eps, q, s);
         gpu::rms_norm(kt, nullptr, int64_t(n) * c.n_head_kv, c.head_dim, c.rms_eps, kt, s);
-        gpu::rope_store(q, kt, vt, c.n_head, c.n_head_kv, c.head_dim, 0, rope_.neox, cos_sin, kc, vc, pos, s, n);
+        gpu::rope_store(q, kt, vt, c.n_head, c.n_head_kv, c.head_dim, 0, rope_.neox, cos_sin, kc, vc, pos, s, n, seq);
     }
 
     // One token's attention block of layer il over xb (the normed
@@ -1519,23 +1573,40 @@ private:
     // use is read once a pass: through the device table where every expert
     // is reached there (device_routed()), else copied in by stream_tiles.
     // Logits: every token's (all_logits), or the last one's when `last`.
+    // seqs set (forward_batch): row t is the next token of sequence
+    // seqs[t] (one row each), at its own position and caches; st is
+    // seqs[0], whose rows the pass uses.
     void prefill_pass(GpuState& st, ExpertSource& experts, const int32_t* tokens, int n, float* logits,
-                      bool all_logits, bool last) const {
+                      bool all_logits, bool last, GpuState* const* seqs = nullptr) const {
         PrefillRows& b = st.prefill;
         const ModelConfig& c = config_;
         const int64_t E = c.n_embd, V = c.n_vocab, KV = c.kv_dim(), Q = c.q_dim(), F = spec_.n_ff_exp;
         const int K = c.n_expert_used, R = rope_.n_rot;
         const gpu::Stream s = compute_;
         const float scale = 1.0f / std::sqrt(float(c.head_dim));
-        for (int t = 0; t < n; t++) {
-            dequantize_row(token_embd_.type, token_embd_.row(tokens[t]), b.host_x + int64_t(t) * E, E);
-            rope_angles(rope(), st.n_past + t, b.host_rope + int64_t(t) * R);
-        }
         int32_t* host_pos = reinterpret_cast<int32_t*>(b.host_rope + int64_t(b.cap) * R);
         float* host_temp = b.host_rope + int64_t(b.cap) * (R + 1);
         for (int t = 0; t < n; t++) {
-            host_pos[t] = int32_t(st.n_past + t);
-            host_temp[t] = attention_temperature(spec_.temperature, st.n_past + t);
+            const int64_t p = seqs ? seqs[t]->n_past : st.n_past + t;
+            dequantize_row(token_embd_.type, token_embd_.row(tokens[t]), b.host_x + int64_t(t) * E, E);
+            rope_angles(rope(), p, b.host_rope + int64_t(t) * R);
+            host_pos[t] = int32_t(p);
+            host_temp[t] = attention_temperature(spec_.temperature, p);
+        }
+        // Each KV layer's 2n cache pointers (gpu.h's seq), in one copy.
+        float* const* layer_seqs = nullptr;
+        if (seqs) {
+            float** h = b.host_seq_caches;
+            for (int il = 0; il < n_run_; il++) {
+                const int kl = kv_layer_[size_t(il)];
+                if (kl < 0) continue;
+                for (int t = 0; t < n; t++) {
+                    h[(int64_t(kl) * n + t) * 2] = k_rows(*seqs[t], il);
+                    h[(int64_t(kl) * n + t) * 2 + 1] = mla() ? k_rows(*seqs[t], il) : v_rows(*seqs[t], il);
+                }
+            }
+            gpu::copy_to_device(b.seq_caches.data(), h, size_t(n_kv_layers_) * 2 * size_t(n) * sizeof(float*), s);
+            layer_seqs = reinterpret_cast<float* const*>(b.seq_caches.data());
         }
         float* x = b.x.f32();
         float* xb = b.xb.f32();
@@ -1549,7 +1620,7 @@ private:
         void* xb8 = act8(E) ? b.xb8.data() : nullptr;
         void* att8 = act8(Q) ? b.att8.data() : nullptr;
         float *q = b.q.f32(), *k = b.k.f32(), *v = b.v.f32(), *att = b.att.f32();
-        StageProfile* prof = prefill_profile_.get();
+        StageProfile* prof = seqs ? batch_profile_.get() : prefill_profile_.get();
         auto mark = [&](StageProfile::Stage stage, uint64_t bytes) {
             if (prof) prof->mark(stage, bytes, s);
         };
@@ -1559,6 +1630,8 @@ private:
             const AttentionLayer& a = attn_[size_t(il)];
             const FfnLayer& m = ffn_[size_t(il)];
             const DeviceLayer& d = device_[size_t(il)];
+            float* const* seq = seqs && kv_layer_[size_t(il)] >= 0 ? layer_seqs + int64_t(kv_layer_[size_t(il)]) * 2 * n
+                                                                    : nullptr;
             gpu::rms_norm(x, d.attn_norm, n, E, c.rms_eps, xb, s, xb8);
             if (deltanet(il)) {
                 deltanet_layer(st, il, {b.dn_qkv.f32(), b.dn_conv.f32(), b.dn_z.f32(), b.dn_ba.f32(), b.dn_o.f32(),
@@ -1566,7 +1639,7 @@ private:
                                n, {xb, xb8}, x);
                 mark(StageProfile::kAttention, deltanet_[size_t(il)].weight_bytes());
             } else if (mla()) {
-                mla_layer(st, il, b.mla, b.att_part.f32(), x, n, {xb, xb8}, cos_sin, pos, head_tiles);
+                mla_layer(st, il, b.mla, b.att_part.f32(), x, n, {xb, xb8}, cos_sin, pos, head_tiles, seq);
                 mark(StageProfile::kAttention, mla_[size_t(il)].weight_bytes());
             } else {
                 float* kc = k_rows(st, il);
@@ -1584,16 +1657,17 @@ private:
                 mark(StageProfile::kAttnIn, a.wq.bytes() + a.wk.bytes() + a.wv.bytes());
                 if (a.qk_norm == QkNorm::PerHead) {
                     gpu::qk_norm_rope_store(q, k, v, d.q_norm, d.k_norm, c.n_head, c.n_head_kv, c.head_dim, R, c.rms_eps,
-                                            cos_sin, kc, vc, pos, s, n);
+                                            cos_sin, kc, vc, pos, s, n, seq);
                 } else {
-                    position_qk(a, d, q, k, v, n, cos_sin, pos, temp, kc, vc, b.kt.f32(), b.vt.f32());
+                    position_qk(a, d, q, k, v, n, cos_sin, pos, temp, kc, vc, b.kt.f32(), b.vt.f32(), seq);
                 }
                 mark(StageProfile::kQkRope, 0);
                 for (int a0 = 0; a0 < n; a0 += kAttentionRows) {
                     const int na = std::min(kAttentionRows, n - a0);
                     void* row8 = att8 && !a.q_gate ? static_cast<uint8_t*>(att8) + size_t(a0) * gpu::act_bytes(Q) : nullptr;
                     gpu::attention(q + a0 * Q, kc, vc, pos + a0, c.n_head, c.n_head_kv, c.head_dim, scale,
-                                   b.att_part.f32(), att + a0 * Q, s, row8, {}, na, a.window, d.sinks, int(a.chunk));
+                                   b.att_part.f32(), att + a0 * Q, s, row8, {}, na, a.window, d.sinks, int(a.chunk),
+                                   seq ? seq + 2 * a0 : nullptr);
                 }
                 if (a.q_gate) {
                     gpu::mul_sigmoid_heads(att, b.qg.f32(), c.n_head, c.head_dim, s, n);
@@ -1702,7 +1776,11 @@ private:
         gpu::check_last("prefill");
         if (prof) prof->collect(n);
         if (last && !all_logits) memcpy(logits, st.host_logits, size_t(V) * 4);
-        st.n_past += n;
+        if (seqs) {
+            for (int t = 0; t < n; t++) seqs[t]->n_past++;
+        } else {
+            st.n_past += n;
+        }
         tokens_ += uint64_t(n);
         if (mapped_) refresh_vram(b.layer_ids.data(), c.n_expert, b.layer_count.data());
         age_uses();
@@ -2025,6 +2103,7 @@ private:
         if (options_.profile) {
             profile_ = std::make_unique<StageProfile>("decode", n_run_ * 12 + 4);
             prefill_profile_ = std::make_unique<StageProfile>("prefill", n_run_ * 12 + 4);
+            batch_profile_ = std::make_unique<StageProfile>("batched decode", n_run_ * 12 + 4);
         }
         copied_ = gpu::new_event();
         prefetched_ = gpu::new_event();
@@ -2290,7 +2369,7 @@ private:
     mutable uint64_t pinned_bytes_ = 0;  // of the RAM tier, page-locked
     mutable gpu::Stream compute_ = nullptr, copy_ = nullptr;
     mutable gpu::Event copied_ = nullptr;
-    mutable std::unique_ptr<StageProfile> profile_, prefill_profile_;
+    mutable std::unique_ptr<StageProfile> profile_, prefill_profile_, batch_profile_;
     mutable int held_ = -1;  // the layer whose copied misses the RAM tier still holds
     // --gpu-ram-tier cpu: this forward call's thread pool; a layer's experts
     // for the host (ids, routing weights); their count, host seconds and
@@ -2310,6 +2389,7 @@ private:
     mutable int32_t predicted_ids_[64] = {}, prefetched_ids_[64] = {};
     mutable uint64_t predicted_ = 0, predicted_right_ = 0, prefetch_copies_ = 0, prefetch_used_ = 0;
     mutable uint64_t copied_bytes_ = 0, bus_read_bytes_ = 0, hits_ = 0, misses_ = 0, tokens_ = 0;
+    mutable uint64_t batched_passes_ = 0, batched_rows_ = 0;  // forward_batch's passes and their rows
     mutable TierCounts phase_counts_[2];  // prefill calls, decode calls
     mutable double fill_seconds_ = 0;  // host time in fetch_experts
     // The setup's parts (upload), in seconds: resident weights copied; the

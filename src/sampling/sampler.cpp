@@ -63,6 +63,18 @@ void Sampler::accept(int32_t token) {
 int32_t Sampler::sample(const float* logits) { return sample(logits, -1); }
 
 int32_t Sampler::sample(const float* logits, int32_t exclude) {
+    if (params_.temp <= 0 && params_.repeat_penalty == 1.0f && params_.presence_penalty == 0.0f &&
+        params_.frequency_penalty == 0.0f && params_.logit_bias.empty()) {
+        // Plain greedy: distribution()'s argmax without its copy of the
+        // vocabulary (a third of a millisecond a token at 152k tokens, which
+        // a step of 32 batched sequences pays 32 times).
+        int32_t best = -1;
+        for (int32_t i = 0; i < int32_t(n_vocab_); i++) {
+            if (i == exclude) continue;
+            if (best < 0 || better(logits[i], i, logits[best], best)) best = i;
+        }
+        return best < 0 ? exclude : best;
+    }
     size_t n = 0;
     const int32_t greedy = distribution(logits, &n);
     if (greedy >= 0 && greedy != exclude) return greedy;

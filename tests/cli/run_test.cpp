@@ -263,6 +263,30 @@ TEST_F(RunCli, DraftsKeepGreedyTextAndAreCounted) {
     EXPECT_NE(mtp.out.find("has no NextN"), std::string::npos) << mtp.out;
 }
 
+// --parallel 3: three sequences decoded together, streaming through 24
+// expert slots; the first prints what the run alone prints (batched decode gives
+// each sequence its own bits), and the report sums the three: 3 x 20
+// generated tokens, 3 x 12 prompt tokens, the setting recorded. Bad values
+// are one-line errors.
+TEST_F(RunCli, ParallelSequencesPrintTheFirstAndSumInTheReport) {
+    const std::string report = prefix_ + ".report.json";
+    // The budget's 24 slots without its --mem, which holds one sequence's KV cache.
+    const std::string args = "run -m " + model_ + " --cache-slots 24 -c 512 -t 2 --temp 0.7 --seed 4 --random-prompt 12 "
+                             "-n 20 --ignore-eos --draft off";
+    CliResult alone = run_cli(args, false);
+    ASSERT_EQ(alone.rc, 0);
+    CliResult three = run_cli(args + " --parallel 3 --report " + report, false);
+    ASSERT_EQ(three.rc, 0);
+    EXPECT_EQ(three.out, alone.out);
+    const Json j = Json::parse_file(report);
+    EXPECT_EQ(j.at("settings").at("parallel").as_int(), 3);
+    EXPECT_EQ(j.at("decode").at("tokens").as_int(), 60);
+    EXPECT_EQ(j.at("prefill").at("tokens").as_int(), 36);
+    CliResult bad = run_cli(args + " --parallel 0", true);
+    EXPECT_NE(bad.rc, 0);
+    EXPECT_NE(bad.out.find("--parallel"), std::string::npos) << bad.out;
+}
+
 // --draft mtp on a file with a NextN block (golden glm4moe): the plain
 // run's greedy text, and the report counts the block's expert reads.
 TEST_F(RunCli, MtpDraftsKeepGreedyTextAndCountTheirReads) {

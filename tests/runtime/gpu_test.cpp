@@ -16,6 +16,7 @@
 #include <set>
 
 #include "../model/golden.h"
+#include "batched_equals_alone.h"
 #include "gguf/gguf.h"
 #include "gpu/gpu.h"
 #include "model/gpu_decoder.h"
@@ -160,6 +161,27 @@ TEST_P(GpuGolden, PrefillPassMatchesTokenByTokenBitForBit) {
     EXPECT_EQ(text[0], text[1]);
 }
 
+// Three sequences at different positions decoded together
+// (Session::decode_batch: one pass whose rows are the sequences, each
+// attending over its own cache) against each decoded alone: the same
+// logits bit for bit at every step; families with Gated DeltaNet layers
+// decode the sequences in turn, the others in one pass a step (the report
+// counts them).
+TEST_P(GpuGolden, BatchedDecodeMatchesAloneBitForBit) {
+    std::string why;
+    if (!gpu::available(&why)) GTEST_SKIP() << why;
+    const std::string base = golden::models_dir() + "/" + GetParam();
+    if (!std::filesystem::exists(base + ".gguf")) GTEST_SKIP() << base << ".gguf is not here";
+    const golden::Case g = golden::load(GetParam());
+    auto lead = open_gpu(g.gguf, GpuOptions{});
+    batched_equals_alone(g, *lead, 6);
+    Json report = Json::object();
+    add_gpu_report(lead->model(), &report);
+    const bool recurrent = GetParam().rfind("qwen35moe", 0) == 0 || GetParam().rfind("qwen3next", 0) == 0;
+    EXPECT_EQ(report.at("gpu").at("batched_decode").at("passes").as_int(), recurrent ? 0 : 6);
+    EXPECT_EQ(report.at("gpu").at("batched_decode").at("rows").as_int(), recurrent ? 0 : 18);
+}
+
 INSTANTIATE_TEST_SUITE_P(Files, GpuGolden, ::testing::ValuesIn(covered_files()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return golden::identifier(i.param); });
 
@@ -268,6 +290,24 @@ TEST_P(GpuStreaming, FewVramSlotsMatchResidentBitForBit) {
     for (size_t i = 1; i < logits.size(); i++) {
         EXPECT_EQ(memcmp(logits[0].data(), logits[i].data(), logits[0].size() * 4), 0) << "run " << i;
         EXPECT_EQ(text[0], text[i]) << "run " << i;
+    }
+}
+
+// Batched decode through the same few VRAM slots, copied and mapped: each
+// step's union of experts acquired in groups, the logits bit for bit those
+// of each sequence alone.
+TEST_P(GpuStreaming, BatchedDecodeThroughFewSlotsMatchesAlone) {
+    const auto [name, few] = GetParam();
+    if (const std::string why = streaming_skip(name); !why.empty()) GTEST_SKIP() << why;
+    const golden::Case g = golden::load(name);
+    test::TempDir dir;
+    const std::string sidecar = packed_sidecar(g, dir);
+    for (const bool mapped : {false, true}) {
+        GpuOptions o;
+        o.expert_bytes = few;
+        o.map_ram_tier = mapped;
+        auto lead = open_gpu(g.gguf, o, sidecar);
+        batched_equals_alone(g, *lead, 6);
     }
 }
 

@@ -24,7 +24,9 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "layer over all of them, so a prompt up to N tokens reads each expert it needs once. The tokens' "
              "residual (4 bytes x n_embd each) counts in --mem. A longer prompt is split, and the report says so");
     a.option("-ub,--ubatch", &ubatch, "N",
-             "most tokens per piece of a layer: the scratch rows of attention and experts (counted in --mem)");
+             "most tokens per piece of a layer: the scratch rows of attention and experts (counted in --mem). "
+             "On the GPU, a prefill pass's size: larger passes give each expert more tokens per tensor-core "
+             "tile (llama.cpp's -ub)");
     a.option("--experts-per-token", &experts_per_token, "K",
              "route each token to its K best experts instead of the model's own count (Flash-MoE's speed knob: "
              "fewer experts read and run a token, other logits; warned about, and recorded in the report; "

@@ -6,7 +6,8 @@
 # machine's Debian 12) and golden.txz (the golden files named in README.md). Kernel tests of the tensor-core GEMM and the batched ones,
 # then the GPU golden, prefill-pass and streaming tests, then pp512 of the
 # qwen3-30b-a3b Q4_K_M synth with --gpu-prefill pass (decode's kernels, the
-# base) and tensor (the new default) in the same call, then pp4096 by -ub,
+# base) and tensor (the new default) in the same call, a --gpu-profile run
+# of the tensor-core pass, then pp4096 by -ub,
 # then pp512 of the gpt-oss-120b (12 layers, MXFP4) and deepseek-v3 (6
 # layers, Q4_K_M) cuts, each synth deleted after its runs (64 GB disk).
 # STEPS picks what runs (default: all), LIMIT is the call's seconds (later
@@ -46,6 +47,10 @@ bench() {  # name, bench model flags... (the model: $M)
 if has q30 && [ $SECONDS -lt $((LIMIT - 200)) ]; then
   t0=$SECONDS; $BIN/moestream synth --preset qwen3-30b-a3b --type Q4_K_M -o $M 2>&1 | tail -1; echo "synth $((SECONDS-t0)) s"
   bench pp512 -p 512 -r 2 --gpu-prefill pass,tensor
+  # where a tensor-core pass's time goes, stage by stage (printed at exit)
+  timeout 60 $BIN/moestream run -m $M --random-prompt 512 -n 1 --temp 0 --draft off --mem 24G --io buffered \
+    --gpu auto --gpu-profile > $P/profile.txt 2> $P/profile.err
+  echo "== profile: exit $?"; grep -v "^gpu: VRAM" $P/profile.err | tail -25
 fi
 if has q30long && [ $SECONDS -lt $((LIMIT - 90)) ]; then
   bench pp4096 -p 4096 -r 1 --gpu-prefill tensor -ub 512,1024,2048

@@ -75,6 +75,7 @@ std::string flag_key(const std::string& flag) {
         if (c == '-') c = '_';
     if (k == "t") return "n_threads";
     if (k == "b") return "n_batch";
+    if (k == "ub") return "n_ubatch";
     return k;
 }
 
@@ -263,9 +264,9 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
             extra.push_back(flag);
             if (!value.empty()) extra.push_back(value);  // a switch such as --ignore-eos takes none
             std::string key = flag_key(flag);
-            if (key == "n_threads" || key == "n_batch") {
+            if (key == "n_threads" || key == "n_batch" || key == "n_ubatch") {
                 r[key] = atoi(value.c_str());
-                if (key == "n_batch") r["n_ubatch"] = atoi(value.c_str());
+                if (key == "n_batch") r["n_ubatch"] = std::min<int64_t>(atoi(value.c_str()), r["n_ubatch"].as_int());
             } else if (key == "kv_type") {
                 r["type_k"] = value;
                 r["type_v"] = value;

@@ -24,7 +24,9 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "layer over all of them, so a prompt up to N tokens reads each expert it needs once. The tokens' "
              "residual (4 bytes x n_embd each) counts in --mem. A longer prompt is split, and the report says so");
     a.option("-ub,--ubatch", &ubatch, "N",
-             "most tokens per piece of a layer: the scratch rows of attention and experts (counted in --mem)");
+             "most tokens per piece of a layer: the scratch rows of attention and experts (counted in --mem). "
+             "On the GPU, a prefill pass's size: larger passes give each expert more tokens per tensor-core "
+             "tile (llama.cpp's -ub)");
     a.option("--experts-per-token", &experts_per_token, "K",
              "route each token to its K best experts instead of the model's own count (Flash-MoE's speed knob: "
              "fewer experts read and run a token, other logits; warned about, and recorded in the report; "
@@ -57,9 +59,11 @@ void SessionFlags::declare(Args& a, bool sampling) {
     a.option("--gpu-activations", &gpu_activations, "q8|f32",
              "activations where quantized weights meet them on the GPU: q8, 8-bit as on the CPU; "
              "f32, float32 throughout (slower; the golden files' exact/ logits are its reference)");
-    a.option("--gpu-prefill", &gpu_prefill, "pass|tokens",
-             "GPU prefill: pass, each layer over all of a batch's tokens at once; tokens, one token "
-             "at a time (the same logits bit for bit, slower: to compare)");
+    a.option("--gpu-prefill", &gpu_prefill, "tensor|pass|tokens",
+             "GPU prefill: tensor, each layer over all of a pass's tokens (up to -ub) at once, the products "
+             "of quantized weights on tensor cores (equal to decoding within rounding); pass, the same "
+             "passes with decode's kernels (logits bit for bit those of decoding token by token, slower); "
+             "tokens, one token at a time (to compare)");
     a.option("--gpu-prefetch", &gpu_prefetch, "on|off",
              "GPU streaming: copy the experts layer L's router predicts for layer L+1 while L runs (on) "
              "or not");
@@ -121,7 +125,10 @@ SessionOptions SessionFlags::options() const {
     g.map_ram_tier = gpu_ram_tier == "map";
     g.cpu_misses = gpu_ram_tier == "cpu";
     g.float_activations = choose("--gpu-activations", gpu_activations, "q8", "f32");
-    g.prefill_pass = !choose("--gpu-prefill", gpu_prefill, "pass", "tokens");
+    if (gpu_prefill != "tensor" && gpu_prefill != "pass" && gpu_prefill != "tokens")
+        throw std::runtime_error("--gpu-prefill must be tensor, pass or tokens, not '" + gpu_prefill + "'");
+    g.prefill_pass = gpu_prefill != "tokens";
+    g.prefill_tensor_cores = gpu_prefill == "tensor";
     g.prefetch_next_layer = !choose("--gpu-prefetch", gpu_prefetch, "on", "off");
     g.profile = gpu_profile;
     SamplerParams& p = o.sampling;

@@ -24,7 +24,7 @@ struct SessionFlags {
     uint64_t mem = 0;
     std::string gpu = "auto";
     uint64_t gpu_mem = 0;
-    std::string gpu_activations = "q8", gpu_ram_tier = "copy", gpu_prefill = "pass", gpu_prefetch = "on";
+    std::string gpu_activations = "q8", gpu_ram_tier = "copy", gpu_prefill = "tensor", gpu_prefetch = "on";
     bool gpu_profile = false;
     std::string report;
     // Sampling (declared only by commands that sample).

@@ -3,7 +3,7 @@
 // kernels the GPU forward pass runs (quantized matrix-vector products, norms,
 // RoPE, attention over a KV cache, SwiGLU, softmax top-k routing, and the
 // other families' operations). Built from kernels.cu, kernels_layers.cu,
-// kernels_deltanet.cu + device.cpp where nvcc is present (MOESTREAM_CUDA), else from
+// kernels_deltanet.cu, kernels_mma.cu + device.cpp where nvcc is present (MOESTREAM_CUDA), else from
 // nocuda.cpp, whose available() says why there is no GPU. The CUDA runtime is
 // linked statically and opens the driver at run time, so a binary built with
 // CUDA still runs, on the CPU, where no driver or device is present.
@@ -194,6 +194,23 @@ void matmul_experts(GgmlType t, const uint8_t* const* table, const ExpertTiles& 
 void expert_gate_up_tokens(GgmlType t, const uint8_t* const* table, const ExpertTiles& tiles, size_t offset,
                            size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s,
                            const ExpertExtras& extras = {});
+// Prefill on tensor cores (kernels_mma.cu): matmul, matmul_experts and
+// expert_gate_up_tokens over a pass's rows as integer matrix products
+// (mma.sync, int8 x int8 -> int32) of the weights' quants and the 8-bit
+// rows x.q (which must be set), each block's sum scaled in float as the
+// decode kernels scale it: their arithmetic but for the order of the float
+// additions, so equal to them within rounding, not bit for bit. An output
+// does not depend on the other inputs of its tile. Weights Q4_K, Q5_K,
+// Q6_K, Q8_0 and MXFP4 (mma_supports); the callers take the kernels above
+// for other types and for float x. Expert tiles hold up to kMmaTile pairs.
+constexpr int kMmaTile = 32;
+bool mma_supports(GgmlType t);
+void mma_matmul(GgmlType t, const void* w, int64_t rows, int64_t cols, int n, Act x, float* y, Stream s, bool add);
+void mma_matmul_experts(GgmlType t, const uint8_t* const* table, const ExpertTiles& tiles, size_t offset,
+                        int64_t rows, int64_t cols, Act x, float* y, Stream s);
+void mma_gate_up_experts(GgmlType t, const uint8_t* const* table, const ExpertTiles& tiles, size_t offset,
+                         size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s,
+                         const ExpertExtras& extras = {});
 // expert_down_add's weighted sum over n tokens of k experts each, once the
 // down products are in `out` (row t * k + i: token t's expert of rank i):
 // x row t += sum over i < k, in rank order, of weights[t * k + i] * that row

@@ -87,6 +87,16 @@ void matmul_experts(GgmlType, const uint8_t* const*, const ExpertTiles&, size_t,
                     int) {
     absent();
 }
+bool mma_supports(GgmlType) { return false; }
+void mma_matmul(GgmlType, const void*, int64_t, int64_t, int, Act, float*, Stream, bool) { absent(); }
+void mma_matmul_experts(GgmlType, const uint8_t* const*, const ExpertTiles&, size_t, int64_t, int64_t, Act, float*,
+                        Stream) {
+    absent();
+}
+void mma_gate_up_experts(GgmlType, const uint8_t* const*, const ExpertTiles&, size_t, size_t, int64_t, int64_t, Act,
+                         float*, Stream, const ExpertExtras&) {
+    absent();
+}
 void expert_gate_up_tokens(GgmlType, const uint8_t* const*, const ExpertTiles&, size_t, size_t, int64_t, int64_t, Act,
                            float*, Stream, const ExpertExtras&) {
     absent();

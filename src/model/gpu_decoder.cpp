@@ -832,7 +832,14 @@ public:
             states[i]->decode_time.calls++;
         }
         if (!mapped_) experts.start_step(n);
-        prefill_pass(lead, experts, tokens, n, logits, true, true, lead.prefill.seqs.data());
+        decode_rows_ = true;
+        try {
+            prefill_pass(lead, experts, tokens, n, logits, true, true, lead.prefill.seqs.data());
+        } catch (...) {
+            decode_rows_ = false;
+            throw;
+        }
+        decode_rows_ = false;
         phase_counts_[1].add(tier_counts(), before);
         batched_passes_++;
         batched_rows_ += uint64_t(n);
@@ -1030,13 +1037,13 @@ private:
             gpu::matvec_multi(3, types, w, rows, E, xb, y, s);
             if (!sh.fused_ba) gpu::matvec(l.walpha.type, d.dn_alpha, NV, E, xb, r.ba + NV, s);
         } else {
-            gpu::matmul(l.wqkv.type, d.dn_qkv, C, E, n, xb, r.qkv, s, false, 0);
-            gpu::matmul(l.wz.type, d.dn_z, VD, E, n, xb, r.z, s, false, 0);
+            pass_matmul(l.wqkv.type, d.dn_qkv, C, E, n, xb, r.qkv, s, false, 0);
+            pass_matmul(l.wz.type, d.dn_z, VD, E, n, xb, r.z, s, false, 0);
             if (sh.fused_ba) {
-                gpu::matmul(l.wba.type, d.dn_ba, 2 * NV, E, n, xb, r.ba, s, false, 0);
+                pass_matmul(l.wba.type, d.dn_ba, 2 * NV, E, n, xb, r.ba, s, false, 0);
             } else {
-                gpu::matmul(l.wbeta.type, d.dn_beta, NV, E, n, xb, r.ba, s, false, 0);
-                gpu::matmul(l.walpha.type, d.dn_alpha, NV, E, n, xb, r.ba + int64_t(n) * NV, s, false, 1);
+                pass_matmul(l.wbeta.type, d.dn_beta, NV, E, n, xb, r.ba, s, false, 0);
+                pass_matmul(l.walpha.type, d.dn_alpha, NV, E, n, xb, r.ba + int64_t(n) * NV, s, false, 1);
             }
         }
         const int slot = deltanet_slot_[size_t(il)];
@@ -1052,6 +1059,31 @@ private:
     // (quantized weights' rows are whole blocks of 32, so a width that is
     // not a multiple only meets F32 / F16 weights, which read the floats).
     bool act8(int64_t width) const { return act8_ && width % 32 == 0; }
+
+    // A prefill pass's matrix products: on tensor cores (gpu.h's mma_*)
+    // where --gpu-prefill tensor, the weights' type has a kernel there and x
+    // comes as 8-bit rows; else decode's arithmetic (matmul, each row
+    // matvec's bits).
+    // forward_batch's passes keep decode's arithmetic whatever the flag:
+    // each row must carry the bits its sequence's decode step gives alone.
+    bool tensor(GgmlType t, const gpu::Act& x) const {
+        return options_.prefill_tensor_cores && !decode_rows_ && x.q && gpu::mma_supports(t);
+    }
+    void pass_matmul(GgmlType t, const void* w, int64_t rows, int64_t cols, int n, gpu::Act x, float* y,
+                     gpu::Stream s, bool add, int parts_of) const {
+        if (tensor(t, x)) {
+            gpu::mma_matmul(t, w, rows, cols, n, x, y, s, add);
+        } else {
+            gpu::matmul(t, w, rows, cols, n, x, y, s, add, parts_of);
+        }
+    }
+    // Whether layer il's experts run on tensor cores in a pass (all three
+    // matrices' types covered; their inputs' widths take 8-bit rows).
+    bool tensor_experts(int il) const {
+        const ExpertLayer& el = expert_layers_[size_t(il)];
+        return options_.prefill_tensor_cores && !decode_rows_ && act8(config_.n_embd) && act8(spec_.n_ff_exp) &&
+               gpu::mma_supports(el.gate.type) && gpu::mma_supports(el.up.type) && gpu::mma_supports(el.down.type);
+    }
 
     // x's 8-bit rows in `act` (quantize_act), or null when act8(width) is not.
     void* quantize(const float* x, int64_t rows, int64_t width, void* act) const {
@@ -1125,7 +1157,7 @@ private:
         if (n == 1) {
             gpu::matvec(t, w, rows, cols, x, y, compute_, add);
         } else {
-            gpu::matmul(t, w, rows, cols, n, x, y, compute_, add, 1);
+            pass_matmul(t, w, rows, cols, n, x, y, compute_, add, 1);
         }
     }
 
@@ -1160,7 +1192,7 @@ private:
         if (n == 1) {
             gpu::matvec_multi(2, types, w, rows, E, xb, y, s);
         } else {
-            for (int i = 0; i < 2; i++) gpu::matmul(types[i], w[i], rows[i], E, n, xb, y[i], s, false, 0);
+            for (int i = 0; i < 2; i++) pass_matmul(types[i], w[i], rows[i], E, n, xb, y[i], s, false, 0);
         }
         if (!direct) {
             void* qa8 = act8(m.q_lora) ? r.qa8.data() : nullptr;
@@ -1455,15 +1487,40 @@ private:
                     bool add) const {
         const gpu::Stream s = compute_;
         const int64_t n_ff = f.gate.rows, E = config_.n_embd;
-        gpu::matmul(f.gate.type, d.gate, n_ff, E, n, xb, b.ffn_gate.f32(), s, false, 0);
-        gpu::matmul(f.up.type, d.up, n_ff, E, n, xb, b.ffn_up.f32(), s, false, 0);
+        pass_matmul(f.gate.type, d.gate, n_ff, E, n, xb, b.ffn_gate.f32(), s, false, 0);
+        pass_matmul(f.up.type, d.up, n_ff, E, n, xb, b.ffn_up.f32(), s, false, 0);
         gpu::swiglu(b.ffn_gate.f32(), b.ffn_up.f32(), n * n_ff, b.ffn_hidden.f32(), s);
         void* h8 = quantize(b.ffn_hidden.f32(), n, n_ff, b.ffn_hidden8.data());
-        gpu::matmul(f.down.type, d.down, E, n_ff, n, {b.ffn_hidden.f32(), h8}, out, s, add, 1);
+        pass_matmul(f.down.type, d.down, E, n_ff, n, {b.ffn_hidden.f32(), h8}, out, s, add, 1);
+    }
+
+    // A pass's expert tiles on tensor cores: gate/up and their activation
+    // (one launch where gate and up share a type), the hidden rows' 8-bit
+    // form, down into b.down.
+    void tensor_expert_tiles(PrefillRows& b, int il, const gpu::ExpertTiles& g, const gpu::ExpertTiles& gd,
+                             gpu::Act in, int n, const gpu::ExpertExtras& extras) const {
+        const gpu::Stream s = compute_;
+        const ExpertLayer& el = expert_layers_[size_t(il)];
+        const uint8_t* const* table = vram_.table(il);
+        const int64_t E = config_.n_embd, F = spec_.n_ff_exp, K = config_.n_expert_used;
+        float* hidden = b.hidden.f32();
+        if (el.gate.type == el.up.type) {
+            gpu::mma_gate_up_experts(el.gate.type, table, g, 0, vram_.up_offset(il), F, E, in, hidden, s, extras);
+        } else {
+            float* gate = b.gate.f32();
+            float* up = gate + int64_t(b.cap) * K * F;
+            gpu::mma_matmul_experts(el.gate.type, table, g, 0, F, E, in, gate, s);
+            gpu::mma_matmul_experts(el.up.type, table, g, vram_.up_offset(il), F, E, in, up, s);
+            gpu::swiglu(gate, up, int64_t(n) * K * F, hidden, s);
+        }
+        void* hidden8 = quantize(hidden, int64_t(n) * K, F, b.hidden8.data());
+        gpu::mma_matmul_experts(el.down.type, table, gd, vram_.down_offset(il), E, F, {hidden, hidden8}, b.down.f32(),
+                                s);
     }
 
     // Layer il's routing of n tokens (b.host_ids, n x K) cut into tiles of
-    // the pairs each expert takes, uploaded; the layer's distinct experts
+    // the pairs each expert takes (as many as the layer's kernels take a
+    // tile), uploaded; the layer's distinct experts
     // noted for refresh_vram. Returns the gate/up tiles (pair t * K + r
     // reads xb row t, writes hidden row t * K + r); *down gets the down
     // tiles (hidden row to the down output's row of the same number).
@@ -1482,15 +1539,16 @@ private:
         }
         int n_tiles = 0;
         const ExpertLayer& el = expert_layers_[size_t(il)];
+        const int per = tensor_experts(il) ? gpu::kMmaTile : gpu::kExpertTile;  // pairs a tile
         if (mapped_) std::copy(g.used.begin(), g.used.begin() + g.n_used, b.layer_ids.begin() + ptrdiff_t(il) * X);
         for (int u = 0; u < g.n_used; u++) {
             const int e = g.used[size_t(u)], c = g.count[size_t(e)];
             const bool hit = !mapped_ || vram_.visible(il, e);
-            for (int j = 0; j < c; j += gpu::kExpertTile) {
+            for (int j = 0; j < c; j += per) {
                 int32_t* t = tiles + 3 * n_tiles++;
                 t[0] = e;
                 t[1] = g.first[size_t(e)] + j;
-                t[2] = std::min(gpu::kExpertTile, c - j);
+                t[2] = std::min(per, c - j);
                 // Mapped: each tile reads a miss's matrices over the bus.
                 if (!hit) bus_read_bytes_ += el.expert_bytes();
             }
@@ -1645,10 +1703,10 @@ private:
                 float* kc = k_rows(st, il);
                 float* vc = v_rows(st, il);
                 // Gated attention: wq gives [q | gate] heads, split below.
-                gpu::matmul(a.wq.type, d.wq, a.q_gate ? 2 * Q : Q, E, n, {xb, xb8}, a.q_gate ? b.qg.f32() : q, s, false, 0);
+                pass_matmul(a.wq.type, d.wq, a.q_gate ? 2 * Q : Q, E, n, {xb, xb8}, a.q_gate ? b.qg.f32() : q, s, false, 0);
                 if (a.q_gate) gpu::split_gated_q(b.qg.f32(), c.n_head, c.head_dim, q, s, n);
-                gpu::matmul(a.wk.type, d.wk, KV, E, n, {xb, xb8}, k, s, false, 0);
-                gpu::matmul(a.wv.type, d.wv, KV, E, n, {xb, xb8}, v, s, false, 0);
+                pass_matmul(a.wk.type, d.wk, KV, E, n, {xb, xb8}, k, s, false, 0);
+                pass_matmul(a.wv.type, d.wv, KV, E, n, {xb, xb8}, v, s, false, 0);
                 if (d.bq) {
                     gpu::add(q, d.bq, Q, s, n);
                     gpu::add(k, d.bk, KV, s, n);
@@ -1674,7 +1732,7 @@ private:
                     quantize(att, n, Q, att8);
                 }
                 mark(StageProfile::kAttention, uint64_t(st.n_past + n) * uint64_t(KV) * 8);
-                gpu::matmul(a.wo.type, d.wo, E, Q, n, {att, att8}, x, s, true, 1);
+                pass_matmul(a.wo.type, d.wo, E, Q, n, {att, att8}, x, s, true, 1);
                 if (d.bo) gpu::add(x, d.bo, E, s, n);
                 mark(StageProfile::kAttnOut, a.wo.bytes());
             }
@@ -1687,7 +1745,7 @@ private:
             }
             const int64_t X = c.n_expert;
             int32_t* ids = reinterpret_cast<int32_t*>(b.ids.data());
-            gpu::matmul(m.router.type, d.router, X, E, n, {xb, xb8}, b.router.f32(), s, false, 1);
+            pass_matmul(m.router.type, d.router, X, E, n, {xb, xb8}, b.router.f32(), s, false, 1);
             if (d.router_bias) gpu::add(b.router.f32(), d.router_bias, X, s, n);
             if (m.routing.gating == Gating::Sigmoid) {
                 gpu::route_sigmoid_topk(b.router.f32(), d.selection_bias, int(X), K, m.routing.renorm,
@@ -1715,11 +1773,17 @@ private:
             }
             // Tiles [first, first + count): gate/up, the hidden rows' 8-bit
             // form (all rows: each the same bits whenever quantized), down.
+            const bool tc = tensor_experts(il);
             auto run_tiles = [&](int first, int count) {
                 gpu::ExpertTiles g = tiles, gd = down;
                 g.tiles += 3 * first;
                 gd.tiles += 3 * first;
                 g.n_tiles = gd.n_tiles = count;
+                if (tc) {
+                    tensor_expert_tiles(b, il, g, gd, in, n, d.extras(clamped(), own));
+                    mark(StageProfile::kGateUp, uint64_t(count) * (el.gate.bytes + el.up.bytes));
+                    return;
+                }
                 if (el.gate.type == el.up.type) {
                     gpu::expert_gate_up_tokens(el.gate.type, table, g, 0, vram_.up_offset(il), F, E, in, hidden, s,
                                                d.extras(clamped(), own));
@@ -1747,7 +1811,7 @@ private:
                                  ids);
             if (!m.shared.empty() && d.shared_gate) {
                 dense_rows(b, m.shared, d.shared, n, {xb, xb8}, b.shared_out.f32(), false);
-                gpu::matmul(m.shared_gate.type, d.shared_gate, 1, E, n, {xb, xb8}, b.shared_logit.f32(), s, false, 1);
+                pass_matmul(m.shared_gate.type, d.shared_gate, 1, E, n, {xb, xb8}, b.shared_logit.f32(), s, false, 1);
                 gpu::add_sigmoid_gated(moe_out, b.shared_out.f32(), b.shared_logit.f32(), E, s, n);
             } else if (!m.shared.empty()) {
                 dense_rows(b, m.shared, d.shared, n, {xb, xb8}, moe_out, true);
@@ -1761,7 +1825,7 @@ private:
                 const int nr = std::min(kLogitRows, n - r0);
                 void* x8 = xb8 ? static_cast<uint8_t*>(xb8) + size_t(r0) * row8 : nullptr;
                 gpu::rms_norm(x + r0 * E, output_norm_dev_, nr, E, c.rms_eps, xb + r0 * E, s, x8);
-                gpu::matmul(output().type, output_dev_, V, E, nr, {xb + r0 * E, x8}, b.logits.f32(), s, false, 1);
+                pass_matmul(output().type, output_dev_, V, E, nr, {xb + r0 * E, x8}, b.logits.f32(), s, false, 1);
                 gpu::copy_to_host(logits + int64_t(r0) * V, b.logits.f32(), size_t(nr * V) * 4, s);
             }
         } else if (last) {
@@ -2352,6 +2416,7 @@ private:
     // faster in each of three comparisons and prefilled 1.36x faster
     // (docs/gpu.md, fifth session); mapped won only on text repeating one word.
     mutable bool mapped_ = false;
+    mutable bool decode_rows_ = false;  // inside forward_batch's pass (see tensor())
     mutable std::vector<ExpertView> host_views_;
     // Mapped: the experts being copied into VRAM slots during the token,
     // and the event the copy stream waits for: the table without their

@@ -8,8 +8,9 @@
 // in VRAM, or the rest read from the mapped RAM tier), else a layer's
 // misses copied as one batch on a copy stream. Prefill: up to --ubatch
 // tokens through each layer at once, every expert the pass uses read and
-// copied once, the logits and KV rows bit for bit those of token-by-token
-// decoding. Covers grouped-query attention (q/k/v and output biases, q/k
+// copied once, the matrix products on tensor cores (equal to token-by-token
+// decoding within rounding; --gpu-prefill pass: decode's kernels, bit for
+// bit). Covers grouped-query attention (q/k/v and output biases, q/k
 // RMSNorm per head, whole or after RoPE, NeoX or adjacent-pair RoPE on some
 // or all dims, sliding windows, chunks, sink logits, unroped layers with a
 // temperature, gated heads), multi-head latent attention, Gated DeltaNet
@@ -51,8 +52,12 @@ struct GpuOptions {
     // (--gpu-prefetch). Decode only: prefill passes copy as with `copy`.
     bool cpu_misses = false;
     // --gpu-prefill tokens: a prompt token by token instead of each layer
-    // over every token of a pass (the same bits, slower: to compare).
+    // over every token of a pass (slower: to compare).
     bool prefill_pass = true;
+    // --gpu-prefill tensor (the default): a pass's products of quantized
+    // weights on tensor cores (integer MMA), equal to decoding's within
+    // rounding; pass: decode's kernels over the pass, bit for bit decoding's.
+    bool prefill_tensor_cores = true;
     // --gpu-prefetch off: no copies ahead of the next layer's predicted experts.
     bool prefetch_next_layer = true;
     // --gpu-profile: each stage's kernels timed with events (launched one by

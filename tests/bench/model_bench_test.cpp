@@ -214,6 +214,23 @@ TEST_F(FakeRun, RecordsHoldLlamaBenchFieldsAndOurs) {
     EXPECT_TRUE(j.at("machine").contains("cpu"));
 }
 
+// -ub and --gpu-prefill sweep like run's other flags; -ub fills
+// llama-bench's n_ubatch field.
+TEST_F(FakeRun, UbatchAndGpuPrefillSweep) {
+    ms::ModelBenchOptions o;
+    o.binary = binary;
+    o.models = {model};
+    o.tests = {{64, 0}};
+    o.sweeps = {{"-ub", {"256", "1024"}}, {"--gpu-prefill", {"pass"}}};
+    o.repetitions = 1;
+    ms::ModelBenchReport r = ms::run_model_bench(o);
+    ASSERT_TRUE(r.errors.empty()) << r.errors[0];
+    ASSERT_EQ(r.records.size(), 2u);
+    EXPECT_EQ(r.records[0].at("n_ubatch").as_int(), 256);
+    EXPECT_EQ(r.records[1].at("n_ubatch").as_int(), 1024);
+    EXPECT_EQ(r.records[0].at("gpu_prefill").as_string(), "pass");
+}
+
 // -d: a generation test after a prompt of D tokens, timed over the
 // generated tokens only; the run's context raised to hold them (the fake
 // fails when its context, 4096 unless -c, cannot).

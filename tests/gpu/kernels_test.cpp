@@ -19,6 +19,7 @@
 #include "model/moe.h"
 #include "ops/activation.h"
 #include "ops/delta_rule.h"
+#include "ops/gates.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
 #include "quant/blocks.h"
@@ -1014,6 +1015,180 @@ TEST_P(Prefill, ExpertTilesMatchOneTokenKernelsBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, Prefill, ::testing::ValuesIn(kKernelTypes), type_param_name);
+
+// Prefill's tensor-core products (gpu.h: mma_*) against a double
+// reference over quant's dequantization of the weights and of the 8-bit
+// rows the kernels read (the GPU's quantize_act output, read back): equal
+// but for float rounding. Shapes not multiples of the kernels' tiles (128
+// rows, 32 inputs, 256 columns), one input, experts with more pairs than a
+// tile and with none.
+class TensorCore : public ::testing::TestWithParam<GgmlType> {};
+
+// The values of the 8-bit rows (gpu.h's act_bytes layout) the weights of
+// type t read: Q8_K for the K-quants, Q8_0 for Q8_0 and MXFP4.
+std::vector<double> act_values(GgmlType t, const std::vector<uint8_t>& act, int64_t rows, int64_t n) {
+    const bool k_quant = t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
+    std::vector<double> v(size_t(rows * n));
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t* base = act.data() + size_t(r) * gpu::act_bytes(n);
+        const int8_t* q = reinterpret_cast<const int8_t*>(base) + (k_quant ? 0 : n);
+        const float* scales = reinterpret_cast<const float*>(base + 2 * n);
+        for (int64_t i = 0; i < n; i++) {
+            const float d = k_quant ? scales[i / 256] : scales[n / 256 + i / 32];
+            v[size_t(r * n + i)] = double(q[i]) * double(d);
+        }
+    }
+    return v;
+}
+
+// Row t of the outputs: W . x row in_rows[t] in double.
+std::vector<double> reference_rows(GgmlType t, const std::vector<uint8_t>& w, int64_t rows, int64_t cols,
+                                   const std::vector<double>& x, const std::vector<int>& in_rows) {
+    std::vector<float> row(static_cast<size_t>(cols));
+    std::vector<double> y(in_rows.size() * size_t(rows));
+    for (int64_t r = 0; r < rows; r++) {
+        EXPECT_TRUE(dequantize_row(t, w.data() + size_t(r) * row_bytes(t, cols), row.data(), cols));
+        for (size_t j = 0; j < in_rows.size(); j++) {
+            double s = 0;
+            for (int64_t i = 0; i < cols; i++) s += double(row[size_t(i)]) * x[size_t(in_rows[j] * cols + i)];
+            y[j * size_t(rows) + size_t(r)] = s;
+        }
+    }
+    return y;
+}
+
+// The largest |got - ref| over the largest |ref| (and over the relative L2
+// error when that is larger).
+double max_rel_err(const std::vector<float>& got, const std::vector<double>& ref) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        if (!std::isfinite(got[i])) return INFINITY;
+        num = std::max(num, std::fabs(got[i] - ref[i]));
+        den = std::max(den, std::fabs(ref[i]));
+    }
+    return std::max(num / den, rel_err(got, ref));
+}
+
+TEST_P(TensorCore, DenseMatchesDequantizedReference) {
+    SKIP_WITHOUT_GPU();
+    const GgmlType t = GetParam();
+    const bool k_quant = t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
+    struct Shape {
+        int64_t rows, cols;
+        int n;
+    };
+    // cols 288: a partial 256-column chunk (the 32-block types only).
+    const std::vector<Shape> shapes = k_quant ? std::vector<Shape>{{37, 256, 1}, {130, 512, 33}, {300, 2048, 70}}
+                                              : std::vector<Shape>{{37, 256, 1}, {130, 288, 33}, {300, 2048, 70}};
+    for (const Shape& sh : shapes) {
+        const std::vector<uint8_t> w = random_rows(t, sh.rows, sh.cols, uint32_t(sh.rows * 3 + sh.cols));
+        const std::vector<float> x = randoms(size_t(sh.n * sh.cols), 7, 2.0f), y0 = randoms(size_t(sh.n * sh.rows), 8);
+        DeviceBuffer dw(w), dx(x), dy(size_t(sh.n * sh.rows) * 4), dadd(y0);
+        const auto act = gpu_act(dx, sh.n, sh.cols);
+        gpu::fill(dy.p, 0xff, dy.n, nullptr);
+        gpu::mma_matmul(t, dw.p, sh.rows, sh.cols, sh.n, {dx.f(), act->p}, dy.f(), nullptr, false);
+        gpu::mma_matmul(t, dw.p, sh.rows, sh.cols, sh.n, {dx.f(), act->p}, dadd.f(), nullptr, true);
+        std::vector<int> in(size_t(sh.n));
+        for (int i = 0; i < sh.n; i++) in[size_t(i)] = i;
+        const std::vector<double> ref =
+            reference_rows(t, w, sh.rows, sh.cols, act_values(t, act->get<uint8_t>(), sh.n, sh.cols), in);
+        std::vector<double> ref_add(ref);
+        for (size_t i = 0; i < ref.size(); i++) ref_add[i] += y0[i];
+        const double err = max_rel_err(dy.get<float>(), ref), err_add = max_rel_err(dadd.get<float>(), ref_add);
+        EXPECT_LT(err, 1e-5) << type_name(t) << " " << sh.rows << "x" << sh.cols << ", " << sh.n << " inputs";
+        EXPECT_LT(err_add, 1e-5) << type_name(t) << " added, " << sh.rows << "x" << sh.cols;
+        printf("tensor-core %s %lldx%lld, %d inputs: max rel err %.2e (added: %.2e)\n", type_name(t),
+               (long long)sh.rows, (long long)sh.cols, sh.n, err, err_add);
+    }
+}
+
+TEST_P(TensorCore, ExpertTilesMatchDequantizedReference) {
+    SKIP_WITHOUT_GPU();
+    const GgmlType t = GetParam();
+    const int64_t n_ff = 256, d = 512;  // partial row blocks: the dense test's
+    const int n_expert = 9, k = 3, n = 45;
+    const ExpertSlots ex(t, n_ff, d, n_expert, 700);
+    DeviceBuffer darena(ex.arena);
+    DeviceBuffer dtable(ex.table(darena.p));
+    const auto* tp = static_cast<const uint8_t* const*>(dtable.p);
+    // Every token takes expert 0 (45 pairs: two tiles), two of experts 1-7;
+    // expert 8 takes none.
+    std::vector<int32_t> ids;
+    std::mt19937 rng(9);
+    for (int i = 0; i < n; i++) {
+        std::vector<int32_t> rest = {1, 2, 3, 4, 5, 6, 7};
+        std::shuffle(rest.begin(), rest.end(), rng);
+        ids.insert(ids.end(), {0, rest[0], rest[1]});
+    }
+    const Tiles tl(ids, n_expert, k, gpu::kMmaTile);
+    DeviceBuffer dtiles(tl.tiles), din(tl.in_row), dout_row(tl.out_row);
+    const gpu::ExpertTiles tiles{static_cast<int32_t*>(dtiles.p), int(tl.tiles.size() / 3),
+                                 static_cast<int32_t*>(din.p), static_cast<int32_t*>(dout_row.p)};
+    const gpu::ExpertTiles down{tiles.tiles, tiles.n_tiles, tiles.out_row, tiles.out_row};
+    const std::vector<float> x = randoms(size_t(n * d), 31, 2.0f);
+    const std::vector<float> gb = randoms(size_t(n_expert * n_ff), 32, 3.0f), ub = randoms(size_t(n_expert * n_ff), 33);
+    DeviceBuffer dx(x), dgb(gb), dub(ub), dh(size_t(n * k * n_ff) * 4), du(size_t(n * k * n_ff) * 4),
+        dout(size_t(n * k * d) * 4);
+    const auto x8 = gpu_act(dx, n, d);
+    const std::vector<double> xv = act_values(t, x8->get<uint8_t>(), n, d);
+    // Pair p's reference rows of expert ids[p]'s matrix `m`, input row in(p).
+    auto expert_ref = [&](const std::vector<std::vector<uint8_t>>& m, int64_t rows, int64_t cols,
+                          const std::vector<double>& in, bool own_rows) {
+        std::vector<double> y(ids.size() * size_t(rows));
+        for (size_t p = 0; p < ids.size(); p++) {
+            const std::vector<double> r =
+                reference_rows(t, m[size_t(ids[p])], rows, cols, in, {own_rows ? int(p) : int(p) / k});
+            std::copy(r.begin(), r.end(), y.begin() + long(p * size_t(rows)));
+        }
+        return y;
+    };
+    const std::vector<double> g = expert_ref(ex.gates, n_ff, d, xv, false), u = expert_ref(ex.ups, n_ff, d, xv, false);
+    gpu::fill(du.p, 0xff, du.n, nullptr);
+    gpu::mma_matmul_experts(t, tp, tiles, ex.up_off, n_ff, d, {dx.f(), x8->p}, du.f(), nullptr);
+    const double err_up = max_rel_err(du.get<float>(), u);
+    EXPECT_LT(err_up, 1e-5) << type_name(t) << " up";
+    for (bool biased : {false, true}) {
+        const gpu::ExpertExtras extras =
+            biased ? gpu::ExpertExtras{dgb.f(), dub.f(), nullptr, nullptr, true} : gpu::ExpertExtras{};
+        gpu::mma_gate_up_experts(t, tp, tiles, 0, ex.up_off, n_ff, d, {dx.f(), x8->p}, dh.f(), nullptr, extras);
+        std::vector<double> h(g.size());
+        for (size_t p = 0; p < ids.size(); p++) {
+            for (int64_t r = 0; r < n_ff; r++) {
+                const size_t i = p * size_t(n_ff) + size_t(r), b = size_t(ids[p]) * size_t(n_ff) + size_t(r);
+                const double gv = g[i] + (biased ? gb[b] : 0.0), uv = u[i] + (biased ? ub[b] : 0.0);
+                h[i] = biased ? swiglu_oai_one(float(gv), float(uv), 1.702f, 7.0f) : gv / (1 + std::exp(-gv)) * uv;
+            }
+        }
+        const double err = max_rel_err(dh.get<float>(), h);
+        EXPECT_LT(err, biased ? 1e-4 : 1e-5) << type_name(t) << " gate/up" << (biased ? ", biased and clamped" : "");
+        printf("tensor-core %s experts gate/up%s: max rel err %.2e (up alone %.2e)\n", type_name(t),
+               biased ? " (biased, clamped)" : "", err, err_up);
+    }
+    // down over the hidden rows' 8-bit form
+    const auto h8 = gpu_act(dh, n * k, n_ff);
+    gpu::fill(dout.p, 0xff, dout.n, nullptr);
+    gpu::mma_matmul_experts(t, tp, down, ex.down_off, d, n_ff, {dh.f(), h8->p}, dout.f(), nullptr);
+    const std::vector<double> hv = act_values(t, h8->get<uint8_t>(), n * k, n_ff);
+    const double err_down = max_rel_err(dout.get<float>(), expert_ref(ex.downs, d, n_ff, hv, true));
+    EXPECT_LT(err_down, 1e-5) << type_name(t) << " down";
+    printf("tensor-core %s experts down: max rel err %.2e\n", type_name(t), err_down);
+}
+
+TEST(TensorCoreTypes, RefusesWhatItDoesNotCover) {
+    for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0}) EXPECT_FALSE(gpu::mma_supports(t));
+    SKIP_WITHOUT_GPU();
+    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::MXFP4})
+        EXPECT_TRUE(gpu::mma_supports(t));
+    DeviceBuffer dw(size_t(4096)), dx(size_t(4096)), dy(size_t(4096));
+    EXPECT_THROW(gpu::mma_matmul(GgmlType::F16, dw.p, 2, 256, 2, dx.f(), dy.f(), nullptr, false), std::runtime_error);
+    EXPECT_THROW(gpu::mma_matmul(GgmlType::Q8_0, dw.p, 2, 256, 2, dx.f(), dy.f(), nullptr, false), std::runtime_error)
+        << "float x";
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, TensorCore,
+                         ::testing::Values(GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                                           GgmlType::MXFP4),
+                         type_param_name);
 
 // n tokens at positions pos0 .. pos0 + n - 1 after pos0 cached rows: q/k
 // norms, RoPE and the cache rows of all, then attention of all (in two

@@ -1,0 +1,507 @@
+// Prefill's matrix products on tensor cores (gpu.h: mma_matmul,
+// mma_matmul_experts, mma_gate_up_experts). A block takes 128 weight rows
+// (of one matrix, or 64 of an expert's gate and the same 64 of its up) and
+// up to 32 inputs (a dense pass's consecutive rows, or one tile of the
+// pairs an expert takes), and walks the columns 256 at a time: the
+// weights' quants unpacked into shared memory as int8 with a float scale
+// per group of 32 (16 for Q6_K) and, for Q4_K/Q5_K, the group's min; the
+// inputs' 8-bit rows (quantize_act's Q8_K for the K-quants, Q8_0 for Q8_0
+// and MXFP4) beside them. Each warp multiplies its 32 rows by the 32
+// inputs group by group with mma.sync (s8 x s8 -> s32: m16n8k32, or
+// m16n8k16 for Q6_K's groups of 16), exact integer sums, then scales each
+// group's sum into float accumulators as the decode kernels do a block's
+// (weight scale x activation scale x integer sum, less min x activation
+// sum). So the arithmetic is decode's but for the order of the float
+// additions, and an output does not depend on which other inputs share
+// its tile. Why int8 and not bf16 tiles: the activations are already in
+// 8-bit blocks with a scale each (no range or rounding of their own to
+// add), the weights' quants are small integers (exact in int8), and the
+// integer MMA runs at twice bf16's rate.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "gpu/expert_hidden.cuh"
+#include "gpu/gpu.h"
+#include "gpu/launch.cuh"
+#include "quant/blocks.h"
+
+namespace ms::gpu {
+
+namespace {
+
+constexpr int kRows = 128;            // weight rows a block (shared-memory rows)
+constexpr int kPairs = kMmaTile;      // inputs a block
+constexpr int kChunk = 256;           // columns a stage
+constexpr int kStride = kChunk + 16;  // bytes a shared row: rows 4 banks apart, so fragment loads meet no conflict
+constexpr int kThreads = 128;         // 4 warps of 32 rows each
+
+struct MmaArgs {
+    const uint8_t* w0;  // a dense matrix, or null (experts: table)
+    const uint8_t* const* table;
+    ExpertTiles t;  // experts: gpu.h's tiles of up to kPairs pairs (t.tiles null: dense)
+    int n;          // dense: inputs
+    size_t offset, offset2;
+    int64_t rows, cols;
+    size_t row_bytes;
+    const uint8_t* xq;  // the inputs' 8-bit rows, xq_stride apart
+    size_t xq_stride;
+    float* y;  // output rows of `rows` floats
+    bool add;
+    bool gate_up;  // shared rows [64, 128) are the up matrix's (offset2) rows of [0, 64)
+};
+
+__device__ __forceinline__ float half_value(const uint8_t* p) {
+    return __half2float(__ushort_as_half(uint16_t(p[0] | (p[1] << 8))));
+}
+
+// A word of 2-byte aligned memory.
+__device__ __forceinline__ uint32_t word2(const uint8_t* p) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+    return uint32_t(h[0]) | (uint32_t(h[1]) << 16);
+}
+
+// Four FP4 codes (one a byte, low nibbles) as kMXFP4's int8 values.
+__device__ __forceinline__ uint32_t fp4_values(uint32_t codes) {
+    const uint32_t idx = (codes & 0xF) | ((codes >> 4) & 0xF0) | ((codes >> 8) & 0xF00) | ((codes >> 12) & 0xF000);
+    const uint32_t pos = __byte_perm(0x03020100u, 0x0C080604u, idx & 0x7777u);  // codes 0-7: 0 1 2 3 4 6 8 12
+    const uint32_t neg = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, idx & 0x7777u);  // 8-15: their negatives
+    return __byte_perm(pos, neg, 0x3210u | ((idx & 0x8888u) >> 1));
+}
+
+// Weights, by type: piece s (32 columns) of 256-column chunk c of a row,
+// unpacked into q (32 int8, 8 words), its group scales (kGroup 32: one;
+// 16: two) and, where kMins, the amount its min takes per unit of the
+// activations' sum. nb: the row's blocks (pieces past them are zeros).
+// kSuper: the activations are Q8_K (a scale per 256), else Q8_0.
+template <GgmlType T>
+struct MmaWeights;
+
+// get_scale_min_k4 of quant/dequant.cpp: the 6-bit scale and min of sub-block j.
+__device__ __forceinline__ void scale_min_k4(const uint8_t* q, int j, int* sc, int* m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+// Q4_K's and Q5_K's sub-block s: d times its scale, dmin times its min.
+__device__ __forceinline__ void k4_scales(const uint8_t* block, int s, float* scale, float* mn) {
+    int sc, m;
+    scale_min_k4(block + 4, s, &sc, &m);
+    scale[0] = half_value(block) * float(sc);
+    *mn = half_value(block + 2) * float(m);
+}
+
+template <>
+struct MmaWeights<GgmlType::Q4_K> {
+    static constexpr int kGroup = 32;
+    static constexpr bool kMins = true, kSuper = true;
+    __device__ static void piece(const uint8_t* row, int64_t, int64_t c, int s, uint32_t (&q)[8], float* scale,
+                                 float* mn) {
+        const uint8_t* b = row + c * int64_t(sizeof(BlockQ4_K));
+        const uint4* qs = reinterpret_cast<const uint4*>(b + 16 + 32 * (s / 2));
+        const uint4 v0 = qs[0], v1 = qs[1];
+        const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+        const int shift = 4 * (s % 2);
+#pragma unroll
+        for (int k = 0; k < 8; k++) q[k] = (w[k] >> shift) & 0x0F0F0F0Fu;
+        k4_scales(b, s, scale, mn);
+    }
+};
+
+template <>
+struct MmaWeights<GgmlType::Q5_K> {
+    static constexpr int kGroup = 32;
+    static constexpr bool kMins = true, kSuper = true;
+    __device__ static void piece(const uint8_t* row, int64_t, int64_t c, int s, uint32_t (&q)[8], float* scale,
+                                 float* mn) {
+        const uint8_t* b = row + c * int64_t(sizeof(BlockQ5_K));
+        const uint4* qh = reinterpret_cast<const uint4*>(b + 16);
+        const uint4* qs = reinterpret_cast<const uint4*>(b + 48 + 32 * (s / 2));
+        const uint4 h0 = qh[0], h1 = qh[1], v0 = qs[0], v1 = qs[1];
+        const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+        const uint32_t h[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+        const int shift = 4 * (s % 2);
+#pragma unroll
+        for (int k = 0; k < 8; k++) q[k] = ((w[k] >> shift) & 0x0F0F0F0Fu) | (((h[k] >> s) & 0x01010101u) << 4);
+        k4_scales(b, s, scale, mn);
+    }
+};
+
+// Q6_K: piece s = quarter i of half n (s = 4n + i): ql's low (i 0, 1) or
+// high (i 2, 3) nibbles of bytes 64n + 32 (i % 2) .., qh's bits 2i of
+// bytes 128 + 32n ..; minus 32. Two 16-column groups, scales[2s], [2s + 1].
+// 210-byte blocks: 2-byte loads.
+template <>
+struct MmaWeights<GgmlType::Q6_K> {
+    static constexpr int kGroup = 16;
+    static constexpr bool kMins = false, kSuper = true;
+    __device__ static void piece(const uint8_t* row, int64_t, int64_t c, int s, uint32_t (&q)[8], float* scale,
+                                 float*) {
+        const uint8_t* b = row + c * int64_t(sizeof(BlockQ6_K));
+        const int n = s / 4, i = s % 4;
+        const uint8_t* ql = b + 64 * n + 32 * (i % 2);
+        const uint8_t* qh = b + 128 + 32 * n;
+        const int lshift = 4 * (i / 2), hshift = 2 * i;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const uint32_t v = ((word2(ql + 4 * k) >> lshift) & 0x0F0F0F0Fu) |
+                               (((word2(qh + 4 * k) >> hshift) & 0x03030303u) << 4);
+            q[k] = __vsub4(v, 0x20202020u);
+        }
+        const float d = half_value(b + 208);
+        scale[0] = d * float(int8_t(b[192 + 2 * s]));
+        scale[1] = d * float(int8_t(b[192 + 2 * s + 1]));
+    }
+};
+
+// The block of a 32-weight type (bytes each) behind piece s of chunk c,
+// or null, q and the scale zeroed, past the row's nb blocks.
+__device__ __forceinline__ const uint8_t* block32(const uint8_t* row, int64_t nb, int64_t c, int s, size_t bytes,
+                                                  uint32_t (&q)[8], float* scale) {
+    const int64_t ib = c * 8 + s;
+    if (ib < nb) return row + ib * int64_t(bytes);
+#pragma unroll
+    for (int k = 0; k < 8; k++) q[k] = 0;
+    scale[0] = 0;
+    return nullptr;
+}
+
+template <>
+struct MmaWeights<GgmlType::Q8_0> {
+    static constexpr int kGroup = 32;
+    static constexpr bool kMins = false, kSuper = false;
+    __device__ static void piece(const uint8_t* row, int64_t nb, int64_t c, int s, uint32_t (&q)[8], float* scale,
+                                 float*) {
+        const uint8_t* b = block32(row, nb, c, s, sizeof(BlockQ8_0), q, scale);
+        if (!b) return;
+#pragma unroll
+        for (int k = 0; k < 8; k++) q[k] = word2(b + 2 + 4 * k);
+        scale[0] = half_value(b);
+    }
+};
+
+// MXFP4: element j < 16 is byte j's low nibble, j >= 16 byte j - 16's high
+// one; kMXFP4's values are twice FP4's, so the E8M0 scale is halved (quant's
+// e8m0_half).
+template <>
+struct MmaWeights<GgmlType::MXFP4> {
+    static constexpr int kGroup = 32;
+    static constexpr bool kMins = false, kSuper = false;
+    __device__ static void piece(const uint8_t* row, int64_t nb, int64_t c, int s, uint32_t (&q)[8], float* scale,
+                                 float*) {
+        const uint8_t* b = block32(row, nb, c, s, sizeof(BlockMXFP4), q, scale);
+        if (!b) return;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t w = uint32_t(b[1 + 4 * k]) | (uint32_t(b[2 + 4 * k]) << 8) |
+                               (uint32_t(b[3 + 4 * k]) << 16) | (uint32_t(b[4 + 4 * k]) << 24);
+            q[k] = fp4_values(w & 0x0F0F0F0Fu);
+            q[k + 4] = fp4_values((w >> 4) & 0x0F0F0F0Fu);
+        }
+        const uint32_t e = b[0];
+        scale[0] = __int_as_float(e < 2 ? int(0x00200000u << e) : int((e - 1) << 23));
+    }
+};
+
+// float(c) for |c| < 2^22 without the int-to-float instruction (a quarter
+// of the FMA rate): c in the low mantissa bits of 1.5 * 2^23.
+__device__ __forceinline__ float int_float(int c) { return __int_as_float(0x4B400000 + c) - 12582912.0f; }
+
+__device__ __forceinline__ void mma_k32(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0));
+}
+
+__device__ __forceinline__ void mma_k16(int (&c)[4], const uint32_t (&a)[2], uint32_t b) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(b), "r"(0));
+}
+
+__device__ __forceinline__ uint32_t shared_word(const uint8_t* base, int row, int col) {
+    return *reinterpret_cast<const uint32_t*>(base + row * kStride + col);
+}
+
+template <GgmlType T>
+constexpr size_t mma_smem() {
+    constexpr int groups = kChunk / MmaWeights<T>::kGroup;
+    return size_t(kRows + kPairs) * kStride + size_t(kRows) * (groups + 8) * 4 + size_t(kPairs) * 16 * 4;
+}
+
+template <GgmlType T>
+__global__ void __launch_bounds__(kThreads) mma_kernel(const MmaArgs a, const ExpertExtras x) {
+    using W = MmaWeights<T>;
+    constexpr int G = W::kGroup, NG = kChunk / G;
+    extern __shared__ __align__(16) uint8_t smem[];
+    uint8_t* As = smem;                   // kRows x kStride: the weights' int8 values
+    uint8_t* Bs = As + kRows * kStride;   // kPairs x kStride: the inputs'
+    float* sw = reinterpret_cast<float*>(Bs + kPairs * kStride);  // kRows x NG: group scales
+    float* mw = sw + kRows * NG;          // kRows x 8: mins (Q4_K, Q5_K)
+    float* dx = mw + kRows * 8;           // kPairs x 8: the inputs' scale, a 32-column piece
+    float* xs = dx + kPairs * 8;          // kPairs x 8: dx times the piece's sum (for the mins)
+    __shared__ int in_rows[kPairs];
+    chain_start();
+    int first, count, id = 0;
+    const uint8_t* w = a.w0;
+    if (a.t.tiles) {
+        const int32_t* tile = a.t.tiles + 3 * blockIdx.y;
+        id = tile[0];
+        w = a.table[id];
+        first = tile[1];
+        count = tile[2];
+    } else {
+        first = int(blockIdx.y) * kPairs;
+        count = min(kPairs, a.n - first);
+    }
+    const int out_rows = a.gate_up ? kRows / 2 : kRows;
+    const int64_t r0 = int64_t(blockIdx.x) * out_rows;
+    if (threadIdx.x < kPairs) {
+        const int t = threadIdx.x;
+        in_rows[t] = t < count ? (a.t.tiles ? a.t.in_row[first + t] : first + t) : -1;
+    }
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
+    const int64_t nb = a.cols / (W::kSuper ? 256 : 32);
+    const int64_t chunks = (a.cols + kChunk - 1) / kChunk;
+    float acc[2][4][4] = {};
+    for (int64_t c = 0; c < chunks; c++) {
+        __syncthreads();  // the last chunk's fragments are read (and in_rows written)
+        for (int i = threadIdx.x; i < kRows * 8; i += kThreads) {
+            const int r = i / 8, s = i % 8;
+            const bool up = a.gate_up && r >= out_rows;
+            const int64_t rr = min(r0 + (r % out_rows), a.rows - 1);  // clamped: written only if < rows
+            const uint8_t* row = w + (up ? a.offset2 : a.offset) + rr * int64_t(a.row_bytes);
+            uint32_t q[8];
+            float scale[2] = {0, 0}, mn = 0;
+            W::piece(row, nb, c, s, q, scale, &mn);
+            uint4* dst = reinterpret_cast<uint4*>(As + r * kStride + 32 * s);
+            dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
+            dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
+            if constexpr (G == 32) {
+                sw[r * NG + s] = scale[0];
+            } else {
+                sw[r * NG + 2 * s] = scale[0];
+                sw[r * NG + 2 * s + 1] = scale[1];
+            }
+            if constexpr (W::kMins) mw[r * 8 + s] = mn;
+        }
+        for (int i = threadIdx.x; i < kPairs * 16; i += kThreads) {
+            const int t = i / 16, p = i % 16;
+            const int64_t col = c * kChunk + p * 16;
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (in_rows[t] >= 0 && col < a.cols) {
+                const uint8_t* base = a.xq + size_t(in_rows[t]) * a.xq_stride + (W::kSuper ? 0 : a.cols);
+                v = *reinterpret_cast<const uint4*>(base + col);
+            }
+            *reinterpret_cast<uint4*>(Bs + t * kStride + p * 16) = v;
+        }
+        for (int i = threadIdx.x; i < kPairs * 8; i += kThreads) {
+            const int t = i / 8, s = i % 8;
+            float d = 0;
+            if (in_rows[t] >= 0 && c * kChunk + 32 * s < a.cols) {
+                const float* scales = reinterpret_cast<const float*>(a.xq + size_t(in_rows[t]) * a.xq_stride + 2 * a.cols);
+                d = W::kSuper ? scales[c] : scales[a.cols / 256 + c * 8 + s];
+            }
+            dx[t * 8 + s] = d;
+        }
+        __syncthreads();
+        if constexpr (W::kMins) {
+            for (int i = threadIdx.x; i < kPairs * 8; i += kThreads) {
+                const int t = i / 8, s = i % 8;
+                const int4* v = reinterpret_cast<const int4*>(Bs + t * kStride + 32 * s);
+                int sum = 0;
+#pragma unroll
+                for (int k = 0; k < 2; k++) {
+                    const int4 u = v[k];
+                    sum = __dp4a(u.x, 0x01010101, sum);
+                    sum = __dp4a(u.y, 0x01010101, sum);
+                    sum = __dp4a(u.z, 0x01010101, sum);
+                    sum = __dp4a(u.w, 0x01010101, sum);
+                }
+                xs[t * 8 + s] = dx[t * 8 + s] * float(sum);
+            }
+            __syncthreads();
+        }
+#pragma unroll 2
+        for (int g = 0; g < NG; g++) {
+            int cs[2][4][4];
+            const int row0 = warp * 32 + gid;
+            if constexpr (G == 32) {
+                uint32_t af[2][4], bf[4][2];
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+                    const int r = row0 + 16 * mi, col = 32 * g + 4 * tig;
+                    af[mi][0] = shared_word(As, r, col);
+                    af[mi][1] = shared_word(As, r + 8, col);
+                    af[mi][2] = shared_word(As, r, col + 16);
+                    af[mi][3] = shared_word(As, r + 8, col + 16);
+                }
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) {
+                    bf[ni][0] = shared_word(Bs, 8 * ni + gid, 32 * g + 4 * tig);
+                    bf[ni][1] = shared_word(Bs, 8 * ni + gid, 32 * g + 4 * tig + 16);
+                }
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++) mma_k32(cs[mi][ni], af[mi], bf[ni]);
+                }
+            } else {
+                uint32_t af[2][2], bf[4];
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+                    const int r = row0 + 16 * mi, col = 16 * g + 4 * tig;
+                    af[mi][0] = shared_word(As, r, col);
+                    af[mi][1] = shared_word(As, r + 8, col);
+                }
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) bf[ni] = shared_word(Bs, 8 * ni + gid, 16 * g + 4 * tig);
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++) mma_k16(cs[mi][ni], af[mi], bf[ni]);
+                }
+            }
+            const int piece = G == 32 ? g : g / 2;
+            float dxv[4][2], xsv[4][2];
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int t = 8 * ni + 2 * tig + e;
+                    dxv[ni][e] = dx[t * 8 + piece];
+                    xsv[ni][e] = W::kMins ? xs[t * 8 + piece] : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = row0 + 16 * mi + 8 * h;
+                    const float swv = sw[r * NG + g];
+                    const float mwv = W::kMins ? mw[r * 8 + piece] : 0.0f;
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++) {
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            float& o = acc[mi][ni][2 * h + e];
+                            o = fmaf(swv, dxv[ni][e] * int_float(cs[mi][ni][2 * h + e]), o);
+                            if constexpr (W::kMins) o = fmaf(-mwv, xsv[ni][e], o);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // The accumulators through shared memory (over the weights' tile), so
+    // each output row is written by consecutive threads.
+    __syncthreads();
+    float* cs = reinterpret_cast<float*>(smem);
+    constexpr int cstride = kPairs + 1;
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = warp * 32 + gid + 16 * mi + 8 * h;
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) cs[r * cstride + 8 * ni + 2 * tig + e] = acc[mi][ni][2 * h + e];
+            }
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < out_rows * kPairs; i += kThreads) {
+        const int t = i / out_rows, r = i % out_rows;
+        if (t >= count || r0 + r >= a.rows) continue;
+        const int64_t out = a.t.tiles ? a.t.out_row[first + t] : first + t;
+        float* y = a.y + out * a.rows + r0 + r;
+        float v = cs[r * cstride + t];
+        if (a.gate_up) v = expert_hidden(v, cs[(r + out_rows) * cstride + t], x, id, a.rows, r0 + r);
+        *y = a.add ? *y + v : v;
+    }
+}
+
+template <GgmlType T>
+void launch_mma(const char* what, const MmaArgs& a, unsigned n_tiles, cudaStream_t s, const ExpertExtras& x) {
+    if (n_tiles == 0) return;
+    constexpr size_t smem = mma_smem<T>();
+    static const bool raised = [] {
+        return cudaFuncSetAttribute(mma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
+               cudaSuccess;
+    }();
+    if (!raised) throw std::runtime_error(std::string("CUDA: ") + what + ": shared memory of " + std::to_string(smem) + " bytes refused");
+    const int out_rows = a.gate_up ? kRows / 2 : kRows;
+    const dim3 grid(unsigned((a.rows + out_rows - 1) / out_rows), n_tiles);
+    launch(what, mma_kernel<T>, grid, kThreads, smem, s, a, x);
+}
+
+void dispatch(GgmlType t, const char* what, MmaArgs a, unsigned n_tiles, Stream s, const ExpertExtras& x) {
+    if (a.cols % 32 != 0) throw std::runtime_error(std::string("CUDA ") + what + ": a width of 32s is needed");
+    a.row_bytes = row_bytes(t, a.cols);
+    switch (t) {
+        case GgmlType::Q4_K: launch_mma<GgmlType::Q4_K>(what, a, n_tiles, native(s), x); break;
+        case GgmlType::Q5_K: launch_mma<GgmlType::Q5_K>(what, a, n_tiles, native(s), x); break;
+        case GgmlType::Q6_K: launch_mma<GgmlType::Q6_K>(what, a, n_tiles, native(s), x); break;
+        case GgmlType::Q8_0: launch_mma<GgmlType::Q8_0>(what, a, n_tiles, native(s), x); break;
+        case GgmlType::MXFP4: launch_mma<GgmlType::MXFP4>(what, a, n_tiles, native(s), x); break;
+        default: throw std::runtime_error(std::string("CUDA ") + what + ": no tensor-core kernel for " + type_name(t));
+    }
+}
+
+MmaArgs mma_args(const char* what, const uint8_t* w0, const uint8_t* const* table, const ExpertTiles* tiles, int n,
+                 size_t offset, size_t offset2, int64_t rows, int64_t cols, Act x, float* y, bool add) {
+    if (!x.q) throw std::runtime_error(std::string("CUDA ") + what + ": the tensor-core kernels read 8-bit x");
+    MmaArgs a{.w0 = w0,
+              .table = table,
+              .t = tiles ? *tiles : ExpertTiles{},
+              .n = n,
+              .offset = offset,
+              .offset2 = offset2,
+              .rows = rows,
+              .cols = cols,
+              .row_bytes = 0,
+              .xq = static_cast<const uint8_t*>(x.q),
+              .xq_stride = act_bytes(cols),
+              .y = y,
+              .add = add,
+              .gate_up = false};
+    return a;
+}
+
+}  // namespace
+
+bool mma_supports(GgmlType t) {
+    return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0 ||
+           t == GgmlType::MXFP4;
+}
+
+void mma_matmul(GgmlType t, const void* w, int64_t rows, int64_t cols, int n, Act x, float* y, Stream s, bool add) {
+    if (n < 1) return;
+    const MmaArgs a = mma_args("mma_matmul", static_cast<const uint8_t*>(w), nullptr, nullptr, n, 0, 0, rows, cols,
+                               x, y, add);
+    dispatch(t, "mma_matmul", a, unsigned((n + kPairs - 1) / kPairs), s, {});
+}
+
+void mma_matmul_experts(GgmlType t, const uint8_t* const* table, const ExpertTiles& tiles, size_t offset,
+                        int64_t rows, int64_t cols, Act x, float* y, Stream s) {
+    const MmaArgs a = mma_args("mma_matmul_experts", nullptr, table, &tiles, 0, offset, 0, rows, cols, x, y, false);
+    dispatch(t, "mma_matmul_experts", a, unsigned(tiles.n_tiles), s, {});
+}
+
+void mma_gate_up_experts(GgmlType t, const uint8_t* const* table, const ExpertTiles& tiles, size_t offset,
+                         size_t offset2, int64_t rows, int64_t cols, Act x, float* h, Stream s,
+                         const ExpertExtras& extras) {
+    MmaArgs a = mma_args("mma_gate_up_experts", nullptr, table, &tiles, 0, offset, offset2, rows, cols, x, h, false);
+    a.gate_up = true;
+    dispatch(t, "mma_gate_up_experts", a, unsigned(tiles.n_tiles), s, extras);
+}
+
+}  // namespace ms::gpu

@@ -1,5 +1,6 @@
 #include "bench/plot.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <vector>
 
@@ -20,6 +21,17 @@ std::string run_gnuplot(const std::string& prelude, const std::string& script, c
     ChildResult r = run_child(co);
     if (!r.ok()) return "gnuplot " + r.describe() + ": " + tail_lines(err_path, 2);
     return "";
+}
+
+std::string plot_png(const std::string& program, const std::string& png_path) {
+    std::string err = run_gnuplot(program, "", png_path + ".err");
+    if (err.find("pngcairo") != std::string::npos && program.find("pngcairo") != std::string::npos) {
+        std::string plain = program;
+        plain.replace(plain.find("pngcairo"), 8, "png");
+        err = run_gnuplot(plain, "", png_path + ".err");
+    }
+    if (err.empty()) std::remove((png_path + ".err").c_str());
+    return err;
 }
 
 }  // namespace ms

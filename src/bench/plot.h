@@ -10,4 +10,10 @@ namespace ms {
 // what went wrong (gnuplot missing, its error output).
 std::string run_gnuplot(const std::string& prelude, const std::string& script, const std::string& err_path);
 
+// Runs an inline gnuplot program that writes png_path through the pngcairo
+// terminal, again through plain png where gnuplot lacks cairo (gnuplot-nox);
+// gnuplot's error output goes to png_path + ".err", removed on success.
+// Returns "" or what went wrong.
+std::string plot_png(const std::string& program, const std::string& png_path);
+
 }  // namespace ms

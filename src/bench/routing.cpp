@@ -165,7 +165,7 @@ const char* replay_policy_name(ReplayPolicy p) {
     return "?";
 }
 
-double replay_hit_rate(const RoutingTrace& trace, int64_t slots, ReplayPolicy policy) {
+double replay_hit_rate(const RoutingTrace& trace, int64_t slots, ReplayPolicy policy, const int32_t* rows) {
     if (slots < trace.k()) throw std::runtime_error("a cache needs at least k slots");
     if (policy == ReplayPolicy::Belady) return belady_hit_rate(trace, slots);
     // 4 KiB slots: the arena is reserved, never touched.
@@ -189,7 +189,7 @@ double replay_hit_rate(const RoutingTrace& trace, int64_t slots, ReplayPolicy po
                     s = cache.claim(l, ids[n]);
                     cache.set_ready(s);
                 }
-                cache.touch(s);
+                cache.touch(s, rows ? rows[(size_t(t) * size_t(trace.n_layer()) + size_t(l)) * size_t(k) + size_t(n)] : 1);
                 cache.pin(s);
                 pinned[size_t(n)] = s;
             }
@@ -208,21 +208,47 @@ int routed_layers(const RoutingTrace& trace) {
     return routed;
 }
 
-// Every policy's hit rate at per_layer slots a routed layer.
-CachePoint replay_point(const RoutingTrace& trace, int per_layer) {
+// Every policy's hit rate at per_layer slots a routed layer; with rows (a
+// union_trace's), also WLFU counting each expert once a step, and the bound.
+CachePoint replay_point(const RoutingTrace& trace, int per_layer, const int32_t* rows = nullptr) {
     CachePoint p;
     p.per_layer = per_layer;
     p.slots = int64_t(per_layer) * routed_layers(trace);
-    p.lru = replay_hit_rate(trace, p.slots, ReplayPolicy::Lru);
-    p.lfu = replay_hit_rate(trace, p.slots, ReplayPolicy::Lfu);
-    p.wlfu = replay_hit_rate(trace, p.slots, ReplayPolicy::Wlfu);
+    p.lru = replay_hit_rate(trace, p.slots, ReplayPolicy::Lru, rows);
+    p.lfu = replay_hit_rate(trace, p.slots, ReplayPolicy::Lfu, rows);
+    p.wlfu = replay_hit_rate(trace, p.slots, ReplayPolicy::Wlfu, rows);
     p.belady = replay_hit_rate(trace, p.slots, ReplayPolicy::Belady);
+    if (rows) {
+        p.wlfu_once = replay_hit_rate(trace, p.slots, ReplayPolicy::Wlfu);
+        int64_t acquired = 0;
+        for (int64_t t = 0; t < trace.n_tokens(); t++)
+            for (int l = 0; l < trace.n_layer(); l++)
+                acquired += count_valid(trace.ids(t, l), trace.k());
+        if (acquired > 0) p.bound = 1 - double(streams_read_bound(trace, p.slots)) / double(acquired);
+    }
     return p;
 }
 
 }  // namespace
 
-RoutingTrace union_trace(const RoutingTrace& trace, int n_streams) {
+int64_t streams_read_bound(const RoutingTrace& unions, int64_t slots) {
+    std::vector<uint8_t> seen(size_t(unions.n_layer()) * size_t(unions.n_expert()), 0);
+    int64_t reads = 0;
+    for (int64_t t = 0; t < unions.n_tokens(); t++) {
+        int64_t size = 0, fresh = 0;
+        for (int l = 0; l < unions.n_layer(); l++)
+            for (const int32_t* e = unions.ids(t, l); e < unions.ids(t, l) + unions.k() && *e >= 0; e++) {
+                size++;
+                uint8_t& s = seen[size_t(l) * size_t(unions.n_expert()) + size_t(*e)];
+                fresh += !s;
+                s = 1;
+            }
+        reads += std::max(fresh, size - slots);
+    }
+    return reads;
+}
+
+RoutingTrace union_trace(const RoutingTrace& trace, int n_streams, std::vector<int32_t>* rows) {
     if (n_streams < 1) throw std::runtime_error("streams must be >= 1");
     const int k = trace.k(), K = std::min(n_streams * k, trace.n_expert());  // a union holds each expert once
     const int64_t steps = trace.n_tokens() / n_streams;
@@ -231,6 +257,7 @@ RoutingTrace union_trace(const RoutingTrace& trace, int n_streams) {
                                  std::to_string(trace.n_tokens()) + ")");
     RoutingTrace out(trace.n_layer(), trace.n_expert(), K);
     out.reserve(steps);
+    if (rows) rows->assign(size_t(steps) * size_t(trace.n_layer()) * size_t(K), 0);
     std::vector<int32_t> ids(static_cast<size_t>(K));
     for (int64_t i = 0; i < steps; i++) {
         out.begin_call(1);
@@ -239,8 +266,11 @@ RoutingTrace union_trace(const RoutingTrace& trace, int n_streams) {
             int n = 0;
             for (int s = 0; s < n_streams; s++) {
                 const int32_t* e = trace.ids(int64_t(s) * steps + i, l);
-                for (int r = 0; r < k && e[r] >= 0; r++)
-                    if (std::find(ids.begin(), ids.begin() + n, e[r]) == ids.begin() + n) ids[size_t(n++)] = e[r];
+                for (int r = 0; r < k && e[r] >= 0; r++) {
+                    const int j = int(std::find(ids.begin(), ids.begin() + n, e[r]) - ids.begin());
+                    if (j == n) ids[size_t(n++)] = e[r];
+                    if (rows) (*rows)[(size_t(i) * size_t(trace.n_layer()) + size_t(l)) * size_t(K) + size_t(j)]++;
+                }
             }
             std::fill(ids.begin() + n, ids.end(), -1);
             out.record(l, ids.data(), 1, K);
@@ -253,7 +283,8 @@ std::vector<StreamsPoint> replay_streams(const RoutingTrace& trace, const std::v
                                          const std::vector<int>& per_layer_slots) {
     std::vector<StreamsPoint> out;
     for (int n : streams) {
-        const RoutingTrace u = union_trace(trace, n);
+        std::vector<int32_t> rows;
+        const RoutingTrace u = union_trace(trace, n, &rows);
         StreamsPoint p;
         p.streams = n;
         p.steps = u.n_tokens();
@@ -264,7 +295,7 @@ std::vector<StreamsPoint> replay_streams(const RoutingTrace& trace, const std::v
         p.acquired_per_token = double(acquired) / double(p.steps * n);
         // Any size whose slots hold a layer's union (replay_hit_rate checks):
         // a union may exceed a layer's experts per slot count, unlike k.
-        for (int per : per_layer_slots) p.cache.push_back(replay_point(u, per));
+        for (int per : per_layer_slots) p.cache.push_back(replay_point(u, per, rows.data()));
         out.push_back(std::move(p));
     }
     return out;
@@ -330,7 +361,8 @@ Json streams_json(const std::vector<StreamsPoint>& points) {
             r["slots_per_layer"] = q.per_layer;
             r["slots"] = q.slots;
             for (const auto& [name, hit] : {std::pair{"lru", q.lru}, std::pair{"lfu", q.lfu},
-                                            std::pair{"wlfu", q.wlfu}, std::pair{"belady", q.belady}}) {
+                                            std::pair{"wlfu", q.wlfu}, std::pair{"belady", q.belady},
+                                            std::pair{"wlfu_once", q.wlfu_once}, std::pair{"bound", q.bound}}) {
                 r[name] = hit;
                 r[std::string(name) + "_reads_per_token"] = p.acquired_per_token * (1 - hit);
             }
@@ -344,16 +376,18 @@ Json streams_json(const std::vector<StreamsPoint>& points) {
 
 std::string streams_text(const std::vector<StreamsPoint>& points) {
     Table t;
-    t.header = {"streams", "steps", "acquired/token", "slots/layer", "lru %", "lfu %", "wlfu %", "belady %",
-                "wlfu reads/token", "belady reads/token"};
+    t.header = {"streams", "steps", "acquired/token", "slots/layer", "lru %", "lfu %", "wlfu once %", "wlfu %",
+                "belady %", "bound %", "wlfu once reads", "wlfu reads", "belady reads", "bound reads"};
     for (const StreamsPoint& p : points)
-        for (const CachePoint& q : p.cache)
+        for (const CachePoint& q : p.cache) {
+            auto reads = [&](double hit) { return strf("%.1f", p.acquired_per_token * (1 - hit)); };
             t.add({std::to_string(p.streams), std::to_string(p.steps), strf("%.1f", p.acquired_per_token),
-                   std::to_string(q.per_layer), pct(q.lru), pct(q.lfu), pct(q.wlfu), pct(q.belady),
-                   strf("%.1f", p.acquired_per_token * (1 - q.wlfu)),
-                   strf("%.1f", p.acquired_per_token * (1 - q.belady))});
+                   std::to_string(q.per_layer), pct(q.lru), pct(q.lfu), pct(q.wlfu_once), pct(q.wlfu),
+                   pct(q.belady), pct(q.bound), reads(q.wlfu_once), reads(q.wlfu), reads(q.belady), reads(q.bound)});
+        }
     return "\nstreams decoded together (a step's layer acquires the union of their experts; cold start, one "
-           "cache shared by all layers; reads: experts read per generated token)\n" +
+           "cache shared by all layers; wlfu counts an expert once per sequence that chose it, wlfu once once "
+           "a step; bound: the ceiling of any policy and schedule; reads: experts read per generated token)\n" +
            t.text();
 }
 
@@ -400,15 +434,7 @@ std::string plot_cache_curve(const std::vector<CachePoint>& cache, int n_expert,
         "experts)'; set ylabel 'hit rate'; set xrange [0:1]; set yrange [0:1]; set grid; set key left top; "
         "plot '" + data + "' using 1:2 with linespoints title 'LRU', '' using 1:3 with linespoints title 'LFU', "
         "'' using 1:5 with linespoints title 'WLFU', '' using 1:4 with linespoints title 'Belady (optimum)'";
-    std::string err = run_gnuplot(prog, "", png_path + ".err");
-    if (err.find("pngcairo") != std::string::npos) {
-        // gnuplot-nox without cairo: the plain png terminal.
-        std::string p2 = prog;
-        p2.replace(p2.find("pngcairo"), 8, "png");
-        err = run_gnuplot(p2, "", png_path + ".err");
-    }
-    if (err.empty()) std::remove((png_path + ".err").c_str());
-    return err;
+    return plot_png(prog, png_path);
 }
 
 }  // namespace ms

@@ -43,13 +43,20 @@ const char* replay_policy_name(ReplayPolicy p);
 // store's does) over the trace in decode order (token by token, layer by
 // layer), starting empty. A layer's experts stay pinned while it runs and
 // each token is a step, as in decode. Lru, Lfu and Wlfu replay through
-// SlotCache itself.
-double replay_hit_rate(const RoutingTrace& trace, int64_t slots, ReplayPolicy policy);
+// SlotCache itself. rows (optional, laid out as the trace's ids): how many
+// sequences chose each expert of a union_trace step, counted as uses as
+// the store counts them.
+double replay_hit_rate(const RoutingTrace& trace, int64_t slots, ReplayPolicy policy,
+                       const int32_t* rows = nullptr);
 
 struct CachePoint {
     int per_layer = 0;     // slots per routed layer
     int64_t slots = 0;     // per_layer x routed layers
     double lru = 0, lfu = 0, wlfu = 0, belady = 0;
+    // Streams only: WLFU counting an expert once a step however many
+    // sequences chose it (the store before issue 36), and the ceiling on
+    // the hit rate of any schedule and policy (streams_read_bound).
+    double wlfu_once = -1, bound = -1;
 };
 
 // One point per entry of per_layer_slots (each at least k, at most n_expert).
@@ -64,8 +71,16 @@ std::vector<int> default_cache_sizes(int n_expert, int k);
 // the union of those tokens' experts (in stream order, each once). The
 // result has n_tokens / n_streams steps (the remainder dropped) of up to
 // min(n_streams x k, n_expert) ids, so replay_hit_rate over it counts hits per expert
-// acquired, as the store does for a batched step.
-RoutingTrace union_trace(const RoutingTrace& trace, int n_streams);
+// acquired, as the store does for a batched step. rows (optional): how many
+// sequences chose each id, laid out as the ids.
+RoutingTrace union_trace(const RoutingTrace& trace, int n_streams, std::vector<int32_t>* rows = nullptr);
+
+// The fewest experts any cache of `slots` must read over a union_trace,
+// whatever its policy and in whatever order each layer takes its union:
+// every expert of a step's union is in memory at some point of the step
+// and at most `slots` of them were there when it began, so a step reads at
+// least max(its union - slots, its experts never used before).
+int64_t streams_read_bound(const RoutingTrace& unions, int64_t slots);
 
 // Replays of union_trace(trace, n) for each n of `streams`, at the cache
 // sizes given (slots per routed layer, as replay_cache_sizes).

@@ -24,6 +24,7 @@
 #include "bench/ssd.h"
 #include "bench/table.h"
 #include "cli/args.h"
+#include "cli/bench_args.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/session_flags.h"
@@ -49,8 +50,10 @@ std::vector<std::string> split_list(const std::string& s) {
     return out;
 }
 
+}  // namespace
+
 // "1,2,4" -> {1, 2, 4}; every item an integer in [min, 2^20].
-std::vector<int> parse_int_list(const std::string& flag, const std::string& s, long min = 1) {
+std::vector<int> parse_int_list(const std::string& flag, const std::string& s, long min) {
     std::vector<int> out;
     for (const std::string& item : split_list(s)) {
         char* end = nullptr;
@@ -71,6 +74,8 @@ void write_json(const std::string& path, const Json& j) {
     fprintf(stderr, "wrote %s\n", path.c_str());
 }
 
+namespace {
+
 // A progress bar over a count of steps whose label names the current one.
 struct StepProgress {
     std::unique_ptr<ProgressBar> bar;
@@ -88,7 +93,7 @@ struct StepProgress {
 };
 
 const char* kBenchUsage =
-    "usage: moestream bench <ssd|cache|gemm|gpu|model|protocol|routing> [options]   (moestream bench <name> --help)\n\n"
+    "usage: moestream bench <ssd|cache|gemm|gpu|model|protocol|routing|serve> [options]   (moestream bench <name> --help)\n\n"
     "  ssd       uncached drive study: read patterns of expert streaming, threads and io_uring depths,\n"
     "            every byte verified through /proc/diskstats\n"
     "  cache     warm page-cache pread study: threads x split fan-out over experts\n"
@@ -97,7 +102,9 @@ const char* kBenchUsage =
     "  protocol  community benchmark protocol: warm-up, short/medium/long cases, device autopsy\n"
     "  gpu       the CUDA device's bounds: memory and host-device copy rates, matvec kernel rates\n"
     "  routing   a model's routing on a text (spread, popularity, reuse) and the hit rate a cache of each\n"
-    "            size would reach under LRU, LFU and Belady's optimum\n";
+    "            size would reach under LRU, LFU and Belady's optimum\n"
+    "  serve     N concurrent streams through serve's engine: tok/s, time to first token, expert bytes per\n"
+    "            generated token, hit rate and peak RSS against N\n";
 
 int bench_ssd(int argc, char** argv) {
     SsdOptions o;
@@ -501,6 +508,8 @@ int bench_model(int argc, char** argv) {
 }
 
 
+}  // namespace
+
 // A directory shipped in the repository (bench/prompts, scripts), looked up
 // next to the executable's build directory and then under the current one.
 std::string repo_dir(const std::string& rel) {
@@ -510,6 +519,8 @@ std::string repo_dir(const std::string& rel) {
         if (fs::is_directory(p)) return fs::weakly_canonical(p).string();
     return "";
 }
+
+namespace {
 
 int bench_protocol(int argc, char** argv) {
     ProtocolOptions o;
@@ -689,6 +700,7 @@ int cmd_bench(int argc, char** argv) {
     if (which == "protocol") return bench_protocol(argc, argv);
     if (which == "routing") return bench_routing(argc, argv);
     if (which == "gpu") return bench_gpu(argc, argv);
+    if (which == "serve") return bench_serve(argc, argv);
     fprintf(stderr, "moestream bench: unknown benchmark '%s'\n%s", which.c_str(), kBenchUsage);
     return 2;
 }

@@ -150,12 +150,7 @@ int cmd_serve(int argc, char** argv) {
     eo.prefill_chunk = flags.batch;
     eo.trie = trie;
     const size_t reserve = request_memory_bytes(so) + grammar_memory_bytes(so, *trie, parallel);
-    auto open_slots = [&] {
-        std::vector<std::unique_ptr<Session>> slots;
-        slots.push_back(flags.open(parallel, reserve));
-        for (int i = 1; i < parallel; i++) slots.push_back(slots[0]->fork(so.sampling));
-        return slots;
-    };
+    auto open_slots = [&] { return flags.open_slots(parallel, reserve, so.sampling); };
     Engine engine(open_slots, eo, &flags.store.counters());
     const Session& base = engine.session();
     HttpServer server(engine, so);

@@ -142,6 +142,14 @@ SessionOptions SessionFlags::options() const {
     return o;
 }
 
+std::vector<std::unique_ptr<Session>> SessionFlags::open_slots(int parallel, uint64_t reserved,
+                                                              const SamplerParams& sampling) const {
+    std::vector<std::unique_ptr<Session>> slots;
+    slots.push_back(open(parallel, reserved));
+    for (int i = 1; i < parallel; i++) slots.push_back(slots[0]->fork(sampling));
+    return slots;
+}
+
 std::unique_ptr<Session> SessionFlags::open(int sequences, uint64_t reserved) const {
     const SessionOptions o = options();
     std::unique_ptr<ProgressBar> bar;

@@ -5,7 +5,9 @@
 // place for all of them.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/args.h"
 #include "cli/store_flags.h"
@@ -48,6 +50,10 @@ struct SessionFlags {
     // reserved: bytes the caller holds beside the session (serve's requests),
     // taken from --mem like the session's scratch.
     std::unique_ptr<Session> open(int sequences = 1, uint64_t reserved = 0) const;
+    // serve's slots: open(parallel, reserved) and parallel - 1 forks of it
+    // sampling with `sampling`.
+    std::vector<std::unique_ptr<Session>> open_slots(int parallel, uint64_t reserved,
+                                                     const SamplerParams& sampling) const;
     // --draft and --draft-max for an open session, auto resolved: n-gram
     // drafts when every expert fits in the cache and decoding is greedy
     // (sampled text then stays the seed's), off when experts stream

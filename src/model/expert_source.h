@@ -98,8 +98,9 @@ public:
 
     // Starts making experts ids[0..n) of `layer` available and pins them
     // until release(layer). Those already in memory are ready at once; all
-    // others are requested together, as one batch.
-    virtual void acquire(int layer, const int32_t* ids, int n) = 0;
+    // others are requested together, as one batch. rows (optional): how
+    // many of the step's rows chose each (a cache counts them as uses).
+    virtual void acquire(int layer, const int32_t* ids, int n, const int32_t* rows = nullptr) = 0;
 
     // Blocks until an acquired expert of `layer` not yet handed out is in
     // memory; returns its index i into the acquire's ids and sets *view,

@@ -184,6 +184,7 @@ void ExpertGroups::resize(int n_expert, size_t max_entries) {
     first.assign(size_t(n_expert), 0);
     entries.assign(max_entries, 0);
     used.assign(size_t(n_expert), 0);
+    used_rows.assign(size_t(n_expert), 0);
 }
 
 void ExpertGroups::group(const int32_t* ids, int n) {
@@ -194,7 +195,7 @@ void ExpertGroups::group(const int32_t* ids, int n) {
     for (size_t e = 0; e < count.size(); e++) {
         first[e] = start;
         start += count[e];
-        if (count[e] > 0) used[size_t(n_used++)] = int32_t(e);
+        if (count[e] > 0) used_rows[size_t(n_used)] = count[e], used[size_t(n_used++)] = int32_t(e);
     }
     for (int i = 0; i < n; i++) entries[size_t(first[size_t(ids[i])]++)] = i;
     for (int j = 0; j < n_used; j++) first[size_t(used[size_t(j)])] -= count[size_t(used[size_t(j)])];
@@ -274,7 +275,7 @@ MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& l
         // Engines that read synchronously (mmap: page faults in memcpy)
         // block inside acquire and prefetch: that is waiting for I/O too.
         const int64_t a0 = Trace::now_ns();
-        source.acquire(layer.layer, g.used.data() + g0, group);
+        source.acquire(layer.layer, g.used.data() + g0, group, g.used_rows.data() + g0);
         if (g0 == 0 && next.n > 0) source.prefetch(next.layer, next.ids, next.n);
         waited(a0);
         if (g0 == 0 && while_reading.fn) while_reading.fn(while_reading.ctx);

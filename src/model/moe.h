@@ -105,12 +105,13 @@ struct ExpertGroups {
     std::vector<int32_t> first;    // where each expert's entries start
     std::vector<int32_t> entries;  // t * k + r, grouped by expert, tokens ascending
     std::vector<int32_t> used;     // the experts used by the batch, ascending: n_used of them
+    std::vector<int32_t> used_rows;  // entries of each of used (count, in used's order)
     int n_used = 0;
 
     void resize(int n_expert, size_t max_entries);
     // Groups ids[0 .. n), n <= max_entries, each id < n_expert.
     void group(const int32_t* ids, int n);
-    uint64_t bytes() const { return 4 * (count.size() + first.size() + entries.size() + used.size()); }
+    uint64_t bytes() const { return 4 * (count.size() + first.size() + entries.size() + used.size() + used_rows.size()); }
 };
 
 // Scratch for moe_forward, sized once for the largest batch.

@@ -54,7 +54,8 @@ RamExperts::RamExperts(const GgufFile& file, const std::vector<ExpertLayer>& lay
 
 int RamExperts::capacity() const { return INT_MAX; }
 
-void RamExperts::acquire(int layer, const int32_t* ids, int n) {
+void RamExperts::acquire(int layer, const int32_t* ids, int n, const int32_t* rows) {
+    (void)rows;  // every expert is in memory: nothing to count
     Layer& l = layers_.at(size_t(layer));
     // Callers pass distinct ids, so n never exceeds the layer's expert count.
     for (int i = 0; i < n; i++) l.ids[size_t(i)] = ids[i];

@@ -24,7 +24,7 @@ public:
     uint64_t bytes() const { return bytes_; }
 
     int capacity() const override;
-    void acquire(int layer, const int32_t* ids, int n) override;
+    void acquire(int layer, const int32_t* ids, int n, const int32_t* rows = nullptr) override;
     int next_ready(int layer, ExpertView* view) override;
     void release(int layer) override;
     std::vector<std::pair<uint8_t*, size_t>> host_memory() const override;

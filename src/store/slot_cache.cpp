@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -111,7 +112,13 @@ void SlotCache::drop(int slot) {
     free_.push_back(slot);
 }
 
-void SlotCache::touch(int slot) {
+void SlotCache::touch(int slot, int uses) {
+    // A prefill chunk's touches count once: its counts would otherwise
+    // grow with the chunk's length and bury the decode steps' after it.
+    for (int u = by_recency_ ? 1 : std::max(1, uses); u > 0; u--) touch_once(slot);
+}
+
+void SlotCache::touch_once(int slot) {
     Slot& s = slots_[size_t(slot)];
     s.last_use = ++clock_;
     s.freq++;

@@ -20,7 +20,11 @@ namespace ms {
 // current layer's experts before its later pieces use them. Each layer comes round once a token, so LRU evicts
 // the previous token's experts of the layers about to run (the next ones
 // needed); the window keeps exactly those, and the counts keep the
-// popular experts through the tokens that skip them (docs/routing.md).
+// popular experts through the tokens that skip them (docs/routing.md). In a
+// decode step of several sequences an expert counts once per sequence that
+// chose it: one that most of the batch chose is the likeliest to be chosen
+// again next step, and the count is what keeps it when the step's union
+// outgrows the cache (docs/routing.md, "Streams decoded together").
 enum class CachePolicy { Lru, Lfu, Wlfu };
 // "lru", "lfu" or "wlfu"; throws on anything else.
 CachePolicy parse_cache_policy(const std::string& s);
@@ -63,8 +67,10 @@ public:
     int layer_of(int slot) const { return slots_[size_t(slot)].layer; }
     int expert_of(int slot) const { return slots_[size_t(slot)].expert; }
 
-    // One use of the slot's expert: updates recency and frequency.
-    void touch(int slot);
+    // `uses` uses of the slot's expert in a row (a decode step of several
+    // sequences: the rows that chose it): updates recency and frequency.
+    // Inside a prefill chunk a touch counts once, whatever `uses`.
+    void touch(int slot, int uses = 1);
     // A forward step of n_tokens tokens per sequence starts (1 in decode):
     // the touches of the one before size WLFU's window.
     void begin_step(int n_tokens);
@@ -91,6 +97,7 @@ private:
     };
     size_t key(int layer, int expert) const { return size_t(layer) * size_t(n_experts_) + size_t(expert); }
     int victim(uint64_t keep_since) const;
+    void touch_once(int slot);
 
     uint8_t* arena_ = nullptr;
     uint64_t slot_bytes_;

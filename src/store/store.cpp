@@ -146,7 +146,7 @@ void Store::note_eviction(int slot) {
     counters_->prefetch_wasted_bytes += slot_io_[size_t(slot)].bytes;
 }
 
-void Store::acquire(int layer, const int32_t* ids, int n) {
+void Store::acquire(int layer, const int32_t* ids, int n, const int32_t* rows) {
     if (layer < 0 || layer >= layout_.n_layers() || layout_.layers()[size_t(layer)].n_expert == 0)
         throw std::runtime_error("store: layer " + std::to_string(layer) + " has no routed experts");
     if (n > capacity())
@@ -206,7 +206,7 @@ void Store::acquire(int layer, const int32_t* ids, int n) {
             counters_->prefetch_used++;
         }
         cache_.pin(s);
-        cache_.touch(s);
+        cache_.touch(s, rows ? rows[i] : 1);
         h->slots[size_t(i)] = s;
         int64_t dist = reuse_.use(size_t(layer) * size_t(layout_.max_experts()) + size_t(e));
         counters_->record_use(layer, e, hit, late, dist);

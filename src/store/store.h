@@ -40,7 +40,7 @@ public:
     int capacity() const override { return cache_.n_slots(); }
     void begin_step(int n_tokens) override;
     void begin_decode_step(int n_seqs) override;
-    void acquire(int layer, const int32_t* ids, int n) override;
+    void acquire(int layer, const int32_t* ids, int n, const int32_t* rows = nullptr) override;
     int next_ready(int layer, ExpertView* view) override;
     void release(int layer) override;
     std::vector<std::pair<uint8_t*, size_t>> host_memory() const override {

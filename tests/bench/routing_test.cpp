@@ -229,6 +229,40 @@ TEST(RoutingStreams, UnionTraceRunsOneTokenOfEachPart) {
     EXPECT_THROW(union_trace(tr, 6), std::runtime_error);  // fewer tokens than streams
 }
 
+// The union's rows count the sequences that chose each expert; the bound
+// counts a step's union beyond the cache, or its experts never seen before.
+TEST(RoutingStreams, UnionRowsAndTheReadBound) {
+    RoutingTrace tr(2, 8, 2);
+    const int32_t picks[4][2][2] = {{{0, 1}, {2, 3}}, {{1, 4}, {5, 6}}, {{1, 0}, {7, 2}}, {{4, 5}, {6, 5}}};
+    for (const auto& t : picks)
+        for (int l = 0; l < 2; l++) tr.record(l, t[l], 1, 2);
+    std::vector<int32_t> rows;
+    const RoutingTrace u = union_trace(tr, 2, &rows);  // step 0: tokens 0 and 2; step 1: tokens 1 and 3
+    ASSERT_EQ(rows.size(), size_t(2 * 2 * 4));
+    const std::vector<int32_t> want = {2, 2, 0, 0, 2, 1, 1, 0, 1, 2, 1, 0, 2, 2, 0, 0};
+    EXPECT_EQ(rows, want);
+    // Unions: step 0 {0,1} + {2,3,7} (5, all new), step 1 {1,4,5} + {5,6} (5, 4 new).
+    EXPECT_EQ(streams_read_bound(u, 100), 5 + 4);
+    EXPECT_EQ(streams_read_bound(u, 3), 5 + 4);  // 5 - 3 = 2 < 4 new
+    EXPECT_EQ(streams_read_bound(u, 0), 5 + 5);
+    // No policy reads less than the bound, the store's own or Belady's.
+    RoutingTrace big = random_trace(4, 32, 4, 400, 7);
+    for (int n : {1, 4, 8}) {
+        std::vector<int32_t> r;
+        const RoutingTrace v = union_trace(big, n, &r);
+        int64_t acquired = 0;
+        for (int64_t t = 0; t < v.n_tokens(); t++)
+            for (int l = 0; l < v.n_layer(); l++)
+                for (int j = 0; j < v.k() && v.ids(t, l)[j] >= 0; j++) acquired++;
+        for (int64_t slots : {32, 48, 64}) {
+            const double ceiling = 1 - double(streams_read_bound(v, slots)) / double(acquired);
+            for (ReplayPolicy p : {ReplayPolicy::Lru, ReplayPolicy::Lfu, ReplayPolicy::Wlfu, ReplayPolicy::Belady})
+                EXPECT_LE(replay_hit_rate(v, slots, p, r.data()), ceiling + 1e-12)
+                    << n << " streams, " << slots << " slots, " << replay_policy_name(p);
+        }
+    }
+}
+
 // One stream is the trace itself: the same hit rates as replay_cache_sizes,
 // and a token's acquisitions are its k experts a layer.
 TEST(RoutingStreams, OneStreamIsThePlainReplay) {

@@ -151,6 +151,33 @@ TEST(SlotCache, WlfuEvictsTheLeastRecentWithinAPrefillChunk) {
     EXPECT_EQ(ev, 0);  // by recency, not by count (a decode step would take 1)
 }
 
+// A decode step of several sequences counts an expert once per sequence
+// that chose it: the one three chose outlives two each chose once, where
+// one use apiece would have made it the victim (the least recent of equals).
+TEST(SlotCache, WlfuCountsEachSequenceThatChoseAnExpert) {
+    for (int rows : {1, 3}) {
+        SlotCache c(3, 4096, 1, 10, CachePolicy::Wlfu);
+        c.begin_step(1);
+        int ev;
+        const int s = c.claim(0, 0, nullptr, &ev);
+        c.set_ready(s);
+        c.touch(s, rows);
+        EXPECT_EQ(c.clock(), uint64_t(rows));
+        use_new(c, 1, &ev);
+        use_new(c, 2, &ev);
+        c.begin_step(1);  // every slot inside the window: counts decide
+        use_new(c, 3, &ev);
+        EXPECT_EQ(ev, rows == 3 ? 1 : 0) << rows << " rows";
+    }
+    // In a prefill chunk a touch is one use, whatever the rows.
+    SlotCache p(3, 4096, 1, 10, CachePolicy::Wlfu);
+    p.begin_step(16);
+    const int s = p.claim(0, 0);
+    p.set_ready(s);
+    p.touch(s, 5);
+    EXPECT_EQ(p.clock(), 1u);
+}
+
 TEST(SlotCache, WlfuCountsOutliveEviction) {
     // No step begun: the window is empty and WLFU is LFU over counts kept
     // per (layer, expert).

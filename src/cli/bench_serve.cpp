@@ -43,6 +43,11 @@ struct ServePoint {
     double hit_rate = 0;                // the cache's, over the same tokens
     uint64_t peak_rss = 0;
     int cache_slots = 0;                // the store's slots (the memory plan gives fewer as N's KV grows)
+    // Speculation (--draft), over the same tokens: forward passes, drafts
+    // checked and accepted (the bytes a token above are then per accepted
+    // token: every token counted was sampled or an accepted draft).
+    uint64_t passes = 0, drafted = 0, accepted = 0;
+    int64_t decoded = 0;  // tokens in the decode window (all streams)
 };
 
 double median(std::vector<double> v) {
@@ -96,7 +101,7 @@ ServePoint run_streams(const SessionFlags& flags, int n, const std::vector<int32
         r.chat = false;
         r.max_tokens = tokens;
         r.ignore_eos = true;
-        r.logprobs = 0;  // every token comes out as it is made (text may hold back a partial character)
+        r.logprobs = -1;  // JobOutput::tokens counts the tokens (text may hold back a partial character)
         r.sampling = sampling;
         r.sampling.seed = sampling.seed + uint64_t(i);
         jobs.push_back(std::make_shared<Job>(std::move(r), std::move(prompt), 1e9));
@@ -120,7 +125,7 @@ ServePoint run_streams(const SessionFlags& flags, int n, const std::vector<int32
                 out.clear();
                 over = jobs[size_t(i)]->wait(&out, 1.0);
                 int64_t got = 0;
-                for (const JobOutput& o : out) got += int64_t(o.logprobs.size());
+                for (const JobOutput& o : out) got += o.tokens;
                 if (got > 0 && made[size_t(i)] == 0) {
                     first[size_t(i)] = steady_seconds();
                     if (++started == n) {
@@ -162,6 +167,10 @@ ServePoint run_streams(const SessionFlags& flags, int n, const std::vector<int32
         p.decode_tok_s = decoded / std::max(1e-9, t_end - t_all_first);
         p.bytes_per_token = double(drive_bytes(end) - drive_bytes(at_all_first)) / decoded;
     }
+    p.decoded = int64_t(decoded);
+    p.passes = end.decode_passes - at_all_first.decode_passes;
+    p.drafted = end.drafted_tokens - at_all_first.drafted_tokens;
+    p.accepted = end.accepted_tokens - at_all_first.accepted_tokens;
     const double hits = double(end.hits - at_all_first.hits), misses = double(end.misses - at_all_first.misses);
     p.hit_rate = hits + misses > 0 ? hits / (hits + misses) : 0;
     p.peak_rss = peak_rss_bytes();
@@ -240,12 +249,15 @@ int bench_serve(int argc, char** argv) {
     }
     Table t;
     t.header = {"streams", "generated", "wall s", "aggregate tok/s", "stream tok/s", "slowest stream",
-                "ttft s (median)", "ttft s (max)", "MB/token", "hit %", "peak RSS GB", "slots"};
+                "ttft s (median)", "ttft s (max)", "MB/token", "hit %", "peak RSS GB", "slots", "tokens/pass",
+                "accepted %"};
     for (const ServePoint& p : points)
         t.add({std::to_string(p.streams), std::to_string(p.generated), strf("%.1f", p.wall_s),
                strf("%.2f", p.decode_tok_s), strf("%.2f", p.stream_tok_s_median), strf("%.2f", p.stream_tok_s_min),
                strf("%.2f", p.ttft_median_s), strf("%.2f", p.ttft_max_s), strf("%.1f", p.bytes_per_token / 1e6),
-               strf("%.1f", 100 * p.hit_rate), strf("%.2f", double(p.peak_rss) / 1e9), std::to_string(p.cache_slots)});
+               strf("%.1f", 100 * p.hit_rate), strf("%.2f", double(p.peak_rss) / 1e9), std::to_string(p.cache_slots),
+               p.passes ? strf("%.2f", double(p.decoded) / double(p.passes)) : "-",
+               p.drafted ? strf("%.1f", 100.0 * double(p.accepted) / double(p.drafted)) : "-"});
     printf("%s", t.text().c_str());
     if (!rss_reset) fprintf(stderr, "note: peak RSS could not be reset between N: each is the peak so far\n");
     if (!json.empty()) {
@@ -274,6 +286,10 @@ int bench_serve(int argc, char** argv) {
             o["hit_rate"] = p.hit_rate;
             o["peak_rss_bytes"] = p.peak_rss;
             o["cache_slots"] = p.cache_slots;
+            o["decoded_tokens"] = p.decoded;
+            o["decode_passes"] = p.passes;
+            o["drafted_tokens"] = p.drafted;
+            o["accepted_tokens"] = p.accepted;
             arr.push_back(std::move(o));
         }
         j["points"] = std::move(arr);

@@ -39,30 +39,57 @@ void LayerMajorModel::forward(ModelState& st, ExpertSource& experts, ThreadPool&
 
 void LayerMajorModel::forward_batch(ModelState* const* states, int n, ExpertSource& experts, ThreadPool& pool,
                                     const int32_t* tokens, float* logits) const {
-    ModelState& lead = *states[0];
-    if (n > lead.options.max_batch || !batches()) {
+    if (n > states[0]->options.max_batch || !batches()) {
         Model::forward_batch(states, n, experts, pool, tokens, logits);
         return;
     }
-    experts.start_decode_step(n);
-    for (int i = 0; i < n; i++) begin(*states[i], experts, pool, tokens + i, 1);
-    pool.parallel_for(n, [&](int64_t b, int64_t e) {
-        for (int64_t t = b; t < e; t++) embed(lead, t, tokens[t], states[t]->n_past);
-    });
-    before_layers(lead, experts, pool, tokens, n);
+    pass_rows(states, nullptr, n, n, experts, pool, tokens, logits);
+}
+
+void LayerMajorModel::forward_rows(ModelState* const* states, const int* counts, int n, ExpertSource& experts,
+                                   ThreadPool& pool, const int32_t* tokens, float* logits) const {
+    int rows = 0;
+    for (int i = 0; i < n; i++) rows += counts[i];
+    if (rows > states[0]->options.max_batch || !batches()) {
+        Model::forward_rows(states, counts, n, experts, pool, tokens, logits);
+        return;
+    }
+    pass_rows(states, counts, n, rows, experts, pool, tokens, logits);
+}
+
+// The rows of sequence i are the count(i) after those of the ones before
+// it, at its positions n_past..: embedded and attended per sequence (over
+// its own cache, causally among its own rows, as forward() does a piece),
+// the feed-forward half and the head over all rows at once.
+void LayerMajorModel::pass_rows(ModelState* const* states, const int* counts, int n, int rows,
+                                ExpertSource& experts, ThreadPool& pool, const int32_t* tokens, float* logits) const {
+    ModelState& lead = *states[0];
+    auto count = [&](int i) { return counts ? counts[i] : 1; };
+    experts.start_decode_step(rows);
+    for (int i = 0, r = 0; i < n; r += count(i), i++) begin(*states[i], experts, pool, tokens + r, count(i));
+    if (!counts) {
+        pool.parallel_for(n, [&](int64_t b, int64_t e) {
+            for (int64_t t = b; t < e; t++) embed(lead, t, tokens[t], states[t]->n_past);
+        });
+    } else {
+        for (int i = 0, r = 0; i < n; r += count(i), i++) {
+            for (int j = 0; j < count(i); j++) embed(lead, r + j, tokens[r + j], states[i]->n_past + j);
+        }
+    }
+    before_layers(lead, experts, pool, tokens, rows);
 
     TimeSplit* time = &lead.decode_time;
     time->calls++;
     for (int il = 0; il < layers_run(); il++) {
         PhaseTimer attn_time(time, Phase::Attention, il, attention_bytes(il));
-        for (int i = 0; i < n; i++) attend(*states[i], lead, pool, il, i, 1, 0, states[i]->n_past);
+        for (int i = 0, r = 0; i < n; r += count(i), i++) attend(*states[i], lead, pool, il, r, count(i), 0, states[i]->n_past);
         attn_time.stop();
-        feed_forward(lead, experts, pool, il, 0, n, true, time);
+        feed_forward(lead, experts, pool, il, 0, rows, true, time);
     }
-    head(lead, pool, 0, n, logits);
-    for (int i = 0; i < n; i++) {
-        states[i]->n_past++;
-        end(*states[i], tokens + i, 1);
+    head(lead, pool, 0, rows, logits);
+    for (int i = 0, r = 0; i < n; r += count(i), i++) {
+        states[i]->n_past += count(i);
+        end(*states[i], tokens + r, count(i));
     }
 }
 

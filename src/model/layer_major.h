@@ -3,7 +3,8 @@
 // tokens, each layer over all of them in pieces of max_batch, so a long
 // prompt reads each expert it needs once; and one decode step of several
 // sequences, each attending over its own cache, the feed-forward half over
-// their rows together, so each MoE layer acquires their union once. The
+// their rows together, so each MoE layer acquires their union once (one
+// token a sequence, or several: speculation's verify passes). The
 // order of work is written here once; a family supplies a layer's steps.
 #pragma once
 #include <cstdint>
@@ -19,10 +20,21 @@ public:
     // The first state's scratch holds the sequences' rows.
     void forward_batch(ModelState* const* states, int n, ExpertSource& experts, ThreadPool& pool,
                        const int32_t* tokens, float* logits) const final;
+    // The same pass with counts[i] tokens of sequence i (verify passes).
+    void forward_rows(ModelState* const* states, const int* counts, int n, ExpertSource& experts, ThreadPool& pool,
+                      const int32_t* tokens, float* logits) const final;
     bool layer_major() const final { return true; }
 
 protected:
     using Model::Model;
+
+private:
+    // forward_batch's and forward_rows' pass over `rows` rows: counts[i]
+    // of sequence i, one each when counts is null.
+    void pass_rows(ModelState* const* states, const int* counts, int n, int rows, ExpertSource& experts,
+                   ThreadPool& pool, const int32_t* tokens, float* logits) const;
+
+protected:
 
     // The layers run (NextN blocks are left out).
     virtual int layers_run() const = 0;

@@ -140,6 +140,15 @@ void Model::forward_batch(ModelState* const* states, int n, ExpertSource& expert
     for (int i = 0; i < n; i++) forward(*states[i], experts, pool, tokens + i, 1, logits + int64_t(i) * config_.n_vocab, false);
 }
 
+void Model::forward_rows(ModelState* const* states, const int* counts, int n, ExpertSource& experts,
+                         ThreadPool& pool, const int32_t* tokens, float* logits) const {
+    int64_t row = 0;
+    for (int i = 0; i < n; i++) {
+        forward(*states[i], experts, pool, tokens + row, counts[i], logits + row * config_.n_vocab, true);
+        row += counts[i];
+    }
+}
+
 bool Model::maybe(const GgufFile& f, const std::string& name, std::vector<int64_t> shape, Tensor* out) {
     const GgufTensor* t = find_checked(f, name, shape);
     if (!t) return false;

@@ -117,6 +117,18 @@ public:
     virtual void forward_batch(ModelState* const* states, int n, ExpertSource& experts, ThreadPool& pool,
                                const int32_t* tokens, float* logits) const;
 
+    // Several sequences' next tokens in one call, counts[i] >= 1 of them
+    // for sequence i (states[i]): tokens holds each sequence's in order,
+    // sequence after sequence, and logits gets a row for every token, the
+    // same bits forward(*states[i], ..., counts[i], ..., all_logits) would
+    // give the sequence alone; each n_past advances by its count. Speculation
+    // of several sequences: each one's sampled token and drafts verified in
+    // one pass. The same conditions as forward() per sequence. The default
+    // runs forward() on each in turn; a model that batches (LayerMajorModel)
+    // runs one pass in which each MoE layer acquires the rows' union once.
+    virtual void forward_rows(ModelState* const* states, const int* counts, int n, ExpertSource& experts,
+                              ThreadPool& pool, const int32_t* tokens, float* logits) const;
+
     // Called once the session's expert source exists, before any forward
     // call: what a model sets up against it. The GPU model copies its
     // weights to VRAM and page-locks or fills from the source here, so that

@@ -183,38 +183,10 @@ void Session::decode(int32_t token) {
 }
 
 void Session::decode_batch(Session* const* sessions, const int32_t* tokens, int n) {
-    if (n < 1) return;
-    Session& lead = *sessions[0];
-    for (int i = 0; i < n; i++) {
-        const Session& s = *sessions[i];
-        if (s.model_ != lead.model_ || s.experts_ != lead.experts_ || s.pool_ != lead.pool_) {
-            throw std::runtime_error("decode_batch: the sessions do not share one model, expert source and pool");
-        }
-        s.check(tokens + i, 1);
-    }
-    const double t0 = now_seconds();
-    const int64_t V = lead.config().n_vocab;
-    const int B = lead.state_->options.max_batch;
-    if (lead.batch_states_.size() < size_t(n)) lead.batch_states_.resize(size_t(n));
-    if (lead.batch_logits_.size() < size_t(std::min(n, B) * V)) lead.batch_logits_.resize(size_t(std::min(n, B) * V));
-    for (int i = 0; i < n; i++) lead.batch_states_[size_t(i)] = sessions[i]->state_.get();
-    for (int i0 = 0; i0 < n; i0 += B) {
-        const int m = std::min(B, n - i0);
-        Trace::Span span(active_trace(), "token", "step", "sequences", m);
-        lead.model_->forward_batch(lead.batch_states_.data() + i0, m, *lead.experts_, *lead.pool_, tokens + i0,
-                                   lead.batch_logits_.data());
-        for (int i = 0; i < m; i++) {
-            Session& s = *sessions[i0 + i];
-            const float* row = lead.batch_logits_.data() + int64_t(i) * V;
-            std::copy(row, row + V, s.logits_.begin());
-            s.tokens_.push_back(tokens[i0 + i]);
-        }
-    }
-    const double dt = now_seconds() - t0;
-    for (int i = 0; i < n; i++) {
-        sessions[i]->timings.decode_seconds += dt;
-        sessions[i]->timings.decode_tokens++;
-    }
+    for (int i = 0; i < n; i++) sessions[i]->queue_token(tokens[i]);
+    run_passes(sessions, n);
+    bool done = false;
+    for (int i = 0; i < n; i++) sessions[i]->finish({}, false, &done);
 }
 
 void Session::rewind(size_t n) {

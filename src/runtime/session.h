@@ -135,6 +135,23 @@ public:
     // context is full). Greedy output is the same token for token as
     // without drafts; sampled output has the same distribution.
     int step(int n_max, const std::function<bool(int32_t)>& on_token, bool ignore_eos, bool* done);
+    // step() in three parts, so that the passes of several sessions run as
+    // one forward call (serve --parallel with drafts): propose() samples the
+    // token, calls on_token for it and drafts after it (returns the tokens
+    // given to on_token: 0 when n_max < 1, else 1; has_pass() then says
+    // whether there is a pass to evaluate); run_passes() evaluates the
+    // passes of sessions[0..n) (forks of one another), each sequence's
+    // rows in one call per max_batch rows (Model::forward_rows), each row
+    // the bits step() alone would give; finish() accepts the drafts the
+    // sampler agrees with as step() does and returns the tokens it gave to
+    // on_token.
+    int propose(int n_max, const std::function<bool(int32_t)>& on_token, bool ignore_eos, bool* done);
+    bool has_pass() const { return !pass_.empty(); }
+    // A pass of one token sampled elsewhere (serve's grammar-aware
+    // sampling), for run_passes: evaluated as decode() would.
+    void queue_token(int32_t token) { pass_.assign(1, token); }
+    static void run_passes(Session* const* sessions, int n);
+    int finish(const std::function<bool(int32_t)>& on_token, bool ignore_eos, bool* done);
     // Turns speculative decoding on (mode Ngram, Mtp, Forced) or off. Auto
     // must be resolved by the caller. Throws when the mode cannot run here.
     void set_draft(const DraftOptions& options);
@@ -171,11 +188,15 @@ private:
     // logits of each, and the draft rejected at the last position, whose
     // probability the next sample leaves out (-1: none).
     DraftOptions draft_;
-    std::vector<int32_t> pass_;
+    std::vector<int32_t> pass_;  // empty: no pass waiting for run_passes()
+    size_t pass_pos0_ = 0;       // tokens_ before the pass (run_passes)
+    int pass_emitted_ = 0;       // tokens propose() gave to on_token
     std::vector<float> rows_;
     int32_t exclude_ = -1;
-    // decode_batch's rows, when this session leads a batch.
+    // run_passes' and decode_batch's rows, when this session leads a batch.
     std::vector<ModelState*> batch_states_;
+    std::vector<int> batch_counts_;
+    std::vector<int32_t> batch_tokens_;
     std::vector<float> batch_logits_;
 };
 

@@ -2,6 +2,8 @@
 // sampled token and the drafted ones after it in one forward call (each
 // expert the tokens share is read once), accepts drafts while the sampler
 // agrees with them, and rolls the cache back past the first it rejects.
+// Several sessions' passes run as one call (run_passes: serve's slots),
+// so the experts their rows share are read once for all of them.
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
@@ -37,8 +39,9 @@ void Session::set_draft(const DraftOptions& o) {
     rows_.resize((size_t(draft_.max) + 1) * size_t(config().n_vocab));
 }
 
-int Session::step(int n_max, const std::function<bool(int32_t)>& on_token, bool ignore_eos, bool* done) {
+int Session::propose(int n_max, const std::function<bool(int32_t)>& on_token, bool ignore_eos, bool* done) {
     *done = false;
+    pass_.clear();
     if (n_max < 1) return 0;
     const int32_t tok = sampler_.sample(logits_.data(), exclude_);
     exclude_ = -1;
@@ -47,11 +50,10 @@ int Session::step(int n_max, const std::function<bool(int32_t)>& on_token, bool 
         *done = true;
         return 1;
     }
+    pass_.assign(1, tok);  // capacity reserved by set_draft when drafting
     // Drafts: only as many as can be emitted in this call and fit the context.
-    int k = 0;
     if (draft_.mode != DraftMode::Off) {
-        k = int(std::min<int64_t>({draft_.max, n_max - 1, n_ctx() - int64_t(tokens_.size()) - 1}));
-        pass_.assign(1, tok);
+        int k = int(std::min<int64_t>({draft_.max, n_max - 1, n_ctx() - int64_t(tokens_.size()) - 1}));
         if (k > 0 && draft_.mode == DraftMode::Mtp && !draft_.custom) {
             // The NextN block drafts from the cache's last position and tok.
             pass_.resize(size_t(k) + 1);
@@ -66,21 +68,87 @@ int Session::step(int n_max, const std::function<bool(int32_t)>& on_token, bool 
         }
     }
     draft_stats.passes++;
-    if (k == 0) {
-        draft_stats.tokens++;
-        decode(tok);
-        return 1;
-    }
+    return 1;
+}
 
-    check(pass_.data(), pass_.size());
+void Session::run_passes(Session* const* sessions, int n) {
+    if (n < 1) return;
+    Session& lead = *sessions[0];
+    for (int i = 0; i < n; i++) {
+        const Session& s = *sessions[i];
+        if (s.model_ != lead.model_ || s.experts_ != lead.experts_ || s.pool_ != lead.pool_) {
+            throw std::runtime_error("run_passes: the sessions do not share one model, expert source and pool");
+        }
+        if (s.pass_.empty()) throw std::logic_error("run_passes: a session has no pass to evaluate");
+        s.check(s.pass_.data(), s.pass_.size());
+    }
     const double t0 = seconds_now();
-    Trace::Span span(active_trace(), "verify", "step", "tokens", int64_t(pass_.size()));
+    const int64_t V = lead.config().n_vocab;
+    const int B = lead.state_->options.max_batch;  // set_draft keeps each pass within it
+    for (int i0 = 0; i0 < n;) {
+        // As many sessions as their rows fit one call.
+        int m = 0, rows = 0;
+        bool ones = true;
+        while (i0 + m < n) {
+            const int r = int(sessions[i0 + m]->pass_.size());
+            if (m > 0 && rows + r > B) break;
+            rows += r;
+            ones = ones && r == 1;
+            m++;
+        }
+        if (lead.batch_states_.size() < size_t(m)) lead.batch_states_.resize(size_t(m));
+        if (lead.batch_counts_.size() < size_t(m)) lead.batch_counts_.resize(size_t(m));
+        if (lead.batch_tokens_.size() < size_t(rows)) lead.batch_tokens_.resize(size_t(rows));
+        if (lead.batch_logits_.size() < size_t(rows * V)) lead.batch_logits_.resize(size_t(rows * V));
+        for (int i = 0, r = 0; i < m; i++) {
+            Session& s = *sessions[i0 + i];
+            lead.batch_states_[size_t(i)] = s.state_.get();
+            lead.batch_counts_[size_t(i)] = int(s.pass_.size());
+            std::copy(s.pass_.begin(), s.pass_.end(), lead.batch_tokens_.begin() + r);
+            r += int(s.pass_.size());
+            // A pass with drafts may be rolled back (Gated DeltaNet's states).
+            if (s.pass_.size() > 1) s.state_->checkpoint();
+        }
+        Trace::Span span(active_trace(), "verify", "step", "rows", int64_t(rows));
+        float* logits = lead.batch_logits_.data();
+        if (m == 1) {
+            lead.model_->forward(*lead.batch_states_[0], *lead.experts_, *lead.pool_, lead.batch_tokens_.data(), rows,
+                                 logits, true);
+        } else if (ones) {
+            lead.model_->forward_batch(lead.batch_states_.data(), m, *lead.experts_, *lead.pool_,
+                                       lead.batch_tokens_.data(), logits);
+        } else {
+            lead.model_->forward_rows(lead.batch_states_.data(), lead.batch_counts_.data(), m, *lead.experts_,
+                                      *lead.pool_, lead.batch_tokens_.data(), logits);
+        }
+        for (int i = 0, r = 0; i < m; i++) {
+            Session& s = *sessions[i0 + i];
+            const int c = int(s.pass_.size());
+            s.pass_pos0_ = s.tokens_.size();
+            s.tokens_.insert(s.tokens_.end(), s.pass_.begin(), s.pass_.end());  // capacity reserved for n_ctx
+            const float* from = logits + int64_t(r) * V;
+            std::copy(from, from + int64_t(c) * V, c == 1 ? s.logits_.begin() : s.rows_.begin());
+            r += c;
+        }
+        i0 += m;
+    }
+    const double dt = seconds_now() - t0;
+    for (int i = 0; i < n; i++) sessions[i]->timings.decode_seconds += dt;
+}
+
+int Session::finish(const std::function<bool(int32_t)>& on_token, bool ignore_eos, bool* done) {
+    *done = false;
+    const int k = int(pass_.size()) - 1;
+    if (k < 0) return 0;
+    exclude_ = -1;
+    if (k == 0) {
+        if (draft_.mode != DraftMode::Off) draft_stats.tokens++;
+        timings.decode_tokens++;
+        pass_.clear();
+        return 0;
+    }
     const int64_t V = config().n_vocab;
-    const size_t pos0 = tokens_.size();
-    state_->checkpoint();
-    model_->forward(*state_, *experts_, *pool_, pass_.data(), k + 1, rows_.data(), true);
-    tokens_.insert(tokens_.end(), pass_.begin(), pass_.end());
-    int emitted = 1, a = 0;
+    int emitted = 0, a = 0;
     for (; a < k; a++) {
         const int32_t d = pass_[size_t(a) + 1];
         if (!sampler_.accept_draft(rows_.data() + int64_t(a) * V, d)) break;
@@ -94,7 +162,7 @@ int Session::step(int n_max, const std::function<bool(int32_t)>& on_token, bool 
     }
     // Keep the sampled token and the accepted drafts; logits() is the row
     // after the last of them.
-    const size_t keep = pos0 + 1 + size_t(a);
+    const size_t keep = pass_pos0_ + 1 + size_t(a);
     if (keep < tokens_.size()) rewind(keep);
     std::copy(rows_.data() + int64_t(a) * V, rows_.data() + int64_t(a + 1) * V, logits_.begin());
     // A rejected draft: the next token comes from the residual, p without it.
@@ -102,9 +170,24 @@ int Session::step(int n_max, const std::function<bool(int32_t)>& on_token, bool 
     draft_stats.drafted += k;
     draft_stats.accepted += a;
     draft_stats.tokens += 1 + a;
-    timings.decode_seconds += seconds_now() - t0;
     timings.decode_tokens += 1 + a;
+    pass_.clear();
     return emitted;
+}
+
+int Session::step(int n_max, const std::function<bool(int32_t)>& on_token, bool ignore_eos, bool* done) {
+    const int given = propose(n_max, on_token, ignore_eos, done);
+    if (pass_.empty()) return given;
+    if (pass_.size() == 1) {  // no drafts: a plain decode step
+        draft_stats.tokens++;
+        const int32_t tok = pass_[0];
+        pass_.clear();
+        decode(tok);
+        return given;
+    }
+    Session* self = this;
+    run_passes(&self, 1);
+    return given + finish(on_token, ignore_eos, done);
 }
 
 }  // namespace ms

@@ -61,7 +61,7 @@ bool Job::wait(std::vector<JobOutput>* out, double timeout_s) {
     return done_;
 }
 
-void Job::emit(int choice, const std::string& text, const TokenLogprob* logprob) {
+void Job::emit(int choice, const std::string& text, const TokenLogprob* logprob, bool token) {
     {
         std::lock_guard<std::mutex> lk(mu_);
         if (pending_.empty() || pending_.back().choice != choice || !pending_.back().finish_reason.empty()) {
@@ -69,6 +69,7 @@ void Job::emit(int choice, const std::string& text, const TokenLogprob* logprob)
             pending_.back().choice = choice;
         }
         pending_.back().text += text;
+        if (token) pending_.back().tokens++;
         if (logprob) pending_.back().logprobs.push_back(*logprob);
     }
     cv_.notify_all();
@@ -406,42 +407,26 @@ bool Engine::step(Slot& s) {
     std::string reason;
     const int64_t limit = job.request.max_tokens;
     const TokenLogprob* logprob = nullptr;
-    auto on_token = [&](int32_t t) {
-        s.generated++;
-        if (ss.tokenizer().is_eog(t) && !job.request.ignore_eos) {
-            reason = "stop";
-            return false;
-        }
-        const std::string piece = s.text->push(t);
-        if (!piece.empty() || logprob) job.emit(s.choice, piece, logprob);
-        if (s.text->stopped()) reason = "stop";
-        else if (limit > 0 && s.generated >= limit) reason = "length";
-        return reason.empty();
-    };
+    auto on_token = [&](int32_t t) { return take_token(s, t, logprob, &reason); };
     if (ss.draft().mode != DraftMode::Off) {
-        // Speculation: this slot's own pass, which may give several tokens.
-        const double t0 = steady_seconds();
-        int generated = 0;
-        const DraftStats before = ss.draft_stats;
+        // Speculation: the session samples and drafts here; its pass (the
+        // token and the drafts) runs with the other slots' in decode().
+        bool done = false;
+        int given = 0;
         try {
-            std::lock_guard<std::mutex> lk(forward_mu_);
-            bool done = false;
-            generated = ss.step(limit > 0 ? int(std::min<int64_t>(limit - s.generated, INT32_MAX)) : INT32_MAX,
-                                on_token, job.request.ignore_eos, &done);
-            if (reason.empty() && ss.tokens().size() >= size_t(ss.n_ctx())) reason = "length";
+            std::lock_guard<std::mutex> lk(forward_mu_);  // MTP drafts run the model's NextN block
+            given = ss.propose(limit > 0 ? int(std::min<int64_t>(limit - s.generated, INT32_MAX)) : INT32_MAX,
+                               on_token, job.request.ignore_eos, &done);
         } catch (const std::exception& e) {
             end(s, "", e.what());
             return false;
         }
         {
             std::lock_guard<std::mutex> st(mu_);
-            stats_.generated_tokens += uint64_t(generated);
-            stats_.decode_passes++;
-            stats_.drafted_tokens += uint64_t(ss.draft_stats.drafted - before.drafted);
-            stats_.accepted_tokens += uint64_t(ss.draft_stats.accepted - before.accepted);
-            stats_.decode_seconds += steady_seconds() - t0;
+            stats_.generated_tokens += uint64_t(given);
         }
-        if (!reason.empty()) end(s, reason);
+        if (ss.has_pass()) return true;
+        end(s, reason.empty() ? "length" : reason);  // done: a stop, the limit, or a full context
         return false;
     }
     // Without drafts, Session::step's sampling half: sample from the
@@ -485,25 +470,60 @@ bool Engine::step(Slot& s) {
     return true;
 }
 
+bool Engine::take_token(Slot& s, int32_t t, const TokenLogprob* logprob, std::string* reason) {
+    Job& job = *s.job;
+    Session& ss = *s.session;
+    s.generated++;
+    if (ss.tokenizer().is_eog(t) && !job.request.ignore_eos) {
+        *reason = "stop";
+        return false;
+    }
+    job.emit(s.choice, s.text->push(t), logprob, true);  // also when the piece is empty: the token counts
+    const int64_t limit = job.request.max_tokens;
+    if (s.text->stopped()) *reason = "stop";
+    else if (limit > 0 && s.generated >= limit) *reason = "length";
+    return reason->empty();
+}
+
 void Engine::decode(const std::vector<Slot*>& slots) {
     if (slots.empty()) return;
     batch_sessions_.clear();
-    batch_tokens_.clear();
     for (Slot* s : slots) {
-        batch_sessions_.push_back(s->session.get());
-        batch_tokens_.push_back(s->token);
+        Session& ss = *s->session;
+        if (ss.draft().mode == DraftMode::Off) ss.queue_token(s->token);  // sampled by step()
+        batch_sessions_.push_back(&ss);
     }
     const double t0 = steady_seconds();
     try {
         std::lock_guard<std::mutex> lk(forward_mu_);
-        Session::decode_batch(batch_sessions_.data(), batch_tokens_.data(), int(slots.size()));
+        Session::run_passes(batch_sessions_.data(), int(slots.size()));
     } catch (const std::exception& e) {
         for (Slot* s : slots) end(*s, "", e.what());
         return;
     }
+    const double dt = steady_seconds() - t0;
+    // Each drafting slot keeps the drafts its sampler agrees with.
+    uint64_t accepted_shown = 0, drafted = 0, accepted = 0;
+    for (Slot* s : slots) {
+        Session& ss = *s->session;
+        const bool drafting = ss.draft().mode != DraftMode::Off;
+        const DraftStats before = ss.draft_stats;
+        std::string reason;
+        bool done = false;
+        accepted_shown += uint64_t(ss.finish([&](int32_t t) { return take_token(*s, t, nullptr, &reason); },
+                                             s->job->request.ignore_eos, &done));
+        if (!drafting) continue;  // step() checks the context before sampling
+        drafted += uint64_t(ss.draft_stats.drafted - before.drafted);
+        accepted += uint64_t(ss.draft_stats.accepted - before.accepted);
+        if (reason.empty() && (done || ss.tokens().size() >= size_t(ss.n_ctx()))) reason = "length";
+        if (!reason.empty()) end(*s, reason);
+    }
     std::lock_guard<std::mutex> st(mu_);
     stats_.decode_passes++;
-    stats_.decode_seconds += steady_seconds() - t0;
+    stats_.decode_seconds += dt;
+    stats_.generated_tokens += accepted_shown;
+    stats_.drafted_tokens += drafted;
+    stats_.accepted_tokens += accepted;
 }
 
 void Engine::end(Slot& s, const std::string& reason, const std::string& error) {

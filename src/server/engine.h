@@ -45,6 +45,7 @@ struct JobOutput {
     int choice = 0;
     std::string text;
     std::vector<TokenLogprob> logprobs;
+    int tokens = 0;                 // generated tokens the text came from (a partial character's may come later)
     std::string finish_reason;      // "" until this choice is over
 };
 
@@ -76,7 +77,8 @@ public:
     std::shared_ptr<void> held;
 
     // Engine side.
-    void emit(int choice, const std::string& text, const TokenLogprob* logprob = nullptr);
+    // token: the text is a generated token's (JobOutput::tokens counts it).
+    void emit(int choice, const std::string& text, const TokenLogprob* logprob = nullptr, bool token = false);
     void emit(int choice, const std::string& text, const std::vector<TokenLogprob>& logprobs);
     void end_choice(int choice, const std::string& reason);
     void finish(const Usage& u, const std::string& err = "");
@@ -173,6 +175,11 @@ private:
     // A prefill chunk, or sampling the next token from the slot's logits;
     // true when that token is to be decoded (the reply goes on).
     bool step(Slot& s);
+    // A token the slot generated: shown to the job; false (and *reason set)
+    // when the choice ends with it.
+    bool take_token(Slot& s, int32_t t, const TokenLogprob* logprob, std::string* reason);
+    // One forward pass for every decoding slot: the sampled token of each,
+    // and a drafting slot's drafts after it, whose accepted ones it shows.
     void decode(const std::vector<Slot*>& slots);
     void end(Slot& s, const std::string& reason, const std::string& error = "");
 
@@ -180,7 +187,6 @@ private:
     std::shared_ptr<const TokenTrie> trie_;  // the vocabulary's bytes, made at the first grammar
     std::vector<Slot*> decoding_;    // this round's decoding slots, and their sessions and tokens
     std::vector<Session*> batch_sessions_;
-    std::vector<int32_t> batch_tokens_;
     EngineOptions options_;
     const StoreCounters* counters_;
     std::mutex mu_;                  // queue_, stats_

@@ -569,6 +569,75 @@ TEST(Serve, NChoicesDecodeAsOneBatch) {
     }
 }
 
+// serve --parallel 3 with drafts: the slots' passes (each its sampled
+// token and 3 forced drafts, most rejected and rolled back) run as one
+// forward call (Session::run_passes), and each reply is the text a slot
+// decoding alone without drafts gives, greedy; the tokens JobOutput counts
+// are the replies' tokens, and the decode passes are fewer than the tokens
+// when the three run together.
+TEST(Serve, DraftsOfSeveralSlotsVerifyInOnePass) {
+    SessionOptions o;
+    o.model_path = golden::models_dir() + "/" + kModel + ".gguf";
+    o.n_ctx = 256;
+    o.n_threads = 1;
+    const std::vector<std::string> prompts = {"Once upon a time", "The capital of France is", "1, 2, 3, 4,"};
+    const int64_t max_tokens = 12;
+    auto run = [&](int parallel, DraftMode mode, EngineStats* stats) {
+        Engine engine(
+            [&] {
+                std::vector<std::unique_ptr<Session>> slots;
+                slots.push_back(Session::open(o));
+                for (int i = 1; i < parallel; i++) slots.push_back(slots[0]->fork(o.sampling));
+                DraftOptions d;
+                d.mode = mode;
+                d.max = 3;
+                for (auto& sl : slots) sl->set_draft(d);
+                return slots;
+            },
+            EngineOptions{});
+        std::vector<std::shared_ptr<Job>> jobs;
+        for (const std::string& p : prompts) {
+            GenerationRequest r;
+            r.chat = false;
+            r.prompt = p;
+            r.max_tokens = max_tokens;
+            r.ignore_eos = true;
+            r.sampling.temp = 0;
+            jobs.push_back(std::make_shared<Job>(r, engine.session().tokenize(p, true), 1e9));
+        }
+        for (auto& j : jobs) EXPECT_TRUE(engine.submit(j));
+        std::vector<std::string> text;
+        for (auto& j : jobs) {
+            std::string t;
+            int64_t tokens = 0;
+            std::vector<JobOutput> out;
+            for (bool over = false; !over;) {
+                out.clear();
+                over = j->wait(&out, 5.0);
+                for (const JobOutput& x : out) {
+                    t += x.text;
+                    tokens += x.tokens;
+                }
+            }
+            EXPECT_EQ(j->error, "");
+            EXPECT_EQ(tokens, max_tokens);
+            text.push_back(t);
+        }
+        *stats = engine.stats();
+        return text;
+    };
+    EngineStats alone, together;
+    const std::vector<std::string> plain = run(1, DraftMode::Off, &alone);
+    const std::vector<std::string> drafted = run(3, DraftMode::Forced, &together);
+    EXPECT_EQ(drafted, plain);
+    EXPECT_GT(together.drafted_tokens, 0u);
+    EXPECT_EQ(together.generated_tokens, uint64_t(max_tokens) * prompts.size());
+    // One slot: a pass a token but each reply's last (sampled, not
+    // evaluated). Three slots with drafts: their passes share forward calls.
+    EXPECT_EQ(alone.decode_passes, uint64_t(max_tokens - 1) * prompts.size());
+    EXPECT_LT(together.decode_passes, alone.decode_passes);
+}
+
 TEST(Serve, LogitBiasForcesAndForbidsTokens) {
     TestServer s(1, 4);
     const Tokenizer& tok = s.engine->session().tokenizer();

@@ -43,8 +43,10 @@ int cmd_synth(int argc, char** argv) {
               "layer routed), minimax-m2 (62 layers, 256 experts top-8, n_embd 3072), deepseek-v4-flash\n"
               "(deepseek4: 43 layers, 256 experts top-6 + 1 shared, first 3 hash-routed, compressed attention,\n"
               "4 residual streams, MXFP4 experts).\n"
-              "Only the qwen3moe presets route like trained models; the others' random networks collapse onto\n"
-              "a few experts per layer (figures on them are best cases). Use --layers to fit a disk.\n"
+              "The qwen3moe, gemma4-26b-a4b, gpt-oss-120b, qwen3.5, deepseek-v3 and glm-5 presets carry a\n"
+              "routing design fitted to published figures (docs/routing.md says how close each comes); the\n"
+              "others' random networks collapse onto a few experts per layer (figures on them are best cases).\n"
+              "Use --layers to fit a disk.\n"
               "Flags left at 0 keep the preset's value. Expert popularity per layer and the router skew are\n"
               "stored under moestream.synth.* and shown by `moestream inspect`.");
     args.option("--preset", &preset, "NAME", ("model shape: " + presets).c_str());

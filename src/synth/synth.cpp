@@ -421,8 +421,12 @@ void apply_design(const PlannedTensor& t, const ElementCodec* codec, const Chunk
                 for (int i = 0; i < bs; i++) set(block, i, tiny(col0 + i));
             continue;
         }
-        const bool designed_row =
-            t.design != SynthDesign::QkRecency || t.recency[size_t(row % uint64_t(t.head_dim))];
+        const uint8_t kind = t.design == SynthDesign::QkRecency ? t.recency[size_t(row % uint64_t(t.head_dim))] : 1;
+        if (kind == kRowCarrierZero) {  // a row of the token's own content: random, blind to the carrier
+            for (int i = 0; i < bs && col0 + i < t.carrier; i++) set(block, i, tiny(col0 + i));
+            continue;
+        }
+        const bool designed_row = kind == kRowRecency;
         if (t.pure && (!designed_row || col0 >= t.carrier)) {
             memset(block, 0, block_bytes);  // every block type here dequantizes all-zero bytes to zeros
             continue;
@@ -614,7 +618,10 @@ const std::vector<SynthSpec>& presets() {
          .n_embd = 7168, .expert_ffn = 2048, .n_head = 128, .n_head_kv = 1, .head_dim = 128, .context = 163840,
          .rope_base = 10000, .rope_dim = 64, .n_dense_lead = 3, .dense_ffn = 18432, .n_shared = 1,
          .q_lora = 1536, .kv_lora = 512, .v_head_dim = 128,
-         .router_locality = 0},
+         // Fitted to GLM-5.x's previous-token reuse (nothing is published for
+         // V3; docs/routing.md): flat popularity (the aux-loss-free balance),
+         // the most locality the knob allows.
+         .router_skew = 0, .router_locality = 8.0},
         // GLM-4.5-Air (106B-A12B): 46 layers (its NextN block is left out),
         // the first dense, 128 experts top-8 plus one shared, half-rotary heads,
         // no q/k norm.
@@ -629,13 +636,19 @@ const std::vector<SynthSpec>& presets() {
         {.preset = "qwen3.5-397b-a17b", .arch = "qwen35moe", .n_layer = 60, .n_expert = 512, .n_expert_used = 10,
          .n_embd = 4096, .expert_ffn = 1024, .n_head = 32, .n_head_kv = 2, .head_dim = 256, .context = 262144,
          .rope_base = 1e7, .rope_dim = 64, .n_shared = 1, .full_attention_interval = 4, .ssm_k_heads = 16,
-         .ssm_v_heads = 64, .ssm_head_dim = 128, .router_locality = 0},
+         .ssm_v_heads = 64, .ssm_head_dim = 128,
+         // Checked against a 512-expert Qwen-Next model's LRU rates (nothing
+         // is published for this one; docs/routing.md).
+         .router_skew = 0.3, .router_locality = 4.0, .router_sharpness = 0.5},
         // The 35B-A3B class (Qwen3.5-35B-A3B / Qwen3-Next widths): 40 layers,
         // 256 experts top-8 plus one shared of 512, n_embd 2048.
         {.preset = "qwen3.5-35b-a3b", .arch = "qwen35moe", .n_layer = 40, .n_expert = 256, .n_expert_used = 8,
          .n_embd = 2048, .expert_ffn = 512, .n_head = 16, .n_head_kv = 2, .head_dim = 256, .context = 262144,
          .rope_base = 1e7, .rope_dim = 64, .n_shared = 1, .full_attention_interval = 4, .ssm_k_heads = 16,
-         .ssm_v_heads = 32, .ssm_head_dim = 128, .router_locality = 0},
+         .ssm_v_heads = 32, .ssm_head_dim = 128,
+         // Fitted to the 90 % coverage and LRU rate of a model of this shape
+         // (Ornith-1.5-35B-A3B; docs/routing.md).
+         .router_skew = 1.0, .router_locality = 6.0, .router_sharpness = 0.5},
         // GLM-5 (744B-A40B, colibri's target): DeepSeek V3's MLA (q rank 2048,
         // KV rank 512, 128 + 64 rope dims for q/k, 256 for v, 64 heads) with a
         // lightning indexer in every layer (32 heads x 128, top 2048), 3 dense
@@ -644,7 +657,9 @@ const std::vector<SynthSpec>& presets() {
          .n_embd = 6144, .expert_ffn = 2048, .n_head = 64, .n_head_kv = 1, .head_dim = 128, .context = 202752,
          .rope_dim = 64, .n_dense_lead = 3, .dense_ffn = 12288, .n_shared = 1, .q_lora = 2048, .kv_lora = 512,
          .v_head_dim = 256, .indexer_heads = 32, .indexer_dim = 128, .indexer_top_k = 2048,
-         .router_locality = 0},
+         // DeepSeek V3's fit (its MLA design), checked against GLM-5.2's
+         // published routing (docs/routing.md).
+         .router_skew = 0, .router_locality = 8.0},
         // Llama 4 Scout (109B) and Maverick (400B): 48 layers, n_embd 5120,
         // 40/8 heads x 128; every layer routes in Scout (16 experts), every
         // other one in Maverick (128), top-1 by sigmoid plus a shared expert,

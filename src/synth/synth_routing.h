@@ -33,6 +33,11 @@ constexpr double kLocalityDecay = 0.5;
 // and keys hold the position alone.
 enum class SynthDesign { None, CarrierMax, QkRecency, CarrierZero, RowsZero };
 
+// QkRecency's mask, per row of a head: kRowOther (left random, or zero in a
+// pure tensor), kRowRecency (reads the carrier), kRowCarrierZero (random but
+// blind to the carrier: MLA's compressed rows, which the values read).
+constexpr uint8_t kRowOther = 0, kRowRecency = 1, kRowCarrierZero = 2;
+
 // Channels that hold the carrier at width n_embd.
 int carrier_channels(int64_t n_embd);
 
@@ -45,7 +50,9 @@ float carrier_gain(int64_t n_embd);
 // mid frequencies, whose sum of cosines falls over a few tokens. n_rot
 // leading dims rotate, in (i, i + n_rot/2) pairs; pair i turns
 // base^(-2i/n_rot) / factor[i] (factors may be null).
-std::vector<uint8_t> recency_dims(int head_dim, int n_rot, double rope_base, const float* factors = nullptr);
+// neox false: adjacent pairs (2i, 2i + 1) instead.
+std::vector<uint8_t> recency_dims(int head_dim, int n_rot, double rope_base, const float* factors = nullptr,
+                                  bool neox = true);
 
 // The score two positions' carriers give each other at distance 0 in the
 // qwen3moe presets (head 128, scale 1/sqrt(128), norm weight kRecencySharpness).

@@ -4,6 +4,9 @@
 //  - fast, in make test: a narrow qwen3-30b-a3b-shaped model; with the
 //    default design no layer collapses and nearby tokens share experts,
 //    while the plain random network (--router-locality 0) collapses;
+//  - fast, in make test: narrow deepseek-v3 (MLA) and qwen3.5-35b-a3b
+//    (Gated DeltaNet) shapes share experts between nearby tokens beyond
+//    chance and beyond their random networks, without collapsing;
 //  - slow (make routing-check, MOESTREAM_SLOW=1, ~18 GB of disk): the full
 //    preset against published measurements of the real Qwen3-30B-A3B over
 //    ~1k tokens (90 % of a layer's picks need 65 of 128 experts; the top

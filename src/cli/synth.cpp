@@ -16,7 +16,7 @@ int cmd_synth(int argc, char** argv) {
     std::string preset = "tiny", out, type, vocab;
     int layers = 0, experts = 0, experts_used = 0, n_embd = 0, ffn = 0, heads = 0, kv_heads = 0, head_dim = 0;
     int64_t context = 0, seed = 1;
-    double skew = -1, locality = -1;
+    double skew = -1, locality = -1, sharpness = -1;
     bool json = false, dry_run = false;
     std::string presets;
     for (const std::string& n : synth_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
@@ -43,8 +43,10 @@ int cmd_synth(int argc, char** argv) {
               "layer routed), minimax-m2 (62 layers, 256 experts top-8, n_embd 3072), deepseek-v4-flash\n"
               "(deepseek4: 43 layers, 256 experts top-6 + 1 shared, first 3 hash-routed, compressed attention,\n"
               "4 residual streams, MXFP4 experts).\n"
-              "Only the qwen3moe presets route like trained models; the others' random networks collapse onto\n"
-              "a few experts per layer (figures on them are best cases). Use --layers to fit a disk.\n"
+              "The qwen3moe, gemma4-26b-a4b, gpt-oss-120b, qwen3.5, deepseek-v3 and glm-5 presets carry a\n"
+              "routing design fitted to published figures (docs/routing.md says how close each comes); the\n"
+              "others' random networks collapse onto a few experts per layer (figures on them are best cases).\n"
+              "Use --layers to fit a disk.\n"
               "Flags left at 0 keep the preset's value. Expert popularity per layer and the router skew are\n"
               "stored under moestream.synth.* and shown by `moestream inspect`.");
     args.option("--preset", &preset, "NAME", ("model shape: " + presets).c_str());
@@ -69,6 +71,10 @@ int cmd_synth(int argc, char** argv) {
                 "expert popularity ~ 1/rank^S within each layer (0 = uniform; one expert is capped at 45% of "
                 "tokens, since no router can pick one expert for more than half of symmetric inputs; default: "
                 "the preset's)");
+    args.option("--router-sharpness", &sharpness, "W",
+                "how fast the recency window's attention falls with distance, relative to the qwen3 presets' "
+                "(families other than qwen3moe): lower means a broader window, more experts shared by nearby "
+                "tokens and fewer used in all (default: the preset's, fitted to its family's published routing)");
     args.option("--router-locality", &locality, "L",
                 "how much of the last few dozen tokens each router sees beside the current token (the value "
                 "scale of a recency-window attention built into the weights): higher means more experts shared "
@@ -97,6 +103,7 @@ int cmd_synth(int argc, char** argv) {
     if (!vocab.empty()) s.vocab_path = vocab;
     if (skew >= 0) s.router_skew = skew;
     if (locality >= 0) s.router_locality = locality;
+    if (sharpness >= 0) s.router_sharpness = sharpness;
     s.seed = uint64_t(seed);
     validate_spec(s);
     if (dry_run) {

@@ -19,6 +19,7 @@
 
 #include "gguf/gguf.h"
 #include "synth/synth_families.h"
+#include "synth/synth_routing.h"
 #include "synth/synth_vocab.h"
 #include "quant/blocks.h"
 #include "quant/dequant.h"
@@ -195,22 +196,9 @@ private:
 // --- realistic routing -----------------------------------------------------
 // Random networks collapse: attention that averages over every past position
 // drives all tokens' residuals toward one direction, and every router then
-// picks the same few experts. Trained models instead carry the token and its
-// recent context, so routing is spread out yet shared by nearby tokens. The
-// synthetic model gets that from a few designed elements on top of the
-// random fill:
-//  - the first kCarrier channels of every embedding row hold the type's
-//    largest value, a constant "carrier" in the residual;
-//  - attn_q / attn_k read the carrier with their largest value on the rope
-//    dims of mid frequencies (theta 1 .. 0.02 rad per position) and q/k norm
-//    weights keep only those dims, so every query and key share one vector
-//    and the scores fall with distance: each head attends to the last few
-//    to few dozen tokens (a recency window), whatever the tokens are;
-//  - attn_v ignores the carrier (values are the tokens' own) and attn_output
-//    does not write it; ffn_norm hides it from routers and experts;
-//  - attn_norm scales the token part of the values by the locality knob:
-//    how much recent context mixes into what each router sees.
-enum class Design { None, CarrierMax, QkRecency, CarrierZero, RowsZero };
+// picks the same few experts. The designed elements of synth/synth_routing.h
+// (a carrier in the residual, recency-window attention, routers blind to the
+// carrier) give routing that follows the token and its recent context.
 
 struct PlannedTensor {
     std::string name;
@@ -223,10 +211,12 @@ struct PlannedTensor {
     uint64_t n_blocks = 0;
     BlockHeader header;
     std::vector<uint16_t> f16_table;  // F16 tensors: 4096 Gaussian values to pick from
-    Design design = Design::None;
+    SynthDesign design = SynthDesign::None;
     int carrier = 0;                  // designed channels (columns, or rows for RowsZero)
     int head_dim = 0;                 // QkRecency: rows are heads of this size
     std::vector<uint8_t> recency;     // QkRecency: 1 for the dims of a head that carry position
+    float value = INFINITY;           // CarrierMax, QkRecency: the designed value (infinity: the largest)
+    bool pure = false;                // QkRecency: the rest of the tensor near zero
     std::vector<float> values;        // SynthFill::Values
 };
 
@@ -237,19 +227,6 @@ struct PlannedTensor {
 // competes for the cores.
 constexpr size_t kPoolWords = 128u << 10;
 
-// Realistic routing (see Design): carrier channels, the attn_norm weight
-// they get (so the shared query/key part dominates each token's own), the
-// q/k norm weight of the recency dims (how fast attention fades with
-// distance: most of it on the last few tokens; broader windows average the
-// tokens away and the network collapses again in its deeper layers), and how
-// the locality knob fades with depth (layer l's value scale is
-// locality / sqrt(1 + kLocalityDecay * l): every layer's context adds up in
-// the residual, and too much of it in the last layers drowns the token).
-// Chosen by measuring bench routing on English text (docs/routing.md).
-constexpr int64_t kCarrier = 32;
-constexpr double kCarrierGain = 4.0;  // at n_embd 256
-constexpr double kRecencySharpness = 1.2;
-constexpr double kLocalityDecay = 0.5;
 constexpr size_t kPieceWords = 8u << 10;
 
 struct Plan {
@@ -287,9 +264,18 @@ Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal
         p.tensors.push_back(std::move(t));
     };
     if (s.arch != "qwen3moe") {
-        for (const SynthTensor& t : family_tensors(s, n_vocab)) {
+        std::vector<SynthTensor> family = family_tensors(s, n_vocab);
+        design_family_routing(s, family);
+        for (const SynthTensor& t : family) {
             add(t.name, t.ne, t.fill, t.sigma, t.layer);
-            p.tensors.back().values = t.values;
+            PlannedTensor& pt = p.tensors.back();
+            pt.values = t.values;
+            pt.design = t.design;
+            pt.carrier = carrier_channels(s.n_embd);
+            pt.head_dim = t.head_dim;
+            pt.recency = t.recency;
+            pt.value = t.value;
+            pt.pure = t.pure;
         }
     } else {
         const int64_t E = s.n_embd, F = s.expert_ffn, Q = int64_t(s.n_head) * s.head_dim,
@@ -297,15 +283,11 @@ Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal
         // Embedding rows go straight into the residual stream (unit scale); every
         // other matrix has std 1/sqrt(fan_in) so activations keep their size
         // through the layers. The head is 2x that, for peaked but not one-hot logits.
-        // Realistic routing (see Design): carrier channels and recency dims.
-        const int J = int(std::min<int64_t>(kCarrier, E / 8));
+        // Realistic routing (synth/synth_routing.h): carrier channels and recency dims.
+        const int J = carrier_channels(E);
         const bool real = s.router_locality > 0;
-        std::vector<uint8_t> recency(size_t(s.head_dim), 0);
-        for (int i = 0; i < s.head_dim / 2; i++) {
-            const double theta = std::pow(s.rope_base, -2.0 * i / s.head_dim);
-            if (theta <= 1.0 && theta >= 0.02) recency[size_t(i)] = recency[size_t(i + s.head_dim / 2)] = 1;
-        }
-        auto design = [&](Design d) {
+        const std::vector<uint8_t> recency = recency_dims(s.head_dim, s.head_dim, s.rope_base);
+        auto design = [&](SynthDesign d) {
             if (!real) return;
             PlannedTensor& t = p.tensors.back();
             t.design = d;
@@ -321,15 +303,12 @@ Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal
         };
         std::vector<float> attn_norm(static_cast<size_t>(E)), ffn_norm(static_cast<size_t>(E), 1.0f),
             qk_norm(static_cast<size_t>(s.head_dim));
-        // The shared query/key part is kCarrier carrier inputs times weights of
-        // std 1/sqrt(n_embd): the gain grows with sqrt(n_embd) so its weight
-        // against each token's own part is the same at every width.
-        const float gain = float(kCarrierGain * std::sqrt(double(E) / 256.0));
+        const float gain = carrier_gain(E);
         for (int j = 0; j < J; j++) attn_norm[size_t(j)] = gain, ffn_norm[size_t(j)] = 0;
         for (int i = 0; i < s.head_dim; i++) qk_norm[size_t(i)] = recency[size_t(i)] ? float(kRecencySharpness) : 0.0f;
 
         add("token_embd.weight", {E, n_vocab}, SynthFill::Random, 1.0, -1);
-        design(Design::CarrierMax);
+        design(SynthDesign::CarrierMax);
         for (int l = 0; l < s.n_layer; ++l) {
             std::string b = "blk." + std::to_string(l) + ".";
             add(b + "attn_norm.weight", {E}, SynthFill::Ones, 0, l);
@@ -337,13 +316,13 @@ Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal
                 attn_norm[size_t(i)] = float(s.router_locality / std::sqrt(1.0 + kLocalityDecay * l));
             values(attn_norm);
             add(b + "attn_q.weight", {E, Q}, SynthFill::Random, 1 / std::sqrt(double(E)), l);
-            design(Design::QkRecency);
+            design(SynthDesign::QkRecency);
             add(b + "attn_k.weight", {E, KV}, SynthFill::Random, 1 / std::sqrt(double(E)), l);
-            design(Design::QkRecency);
+            design(SynthDesign::QkRecency);
             add(b + "attn_v.weight", {E, KV}, SynthFill::Random, 1 / std::sqrt(double(E)), l);
-            design(Design::CarrierZero);
+            design(SynthDesign::CarrierZero);
             add(b + "attn_output.weight", {Q, E}, SynthFill::Random, 1 / std::sqrt(double(Q)), l);
-            design(Design::RowsZero);
+            design(SynthDesign::RowsZero);
             add(b + "attn_q_norm.weight", {s.head_dim}, SynthFill::Ones, 0, l);
             values(qk_norm);
             add(b + "attn_k_norm.weight", {s.head_dim}, SynthFill::Ones, 0, l);
@@ -360,7 +339,7 @@ Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal
     }
 
     for (const PlannedTensor& t : p.tensors)
-        p.codecs.push_back(t.design != Design::None && t.type != GgmlType::F16 && t.type != GgmlType::F32
+        p.codecs.push_back(t.design != SynthDesign::None && t.type != GgmlType::F16 && t.type != GgmlType::F32
                                ? std::make_unique<ElementCodec>(t.type, t.header)
                                : nullptr);
 
@@ -429,7 +408,7 @@ void apply_design(const PlannedTensor& t, const ElementCodec* codec, const Chunk
     const size_t block_bytes = type_traits(t.type).type_size;
     auto set = [&](uint8_t* block, int i, float target) {
         if (codec) return codec->set(block, i, target);
-        put_f16(block + 2 * i, std::isinf(target) ? float(2.5 * t.sigma) : 0.0f);
+        put_f16(block + 2 * i, std::isinf(target) ? float(2.5 * t.sigma) : std::fabs(target) < 1e-6f ? 0.0f : target);
     };
     for (uint64_t b = 0; b < c.n_blocks; ++b) {
         const uint64_t g = c.first_block + b, row = g / per_row;
@@ -437,15 +416,26 @@ void apply_design(const PlannedTensor& t, const ElementCodec* codec, const Chunk
         uint8_t* block = out + b * block_bytes;
         // Near-zero targets alternate in sign so what is left of them cancels.
         auto tiny = [&](int64_t col) { return (int64_t(row) + col) % 2 ? 1e-9f : -1e-9f; };
-        if (t.design == Design::RowsZero) {
+        if (t.design == SynthDesign::RowsZero) {
             if (row < uint64_t(t.carrier))
                 for (int i = 0; i < bs; i++) set(block, i, tiny(col0 + i));
             continue;
         }
-        if (col0 >= t.carrier) continue;
-        if (t.design == Design::QkRecency && !t.recency[size_t(row % uint64_t(t.head_dim))]) continue;
-        for (int i = 0; i < bs && col0 + i < t.carrier; i++)
-            set(block, i, t.design == Design::CarrierZero ? tiny(col0 + i) : INFINITY);
+        const uint8_t kind = t.design == SynthDesign::QkRecency ? t.recency[size_t(row % uint64_t(t.head_dim))] : 1;
+        if (kind == kRowCarrierZero) {  // a row of the token's own content: random, blind to the carrier
+            for (int i = 0; i < bs && col0 + i < t.carrier; i++) set(block, i, tiny(col0 + i));
+            continue;
+        }
+        const bool designed_row = kind == kRowRecency;
+        if (t.pure && (!designed_row || col0 >= t.carrier)) {
+            memset(block, 0, block_bytes);  // every block type here dequantizes all-zero bytes to zeros
+            continue;
+        }
+        if (col0 >= t.carrier || !designed_row) continue;
+        for (int i = 0; i < bs; i++) {
+            if (col0 + i < t.carrier) set(block, i, t.design == SynthDesign::CarrierZero ? tiny(col0 + i) : t.value);
+            else if (t.pure) set(block, i, tiny(col0 + i));
+        }
     }
 }
 
@@ -514,14 +504,14 @@ void generate_chunk(const SynthSpec& s, const Plan& p, const Chunk& c, size_t ch
             for (uint64_t k = 0; k < 4 && i + k < c.n_blocks; ++k)
                 memcpy(out + 2 * (i + k), &t.f16_table[(r >> (16 * k)) & 4095], 2);
         }
-        if (t.design != Design::None) apply_design(t, nullptr, c, out);
+        if (t.design != SynthDesign::None) apply_design(t, nullptr, c, out);
         return;
     }
     fill_from_pool(p.pool, rng, out, c.bytes);
     const size_t bs = type_traits(t.type).type_size;
     const BlockHeader& h = t.header;
     for (uint64_t b = 0; b < c.n_blocks; ++b) memcpy(out + b * bs + h.offset, h.bytes, h.size);
-    if (t.design != Design::None) apply_design(t, p.codecs[c.tensor].get(), c, out);
+    if (t.design != SynthDesign::None) apply_design(t, p.codecs[c.tensor].get(), c, out);
 }
 
 // Bounded hand-off of generated chunks from the generator thread to the
@@ -620,7 +610,7 @@ const std::vector<SynthSpec>& presets() {
         {.preset = "gpt-oss-120b", .arch = "gpt-oss", .n_layer = 36, .n_expert = 128, .n_expert_used = 4,
          .n_embd = 2880, .expert_ffn = 2880, .n_head = 64, .n_head_kv = 8, .head_dim = 64, .context = 131072,
          .rope_base = 150000, .sliding_window = 128,
-         .recipe = "MXFP4", .router_locality = 0},
+         .recipe = "MXFP4", .router_skew = 0.5, .router_locality = 6.0},
         // DeepSeek V3 (671B): MLA (q rank 1536, KV rank 512, 128 + 64 rope
         // dims per head for q/k, 128 for v), 3 dense layers, 256 experts top-8
         // plus one shared.
@@ -628,7 +618,10 @@ const std::vector<SynthSpec>& presets() {
          .n_embd = 7168, .expert_ffn = 2048, .n_head = 128, .n_head_kv = 1, .head_dim = 128, .context = 163840,
          .rope_base = 10000, .rope_dim = 64, .n_dense_lead = 3, .dense_ffn = 18432, .n_shared = 1,
          .q_lora = 1536, .kv_lora = 512, .v_head_dim = 128,
-         .router_locality = 0},
+         // Fitted to GLM-5.x's previous-token reuse (nothing is published for
+         // V3; docs/routing.md): flat popularity (the aux-loss-free balance),
+         // the most locality the knob allows.
+         .router_skew = 0, .router_locality = 8.0},
         // GLM-4.5-Air (106B-A12B): 46 layers (its NextN block is left out),
         // the first dense, 128 experts top-8 plus one shared, half-rotary heads,
         // no q/k norm.
@@ -643,13 +636,19 @@ const std::vector<SynthSpec>& presets() {
         {.preset = "qwen3.5-397b-a17b", .arch = "qwen35moe", .n_layer = 60, .n_expert = 512, .n_expert_used = 10,
          .n_embd = 4096, .expert_ffn = 1024, .n_head = 32, .n_head_kv = 2, .head_dim = 256, .context = 262144,
          .rope_base = 1e7, .rope_dim = 64, .n_shared = 1, .full_attention_interval = 4, .ssm_k_heads = 16,
-         .ssm_v_heads = 64, .ssm_head_dim = 128, .router_locality = 0},
+         .ssm_v_heads = 64, .ssm_head_dim = 128,
+         // Checked against a 512-expert Qwen-Next model's LRU rates (nothing
+         // is published for this one; docs/routing.md).
+         .router_skew = 0.3, .router_locality = 4.0, .router_sharpness = 0.5},
         // The 35B-A3B class (Qwen3.5-35B-A3B / Qwen3-Next widths): 40 layers,
         // 256 experts top-8 plus one shared of 512, n_embd 2048.
         {.preset = "qwen3.5-35b-a3b", .arch = "qwen35moe", .n_layer = 40, .n_expert = 256, .n_expert_used = 8,
          .n_embd = 2048, .expert_ffn = 512, .n_head = 16, .n_head_kv = 2, .head_dim = 256, .context = 262144,
          .rope_base = 1e7, .rope_dim = 64, .n_shared = 1, .full_attention_interval = 4, .ssm_k_heads = 16,
-         .ssm_v_heads = 32, .ssm_head_dim = 128, .router_locality = 0},
+         .ssm_v_heads = 32, .ssm_head_dim = 128,
+         // Fitted to the 90 % coverage and LRU rate of a model of this shape
+         // (Ornith-1.5-35B-A3B; docs/routing.md).
+         .router_skew = 1.0, .router_locality = 6.0, .router_sharpness = 0.5},
         // GLM-5 (744B-A40B, colibri's target): DeepSeek V3's MLA (q rank 2048,
         // KV rank 512, 128 + 64 rope dims for q/k, 256 for v, 64 heads) with a
         // lightning indexer in every layer (32 heads x 128, top 2048), 3 dense
@@ -658,7 +657,9 @@ const std::vector<SynthSpec>& presets() {
          .n_embd = 6144, .expert_ffn = 2048, .n_head = 64, .n_head_kv = 1, .head_dim = 128, .context = 202752,
          .rope_dim = 64, .n_dense_lead = 3, .dense_ffn = 12288, .n_shared = 1, .q_lora = 2048, .kv_lora = 512,
          .v_head_dim = 256, .indexer_heads = 32, .indexer_dim = 128, .indexer_top_k = 2048,
-         .router_locality = 0},
+         // DeepSeek V3's fit (its MLA design), checked against GLM-5.2's
+         // published routing (docs/routing.md).
+         .router_skew = 0, .router_locality = 8.0},
         // Llama 4 Scout (109B) and Maverick (400B): 48 layers, n_embd 5120,
         // 40/8 heads x 128; every layer routes in Scout (16 experts), every
         // other one in Maverick (128), top-1 by sigmoid plus a shared expert,
@@ -697,7 +698,7 @@ const std::vector<SynthSpec>& presets() {
          .n_embd = 2816, .expert_ffn = 704, .n_head = 16, .n_head_kv = 8, .head_dim = 256, .context = 262144,
          .dense_ffn = 2112, .sliding_window = 1024, .full_attention_interval = 6, .head_dim_full = 512,
          .n_head_kv_full = 2, .rope_base_swa = 10000, .v_from_k = true,
-         .router_locality = 0},
+         .router_skew = 1.0, .router_locality = 2.0, .router_sharpness = 0.49},
         // Gemma 4 E4B: dense, 42 layers, n_embd 2560, 8 heads (2 KV heads of
         // 256 in sliding-window layers, window 512; 2 of 512 in every 6th),
         // MLP 10240, per-layer embeddings of 256, the last 18 layers reading
@@ -755,6 +756,8 @@ void validate_spec(const SynthSpec& s) {
     need(!s.vocab_path.empty() || (s.n_vocab >= 512 && s.n_vocab <= (1 << 20)) ||
              (s.tokenizer == "gpt2" && s.n_vocab >= 265 && s.n_vocab <= (1 << 20)),
          "the generated vocabulary's size must be 265..2^20 tokens (512.. for llama)");
+    need(std::isfinite(s.router_sharpness) && s.router_sharpness >= 0.05 && s.router_sharpness <= 8,
+         "--router-sharpness must be 0.05..8");
     need(std::isfinite(s.router_locality) && s.router_locality >= 0 && s.router_locality <= 8,
          "--router-locality must be 0..8");
     if (s.arch != "qwen3moe") validate_family(s);
@@ -977,6 +980,7 @@ SynthResult write_synth_model(const SynthSpec& spec, const std::string& path,
     w.set_u64("moestream.synth.seed", spec.seed);
     w.set_f32("moestream.synth.router_skew", float(spec.router_skew));
     w.set_f32("moestream.synth.router_locality", float(spec.router_locality));
+    if (spec.arch != "qwen3moe") w.set_f32("moestream.synth.router_sharpness", float(spec.router_sharpness));
     std::vector<float> popularity;
     for (int l = 0; l < spec.n_layer; ++l)
         for (int e = 0; e < spec.n_expert; ++e)

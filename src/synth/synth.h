@@ -7,8 +7,8 @@
 // a 17 GB model is written at disk speed. Router rows are scaled so expert
 // popularity follows a Zipf-like law (--router-skew); a few designed
 // elements give attention a recency window so routing follows the token and
-// its recent context, as in trained models (--router-locality; qwen3moe
-// only: the other families' random networks keep their collapsed routing).
+// its recent context, as in trained models (--router-locality; synth/synth_routing.h
+// says which families have the design so far).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -89,6 +89,10 @@ struct SynthSpec {
     // scale of recency-window attention; synth.cpp's Design): 0 gives the
     // plain random network, whose routing collapses onto a few experts.
     double router_locality = 1.0;
+    // How fast the recency window's scores fall with distance, relative to
+    // the qwen3 presets' (synth/synth_routing.h); fitted per family preset.
+    // Families other than qwen3moe only.
+    double router_sharpness = 1.0;
     uint64_t seed = 1;
 };
 

@@ -4,11 +4,13 @@
 // into bytes; qwen3moe keeps its own plan there because its weights carry
 // the designed elements that make routing realistic.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "synth/synth.h"
+#include "synth/synth_routing.h"
 
 namespace ms {
 
@@ -28,6 +30,13 @@ struct SynthTensor {
     double sigma = 0;  // Random: the standard deviation of the values
     int layer = -1;    // -1: not in a block
     std::vector<float> values = {};  // Values: the F32 contents
+    // Realistic routing (synth/synth_routing.h): the designed element, and
+    // for QkRecency the head size and which dims of a head carry position.
+    SynthDesign design = SynthDesign::None;
+    int head_dim = 0;
+    std::vector<uint8_t> recency = {};
+    float value = INFINITY;  // CarrierMax, QkRecency: the designed value (infinity: the type's largest)
+    bool pure = false;       // QkRecency: every other element of the tensor near zero
 };
 
 // Architectures synth writes besides qwen3moe: llama (Mixtral), gpt-oss,

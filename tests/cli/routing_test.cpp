@@ -4,6 +4,9 @@
 //  - fast, in make test: a narrow qwen3-30b-a3b-shaped model; with the
 //    default design no layer collapses and nearby tokens share experts,
 //    while the plain random network (--router-locality 0) collapses;
+//  - fast, in make test: narrow deepseek-v3 (MLA) and qwen3.5-35b-a3b
+//    (Gated DeltaNet) shapes share experts between nearby tokens beyond
+//    chance and beyond their random networks, without collapsing;
 //  - slow (make routing-check, MOESTREAM_SLOW=1, ~18 GB of disk): the full
 //    preset against published measurements of the real Qwen3-30B-A3B over
 //    ~1k tokens (90 % of a layer's picks need 65 of 128 experts; the top
@@ -96,4 +99,46 @@ TEST(RoutingCli, FullPresetRoutesLikeThePublishedModel) {
     EXPECT_LE(top, 1.2 * 0.063);
     EXPECT_NEAR(prev, 0.45, 0.2 * 0.45);
     EXPECT_NEAR(win, 0.80, 0.2 * 0.80);
+}
+
+// The designs of the other families (synth/synth_routing.cpp) at narrow
+// widths of their presets, against what would mean they no longer work:
+//  - routing no better than a router that ignores context: a token then
+//    shares k / n_expert of its experts with the previous one by chance, so
+//    the designed model must reach twice that;
+//  - the design not applied: the same shape with --router-locality 0 (the
+//    plain random network) must share less beyond chance;
+//  - collapse: a uniform router needs about 90 % of the experts for 90 % of
+//    its picks and a collapsed one a handful, so every layer must need at
+//    least a third of them.
+TEST(RoutingCli, FamilyDesignsShareExpertsBeyondChanceWithoutCollapse) {
+    if (getenv("MOESTREAM_SANITIZED")) GTEST_SKIP() << "a statistical check of the model, not of memory safety";
+    const std::string base = "/tmp/moestream-routing-family-" + std::to_string(getpid());
+    const int n_expert = 64, k = 8;
+    const std::string narrow = " --n-embd 256 --ffn 64 --heads 4 --experts " + std::to_string(n_expert) +
+                               " --experts-used " + std::to_string(k) + " --type Q8_0 ";
+    // MLA (3 dense lead layers, then MoE) and Qwen3.5 (3 DeltaNet layers to
+    // one gated-attention layer, twice).
+    for (const std::string shape :
+         {"--preset deepseek-v3 --layers 6", "--preset qwen3.5-35b-a3b --layers 8 --kv-heads 1"}) {
+        SCOPED_TRACE(shape);
+        Json designed, plain;
+        for (int pass = 0; pass < 2; pass++) {
+            const std::string model = base + (pass ? "-random.gguf" : ".gguf");
+            CliResult s =
+                run_cli("synth " + shape + narrow + (pass ? "--router-locality 0 " : "") + "-o " + model, true);
+            ASSERT_EQ(s.rc, 0) << s.out;
+            (pass ? plain : designed) = routing_of(model, "", 200);
+            std::remove(model.c_str());
+        }
+        const double chance = double(k) / n_expert;
+        const double reuse = designed.at("mean").at("prev_token_reuse").as_number(),
+                     random_reuse = plain.at("mean").at("prev_token_reuse").as_number();
+        EXPECT_GT(reuse, 2 * chance);
+        EXPECT_GT(reuse - chance, 1.25 * (random_reuse - chance)) << "random network: " << random_reuse;
+        for (const Json& layer : designed.at("layers").as_array()) {
+            SCOPED_TRACE(layer.at("layer").as_int());
+            EXPECT_GE(layer.at("experts_for_90pct").as_int(), n_expert / 3);
+        }
+    }
 }

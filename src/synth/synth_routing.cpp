@@ -1,0 +1,281 @@
+#include "synth/synth_routing.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "synth/synth_families.h"
+
+namespace ms {
+
+int carrier_channels(int64_t n_embd) { return int(std::min<int64_t>(kCarrier, n_embd / 8)); }
+
+float carrier_gain(int64_t n_embd) { return float(kCarrierGain * std::sqrt(double(n_embd) / 256.0)); }
+
+std::vector<uint8_t> recency_dims(int head_dim, int n_rot, double rope_base, const float* factors, bool neox) {
+    std::vector<uint8_t> r(size_t(head_dim), kRowOther);
+    for (int i = 0; i < n_rot / 2; i++) {
+        const double theta = std::pow(rope_base, -2.0 * i / n_rot) / (factors ? double(factors[i]) : 1.0);
+        if (theta > 1.0 || theta < 0.02) continue;
+        r[size_t(neox ? i : 2 * i)] = r[size_t(neox ? i + n_rot / 2 : 2 * i + 1)] = kRowRecency;
+    }
+    return r;
+}
+
+double recency_score() { return kRecencySharpness * kRecencySharpness * 128.0 / std::sqrt(128.0); }
+
+double recency_norm_weight(int head_dim, double attn_scale) {
+    // With the carrier dominating the recency dims, a normed head holds
+    // sqrt(head_dim / n_recency) there, times the weight w, so the score of
+    // two positions' carriers at distance 0 is head_dim * w^2 * attn_scale
+    // whatever the number of recency dims; the mid frequencies are spread
+    // evenly in log angle, so the fall with distance has the same shape.
+    return std::sqrt(recency_score() / (double(head_dim) * attn_scale));
+}
+
+namespace {
+
+// A tensor's name inside its block ("attn_q.weight" for "blk.3.attn_q.weight").
+std::string block_name(const std::string& name) {
+    if (name.rfind("blk.", 0) != 0) return name;
+    return name.substr(name.find('.', 4) + 1);
+}
+
+// Norm weights: the carrier channels at `carrier`, the rest at `rest`.
+std::vector<float> carrier_split(int64_t n, int J, float carrier, float rest) {
+    std::vector<float> v(size_t(n), rest);
+    std::fill(v.begin(), v.begin() + std::min<int64_t>(J, n), carrier);
+    return v;
+}
+
+void set_values(SynthTensor& t, std::vector<float> v) {
+    t.fill = SynthFill::Values;
+    t.values = std::move(v);
+}
+
+// Gemma 4 has per-head q/k norms (attention scale 1) like qwen3moe, so the
+// recency window is qwen3moe's. What differs: embeddings are scaled by
+// sqrt(n_embd) and every sub-layer's output is RMS-normed before it joins
+// the residual, so the locality knob is the weight of post_attention_norm
+// (recent context against the embedding's sqrt(n_embd)); the value vectors
+// are normed too. Full-attention layers take V from the K projection, which
+// would carry the carrier into the residual: their attention is muted
+// (post_attention_norm 0) and only the sliding-window layers mix context.
+void design_gemma4(const SynthSpec& s, std::vector<SynthTensor>& ts) {
+    const int64_t E = s.n_embd;
+    const int J = carrier_channels(E);
+    const float gain = carrier_gain(E);
+    const std::vector<uint8_t> rec = recency_dims(s.head_dim, s.head_dim, s.rope_base_swa);
+    const float w = float(recency_norm_weight(s.head_dim, 1.0) * std::sqrt(s.router_sharpness));
+    std::vector<float> qk(size_t(s.head_dim));
+    for (int i = 0; i < s.head_dim; i++) qk[size_t(i)] = rec[size_t(i)] ? w : 0.0f;
+    for (SynthTensor& t : ts) {
+        const std::string n = block_name(t.name);
+        const int l = t.layer;
+        const bool full = l >= 0 && (l + 1) % s.full_attention_interval == 0;
+        auto recency = [&] {
+            t.design = SynthDesign::QkRecency;
+            t.head_dim = s.head_dim;
+            t.recency = rec;
+        };
+        if (n == "token_embd.weight") t.design = SynthDesign::CarrierMax;
+        else if (n == "attn_norm.weight") set_values(t, carrier_split(E, J, gain, 1.0f));
+        else if ((n == "attn_q.weight" || n == "attn_k.weight") && !full) recency();
+        else if ((n == "attn_q_norm.weight" || n == "attn_k_norm.weight") && !full) set_values(t, qk);
+        else if (n == "attn_v.weight") t.design = SynthDesign::CarrierZero;
+        else if (n == "attn_output.weight") t.design = SynthDesign::RowsZero;
+        else if (n == "post_attention_norm.weight") {
+            const float ctx = full ? 0.0f
+                                   : float(s.router_locality * std::sqrt(double(E)) /
+                                           std::sqrt(1.0 + kLocalityDecay * l));
+            set_values(t, carrier_split(E, J, 0.0f, ctx));
+        } else if (n == "ffn_norm.weight" || n == "pre_ffw_norm_2.weight" || n == "post_ffw_norm.weight" ||
+                   n == "post_norm.weight")
+            set_values(t, carrier_split(E, J, 0.0f, 1.0f));
+        else if (n == "ffn_gate_inp.scale")
+            set_values(t, carrier_split(E, J, 0.0f, float(std::sqrt(double(E)))));
+    }
+}
+
+// The embedding's carrier value where the queries and keys are not normed
+// (their size then follows it); within every weight type's range at std 1.
+constexpr float kCarrierValue = 1.5f;
+
+// Families whose attention has no q/k norms (gpt-oss, Mixtral, GLM-4.5):
+// the queries' and keys' recency rows read only the carrier and every other
+// weight of attn_q / attn_k is zero, so each query and key is the position
+// alone, and the designed value sets how fast scores fall with distance: at
+// layer 0 (residual RMS ~1, carrier kCarrierValue x the attn_norm gain) the
+// score at distance 0 is recency_score() times s.router_sharpness. The
+// residual adds unnormed sub-layer outputs, as in qwen3moe, so the locality
+// knob is the token part of attn_norm, which feeds the values.
+// `attn_scale`: the scale of q.k (1/sqrt(head) times any YaRN factor on both).
+// s.router_sharpness scales the score.
+void design_plain_attention(const SynthSpec& s, std::vector<SynthTensor>& ts, double attn_scale,
+                            const std::string& ffn_norm) {
+    const int64_t E = s.n_embd;
+    const int J = carrier_channels(E);
+    const float gain = carrier_gain(E);
+    const int n_rot = s.rope_dim > 0 ? s.rope_dim : s.head_dim;
+    const std::vector<uint8_t> rec = recency_dims(s.head_dim, n_rot, s.rope_base);
+    const int n_rec = int(std::count(rec.begin(), rec.end(), 1));
+    const double qk = std::sqrt(recency_score() * s.router_sharpness / (n_rec * attn_scale));
+    const float v = float(qk / (J * kCarrierValue * gain));
+    for (SynthTensor& t : ts) {
+        const std::string n = block_name(t.name);
+        const int l = t.layer;
+        if (n == "token_embd.weight") {
+            t.design = SynthDesign::CarrierMax;
+            t.value = kCarrierValue;
+        } else if (n == "attn_norm.weight") {
+            set_values(t, carrier_split(E, J, gain, float(s.router_locality / std::sqrt(1.0 + kLocalityDecay * l))));
+        } else if (n == "attn_q.weight" || n == "attn_k.weight") {
+            t.design = SynthDesign::QkRecency;
+            t.head_dim = s.head_dim;
+            t.recency = rec;
+            t.value = v;
+            t.pure = true;
+        } else if (n == "attn_v.weight") {
+            t.design = SynthDesign::CarrierZero;
+        } else if (n == "attn_output.weight") {
+            t.design = SynthDesign::RowsZero;
+        } else if (n == ffn_norm + ".weight") {
+            set_values(t, carrier_split(E, J, 0.0f, 1.0f));
+        }
+    }
+}
+
+// Multi-head latent attention (DeepSeek V3, GLM-5): the score of a head is
+// q_nope . (attn_k_b c) + q_pe . k_pe, the values read the compressed row
+// c. Position-only queries and keys, as for plain attention: attn_q_a
+// writes the carrier alone into the first J latent channels (attn_q_a_norm
+// then makes them the same for every token), attn_q_b's rope recency rows
+// read only those channels and the rest of q is zero (no content score);
+// attn_kv_a_mqa's rope recency rows read only the residual's carrier (k_pe),
+// its other rope rows are zero, and its compressed rows are the token's own,
+// blind to the carrier; attn_kv_a_norm's weight is the locality knob.
+// `attn_scale`: the scale of q.k, YaRN's included.
+void design_mla(const SynthSpec& s, std::vector<SynthTensor>& ts, double attn_scale) {
+    const int64_t E = s.n_embd;
+    const int J = carrier_channels(E);
+    const float gain = carrier_gain(E);
+    // Without a q latent of at least J channels (V2-Lite's uncompressed q)
+    // the queries cannot be made position-only this way: left random.
+    if (s.q_lora < J) return;
+    const std::vector<uint8_t> rope = recency_dims(s.rope_dim, s.rope_dim, s.rope_base, nullptr, false);
+    const int n_rec = int(std::count(rope.begin(), rope.end(), kRowRecency));
+    std::vector<uint8_t> q_head(size_t(s.head_dim), kRowOther), kv(size_t(s.kv_lora), kRowCarrierZero),
+        q_latent(size_t(s.q_lora), kRowOther);
+    q_head.insert(q_head.end(), rope.begin(), rope.end());
+    kv.insert(kv.end(), rope.begin(), rope.end());
+    std::fill(q_latent.begin(), q_latent.begin() + J, kRowRecency);
+    // Per recency dim, q and k of the same size giving the score.
+    const double qk = std::sqrt(recency_score() * s.router_sharpness / (n_rec * attn_scale));
+    // attn_q_a_norm leaves the J latent carrier channels at sqrt(q_lora / J).
+    const float vq = float(qk / (J * std::sqrt(double(s.q_lora) / J))), vk = float(qk / (J * kCarrierValue * gain));
+    auto recency = [&](SynthTensor& t, const std::vector<uint8_t>& mask, float value) {
+        t.design = SynthDesign::QkRecency;
+        t.head_dim = int(mask.size());
+        t.recency = mask;
+        t.value = value;
+        t.pure = true;
+    };
+    for (SynthTensor& t : ts) {
+        const std::string n = block_name(t.name);
+        const int l = t.layer;
+        if (n == "token_embd.weight") {
+            t.design = SynthDesign::CarrierMax;
+            t.value = kCarrierValue;
+        } else if (n == "attn_norm.weight") {
+            set_values(t, carrier_split(E, J, gain, 1.0f));
+        } else if (n == "attn_kv_a_norm.weight") {
+            // The compressed row is normed, so the values' scale (the locality
+            // knob) is its norm's weight.
+            const float locality = float(s.router_locality / std::sqrt(1.0 + kLocalityDecay * l));
+            set_values(t, std::vector<float>(size_t(s.kv_lora), locality));
+        } else if (n == "attn_q_a.weight") {
+            recency(t, q_latent, INFINITY);
+        } else if (n == "attn_q_b.weight") {
+            recency(t, q_head, vq);
+        } else if (n == "attn_kv_a_mqa.weight") {
+            recency(t, kv, vk);
+        } else if (n == "attn_output.weight") {
+            t.design = SynthDesign::RowsZero;
+        } else if (n == "ffn_norm.weight") {
+            set_values(t, carrier_split(E, J, 0.0f, 1.0f));
+        }
+    }
+}
+
+// Qwen3.5 / Qwen3-Next: every full_attention_interval-th layer is gated
+// attention with per-head q/k norms, designed as qwen3moe's (attn_q's rows
+// per head are [q | gate]: only q's recency rows read the carrier). The
+// Gated DeltaNet layers between get the recency from their state instead:
+// a log decay of kDeltaNetLogDecay x router_sharpness a token (ssm_a, with
+// dt bias 2) keeps the last few tokens' keys and values in it, and their
+// inputs are blind to the carrier. The decay follows the sharpness knob, so
+// one knob sets how far back both kinds of layer look (three in four layers
+// are DeltaNet: their decay, not the attention window, sets most of the
+// reuse). Their output is RMS-normed per head, so the locality knob is
+// ssm_norm's weight there, attn_norm's token part in the attention layers.
+constexpr double kDeltaNetLogDecay = -1.4;  // at sharpness 0.5, about half of the state kept a token
+constexpr double kDeltaNetDtBias = 2.0;
+
+void design_qwen35(const SynthSpec& s, std::vector<SynthTensor>& ts) {
+    const int64_t E = s.n_embd;
+    const int J = carrier_channels(E), hd = s.head_dim;
+    const float gain = carrier_gain(E);
+    const std::vector<uint8_t> rec = recency_dims(hd, s.rope_dim > 0 ? s.rope_dim : hd, s.rope_base);
+    std::vector<uint8_t> q_rows = rec;
+    q_rows.resize(size_t(2 * hd), kRowOther);  // the gate half
+    const float w = float(recency_norm_weight(hd, 1 / std::sqrt(double(hd))) * std::sqrt(s.router_sharpness));
+    std::vector<float> qk(static_cast<size_t>(hd));
+    for (int i = 0; i < hd; i++) qk[size_t(i)] = rec[size_t(i)] ? w : 0.0f;
+    const double softplus_bias = std::log1p(std::exp(kDeltaNetDtBias));
+    for (SynthTensor& t : ts) {
+        const std::string n = block_name(t.name);
+        const int l = t.layer;
+        const float locality = float(s.router_locality / std::sqrt(1.0 + kLocalityDecay * l));
+        auto recency = [&](const std::vector<uint8_t>& mask) {
+            t.design = SynthDesign::QkRecency;
+            t.head_dim = int(mask.size());
+            t.recency = mask;
+        };
+        if (n == "token_embd.weight") t.design = SynthDesign::CarrierMax;
+        else if (n == "attn_norm.weight") set_values(t, carrier_split(E, J, gain, locality));
+        else if (n == "attn_q.weight") recency(q_rows);
+        else if (n == "attn_k.weight") recency(rec);
+        else if (n == "attn_q_norm.weight" || n == "attn_k_norm.weight") set_values(t, qk);
+        else if (n == "attn_v.weight" || n == "attn_qkv.weight" || n == "attn_gate.weight" ||
+                 n == "ssm_beta.weight" || n == "ssm_alpha.weight")
+            t.design = SynthDesign::CarrierZero;
+        else if (n == "attn_output.weight" || n == "ssm_out.weight") t.design = SynthDesign::RowsZero;
+        else if (n == "ssm_a")
+            set_values(t, std::vector<float>(size_t(t.ne[0]), float(kDeltaNetLogDecay * s.router_sharpness / softplus_bias)));
+        else if (n == "ssm_dt.bias") set_values(t, std::vector<float>(size_t(t.ne[0]), float(kDeltaNetDtBias)));
+        else if (n == "ssm_norm.weight") set_values(t, std::vector<float>(size_t(t.ne[0]), locality));
+        else if (n == "post_attention_norm.weight") set_values(t, carrier_split(E, J, 0.0f, 1.0f));
+    }
+}
+
+}  // namespace
+
+void design_family_routing(const SynthSpec& s, std::vector<SynthTensor>& tensors) {
+    if (s.router_locality <= 0) return;
+    if (s.arch == "gemma4" && s.routed) design_gemma4(s, tensors);
+    // gpt-oss: YaRN (factor 32) multiplies both q and k by 1 + 0.1 ln 32.
+    const double yarn = 1 + 0.1 * std::log(32.0);
+    if (s.arch == "qwen35moe") design_qwen35(s, tensors);
+    if (s.arch == "deepseek2") {
+        // YaRN factor 40 with log multiplier 0.1 scales q.k by (1 + 0.1 ln 40)^2.
+        const double m = 1 + 0.1 * std::log(40.0);
+        design_mla(s, tensors, m * m / std::sqrt(double(s.head_dim + s.rope_dim)));
+    }
+    // GLM-5: the same MLA without YaRN; the lightning indexer's queries come
+    // from the designed q latent, and a text shorter than its top-k keeps
+    // every position, so the recency window is MLA's.
+    if (s.arch == "glm-dsa") design_mla(s, tensors, 1 / std::sqrt(double(s.head_dim + s.rope_dim)));
+    if (s.arch == "gpt-oss") design_plain_attention(s, tensors, yarn * yarn / std::sqrt(double(s.head_dim)), "post_attention_norm");
+}
+
+}  // namespace ms

@@ -494,30 +494,34 @@ void Engine::decode(const std::vector<Slot*>& slots) {
         batch_sessions_.push_back(&ss);
     }
     const double t0 = steady_seconds();
+    // Each drafting slot then keeps the drafts its sampler agrees with;
+    // a rollback may evaluate again (Session::rewind), so under the lock too.
+    uint64_t accepted_shown = 0, drafted = 0, accepted = 0;
+    ending_.assign(slots.size(), std::string());
     try {
         std::lock_guard<std::mutex> lk(forward_mu_);
         Session::run_passes(batch_sessions_.data(), int(slots.size()));
+        for (size_t i = 0; i < slots.size(); i++) {
+            Slot& s = *slots[i];
+            Session& ss = *s.session;
+            const bool drafting = ss.draft().mode != DraftMode::Off;
+            const DraftStats before = ss.draft_stats;
+            std::string& reason = ending_[i];
+            bool done = false;
+            accepted_shown += uint64_t(ss.finish([&](int32_t t) { return take_token(s, t, nullptr, &reason); },
+                                                 s.job->request.ignore_eos, &done));
+            if (!drafting) continue;  // step() checks the context before sampling
+            drafted += uint64_t(ss.draft_stats.drafted - before.drafted);
+            accepted += uint64_t(ss.draft_stats.accepted - before.accepted);
+            if (reason.empty() && (done || ss.tokens().size() >= size_t(ss.n_ctx()))) reason = "length";
+        }
     } catch (const std::exception& e) {
         for (Slot* s : slots) end(*s, "", e.what());
         return;
     }
     const double dt = steady_seconds() - t0;
-    // Each drafting slot keeps the drafts its sampler agrees with.
-    uint64_t accepted_shown = 0, drafted = 0, accepted = 0;
-    for (Slot* s : slots) {
-        Session& ss = *s->session;
-        const bool drafting = ss.draft().mode != DraftMode::Off;
-        const DraftStats before = ss.draft_stats;
-        std::string reason;
-        bool done = false;
-        accepted_shown += uint64_t(ss.finish([&](int32_t t) { return take_token(*s, t, nullptr, &reason); },
-                                             s->job->request.ignore_eos, &done));
-        if (!drafting) continue;  // step() checks the context before sampling
-        drafted += uint64_t(ss.draft_stats.drafted - before.drafted);
-        accepted += uint64_t(ss.draft_stats.accepted - before.accepted);
-        if (reason.empty() && (done || ss.tokens().size() >= size_t(ss.n_ctx()))) reason = "length";
-        if (!reason.empty()) end(*s, reason);
-    }
+    for (size_t i = 0; i < slots.size(); i++)
+        if (!ending_[i].empty()) end(*slots[i], ending_[i]);
     std::lock_guard<std::mutex> st(mu_);
     stats_.decode_passes++;
     stats_.decode_seconds += dt;

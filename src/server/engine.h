@@ -187,6 +187,7 @@ private:
     std::shared_ptr<const TokenTrie> trie_;  // the vocabulary's bytes, made at the first grammar
     std::vector<Slot*> decoding_;    // this round's decoding slots, and their sessions and tokens
     std::vector<Session*> batch_sessions_;
+    std::vector<std::string> ending_;  // decode(): why each slot's reply ends ("": it goes on)
     EngineOptions options_;
     const StoreCounters* counters_;
     std::mutex mu_;                  // queue_, stats_

@@ -109,7 +109,9 @@ void Session::run_passes(Session* const* sessions, int n) {
             // A pass with drafts may be rolled back (Gated DeltaNet's states).
             if (s.pass_.size() > 1) s.state_->checkpoint();
         }
-        Trace::Span span(active_trace(), "verify", "step", "rows", int64_t(rows));
+        // A decode step of m sequences, or a pass with drafts to verify.
+        Trace::Span span(active_trace(), ones ? "token" : "verify", "step", ones ? "sequences" : "tokens",
+                         int64_t(ones ? m : rows));
         float* logits = lead.batch_logits_.data();
         if (m == 1) {
             lead.model_->forward(*lead.batch_states_[0], *lead.experts_, *lead.pool_, lead.batch_tokens_.data(), rows,

@@ -190,7 +190,6 @@ private:
     DraftOptions draft_;
     std::vector<int32_t> pass_;  // empty: no pass waiting for run_passes()
     size_t pass_pos0_ = 0;       // tokens_ before the pass (run_passes)
-    int pass_emitted_ = 0;       // tokens propose() gave to on_token
     std::vector<float> rows_;
     int32_t exclude_ = -1;
     // run_passes' and decode_batch's rows, when this session leads a batch.

@@ -313,7 +313,7 @@ Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal
             std::string b = "blk." + std::to_string(l) + ".";
             add(b + "attn_norm.weight", {E}, SynthFill::Ones, 0, l);
             for (int64_t i = J; i < E; i++)
-                attn_norm[size_t(i)] = float(s.router_locality / std::sqrt(1.0 + kLocalityDecay * l));
+                attn_norm[size_t(i)] = float(layer_locality(s, l));
             values(attn_norm);
             add(b + "attn_q.weight", {E, Q}, SynthFill::Random, 1 / std::sqrt(double(E)), l);
             design(SynthDesign::QkRecency);

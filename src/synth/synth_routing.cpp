@@ -33,7 +33,35 @@ double recency_norm_weight(int head_dim, double attn_scale) {
     return std::sqrt(recency_score() / (double(head_dim) * attn_scale));
 }
 
+double layer_locality(const SynthSpec& s, int layer) {
+    return s.router_locality / std::sqrt(1.0 + kLocalityDecay * layer);
+}
+
 namespace {
+
+// A QkRecency tensor over heads of mask.size() rows: the mask's recency rows
+// read the carrier at `value`; pure: every other element zero.
+void mark_recency(SynthTensor& t, const std::vector<uint8_t>& mask, float value = INFINITY, bool pure = false) {
+    t.design = SynthDesign::QkRecency;
+    t.head_dim = int(mask.size());
+    t.recency = mask;
+    t.value = value;
+    t.pure = pure;
+}
+
+// q/k norm weights: w on the recency dims, 0 elsewhere.
+std::vector<float> recency_norm(const std::vector<uint8_t>& rec, float w) {
+    std::vector<float> v(rec.size());
+    for (size_t i = 0; i < rec.size(); i++) v[i] = rec[i] == kRowRecency ? w : 0.0f;
+    return v;
+}
+
+// Pure (norm-free) queries and keys: the size q and k each take on every
+// one of n_rec recency dims so that the score at distance 0 is
+// recency_score() times the sharpness knob, after attn_scale.
+double pure_recency_qk(const SynthSpec& s, int n_rec, double attn_scale) {
+    return std::sqrt(recency_score() * s.router_sharpness / (n_rec * attn_scale));
+}
 
 // A tensor's name inside its block ("attn_q.weight" for "blk.3.attn_q.weight").
 std::string block_name(const std::string& name) {
@@ -66,25 +94,20 @@ void design_gemma4(const SynthSpec& s, std::vector<SynthTensor>& ts) {
     const int J = carrier_channels(E);
     const float gain = carrier_gain(E);
     const std::vector<uint8_t> rec = recency_dims(s.head_dim, s.head_dim, s.rope_base_swa);
-    const float w = float(recency_norm_weight(s.head_dim, 1.0) * std::sqrt(s.router_sharpness));
-    std::vector<float> qk(size_t(s.head_dim));
-    for (int i = 0; i < s.head_dim; i++) qk[size_t(i)] = rec[size_t(i)] ? w : 0.0f;
+    const std::vector<float> qk =
+        recency_norm(rec, float(recency_norm_weight(s.head_dim, 1.0) * std::sqrt(s.router_sharpness)));
     for (SynthTensor& t : ts) {
         const std::string n = block_name(t.name);
         const int l = t.layer;
         const bool full = l >= 0 && (l + 1) % s.full_attention_interval == 0;
-        auto recency = [&] {
-            t.design = SynthDesign::QkRecency;
-            t.head_dim = s.head_dim;
-            t.recency = rec;
-        };
         if (n == "token_embd.weight") t.design = SynthDesign::CarrierMax;
         else if (n == "attn_norm.weight") set_values(t, carrier_split(E, J, gain, 1.0f));
-        else if ((n == "attn_q.weight" || n == "attn_k.weight") && !full) recency();
+        else if ((n == "attn_q.weight" || n == "attn_k.weight") && !full) mark_recency(t, rec);
         else if ((n == "attn_q_norm.weight" || n == "attn_k_norm.weight") && !full) set_values(t, qk);
         else if (n == "attn_v.weight") t.design = SynthDesign::CarrierZero;
         else if (n == "attn_output.weight") t.design = SynthDesign::RowsZero;
         else if (n == "post_attention_norm.weight") {
+            // layer_locality(s, l) x sqrt(E), in the order the fitted files were made with
             const float ctx = full ? 0.0f
                                    : float(s.router_locality * std::sqrt(double(E)) /
                                            std::sqrt(1.0 + kLocalityDecay * l));
@@ -118,9 +141,8 @@ void design_plain_attention(const SynthSpec& s, std::vector<SynthTensor>& ts, do
     const float gain = carrier_gain(E);
     const int n_rot = s.rope_dim > 0 ? s.rope_dim : s.head_dim;
     const std::vector<uint8_t> rec = recency_dims(s.head_dim, n_rot, s.rope_base);
-    const int n_rec = int(std::count(rec.begin(), rec.end(), 1));
-    const double qk = std::sqrt(recency_score() * s.router_sharpness / (n_rec * attn_scale));
-    const float v = float(qk / (J * kCarrierValue * gain));
+    const int n_rec = int(std::count(rec.begin(), rec.end(), kRowRecency));
+    const float v = float(pure_recency_qk(s, n_rec, attn_scale) / (J * kCarrierValue * gain));
     for (SynthTensor& t : ts) {
         const std::string n = block_name(t.name);
         const int l = t.layer;
@@ -128,13 +150,9 @@ void design_plain_attention(const SynthSpec& s, std::vector<SynthTensor>& ts, do
             t.design = SynthDesign::CarrierMax;
             t.value = kCarrierValue;
         } else if (n == "attn_norm.weight") {
-            set_values(t, carrier_split(E, J, gain, float(s.router_locality / std::sqrt(1.0 + kLocalityDecay * l))));
+            set_values(t, carrier_split(E, J, gain, float(layer_locality(s, l))));
         } else if (n == "attn_q.weight" || n == "attn_k.weight") {
-            t.design = SynthDesign::QkRecency;
-            t.head_dim = s.head_dim;
-            t.recency = rec;
-            t.value = v;
-            t.pure = true;
+            mark_recency(t, rec, v, true);
         } else if (n == "attn_v.weight") {
             t.design = SynthDesign::CarrierZero;
         } else if (n == "attn_output.weight") {
@@ -170,16 +188,9 @@ void design_mla(const SynthSpec& s, std::vector<SynthTensor>& ts, double attn_sc
     kv.insert(kv.end(), rope.begin(), rope.end());
     std::fill(q_latent.begin(), q_latent.begin() + J, kRowRecency);
     // Per recency dim, q and k of the same size giving the score.
-    const double qk = std::sqrt(recency_score() * s.router_sharpness / (n_rec * attn_scale));
+    const double qk = pure_recency_qk(s, n_rec, attn_scale);
     // attn_q_a_norm leaves the J latent carrier channels at sqrt(q_lora / J).
     const float vq = float(qk / (J * std::sqrt(double(s.q_lora) / J))), vk = float(qk / (J * kCarrierValue * gain));
-    auto recency = [&](SynthTensor& t, const std::vector<uint8_t>& mask, float value) {
-        t.design = SynthDesign::QkRecency;
-        t.head_dim = int(mask.size());
-        t.recency = mask;
-        t.value = value;
-        t.pure = true;
-    };
     for (SynthTensor& t : ts) {
         const std::string n = block_name(t.name);
         const int l = t.layer;
@@ -191,14 +202,13 @@ void design_mla(const SynthSpec& s, std::vector<SynthTensor>& ts, double attn_sc
         } else if (n == "attn_kv_a_norm.weight") {
             // The compressed row is normed, so the values' scale (the locality
             // knob) is its norm's weight.
-            const float locality = float(s.router_locality / std::sqrt(1.0 + kLocalityDecay * l));
-            set_values(t, std::vector<float>(size_t(s.kv_lora), locality));
+            set_values(t, std::vector<float>(size_t(s.kv_lora), float(layer_locality(s, l))));
         } else if (n == "attn_q_a.weight") {
-            recency(t, q_latent, INFINITY);
+            mark_recency(t, q_latent, INFINITY, true);
         } else if (n == "attn_q_b.weight") {
-            recency(t, q_head, vq);
+            mark_recency(t, q_head, vq, true);
         } else if (n == "attn_kv_a_mqa.weight") {
-            recency(t, kv, vk);
+            mark_recency(t, kv, vk, true);
         } else if (n == "attn_output.weight") {
             t.design = SynthDesign::RowsZero;
         } else if (n == "ffn_norm.weight") {
@@ -228,23 +238,17 @@ void design_qwen35(const SynthSpec& s, std::vector<SynthTensor>& ts) {
     const std::vector<uint8_t> rec = recency_dims(hd, s.rope_dim > 0 ? s.rope_dim : hd, s.rope_base);
     std::vector<uint8_t> q_rows = rec;
     q_rows.resize(size_t(2 * hd), kRowOther);  // the gate half
-    const float w = float(recency_norm_weight(hd, 1 / std::sqrt(double(hd))) * std::sqrt(s.router_sharpness));
-    std::vector<float> qk(static_cast<size_t>(hd));
-    for (int i = 0; i < hd; i++) qk[size_t(i)] = rec[size_t(i)] ? w : 0.0f;
+    const std::vector<float> qk =
+        recency_norm(rec, float(recency_norm_weight(hd, 1 / std::sqrt(double(hd))) * std::sqrt(s.router_sharpness)));
     const double softplus_bias = std::log1p(std::exp(kDeltaNetDtBias));
     for (SynthTensor& t : ts) {
         const std::string n = block_name(t.name);
         const int l = t.layer;
-        const float locality = float(s.router_locality / std::sqrt(1.0 + kLocalityDecay * l));
-        auto recency = [&](const std::vector<uint8_t>& mask) {
-            t.design = SynthDesign::QkRecency;
-            t.head_dim = int(mask.size());
-            t.recency = mask;
-        };
+        const float locality = float(layer_locality(s, l));
         if (n == "token_embd.weight") t.design = SynthDesign::CarrierMax;
         else if (n == "attn_norm.weight") set_values(t, carrier_split(E, J, gain, locality));
-        else if (n == "attn_q.weight") recency(q_rows);
-        else if (n == "attn_k.weight") recency(rec);
+        else if (n == "attn_q.weight") mark_recency(t, q_rows);
+        else if (n == "attn_k.weight") mark_recency(t, rec);
         else if (n == "attn_q_norm.weight" || n == "attn_k_norm.weight") set_values(t, qk);
         else if (n == "attn_v.weight" || n == "attn_qkv.weight" || n == "attn_gate.weight" ||
                  n == "ssm_beta.weight" || n == "ssm_alpha.weight")

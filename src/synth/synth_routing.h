@@ -62,6 +62,10 @@ double recency_score();
 // scores are multiplied by attn_scale that gives recency_score().
 double recency_norm_weight(int head_dim, double attn_scale);
 
+// The locality knob at layer `layer`: s.router_locality fading with depth
+// (locality / sqrt(1 + kLocalityDecay * layer)).
+double layer_locality(const SynthSpec& s, int layer);
+
 // Marks the designed elements of a family's tensors (synth_families.h) for
 // realistic routing when s.router_locality > 0; leaves them as they are
 // where the family has no design yet.

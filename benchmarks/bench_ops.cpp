@@ -49,7 +49,8 @@ void bm_mem_read(benchmark::State& st, int threads) {
 
 // One decode step (n_tok = 1) at position n_ctx - 1 over a full cache, the
 // step moving through 48 layers' caches as decode does (at 4096 positions
-// they outgrow the L3 cache).
+// they outgrow the L3 cache), each laid out as the models keep it (a plane
+// per KV head).
 void bm_attention(benchmark::State& st, SimdLevel level, GgmlType kv_type, int64_t n_ctx, int threads) {
     if (set_simd_level(level) != level) {
         st.SkipWithError("level not available");
@@ -63,7 +64,7 @@ void bm_attention(benchmark::State& st, SimdLevel level, GgmlType kv_type, int64
         vc.emplace_back(layer_bytes);
     }
     const std::vector<float> k = random_floats(size_t(n_ctx * kw), 1), v = random_floats(size_t(n_ctx * kw), 2);
-    const KvLayer first{kv_type, kw, kw, kc[0].data(), vc[0].data()};
+    const KvLayer first{kv_type, kw, kw, kc[0].data(), vc[0].data(), 0, 0, n_ctx, kShape.n_head_kv};
     for (int64_t pos = 0; pos < n_ctx; pos++) kv_store(first, pos, k.data() + pos * kw, v.data() + pos * kw);
     for (int l = 1; l < kLayers; l++) {
         std::memcpy(kc[size_t(l)].data(), kc[0].data(), layer_bytes);
@@ -75,7 +76,7 @@ void bm_attention(benchmark::State& st, SimdLevel level, GgmlType kv_type, int64
     std::vector<float> out(size_t(kShape.n_head * kShape.head_dim_v));
     size_t l = 0;
     for (auto _ : st) {
-        const KvLayer kv{kv_type, kw, kw, kc[l].data(), vc[l].data()};
+        const KvLayer kv{kv_type, kw, kw, kc[l].data(), vc[l].data(), 0, 0, n_ctx, kShape.n_head_kv};
         attention(pool, kShape, kv, q.data(), 1, n_ctx - 1, n_ctx, scratch.f32(), out.data());
         benchmark::DoNotOptimize(out.data());
         l = l + 1 == size_t(kLayers) ? 0 : l + 1;

@@ -167,8 +167,8 @@ public:
         for (size_t il = 0; il < attn_.size(); il++) {
             uint8_t* k = st->k_cache.data() + k_off[il];
             st->kv.push_back(mla ? mla_kv_layer(mla_shape_, o.kv_type, k)
-                                 : st->ring.layer(looks_back(attn_[il]), o.kv_type, c.kv_dim(), c.v_dim(), k,
-                                                  st->v_cache.data() + v_off[il]));
+                                 : st->ring.layer(looks_back(attn_[il]), o.kv_type, c.n_head_kv, c.kv_dim(), c.v_dim(),
+                                                  o.n_ctx, k, st->v_cache.data() + v_off[il]));
         }
         st->kv_bytes_per_token =
             (kv_row_bytes(o.kv_type, int64_t(k_width)) + kv_row_bytes(o.kv_type, int64_t(v_width))) * n_full;

@@ -267,8 +267,8 @@ public:
         for (size_t il = 0; il < layers_.size(); il++) {
             const size_t src = size_t(layers_[il].kv_layer);
             const Layer& l = layers_[src];
-            st->kv[il] = st->ring.layer(l.swa, o.kv_type, l.kv_dim(), l.kv_dim(), st->k_cache.data() + k_off[src],
-                                        st->v_cache.data() + v_off[src]);
+            st->kv[il] = st->ring.layer(l.swa, o.kv_type, l.n_head_kv, l.kv_dim(), l.kv_dim(), o.n_ctx,
+                                        st->k_cache.data() + k_off[src], st->v_cache.data() + v_off[src]);
         }
 
         // A forward call takes up to T tokens and runs each layer over them

@@ -27,10 +27,13 @@ struct WindowRing {
     // sliding-window layer, else the whole context.
     int64_t cache_rows(bool sliding, int64_t n_ctx) const { return sliding && rows > 0 ? rows + window - 1 : n_ctx; }
 
-    // A layer's cache at k / v, laid out as cache_rows(sliding, n_ctx) rows.
-    KvLayer layer(bool sliding, GgmlType type, int64_t k_width, int64_t v_width, uint8_t* k, uint8_t* v) const {
+    // A layer's cache at k / v: cache_rows(sliding, n_ctx) rows in a plane
+    // per KV head (ops/attention.h).
+    KvLayer layer(bool sliding, GgmlType type, int heads, int64_t k_width, int64_t v_width, int64_t n_ctx, uint8_t* k,
+                  uint8_t* v) const {
         const bool ring = sliding && rows > 0;
-        return KvLayer{type, k_width, v_width, k, v, ring ? rows : 0, ring ? window - 1 : 0};
+        return KvLayer{type, k_width, v_width, k, v, ring ? rows : 0, ring ? window - 1 : 0, cache_rows(sliding, n_ctx),
+                       heads};
     }
 
     // A forward pass wrote positions [pos0, pos0 + n).

@@ -41,21 +41,29 @@ void check_kv_type(GgmlType type, int head_dim, int head_dim_v) {
 
 void kv_store(const KvLayer& kv, int64_t pos, const float* k, const float* v) {
     const bool v_in_k = kv.v == kv.k;
+    // Each head's part of the row into its plane (the whole row when the
+    // heads sit side by side).
+    const int nh = kv.plane_rows > 0 ? kv.heads : 1;
+    const int kd_w = int(kv.k_width / nh), vd_w = int(kv.v_width / nh);
     auto put = [&](int64_t row) {
-        uint8_t* kd = kv.k + size_t(row * kv_row_bytes(kv.type, kv.k_width));
-        uint8_t* vd = kv.v + size_t(row * kv_row_bytes(kv.type, kv.v_width));
-        if (kv.type == GgmlType::F32) {
-            std::memcpy(kd, k, size_t(kv.k_width) * 4);
-            if (!v_in_k) std::memcpy(vd, v, size_t(kv.v_width) * 4);
-        } else if (kv.type == GgmlType::Q8_0) {
-            quantize_row(GgmlType::Q8_0, k, kd, kv.k_width);
-            if (!v_in_k) quantize_row(GgmlType::Q8_0, v, vd, kv.v_width);
-        } else {
-            uint16_t* kh = reinterpret_cast<uint16_t*>(kd);
-            uint16_t* vh = reinterpret_cast<uint16_t*>(vd);
-            for (int64_t i = 0; i < kv.k_width; i++) kh[i] = fp32_to_fp16(k[i]);
-            if (!v_in_k) {
-                for (int64_t i = 0; i < kv.v_width; i++) vh[i] = fp32_to_fp16(v[i]);
+        for (int h = 0; h < nh; h++) {
+            uint8_t* kd = kv.k + size_t(kv_row_bytes(kv.type, kv.head_at(h, kd_w) + row * kv.pitch(kv.k_width, kd_w)));
+            uint8_t* vd = kv.v + size_t(kv_row_bytes(kv.type, kv.head_at(h, vd_w) + row * kv.pitch(kv.v_width, vd_w)));
+            const float* kh_in = k + int64_t(h) * kd_w;
+            const float* vh_in = v_in_k ? nullptr : v + int64_t(h) * vd_w;
+            if (kv.type == GgmlType::F32) {
+                std::memcpy(kd, kh_in, size_t(kd_w) * 4);
+                if (!v_in_k) std::memcpy(vd, vh_in, size_t(vd_w) * 4);
+            } else if (kv.type == GgmlType::Q8_0) {
+                quantize_row(GgmlType::Q8_0, kh_in, kd, kd_w);
+                if (!v_in_k) quantize_row(GgmlType::Q8_0, vh_in, vd, vd_w);
+            } else {
+                uint16_t* kh = reinterpret_cast<uint16_t*>(kd);
+                uint16_t* vh = reinterpret_cast<uint16_t*>(vd);
+                for (int i = 0; i < kd_w; i++) kh[i] = fp32_to_fp16(kh_in[i]);
+                if (!v_in_k) {
+                    for (int i = 0; i < vd_w; i++) vh[i] = fp32_to_fp16(vh_in[i]);
+                }
             }
         }
     };
@@ -119,44 +127,42 @@ inline float q8_at(const BlockQ8_0* row, int64_t e, const float* table) {
 // query as is.
 void attend_head(const AttentionShape& s, const KvLayer& kv, int kv_head, const float* q, int64_t n_pos, float sink,
                  float* scores, float* qh, float* out) {
-    const int64_t k_off = int64_t(kv_head) * s.head_dim;
-    const int64_t v_off = int64_t(kv_head) * s.head_dim_v;
+    // Elements of this head's rows: from the start, and from row to row.
+    const int64_t k_off = kv.head_at(kv_head, s.head_dim), v_off = kv.head_at(kv_head, s.head_dim_v);
+    const int64_t kw = kv.pitch(kv.k_width, s.head_dim), vw = kv.pitch(kv.v_width, s.head_dim_v);
     const float* table = kv.type == GgmlType::F32 ? nullptr : fp16_table();
     if (kv.type == GgmlType::F32) {
         const float* K = reinterpret_cast<const float*>(kv.k) + k_off;
-        const int64_t w = kv.k_width;
-        scores_for(q, s.head_dim, n_pos, [&](int64_t j, int d) { return K[j * w + d]; }, scores);
+        scores_for(q, s.head_dim, n_pos, [&](int64_t j, int d) { return K[j * kw + d]; }, scores);
     } else if (kv.type == GgmlType::Q8_0) {
-        const BlockQ8_0* K = reinterpret_cast<const BlockQ8_0*>(kv.k);
-        const int64_t w = kv.k_width / QK;
-        scores_for(q, s.head_dim, n_pos, [&](int64_t j, int d) { return q8_at(K + j * w, k_off + d, table); }, scores);
+        const BlockQ8_0* K = reinterpret_cast<const BlockQ8_0*>(kv.k) + k_off / QK;
+        scores_for(q, s.head_dim, n_pos, [&](int64_t j, int d) { return q8_at(K + j * (kw / QK), d, table); }, scores);
     } else {
         for (int d = 0; d < s.head_dim; d++) qh[d] = fp16_to_fp32(fp32_to_fp16(q[d]));
         const uint16_t* K = reinterpret_cast<const uint16_t*>(kv.k) + k_off;
-        const int64_t w = kv.k_width;
-        scores_for(qh, s.head_dim, n_pos, [&](int64_t j, int d) { return table[K[j * w + d]]; }, scores);
+        scores_for(qh, s.head_dim, n_pos, [&](int64_t j, int d) { return table[K[j * kw + d]]; }, scores);
     }
     softmax(scores, n_pos, s.scale, sink);
 
     for (int d = 0; d < s.head_dim_v; d++) out[d] = 0;
     if (kv.type == GgmlType::F32) {
-        const float* V = reinterpret_cast<const float*>(kv.v);
+        const float* V = reinterpret_cast<const float*>(kv.v) + v_off;
         for (int64_t j = 0; j < n_pos; j++) {
-            const float* vr = V + j * kv.v_width + v_off;
+            const float* vr = V + j * vw;
             const float p = scores[j];
             for (int d = 0; d < s.head_dim_v; d++) out[d] += p * vr[d];
         }
     } else if (kv.type == GgmlType::Q8_0) {
-        const BlockQ8_0* V = reinterpret_cast<const BlockQ8_0*>(kv.v);
+        const BlockQ8_0* V = reinterpret_cast<const BlockQ8_0*>(kv.v) + v_off / QK;
         for (int64_t j = 0; j < n_pos; j++) {
-            const BlockQ8_0* vr = V + j * (kv.v_width / QK);
+            const BlockQ8_0* vr = V + j * (vw / QK);
             const float p = scores[j];
-            for (int d = 0; d < s.head_dim_v; d++) out[d] += p * q8_at(vr, v_off + d, table);
+            for (int d = 0; d < s.head_dim_v; d++) out[d] += p * q8_at(vr, d, table);
         }
     } else {
-        const uint16_t* V = reinterpret_cast<const uint16_t*>(kv.v);
+        const uint16_t* V = reinterpret_cast<const uint16_t*>(kv.v) + v_off;
         for (int64_t j = 0; j < n_pos; j++) {
-            const uint16_t* vr = V + j * kv.v_width + v_off;
+            const uint16_t* vr = V + j * vw;
             const float p = scores[j];
             for (int d = 0; d < s.head_dim_v; d++) out[d] += p * table[vr[d]];
         }
@@ -177,8 +183,9 @@ const AttentionKernels* simd_kernels(const AttentionShape& s) {
 // The cache seen from row `row` on: its positions in order, one run of rows.
 KvLayer from_row(const KvLayer& kv, int64_t row) {
     KvLayer at = kv;
-    at.k += size_t(row * kv_row_bytes(kv.type, kv.k_width));
-    at.v += size_t(row * kv_row_bytes(kv.type, kv.v_width));
+    const int nh = kv.plane_rows > 0 ? kv.heads : 1;
+    at.k += size_t(row * kv_row_bytes(kv.type, kv.pitch(kv.k_width, int(kv.k_width / nh))));
+    at.v += size_t(row * kv_row_bytes(kv.type, kv.pitch(kv.v_width, int(kv.v_width / nh))));
     return at;
 }
 
@@ -270,22 +277,23 @@ const float* block_query(const KvLayer& kv, const float* q, int n_q, int head_di
 void block_partial(const AttentionShape& s, const AttentionKernels& simd, const KvLayer& at, int g, int n_q,
                    const float* qb, int64_t n, float* scores, const Partial& part) {
     const int64_t s_stride = scores_stride(n);
-    const int64_t k_at = int64_t(g) * s.head_dim, v_at = int64_t(g) * s.head_dim_v;
+    const int64_t k_at = at.head_at(g, s.head_dim), v_at = at.head_at(g, s.head_dim_v);
+    const int64_t kw = at.pitch(at.k_width, s.head_dim), vw = at.pitch(at.v_width, s.head_dim_v);
     if (at.type == GgmlType::F32) {
         const float* K = reinterpret_cast<const float*>(at.k) + k_at;
         const float* V = reinterpret_cast<const float*>(at.v) + v_at;
-        simd.block_f32(qb, n_q, K, at.k_width, s.head_dim, V, at.v_width, s.head_dim_v, n, s.scale, scores, s_stride,
-                       part.max, part.sum, part.out);
+        simd.block_f32(qb, n_q, K, kw, s.head_dim, V, vw, s.head_dim_v, n, s.scale, scores, s_stride, part.max,
+                       part.sum, part.out);
     } else if (at.type == GgmlType::Q8_0) {
         const BlockQ8_0* K = reinterpret_cast<const BlockQ8_0*>(at.k) + k_at / QK;
         const BlockQ8_0* V = reinterpret_cast<const BlockQ8_0*>(at.v) + v_at / QK;
-        simd.block_q8(qb, n_q, K, at.k_width / QK, s.head_dim, V, at.v_width / QK, s.head_dim_v, n, s.scale, scores,
-                      s_stride, part.max, part.sum, part.out);
+        simd.block_q8(qb, n_q, K, kw / QK, s.head_dim, V, vw / QK, s.head_dim_v, n, s.scale, scores, s_stride,
+                      part.max, part.sum, part.out);
     } else {
         const uint16_t* K = reinterpret_cast<const uint16_t*>(at.k) + k_at;
         const uint16_t* V = reinterpret_cast<const uint16_t*>(at.v) + v_at;
-        simd.block_f16(qb, n_q, K, at.k_width, s.head_dim, V, at.v_width, s.head_dim_v, n, s.scale, scores, s_stride,
-                       part.max, part.sum, part.out);
+        simd.block_f16(qb, n_q, K, kw, s.head_dim, V, vw, s.head_dim_v, n, s.scale, scores, s_stride, part.max,
+                       part.sum, part.out);
     }
 }
 
@@ -544,6 +552,25 @@ void attention_scores(const KvLayer& kv, const float* q, int n_q, int dim, int64
     }
 }
 
+namespace {
+
+// Position pos's K and V rows (v_out null: none), each head's part from its
+// plane, side by side.
+void gather_row(const KvLayer& kv, int64_t pos, uint8_t* k_out, uint8_t* v_out) {
+    const int nh = kv.plane_rows > 0 ? kv.heads : 1;
+    const int kd = int(kv.k_width / nh), vd = int(kv.v_width / nh);
+    const size_t kb = size_t(kv_row_bytes(kv.type, kd)), vb = size_t(kv_row_bytes(kv.type, vd));
+    for (int h = 0; h < nh; h++) {
+        std::memcpy(k_out + h * kb, kv.k + kv_row_bytes(kv.type, kv.head_at(h, kd) + pos * kv.pitch(kv.k_width, kd)), kb);
+        if (v_out) {
+            std::memcpy(v_out + h * vb, kv.v + kv_row_bytes(kv.type, kv.head_at(h, vd) + pos * kv.pitch(kv.v_width, vd)),
+                        vb);
+        }
+    }
+}
+
+}  // namespace
+
 size_t attention_selected_scratch_floats(const AttentionShape& s, const KvLayer& kv, int top_k) {
     // The loops' scratch for top_k positions, then the gathered K (and V
     // unless it is a view of K) rows: floats hold F16 rows too.
@@ -580,9 +607,10 @@ void attention_selected(ThreadPool& pool, const AttentionShape& s, const KvLayer
             at.ring = at.tail = 0;
             at.k = rows;
             at.v = v_in_k ? rows : rows + size_t(n_pos) * k_row;
+            at.plane_rows = 0;  // gathered with the heads side by side
+            at.heads = 1;
             for (int64_t j = 0; j < n_pos; j++) {
-                std::memcpy(at.k + size_t(j) * k_row, kv.k + size_t(pos[j]) * k_row, k_row);
-                if (!v_in_k) std::memcpy(at.v + size_t(j) * v_row, kv.v + size_t(pos[j]) * v_row, v_row);
+                gather_row(kv, pos[j], at.k + size_t(j) * k_row, v_in_k ? nullptr : at.v + size_t(j) * v_row);
             }
             attend_kv_head(s, simd, at, g, h_part, part_heads, q + h0 * s.head_dim, n_pos, ts, out + h0 * s.head_dim_v);
         }

@@ -2,7 +2,7 @@
 // 48 layers' F16 caches rotated so every call reads DRAM (or 1 layer: L3),
 // with the KV heads in planes (as the models keep them) or side by side.
 //   g++ -O2 -std=c++20 -Isrc attention_layer.cpp build/libms_ops.a build/libms_quant.a -lpthread
-//   ./a.out PLANES(0|1) N_CTX THREADS LAYERS
+//   ./a.out PLANES(0|1) N_CTX THREADS LAYERS [g: gemma4-26b-a4b full layers]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -18,8 +18,9 @@ int main(int argc, char** argv) {
     const bool planes = argc > 1 && argv[1][0] == '1';
     const int64_t n_ctx = argc > 2 ? atoi(argv[2]) : 4096;
     const int threads = argc > 3 ? atoi(argv[3]) : 2;
-    const AttentionShape shape{32, 4, 128, 128, 0.0883883f};
-    const int64_t kw = 512;
+    const bool gemma = argc > 5 && argv[5][0] == 'g';  // gemma4-26b-a4b's full layers: 16 q / 2 KV heads of 512, scale 1
+    const AttentionShape shape = gemma ? AttentionShape{16, 2, 512, 512, 1.0f} : AttentionShape{32, 4, 128, 128, 0.0883883f};
+    const int64_t kw = int64_t(shape.n_head_kv) * shape.head_dim;
     const size_t bytes = size_t(n_ctx * kv_row_bytes(GgmlType::F16, kw));
     const size_t al = size_t(2) << 20, rb = (bytes + al - 1) / al * al;
     std::vector<uint8_t*> kc, vc;
@@ -33,14 +34,14 @@ int main(int argc, char** argv) {
             vec->push_back(p);
         }
     }
-    std::vector<float> q(32 * 128), out(32 * 128);
+    std::vector<float> q(size_t(shape.n_head * shape.head_dim)), out(size_t(shape.n_head * shape.head_dim_v));
     for (auto& x : q) x = float(rng() % 1000) / 1000.0f - 0.5f;
     ThreadPool pool(threads);
     AlignedBuffer scratch(attention_scratch_floats(shape, n_ctx, threads) * 4);
     std::vector<double> t;
     for (int it = 0; it < 480; it++) {
         const int l = it % nl;
-        const KvLayer kv{GgmlType::F16, kw, kw, kc[l], vc[l], 0, 0, planes ? n_ctx : 0, 4};
+        const KvLayer kv{GgmlType::F16, kw, kw, kc[l], vc[l], 0, 0, planes ? n_ctx : 0, shape.n_head_kv};
         auto t0 = std::chrono::steady_clock::now();
         attention(pool, shape, kv, q.data(), 1, n_ctx - 1, n_ctx, scratch.f32(), out.data());
         t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

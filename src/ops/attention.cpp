@@ -39,16 +39,31 @@ void check_kv_type(GgmlType type, int head_dim, int head_dim_v) {
     }
 }
 
+namespace {
+
+// The parts a row of `width` elements is kept in: one per KV head with
+// planes, else the whole row.
+int kv_parts(const KvLayer& kv) { return kv.plane_rows > 0 ? kv.heads : 1; }
+
+// Bytes from the cache's start to part h of row `row`, in rows of `width`
+// elements (kv.k_width for K, kv.v_width for V).
+size_t part_offset(const KvLayer& kv, int64_t width, int h, int64_t row) {
+    const int w = int(width / kv_parts(kv));
+    return size_t(kv_row_bytes(kv.type, kv.head_at(h, w) + row * kv.pitch(width, w)));
+}
+
+}  // namespace
+
 void kv_store(const KvLayer& kv, int64_t pos, const float* k, const float* v) {
     const bool v_in_k = kv.v == kv.k;
     // Each head's part of the row into its plane (the whole row when the
     // heads sit side by side).
-    const int nh = kv.plane_rows > 0 ? kv.heads : 1;
+    const int nh = kv_parts(kv);
     const int kd_w = int(kv.k_width / nh), vd_w = int(kv.v_width / nh);
     auto put = [&](int64_t row) {
         for (int h = 0; h < nh; h++) {
-            uint8_t* kd = kv.k + size_t(kv_row_bytes(kv.type, kv.head_at(h, kd_w) + row * kv.pitch(kv.k_width, kd_w)));
-            uint8_t* vd = kv.v + size_t(kv_row_bytes(kv.type, kv.head_at(h, vd_w) + row * kv.pitch(kv.v_width, vd_w)));
+            uint8_t* kd = kv.k + part_offset(kv, kv.k_width, h, row);
+            uint8_t* vd = kv.v + part_offset(kv, kv.v_width, h, row);
             const float* kh_in = k + int64_t(h) * kd_w;
             const float* vh_in = v_in_k ? nullptr : v + int64_t(h) * vd_w;
             if (kv.type == GgmlType::F32) {
@@ -183,9 +198,8 @@ const AttentionKernels* simd_kernels(const AttentionShape& s) {
 // The cache seen from row `row` on: its positions in order, one run of rows.
 KvLayer from_row(const KvLayer& kv, int64_t row) {
     KvLayer at = kv;
-    const int nh = kv.plane_rows > 0 ? kv.heads : 1;
-    at.k += size_t(row * kv_row_bytes(kv.type, kv.pitch(kv.k_width, int(kv.k_width / nh))));
-    at.v += size_t(row * kv_row_bytes(kv.type, kv.pitch(kv.v_width, int(kv.v_width / nh))));
+    at.k += part_offset(kv, kv.k_width, 0, row);
+    at.v += part_offset(kv, kv.v_width, 0, row);
     return at;
 }
 
@@ -557,15 +571,11 @@ namespace {
 // Position pos's K and V rows (v_out null: none), each head's part from its
 // plane, side by side.
 void gather_row(const KvLayer& kv, int64_t pos, uint8_t* k_out, uint8_t* v_out) {
-    const int nh = kv.plane_rows > 0 ? kv.heads : 1;
-    const int kd = int(kv.k_width / nh), vd = int(kv.v_width / nh);
-    const size_t kb = size_t(kv_row_bytes(kv.type, kd)), vb = size_t(kv_row_bytes(kv.type, vd));
+    const int nh = kv_parts(kv);
+    const size_t kb = size_t(kv_row_bytes(kv.type, kv.k_width / nh)), vb = size_t(kv_row_bytes(kv.type, kv.v_width / nh));
     for (int h = 0; h < nh; h++) {
-        std::memcpy(k_out + h * kb, kv.k + kv_row_bytes(kv.type, kv.head_at(h, kd) + pos * kv.pitch(kv.k_width, kd)), kb);
-        if (v_out) {
-            std::memcpy(v_out + h * vb, kv.v + kv_row_bytes(kv.type, kv.head_at(h, vd) + pos * kv.pitch(kv.v_width, vd)),
-                        vb);
-        }
+        std::memcpy(k_out + h * kb, kv.k + part_offset(kv, kv.k_width, h, pos), kb);
+        if (v_out) std::memcpy(v_out + h * vb, kv.v + part_offset(kv, kv.v_width, h, pos), vb);
     }
 }
 
@@ -608,7 +618,6 @@ void attention_selected(ThreadPool& pool, const AttentionShape& s, const KvLayer
             at.k = rows;
             at.v = v_in_k ? rows : rows + size_t(n_pos) * k_row;
             at.plane_rows = 0;  // gathered with the heads side by side
-            at.heads = 1;
             for (int64_t j = 0; j < n_pos; j++) {
                 gather_row(kv, pos[j], at.k + size_t(j) * k_row, v_in_k ? nullptr : at.v + size_t(j) * v_row);
             }

@@ -1,7 +1,9 @@
 // Score loops in L2, standalone (one KV head, 8 query heads, dim 128, 256
-// keys 1 KB apart): dot products summed across lanes (dot_*), keys stored
-// transposed (bcast_f16: 16 keys element d a vector, summed in element
-// order), and the library's own (lib_*). GFLOP/s a core.
+// keys 1 KB apart): dot products summed across lanes (dot_f16, the form
+// reverted for its rounding), keys stored transposed (bcast_f16: 16 keys'
+// element d a vector, summed in element order), and the library's own
+// (lib_f16: keys transposed 16 x 16 in registers; lib_mix: the value loop).
+// GFLOP/s a core.
 //   g++ -O3 -march=native -std=c++20 -Isrc score_loops.cpp build/libms_ops.a
 #include <immintrin.h>
 #include <chrono>
@@ -24,19 +26,6 @@ __attribute__((noinline)) void dot_f16(const float* q, const uint16_t* k, int st
         _mm512_storeu_ps(out + j * 8, s);
     }
 }
-__attribute__((noinline)) void dot_f32(const float* q, const float* k, int stride, int n, float* out) {
-    for (int j = 0; j < n; j += 2) {
-        const float* r0 = k + j * stride; const float* r1 = r0 + stride;
-        __m512 acc[16];
-        for (int a = 0; a < 16; a++) acc[a] = _mm512_setzero_ps();
-        for (int d = 0; d < 128; d += 16) {
-            __m512 k0 = _mm512_loadu_ps(r0 + d), k1 = _mm512_loadu_ps(r1 + d);
-            for (int h = 0; h < 8; h++) { __m512 qv = _mm512_loadu_ps(q + h * 128 + d); acc[h] = _mm512_fmadd_ps(qv, k0, acc[h]); acc[8 + h] = _mm512_fmadd_ps(qv, k1, acc[8 + h]); }
-        }
-        __m512 s = acc[0]; for (int a = 1; a < 16; a++) s = _mm512_add_ps(s, acc[a]);
-        _mm512_storeu_ps(out + j * 8, s);
-    }
-}
 // transposed: kt[d][16 keys] per 16-key tile (tile = 128*16 f16), 32 keys at a time
 __attribute__((noinline)) void bcast_f16(const float* q, const uint16_t* kt, int n, float* out) {
     for (int j = 0; j < n; j += 32) {
@@ -51,25 +40,9 @@ __attribute__((noinline)) void bcast_f16(const float* q, const uint16_t* kt, int
         for (int a = 0; a < 16; a++) _mm512_storeu_ps(out + j * 8 + a * 16, acc[a]);
     }
 }
-// 3 keys x 8 heads
-__attribute__((noinline)) void dot3_f16(const float* q, const uint16_t* k, int stride, int n, float* out) {
-    for (int j = 0; j + 3 <= n; j += 3) {
-        const uint16_t* r0 = k + j * stride; const uint16_t* r1 = r0 + stride; const uint16_t* r2 = r1 + stride;
-        __m512 acc[24];
-        for (int a = 0; a < 24; a++) acc[a] = _mm512_setzero_ps();
-        for (int d = 0; d < 128; d += 16) {
-            __m512 k0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(r0 + d)));
-            __m512 k1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(r1 + d)));
-            __m512 k2 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(r2 + d)));
-            for (int h = 0; h < 8; h++) { __m512 qv = _mm512_loadu_ps(q + h * 128 + d); acc[h] = _mm512_fmadd_ps(qv, k0, acc[h]); acc[8 + h] = _mm512_fmadd_ps(qv, k1, acc[8 + h]); acc[16 + h] = _mm512_fmadd_ps(qv, k2, acc[16 + h]);}
-        }
-        __m512 s = acc[0]; for (int a = 1; a < 24; a++) s = _mm512_add_ps(s, acc[a]);
-        _mm512_storeu_ps(out + j * 8, s);
-    }
-}
 int main() {
     const int n = 256, stride = 512;
-    std::vector<uint16_t> k(n * stride, 0x3c00), kt(n * 128, 0x3c00); std::vector<float> kf(n * stride, 1.0f), q(1024, 0.5f), out(n * 16 + 64);
+    std::vector<uint16_t> k(n * stride, 0x3c00), kt(n * 128, 0x3c00); std::vector<float> q(1024, 0.5f), out(n * 16 + 64);
     auto T = [&](const char* name, auto f) {
         for (int r = 0; r < 2; r++) {
             const int it = 20000;
@@ -80,10 +53,8 @@ int main() {
         }
     };
     T("dot_f16", [&] { dot_f16(q.data(), k.data(), stride, n, out.data()); });
-    T("dot_f32", [&] { dot_f32(q.data(), kf.data(), stride, n, out.data()); });
     T("bcast_f16", [&] { bcast_f16(q.data(), kt.data(), n, out.data()); });
     std::vector<float> sc(8 * n);
     T("lib_f16", [&] { ms::kAttentionAvx512.scores_f16(q.data(), 8, k.data(), stride, 128, n, sc.data(), n); });
     T("lib_mix", [&] { ms::kAttentionAvx512.mix_f16(sc.data(), n, 8, k.data(), stride, 128, n, out.data()); });
-    T("dot3_f16", [&] { dot3_f16(q.data(), k.data(), stride, n - 1, out.data()); });
 }

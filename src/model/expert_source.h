@@ -107,6 +107,11 @@ public:
     // valid until release(layer). Returns -1 once all n have been handed out.
     // Throws std::runtime_error naming layer and expert on a read error.
     virtual int next_ready(int layer, ExpertView* view) = 0;
+    // next_ready without the wait: -2 when experts of `layer` are still
+    // being read but none is ready now. Lets a caller batch the experts
+    // already in memory without waiting for the rest.
+    static constexpr int kNoneReadyYet = -2;
+    virtual int next_ready_now(int layer, ExpertView* view) { return next_ready(layer, view); }
 
     // Unpins the layer's acquired experts; their views become invalid.
     virtual void release(int layer) = 0;

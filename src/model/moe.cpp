@@ -166,15 +166,17 @@ void MoeScratch::init(const std::vector<ExpertLayer>& layers, int max_batch, int
         n_expert = std::max(n_expert, l.n_expert);
     }
     const size_t b = size_t(max_batch);
+    batch_rows_ = std::max(max_batch, k);
+    const size_t rows = size_t(batch_rows_);
     acts_gate_.resize(gate_act * b);
     acts_up_.resize(up_act * b);
-    scaled_.resize(weight_input ? embd * b * 4 : 0);
-    rows_gate_.resize(gate_act * b);
-    rows_up_.resize(up_act * b);
-    gate_.resize(ff * b * 4);
-    up_.resize(ff * b * 4);
-    acts_down_.resize(down_act * b);
-    down_.resize(embd * b * 4);
+    scaled_.resize(weight_input ? embd * rows * 4 : 0);
+    rows_gate_.resize(gate_act * rows);
+    rows_up_.resize(up_act * rows);
+    gate_.resize(ff * rows * 4);
+    up_.resize(ff * rows * 4);
+    acts_down_.resize(down_act * rows);
+    down_.resize(embd * rows * 4);
     slots_.resize(embd * b * size_t(k) * 4);
     groups_.resize(n_expert, b * size_t(k));
 }
@@ -210,6 +212,10 @@ namespace {
 
 // gpt-oss's activation constants (the reference fixes them too).
 constexpr float kOaiAlpha = 1.702f, kOaiLimit = 7.0f;
+
+// Most experts moe_forward computes as one batch (a decode step's k, or
+// more of a prefill chunk's while they fit the scratch's rows).
+constexpr int kMaxBatchExperts = 64;
 
 // y[t][r] += bias[r] for the m rows of y (`width` apart) and r in [r0, r1).
 void add_bias_rows(float* y, int64_t width, int m, const float* bias, int64_t r0, int64_t r1) {
@@ -270,6 +276,122 @@ MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& l
         cost.io_wait_s += double(t1 - t0) * 1e-9;
         if (trace && t1 - t0 >= 2000) trace->complete("io_wait", "layer", t0, t1, -1, "layer", layer.layer);
     };
+    // The experts computed together: those in memory when the first of them
+    // is, up to the scratch's rows. One pool job each for gate/up with the
+    // activation, the hidden rows' conversion and down, whatever the batch's
+    // size: a decode step's experts cost three waits on the slowest thread,
+    // not three each. Every row is computed as it would be alone.
+    struct Batch {
+        int n = 0, rows = 0;
+        int e[kMaxBatchExperts], m[kMaxBatchExperts], row0[kMaxBatchExperts];
+        const int32_t* entries[kMaxBatchExperts];
+        const uint8_t *ag[kMaxBatchExperts], *au[kMaxBatchExperts];
+        Tensor wg[kMaxBatchExperts], wu[kMaxBatchExperts], wd[kMaxBatchExperts];
+    } batch;
+    const Tensor down_shape{layer.down.type, n_ff, n_embd, nullptr};
+    const size_t down_row = act_bytes(layer.down.type, n_ff);
+    // Adds expert index i (of group g0) with view v; false (nothing added)
+    // when its rows do not fit beside the batch's.
+    auto add = [&](int g0, int i, const ExpertView& v) {
+        const int e = g.used[size_t(g0 + i)];
+        const int m = g.count[size_t(e)];
+        if (batch.n == kMaxBatchExperts || batch.rows + m > s.batch_rows_) return false;
+        const int j = batch.n++;
+        const int r0 = batch.rows;
+        batch.rows += m;
+        batch.e[j] = e;
+        batch.m[j] = m;
+        batch.row0[j] = r0;
+        batch.entries[j] = g.entries.data() + g.first[size_t(e)];
+        batch.wg[j] = Tensor{layer.gate.type, n_embd, n_ff, v.gate};
+        batch.wu[j] = Tensor{layer.up.type, n_embd, n_ff, v.up};
+        batch.wd[j] = Tensor{layer.down.type, n_ff, n_embd, v.down};
+        const int32_t* entries = batch.entries[j];
+        if (layer.weight_input) {
+            // Each token's row times its weight, rounded for the kernels
+            // after the product, as the reference rounds w x.
+            float* rows = s.scaled_.f32() + int64_t(r0) * n_embd;
+            for (int r = 0; r < m; r++) {
+                const float w = weights[entries[r]];
+                const float* xt = x + int64_t(entries[r] / k) * n_embd;
+                for (int64_t c = 0; c < n_embd; c++) rows[r * n_embd + c] = w * xt[c];
+            }
+            uint8_t* cg = s.rows_gate_.data() + size_t(r0) * gate_row;
+            convert_acts(pool, gate_shape, rows, m, cg);
+            batch.ag[j] = cg;
+            if (shared_acts) {
+                batch.au[j] = cg;
+            } else {
+                uint8_t* cu = s.rows_up_.data() + size_t(r0) * up_row;
+                convert_acts(pool, up_shape, rows, m, cu);
+                batch.au[j] = cu;
+            }
+        } else {
+            batch.ag[j] = gather_rows(s.acts_gate_.data(), gate_row, entries, m, k, n_tok,
+                                      s.rows_gate_.data() + size_t(r0) * gate_row);
+            batch.au[j] = shared_acts ? batch.ag[j]
+                                      : gather_rows(acts_up, up_row, entries, m, k, n_tok,
+                                                    s.rows_up_.data() + size_t(r0) * up_row);
+        }
+        cost.expert_bytes += layer.expert_bytes();
+        return true;
+    };
+    auto run_batch = [&]() {
+        // Gate and up rows of each expert (and their biases), then the
+        // activation over the same rows: item j * n_ff + f is row f of
+        // batch expert j.
+        pool.parallel_for(int64_t(batch.n) * n_ff, [&](int64_t b, int64_t end) {
+            for (int64_t i = b; i < end;) {
+                const int j = int(i / n_ff);
+                const int64_t f0 = i - int64_t(j) * n_ff, f1 = std::min(n_ff, end - int64_t(j) * n_ff);
+                const int e = batch.e[j], m = batch.m[j];
+                float* Gj = G + int64_t(batch.row0[j]) * n_ff;
+                float* Uj = U + int64_t(batch.row0[j]) * n_ff;
+                linear_rows(batch.wg[j], batch.ag[j], m, Gj, f0, f1);
+                linear_rows(batch.wu[j], batch.au[j], m, Uj, f0, f1);
+                if (vectors.gate_bias) add_bias_rows(Gj, n_ff, m, vectors.gate_bias + int64_t(e) * n_ff, f0, f1);
+                if (vectors.up_bias) add_bias_rows(Uj, n_ff, m, vectors.up_bias + int64_t(e) * n_ff, f0, f1);
+                for (int r = 0; r < m; r++) {
+                    float* g_r = Gj + int64_t(r) * n_ff + f0;
+                    const float* u_r = Uj + int64_t(r) * n_ff + f0;
+                    const int64_t n = f1 - f0;
+                    switch (layer.act) {
+                        case GatedActivation::SwiGlu: swiglu(g_r, u_r, n, g_r); break;
+                        case GatedActivation::GeGlu: geglu(g_r, u_r, n, g_r); break;
+                        case GatedActivation::SwiGluOai: swiglu_oai(g_r, u_r, n, kOaiAlpha, kOaiLimit, g_r); break;
+                        case GatedActivation::SwiGluClamp: swiglu_clamp(g_r, u_r, n, layer.clamp, g_r); break;
+                    }
+                }
+                i = int64_t(j) * n_ff + f1;
+            }
+        });
+        convert_acts(pool, down_shape, G, batch.rows, s.acts_down_.data());
+        pool.parallel_for(int64_t(batch.n) * n_embd, [&](int64_t b, int64_t end) {
+            for (int64_t i = b; i < end;) {
+                const int j = int(i / n_embd);
+                const int64_t r0 = i - int64_t(j) * n_embd, r1 = std::min(n_embd, end - int64_t(j) * n_embd);
+                linear_rows(batch.wd[j], s.acts_down_.data() + size_t(batch.row0[j]) * down_row, batch.m[j],
+                            D + int64_t(batch.row0[j]) * n_embd, r0, r1);
+                i = int64_t(j) * n_embd + r1;
+            }
+        });
+        for (int j = 0; j < batch.n; j++) {
+            const int e = batch.e[j];
+            const float* down_bias = vectors.down_bias ? vectors.down_bias + int64_t(e) * n_embd : nullptr;
+            for (int r = 0; r < batch.m[j]; r++) {
+                float* slot = slots + int64_t(batch.entries[j][r]) * n_embd;
+                const float* d = D + int64_t(batch.row0[j] + r) * n_embd;
+                if (vectors.scale) {
+                    for (int64_t c = 0; c < n_embd; c++) slot[c] = d[c] * vectors.scale[e];
+                } else {
+                    std::memcpy(slot, d, size_t(n_embd) * 4);
+                }
+                if (down_bias) add_to(slot, down_bias, n_embd);
+            }
+        }
+        batch.n = 0;
+        batch.rows = 0;
+    };
     for (int g0 = 0; g0 < n_used; g0 += source.capacity()) {
         const int group = std::min(n_used - g0, source.capacity());
         // Engines that read synchronously (mmap: page faults in memcpy)
@@ -279,74 +401,30 @@ MoeCost moe_forward(ThreadPool& pool, ExpertSource& source, const ExpertLayer& l
         if (g0 == 0 && next.n > 0) source.prefetch(next.layer, next.ids, next.n);
         waited(a0);
         if (g0 == 0 && while_reading.fn) while_reading.fn(while_reading.ctx);
-        ExpertView v;
-        int i;
+        // An expert handed out that did not fit the last batch opens the next.
+        int held = -1;
+        ExpertView held_view;
         for (;;) {
-            const int64_t t0 = Trace::now_ns();
-            i = source.next_ready(layer.layer, &v);
-            waited(t0);
-            if (i < 0) break;
-            cost.expert_bytes += layer.expert_bytes();
-            const int e = g.used[size_t(g0 + i)];
-            const int m = g.count[size_t(e)];
-            const int32_t* entries = g.entries.data() + g.first[size_t(e)];
-            const uint8_t* ag;
-            const uint8_t* au;
-            if (layer.weight_input) {
-                // Each token's row times its weight, rounded for the kernels
-                // after the product, as the reference rounds w x.
-                float* rows = s.scaled_.f32();
-                for (int r = 0; r < m; r++) {
-                    const float w = weights[entries[r]];
-                    const float* xt = x + int64_t(entries[r] / k) * n_embd;
-                    for (int64_t i = 0; i < n_embd; i++) rows[r * n_embd + i] = w * xt[i];
-                }
-                convert_acts(pool, gate_shape, rows, m, s.rows_gate_.data());
-                if (!shared_acts) convert_acts(pool, up_shape, rows, m, s.rows_up_.data());
-                ag = s.rows_gate_.data();
-                au = shared_acts ? ag : s.rows_up_.data();
+            ExpertView v;
+            int i = held;
+            if (i >= 0) {
+                v = held_view;
+                held = -1;
             } else {
-                ag = gather_rows(s.acts_gate_.data(), gate_row, entries, m, k, n_tok, s.rows_gate_.data());
-                au = shared_acts ? ag : gather_rows(acts_up, up_row, entries, m, k, n_tok, s.rows_up_.data());
+                const int64_t t0 = Trace::now_ns();
+                i = source.next_ready(layer.layer, &v);
+                waited(t0);
+                if (i < 0) break;
             }
-            const Tensor wg{layer.gate.type, n_embd, n_ff, v.gate};
-            const Tensor wu{layer.up.type, n_embd, n_ff, v.up};
-            const Tensor wd{layer.down.type, n_ff, n_embd, v.down};
-            // Gate and up rows (and their bias) in one pass over the pool.
-            const float* gate_bias = vectors.gate_bias ? vectors.gate_bias + int64_t(e) * n_ff : nullptr;
-            const float* up_bias = vectors.up_bias ? vectors.up_bias + int64_t(e) * n_ff : nullptr;
-            pool.parallel_for(2 * n_ff, [&](int64_t b, int64_t end) {
-                if (b < n_ff) {
-                    linear_rows(wg, ag, m, G, b, std::min(end, n_ff));
-                    if (gate_bias) add_bias_rows(G, n_ff, m, gate_bias, b, std::min(end, n_ff));
+            add(g0, i, v);
+            while ((i = source.next_ready_now(layer.layer, &v)) >= 0) {
+                if (!add(g0, i, v)) {
+                    held = i;
+                    held_view = v;
+                    break;
                 }
-                if (end > n_ff) {
-                    linear_rows(wu, au, m, U, std::max(b, n_ff) - n_ff, end - n_ff);
-                    if (up_bias) add_bias_rows(U, n_ff, m, up_bias, std::max(b, n_ff) - n_ff, end - n_ff);
-                }
-            });
-            pool.parallel_for(int64_t(m) * n_ff, [&](int64_t b, int64_t end) {
-                switch (layer.act) {
-                    case GatedActivation::SwiGlu: swiglu(G + b, U + b, end - b, G + b); break;
-                    case GatedActivation::GeGlu: geglu(G + b, U + b, end - b, G + b); break;
-                    case GatedActivation::SwiGluOai:
-                        swiglu_oai(G + b, U + b, end - b, kOaiAlpha, kOaiLimit, G + b);
-                        break;
-                    case GatedActivation::SwiGluClamp: swiglu_clamp(G + b, U + b, end - b, layer.clamp, G + b); break;
-                }
-            });
-            linear(pool, wd, G, m, D, s.acts_down_.data());
-            const float* down_bias = vectors.down_bias ? vectors.down_bias + int64_t(e) * n_embd : nullptr;
-            for (int r = 0; r < m; r++) {
-                float* slot = slots + int64_t(entries[r]) * n_embd;
-                const float* d = D + int64_t(r) * n_embd;
-                if (vectors.scale) {
-                    for (int64_t i = 0; i < n_embd; i++) slot[i] = d[i] * vectors.scale[e];
-                } else {
-                    std::memcpy(slot, d, size_t(n_embd) * 4);
-                }
-                if (down_bias) add_to(slot, down_bias, n_embd);
             }
+            run_batch();
         }
         source.release(layer.layer);
     }

@@ -126,12 +126,16 @@ private:
                                const float*, int, MoeScratch&, float*, const ExpertHint&, const ExpertVectors&,
                                const WhileReading&);
     int max_batch_ = 0, k_ = 0;
+    // Rows of the experts computed together (each expert's tokens, experts
+    // side by side): at least one expert's and at least k, so a decode
+    // step's k experts run as one batch.
+    int batch_rows_ = 0;
     AlignedBuffer acts_gate_, acts_up_;  // every token's input, converted for gate / up
-    AlignedBuffer scaled_;               // weight_input layers: one expert's weighted input rows
-    AlignedBuffer rows_gate_, rows_up_;  // the converted rows of one expert's tokens
-    AlignedBuffer gate_, up_;            // one expert's gate / up outputs, then its hidden state
+    AlignedBuffer scaled_;               // weight_input layers: the batch's weighted input rows
+    AlignedBuffer rows_gate_, rows_up_;  // the converted rows of the batch's experts' tokens
+    AlignedBuffer gate_, up_;            // the batch's gate / up outputs, then their hidden state
     AlignedBuffer acts_down_;            // the hidden state converted for down
-    AlignedBuffer down_;                 // one expert's outputs
+    AlignedBuffer down_;                 // the batch's outputs
     AlignedBuffer slots_;                // output of token t's rank-r expert at (t*k + r)
     ExpertGroups groups_;                // the batch's entries by expert
 };

@@ -214,11 +214,15 @@ void Store::acquire(int layer, const int32_t* ids, int n, const int32_t* rows) {
     if (!batch_.empty()) engine_->submit(batch_.data(), batch_.size());
 }
 
-int Store::next_ready(int layer, ExpertView* view) {
+int Store::next_ready(int layer, ExpertView* view) { return hand_out(layer, view, true); }
+
+int Store::next_ready_now(int layer, ExpertView* view) { return hand_out(layer, view, false); }
+
+int Store::hand_out(int layer, ExpertView* view, bool wait) {
     Held* h = held(layer);
     if (!h) throw std::runtime_error("store: next_ready on layer " + std::to_string(layer) + ", not acquired");
     const int n = int(h->ids.size());
-    for (;;) {
+    for (int look = 0;; look++) {
         if (h->n_handed == n) return -1;
         for (int i = 0; i < n; i++) {
             int s = h->slots[size_t(i)];
@@ -232,7 +236,8 @@ int Store::next_ready(int layer, ExpertView* view) {
             view->down = base + p.down;
             return i;
         }
-        reap(true);
+        if (!wait && look > 0) return kNoneReadyYet;
+        reap(wait);
     }
 }
 

@@ -42,6 +42,7 @@ public:
     void begin_decode_step(int n_seqs) override;
     void acquire(int layer, const int32_t* ids, int n, const int32_t* rows = nullptr) override;
     int next_ready(int layer, ExpertView* view) override;
+    int next_ready_now(int layer, ExpertView* view) override;
     void release(int layer) override;
     std::vector<std::pair<uint8_t*, size_t>> host_memory() const override {
         return {{cache_.arena(), size_t(cache_.arena_bytes())}};
@@ -91,6 +92,9 @@ private:
     void start_reads(int slot, int layer, int expert, ReadReason reason);
     // Processes finished reads; with wait, blocks until at least one.
     void reap(bool wait);
+    // next_ready's work: hands out a ready expert of `layer`; when none is,
+    // waits for reads (wait) or returns kNoneReadyYet after one look.
+    int hand_out(int layer, ExpertView* view, bool wait);
     void complete_read(const IoCompletion& c);
     void slot_loaded(int slot);
     // Drops the slot and keeps the first failure's message for reap() to throw.

@@ -55,7 +55,12 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "it over the bus and the VRAM cache is refilled between tokens (faster only on text that repeats "
              "the same experts: docs/gpu.md); cpu, in decode the host's cores (-t) compute each layer's "
              "misses from the RAM tier while the GPU runs its hits, the VRAM cache filled with the next "
-             "layer's predicted experts (prefill copies)");
+             "layer's predicted experts (prefill copies); where the RAM tier holds every expert, part of each "
+             "layer's misses is copied instead (--gpu-host-share)");
+    a.option("--gpu-host-share", &gpu_host_share, "auto|F",
+             "with --gpu-ram-tier cpu: the fraction of each layer's VRAM misses the host computes, in eighths "
+             "(0 to 1; the rest are copied into VRAM, cached, and run there while the host works); auto: "
+             "from the host's expert rate and the copy rate measured at start-up, so both finish together");
     a.option("--gpu-activations", &gpu_activations, "q8|f32",
              "activations where quantized weights meet them on the GPU: q8, 8-bit as on the CPU; "
              "f32, float32 throughout (slower; the golden files' exact/ logits are its reference)");
@@ -124,6 +129,14 @@ SessionOptions SessionFlags::options() const {
         throw std::runtime_error("--gpu-ram-tier must be copy, map or cpu, not '" + gpu_ram_tier + "'");
     g.map_ram_tier = gpu_ram_tier == "map";
     g.cpu_misses = gpu_ram_tier == "cpu";
+    if (gpu_host_share != "auto") {
+        char* end = nullptr;
+        const double f = std::strtod(gpu_host_share.c_str(), &end);
+        if (gpu_host_share.empty() || *end != '\0' || !(f >= 0 && f <= 1))
+            throw std::runtime_error("--gpu-host-share must be auto or a fraction from 0 to 1, not '" +
+                                     gpu_host_share + "'");
+        g.host_share_eighths = int(std::lround(f * 8));
+    }
     g.float_activations = choose("--gpu-activations", gpu_activations, "q8", "f32");
     if (gpu_prefill != "tensor" && gpu_prefill != "pass" && gpu_prefill != "tokens")
         throw std::runtime_error("--gpu-prefill must be tensor, pass or tokens, not '" + gpu_prefill + "'");
@@ -227,6 +240,7 @@ Json SessionFlags::report_json(const char* command, const Session& s) const {
     settings["mem"] = mem;
     settings["gpu_mem"] = gpu_mem;
     settings["gpu_ram_tier"] = gpu_ram_tier;
+    settings["gpu_host_share"] = gpu_host_share;
     settings["gpu_activations"] = gpu_activations;
     settings["gpu_prefill"] = gpu_prefill;
     settings["gpu_prefetch"] = gpu_prefetch;

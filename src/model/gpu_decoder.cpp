@@ -524,6 +524,10 @@ public:
                 "expert cache %.2f s\n",
                 setup_.resident_weights + setup_.ram_tier + setup_.expert_cache, setup_.resident_weights,
                 setup_.ram_tier, setup_.expert_cache);
+        if (filled_bytes_ > 0) {
+            fprintf(stderr, "gpu: RAM tier filled with every expert at start-up: %.2f GB in %.2f s\n",
+                    filled_bytes_ / 1e9, setup_.ram_fill);
+        }
         if (vram_.holds_all()) {
             fprintf(stderr, "gpu: every expert in VRAM (%d slots, %.2f GiB)%s; RAM tier page-locked: %.2f GiB\n",
                     vram_.n_slots(), gib, !profile_ ? ", a CUDA graph a token" : "", pinned_bytes_ / double(1 << 30));
@@ -540,12 +544,12 @@ public:
             fprintf(stderr, "gpu: mapped RAM tier: %.1f MB a token read by the kernels over the bus\n",
                     bus_read_bytes_ / 1e6 / double(tokens_));
         }
-        if (cpu_experts_ > 0) {
+        if (options_.cpu_misses) {
             fprintf(stderr,
-                    "gpu: host-computed misses: %.1f experts a token (%.1f MB of weights), %.2f ms a token on the "
-                    "host's threads\n",
-                    double(cpu_experts_) / double(tokens_), cpu_bytes_ / 1e6 / double(tokens_),
-                    1e3 * cpu_seconds_ / double(tokens_));
+                    "gpu: misses split %d/8 to the host: %.1f experts a token computed by the host (%.1f MB of "
+                    "weights, %.2f ms a token on its threads), %.1f copied on demand\n",
+                    cpu_share_, double(cpu_experts_) / double(tokens_), cpu_bytes_ / 1e6 / double(tokens_),
+                    1e3 * cpu_seconds_ / double(tokens_), double(copied_misses_) / double(tokens_));
         }
         if (predicted_ > 0) {
             fprintf(stderr,
@@ -586,6 +590,14 @@ public:
         v["host_computed"] = cpu_experts_;
         v["host_computed_bytes"] = cpu_bytes_;
         v["host_compute_seconds"] = cpu_seconds_;
+        v["copied_misses"] = copied_misses_;
+        if (options_.cpu_misses) {
+            v["host_share_eighths"] = cpu_share_;
+            v["host_expert_gbps"] = host_gbps_;
+            v["copy_gbps"] = copy_gbps_;
+        }
+        v["ram_fill_bytes"] = filled_bytes_;
+        v["ram_fill_seconds"] = setup_.ram_fill;
         v["tokens"] = tokens_;
         v["predicted"] = predicted_;
         v["predicted_right"] = predicted_right_;
@@ -804,7 +816,8 @@ public:
                size_t(config_.n_expert);
     }
 
-    void attach(ExpertSource& experts) const override {
+    void attach(ExpertSource& experts, ThreadPool& pool) const override {
+        pool_ = &pool;
         std::call_once(uploaded_, [&] { upload(experts); });
     }
 
@@ -824,9 +837,9 @@ public:
             Model::forward_batch(states, n, experts, pool, tokens, logits);
             return;
         }
+        pool_ = &pool;
         std::call_once(uploaded_, [&] { upload(experts); });
         const TierCounts before = tier_counts();
-        pool_ = &pool;
         for (int i = 0; i < n; i++) {
             lead.prefill.seqs[size_t(i)] = static_cast<GpuState*>(states[i]);
             states[i]->decode_time.calls++;
@@ -847,9 +860,9 @@ public:
 
     void forward(ModelState& state, ExpertSource& experts, ThreadPool& pool, const int32_t* tokens, int n,
                  float* logits, bool all_logits) const override {
+        pool_ = &pool;
         std::call_once(uploaded_, [&] { upload(experts); });
         const TierCounts before = tier_counts();
-        pool_ = &pool;
         forward_call(static_cast<GpuState&>(state), experts, tokens, n, logits, all_logits);
         phase_counts_[n > 1 ? 0 : 1].add(tier_counts(), before);
     }
@@ -1864,10 +1877,15 @@ private:
     bool cpu_computes_misses() const { return options_.cpu_misses && !device_routed(); }
 
     // --gpu-ram-tier cpu: waits for layer il's routing and its FFN input,
-    // then splits the K chosen experts: those in VRAM go to the GPU (their
-    // slots in st.slots, ids and weights in st.hit_ids / st.hit_weights,
-    // rank order kept), the rest to cpu_ids_ / cpu_weights_ for
-    // compute_misses. Returns how many the GPU runs.
+    // then splits the K chosen experts: those in VRAM go to the GPU; of the
+    // misses, the host computes cpu_share_ eighths (the last in rank order)
+    // and the rest are copied into VRAM slots (cached) and run on the GPU
+    // with the hits, so the link and the host's cores work at once. The
+    // GPU's experts' slots go to st.slots, their ids and weights to
+    // st.hit_ids / st.hit_weights (rank order kept), the host's to cpu_ids_ /
+    // cpu_weights_ for compute_misses. Returns how many the GPU runs. The
+    // split depends only on the routing, the cache and cpu_share_, so a
+    // configuration gives the same bits every run.
     int split_experts(GpuState& st, ExpertSource& experts, int il, int K) const {
         const int64_t E = config_.n_embd;
         float* w = st.host_split;  // K routing weights
@@ -1877,30 +1895,49 @@ private:
         gpu::copy_to_host(w, st.weights.data(), size_t(K) * 4, compute_);
         gpu::copy_to_host(xb, st.xb.data(), size_t(E) * 4, compute_);
         routing_ready(st, experts, il, K);
-        int n_hit = 0, n_cpu = 0;
+        int slot_of[64], miss[64], miss_rank[64], n_miss = 0;
         vram_.protect();
         for (int r = 0; r < K; r++) {
             const int32_t id = st.host_ids[r];
             count_use(il, id, 1);
-            const int slot = vram_.find(il, id);
-            if (slot >= 0) {
-                st.host_slots[n_hit] = vram_.address(slot);
-                hit_ids[n_hit] = id;
-                hit_w[n_hit++] = w[r];
-            } else {
-                cpu_ids_[n_cpu] = id;
-                cpu_weights_[n_cpu++] = w[r];
+            slot_of[r] = vram_.find(il, id);
+            if (slot_of[r] < 0) {
+                miss_rank[n_miss] = r;
+                miss[n_miss++] = id;
             }
         }
-        hits_ += uint64_t(n_hit);
-        misses_ += uint64_t(n_cpu);
-        cpu_experts_ += uint64_t(n_cpu);
-        if (n_hit > 0) {
-            gpu::copy_to_device(st.slots.data(), st.host_slots, size_t(n_hit) * sizeof(uint8_t*), compute_);
-            gpu::copy_to_device(st.hit_ids.data(), hit_ids, size_t(n_hit) * 4, compute_);
-            gpu::copy_to_device(st.hit_weights.data(), hit_w, size_t(n_hit) * 4, compute_);
+        // Copies need the RAM tier to keep every expert: their reads outlive
+        // the acquire (released below, before moe_forward acquires the
+        // layer's other misses), which only a tier that never evicts allows.
+        const int n_cpu = ram_holds_all_ ? (n_miss * cpu_share_ + 4) / 8 : n_miss;
+        const int n_copy = n_miss - n_cpu;
+        if (n_copy > 0) {
+            int slot[64];
+            copy_experts(experts, il, miss, n_copy, slot);
+            experts.release(il);
+            for (int i = 0; i < n_copy; i++) slot_of[miss_rank[i]] = slot[i];
+            copied_misses_ += uint64_t(n_copy);
         }
-        return n_hit;
+        int n_gpu = 0, n_host = 0;
+        for (int r = 0; r < K; r++) {
+            if (slot_of[r] >= 0) {
+                st.host_slots[n_gpu] = vram_.address(slot_of[r]);
+                hit_ids[n_gpu] = st.host_ids[r];
+                hit_w[n_gpu++] = w[r];
+            } else {
+                cpu_ids_[n_host] = st.host_ids[r];
+                cpu_weights_[n_host++] = w[r];
+            }
+        }
+        hits_ += uint64_t(K - n_miss);
+        misses_ += uint64_t(n_miss);
+        cpu_experts_ += uint64_t(n_host);
+        if (n_gpu > 0) {
+            gpu::copy_to_device(st.slots.data(), st.host_slots, size_t(n_gpu) * sizeof(uint8_t*), compute_);
+            gpu::copy_to_device(st.hit_ids.data(), hit_ids, size_t(n_gpu) * 4, compute_);
+            gpu::copy_to_device(st.hit_weights.data(), hit_w, size_t(n_gpu) * 4, compute_);
+        }
+        return n_gpu;
     }
 
     // The host's part of layer il: experts cpu_ids_[0 .. K - KG) applied to
@@ -1962,17 +1999,9 @@ private:
         hits_ += uint64_t(K - n_miss);
         misses_ += uint64_t(n_miss);
         if (n_miss > 0) {
-            const ExpertLayer& el = expert_layers_[size_t(il)];
-            experts.acquire(il, miss, n_miss);
-            ExpertView v;
-            for (int i; (i = experts.next_ready(il, &v)) >= 0;) {
-                const int slot = take_slot(il, miss[i]);
-                vram_.copy(slot, il, miss[i], el, v, copy_);
-                st.host_slots[miss_rank[i]] = vram_.address(slot);
-            }
-            gpu::record(copied_, copy_);
-            gpu::wait(compute_, copied_);
-            copied_bytes_ += uint64_t(n_miss) * el.expert_bytes();
+            int slot[64];
+            copy_experts(experts, il, miss, n_miss, slot);
+            for (int i = 0; i < n_miss; i++) st.host_slots[miss_rank[i]] = vram_.address(slot[i]);
         }
         // The compute stream has finished with host_slots' last copy: the
         // host waited for it above (the ids).
@@ -1984,6 +2013,22 @@ private:
         const double spent = now() - t0;
         fill_seconds_ += spent;
         return spent;
+    }
+
+    // Experts ids[0 .. n) of layer il acquired from the RAM tier (the
+    // caller releases them) and copied into VRAM slots on the copy stream,
+    // slot[i] getting ids[i]'s; the compute stream waits for the copies.
+    void copy_experts(ExpertSource& experts, int il, const int32_t* ids, int n, int* slot) const {
+        const ExpertLayer& el = expert_layers_[size_t(il)];
+        experts.acquire(il, ids, n);
+        ExpertView v;
+        for (int i; (i = experts.next_ready(il, &v)) >= 0;) {
+            slot[i] = take_slot(il, ids[i]);
+            vram_.copy(slot[i], il, ids[i], el, v, copy_);
+        }
+        gpu::record(copied_, copy_);
+        gpu::wait(compute_, copied_);
+        copied_bytes_ += uint64_t(n) * el.expert_bytes();
     }
 
     // Whether layer il predicts layer il + 1's experts (streaming only).
@@ -2250,6 +2295,96 @@ private:
         }
         gpu::sync(nullptr);
         setup_.expert_cache = now() - t2;
+        if (ram_holds_all_ && !vram_.holds_all() && !mapped_) {
+            const double t3 = now();
+            fill_ram_tier(experts);
+            setup_.ram_fill = now() - t3;
+            if (options_.cpu_misses) measure_split(experts);
+        }
+    }
+
+    // Every expert read into the RAM tier once, where it holds them all, so
+    // decode's misses come from RAM from the first token (as a llama.cpp
+    // whose weights were loaded) rather than from the drive while the
+    // first tokens are timed. Layer by layer, in groups the tier holds.
+    void fill_ram_tier(ExpertSource& experts) const {
+        std::vector<int32_t> ids(size_t(config_.n_expert));
+        uint64_t bytes = 0;
+        for (int il = 0; il < n_run_; il++) {
+            const ExpertLayer& el = expert_layers_[size_t(il)];
+            if (el.n_expert == 0) continue;
+            for (int e0 = 0; e0 < el.n_expert; e0 += experts.capacity()) {
+                const int m = std::min(experts.capacity(), el.n_expert - e0);
+                for (int i = 0; i < m; i++) ids[size_t(i)] = e0 + i;
+                experts.acquire(il, ids.data(), m);
+                ExpertView v;
+                while (experts.next_ready(il, &v) >= 0) bytes += el.expert_bytes();
+                experts.release(il);
+            }
+        }
+        filled_bytes_ = bytes;
+    }
+
+    // --gpu-ram-tier cpu: the host's share of a layer's misses, in eighths,
+    // from --gpu-host-share or from two rates measured here on the first
+    // MoE layer's experts: the host's threads running the CPU path's
+    // moe_forward over n_expert_used experts for one token, and copies of
+    // experts from the RAM tier into VRAM slots (which then hold them).
+    // The shares equalize the two sides' time for a layer's misses.
+    void measure_split(ExpertSource& experts) const {
+        int il = 0;
+        while (il < n_run_ && expert_layers_[size_t(il)].n_expert == 0) il++;
+        if (il == n_run_) return;
+        const ExpertLayer& el = expert_layers_[size_t(il)];
+        const int K = std::min(config_.n_expert_used, el.n_expert);
+        const int64_t E = config_.n_embd;
+        MoeScratch scratch;
+        scratch.init(expert_layers_, 1, K);
+        std::vector<float> x(static_cast<size_t>(E)), out(static_cast<size_t>(E)), w(static_cast<size_t>(K), 1.0f / float(K));
+        for (int64_t i = 0; i < E; i++) x[size_t(i)] = float((i * 37) % 17 - 8) / 64.0f;
+        std::vector<int32_t> ids(size_t(el.n_expert));
+        std::vector<double> host_s;
+        for (int rep = 0; rep < 6; rep++) {
+            // A different set each time where the layer has them: the
+            // weights come from RAM, not from the host's caches.
+            for (int r = 0; r < K; r++) ids[size_t(r)] = (rep * K + r) % el.n_expert;
+            const double t0 = now();
+            moe_forward(*pool_, experts, el, x.data(), 1, ids.data(), w.data(), K, scratch, out.data(), {},
+                        expert_biases(ffn_[size_t(il)]));
+            if (rep > 0) host_s.push_back(now() - t0);
+        }
+        std::sort(host_s.begin(), host_s.end());
+        host_gbps_ = double(K) * double(el.expert_bytes()) / host_s[host_s.size() / 2] / 1e9;
+        // Copies: a warm-up group, then a timed one, each experts of this
+        // layer not yet in VRAM.
+        const int group = std::min({2 * K, el.n_expert / 2, vram_.n_slots() / 4});
+        for (int pass = 0; pass < 2 && group > 0; pass++) {
+            int n = 0;
+            for (int e = pass * group; e < el.n_expert && n < group; e++)
+                if (vram_.find(il, e) < 0) ids[size_t(n++)] = e;
+            if (n == 0) break;
+            const double t0 = now();
+            experts.acquire(il, ids.data(), n);
+            ExpertView v;
+            for (int i; (i = experts.next_ready(il, &v)) >= 0;) {
+                vram_.copy(vram_.take(il, ids[size_t(i)]), il, ids[size_t(i)], el, v, copy_);
+            }
+            gpu::sync(copy_);
+            experts.release(il);
+            if (pass == 1) copy_gbps_ = double(n) * double(el.expert_bytes()) / (now() - t0) / 1e9;
+        }
+        vram_.upload_table(nullptr);
+        gpu::sync(nullptr);
+        if (options_.host_share_eighths >= 0) {
+            cpu_share_ = options_.host_share_eighths;
+        } else if (copy_gbps_ > 0) {
+            cpu_share_ = std::clamp(int(std::lround(8.0 * host_gbps_ / (host_gbps_ + copy_gbps_))), 0, 8);
+        }
+        fprintf(stderr,
+                "gpu: host computes %d/8 of each layer's VRAM misses, the link copies the rest (%s; measured: host "
+                "%.1f GB/s of expert weights with %d threads, copies %.1f GB/s)\n",
+                cpu_share_, options_.host_share_eighths >= 0 ? "--gpu-host-share" : "auto", host_gbps_, pool_->size(),
+                copy_gbps_);
     }
 
     // Every expert acquired from the RAM tier and kept (host_views_), with
@@ -2442,8 +2577,14 @@ private:
     mutable ThreadPool* pool_ = nullptr;
     mutable int32_t cpu_ids_[64] = {};
     mutable float cpu_weights_[64] = {};
-    mutable uint64_t cpu_experts_ = 0, cpu_bytes_ = 0;
+    mutable uint64_t cpu_experts_ = 0, cpu_bytes_ = 0, copied_misses_ = 0;
+    // --gpu-ram-tier cpu: the eighths of a layer's misses the host computes
+    // (the rest are copied), from --gpu-host-share or the rates measured at
+    // start-up (measure_split).
+    mutable int cpu_share_ = 8;
+    mutable double host_gbps_ = 0, copy_gbps_ = 0;  // those rates, GB/s of expert weights
     mutable double cpu_seconds_ = 0;
+    mutable uint64_t filled_bytes_ = 0;  // read into the RAM tier at start-up (fill_ram_tier)
     // Streaming: layer il's router predicts layer il + 1's experts, which are
     // copied ahead (prefetch_next) unless --gpu-prefetch off.
     mutable bool prefetch_now_ = false;  // this forward call: options_.prefetch_next_layer, where it pays
@@ -2461,7 +2602,7 @@ private:
     // RAM tier page-locked (and, mapped, every expert read into it); the
     // expert cache made (and filled, when it holds every expert).
     struct SetupSeconds {
-        double resident_weights = 0, ram_tier = 0, expert_cache = 0;
+        double resident_weights = 0, ram_tier = 0, expert_cache = 0, ram_fill = 0;
     };
     mutable SetupSeconds setup_;
 };

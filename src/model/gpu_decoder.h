@@ -51,6 +51,11 @@ struct GpuOptions {
     // The VRAM cache fills with the next layer's predicted experts
     // (--gpu-prefetch). Decode only: prefill passes copy as with `copy`.
     bool cpu_misses = false;
+    // --gpu-host-share: with cpu_misses, the eighths of a layer's misses the
+    // host computes (the rest copied into VRAM and run there); -1: from the
+    // rates measured at start-up. Copies need a RAM tier that holds every
+    // expert; otherwise the host computes them all.
+    int host_share_eighths = -1;
     // --gpu-prefill tokens: a prompt token by token instead of each layer
     // over every token of a pass (slower: to compare).
     bool prefill_pass = true;

@@ -134,7 +134,8 @@ public:
     // weights to VRAM and page-locks or fills from the source here, so that
     // the first forward call's time is the forward's own (it does this at
     // the first forward call when nothing called attach). Default: nothing.
-    virtual void attach(ExpertSource& experts) const { (void)experts; }
+    // pool: the threads the session's forward calls will use.
+    virtual void attach(ExpertSource& experts, ThreadPool& pool) const { (void)experts, (void)pool; }
 
     // Whether forward() runs layer by layer over more than max_batch tokens
     // (StateOptions::max_tokens), so a long prompt reads each expert once.

@@ -111,7 +111,7 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o, const ExpertSour
                                                        if (progress) progress("experts", done, total);
                                                    });
     }
-    s->model_->attach(*s->experts_);
+    s->model_->attach(*s->experts_, *s->pool_);
     s->tokens_.reserve(size_t(so.n_ctx));
     s->logits_.resize(size_t(c.n_vocab));
     return s;

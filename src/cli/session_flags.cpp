@@ -60,7 +60,8 @@ void SessionFlags::declare(Args& a, bool sampling) {
     a.option("--gpu-host-share", &gpu_host_share, "auto|F",
              "with --gpu-ram-tier cpu: the fraction of each layer's VRAM misses the host computes, in eighths "
              "(0 to 1; the rest are copied into VRAM, cached, and run there while the host works); auto: "
-             "from the host's expert rate and the copy rate measured at start-up, so both finish together");
+             "from the host's expert rate and the copy rate measured at start-up, so both finish together (the "
+             "measurement can pick another share in another run: give a fraction for the same bits every run)");
     a.option("--gpu-activations", &gpu_activations, "q8|f32",
              "activations where quantized weights meet them on the GPU: q8, 8-bit as on the CPU; "
              "f32, float32 throughout (slower; the golden files' exact/ logits are its reference)");

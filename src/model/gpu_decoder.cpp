@@ -1885,7 +1885,8 @@ private:
     // st.hit_ids / st.hit_weights (rank order kept), the host's to cpu_ids_ /
     // cpu_weights_ for compute_misses. Returns how many the GPU runs. The
     // split depends only on the routing, the cache and cpu_share_, so a
-    // configuration gives the same bits every run.
+    // given share gives the same bits every run (a measured one can differ
+    // between runs).
     int split_experts(GpuState& st, ExpertSource& experts, int il, int K) const {
         const int64_t E = config_.n_embd;
         float* w = st.host_split;  // K routing weights

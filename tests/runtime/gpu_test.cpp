@@ -338,8 +338,9 @@ TEST_P(GpuStreaming, HostComputedMissesMatchTheReference) {
     const std::string sidecar = packed_sidecar(g, dir);
     // 8/8: the host computes every miss; 4/8: half of each layer's misses
     // are copied into VRAM instead (where the RAM tier holds every expert);
-    // -1: the share measured at start-up. Each twice: a share gives the same
-    // bits every run.
+    // -1: the share measured at start-up. Each twice: a fixed share gives
+    // the same bits every run (a measured one may differ between runs:
+    // gpt-oss measured 5/8, then 6/8, on the H100 of docs/gpu/run13).
     for (const int share : {8, 4, -1}) {
         std::vector<std::vector<float>> logits;
         for (int run = 0; run < 2; run++) {
@@ -385,13 +386,17 @@ TEST_P(GpuStreaming, HostComputedMissesMatchTheReference) {
                 if (!holds_all) {
                     EXPECT_EQ(v.at("hits").as_int() > 0, v.at("prefetch_copies").as_int() > 0);
                 }
-            } else if (share == 4) {
+            } else if (share == 4 && s->model().config().n_expert_used > 1) {
+                // (With one expert a token, as llama4's, a layer has at most
+                // one miss: 4/8 of it rounds to the host.)
                 EXPECT_GT(host, 0);
                 EXPECT_GT(copied, 0);
             }
             EXPECT_EQ(report.at("gpu").at("ram_tier_mode").as_string(), "cpu");
         }
-        EXPECT_EQ(memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
+        if (share >= 0) {
+            EXPECT_EQ(memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
+        }
     }
 }
 

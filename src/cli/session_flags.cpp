@@ -59,7 +59,9 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "layer's misses is copied instead (--gpu-host-share)");
     a.option("--gpu-host-share", &gpu_host_share, "auto|F",
              "with --gpu-ram-tier cpu: the fraction of each layer's VRAM misses the host computes, in eighths "
-             "(0 to 1; the rest are copied into VRAM, cached, and run there while the host works); auto: "
+             "(0 to 1; the rest are copied into VRAM, cached, and run there while the host works; with "
+             "--gpu-prefetch on, the link's part is copied ahead from the previous layer's prediction and the host "
+             "computes whatever is still missing); auto: "
              "from the host's expert rate and the copy rate measured at start-up, so both finish together (the "
              "measurement can pick another share in another run: give a fraction for the same bits every run)");
     a.option("--gpu-activations", &gpu_activations, "q8|f32",

@@ -1463,6 +1463,10 @@ private:
                                      {st.hidden.f32(), hidden8}, own ? st.ones.f32() : expert_weights, moe_out, s,
                                      d.extras(clamped(), own, expert_ids));
             }
+            // The next layer's predicted experts start copying before the
+            // host computes this layer's part, so the link and the host's
+            // cores work at once (after it, the two took turns).
+            if (predicting(il)) prefetch_next(st, experts, il, K);
             // The host's part, computed while the GPU runs the above, then
             // added after it: a fixed order for a given split.
             const MoeCost host = split && KG < K ? compute_misses(st, experts, il, K, KG) : MoeCost{};
@@ -1479,7 +1483,6 @@ private:
             }
             if (moe_out != x) gpu::add(x, moe_out, E, s);
             mark(StageProfile::kDown, uint64_t(K) * el.down.bytes + m.shared.weight_bytes());
-            if (predicting(il)) prefetch_next(st, experts, il, K);
             const double ffn_s = ffn_time.stop();
             if (time) {
                 time->add(Phase::IoWait, io_wait + host.io_wait_s);
@@ -1910,7 +1913,12 @@ private:
         // Copies need the RAM tier to keep every expert: their reads outlive
         // the acquire (released below, before moe_forward acquires the
         // layer's other misses), which only a tier that never evicts allows.
-        const int n_cpu = ram_holds_all_ ? (n_miss * cpu_share_ + 4) / 8 : n_miss;
+        // Where the link already took its share of this layer ahead (the
+        // predicted experts, prefetch_next), the host computes every miss:
+        // a copy now would stall the GPU behind it.
+        const bool link_went_ahead = host_ahead_layer_ == il;
+        host_ahead_layer_ = -1;
+        const int n_cpu = ram_holds_all_ && !link_went_ahead ? host_part(n_miss) : n_miss;
         const int n_copy = n_miss - n_cpu;
         if (n_copy > 0) {
             int slot[64];
@@ -2032,6 +2040,9 @@ private:
         copied_bytes_ += uint64_t(n) * el.expert_bytes();
     }
 
+    // The host's part of n misses at cpu_share_ eighths, rounded to nearest.
+    int host_part(int n) const { return (n * cpu_share_ + 4) / 8; }
+
     // Whether layer il predicts layer il + 1's experts (streaming only).
     // Only between two MoE layers: the host reads the prediction where it
     // waits for layer il's routing, and layer il + 1 must route.
@@ -2060,6 +2071,16 @@ private:
         if (n_prefetched_ == 0 || pinned + n_prefetched_ > experts.capacity() || vram_.n_slots() < 2 * K) {
             n_prefetched_ = 0;
             return;
+        }
+        // --gpu-ram-tier cpu with the split: the link copies ahead only its
+        // share of the predicted misses, the highest-ranked, and the host
+        // computes the next layer's misses (split_experts). Copying every
+        // prediction ahead made the link the bound: on the H100's 64M run
+        // (docs/gpu/run13) 1.13 GB a token crossed it, host share or not.
+        if (cpu_computes_misses() && ram_holds_all_) {
+            host_ahead_layer_ = next;
+            n_prefetched_ -= host_part(n_prefetched_);
+            if (n_prefetched_ == 0) return;
         }
         const ExpertLayer& el = expert_layers_[size_t(next)];
         experts.acquire(next, prefetched_ids_, n_prefetched_);
@@ -2593,6 +2614,9 @@ private:
     mutable gpu::Event launched_ = nullptr;  // prefill: a group's kernels launched (copied tier)
     mutable gpu::Event prefetched_ = nullptr;
     mutable int predicted_layer_ = -1, prefetched_layer_ = -1, n_prefetched_ = 0;
+    // The layer whose share of the link went to copies ahead (prefetch_next):
+    // the host computes all of its misses.
+    mutable int host_ahead_layer_ = -1;
     mutable int32_t predicted_ids_[64] = {}, prefetched_ids_[64] = {};
     mutable uint64_t predicted_ = 0, predicted_right_ = 0, prefetch_copies_ = 0, prefetch_used_ = 0;
     mutable uint64_t copied_bytes_ = 0, bus_read_bytes_ = 0, hits_ = 0, misses_ = 0, tokens_ = 0;

@@ -53,7 +53,9 @@ struct GpuOptions {
     bool cpu_misses = false;
     // --gpu-host-share: with cpu_misses, the eighths of a layer's misses the
     // host computes (the rest copied into VRAM and run there); -1: from the
-    // rates measured at start-up. Copies need a RAM tier that holds every
+    // rates measured at start-up. With prefetch_next_layer, the link's part
+    // is the next layer's predicted misses copied ahead, and the host
+    // computes every miss left. Copies need a RAM tier that holds every
     // expert; otherwise the host computes them all.
     int host_share_eighths = -1;
     // --gpu-prefill tokens: a prompt token by token instead of each layer

@@ -376,9 +376,10 @@ TEST_P(GpuStreaming, HostComputedMissesMatchTheReference) {
             EXPECT_EQ(host + copied, misses);
             if (share == 8 || !holds_all) {
                 // Every miss is the host's: none is copied on demand. The
-                // VRAM cache fills only with the next layer's predicted
-                // experts (and, filled, the start-up's measured copies),
-                // which the prefetch copies only into a cache of at least 2K
+                // VRAM cache fills only with the start-up's measured copies
+                // (a filled RAM tier; the link's share ahead is then 0) or
+                // the next layer's predicted experts (a partial one), which
+                // the prefetch copies only into a cache of at least 2K
                 // slots: with deepseek3's 7 slots for K = 4 nothing is
                 // copied ahead (docs/gpu.md).
                 EXPECT_GT(host, 0);
@@ -387,10 +388,13 @@ TEST_P(GpuStreaming, HostComputedMissesMatchTheReference) {
                     EXPECT_EQ(v.at("hits").as_int() > 0, v.at("prefetch_copies").as_int() > 0);
                 }
             } else if (share == 4 && s->model().config().n_expert_used > 1) {
-                // (With one expert a token, as llama4's, a layer has at most
-                // one miss: 4/8 of it rounds to the host.)
+                // Both sides work: the link copies misses on demand, or, in
+                // a layer the one before predicted, its share ahead
+                // (prefetch_copies; the host then computes what is still
+                // missing). (With one expert a token, as llama4's, a layer
+                // has at most one miss: 4/8 of it rounds to the host.)
                 EXPECT_GT(host, 0);
-                EXPECT_GT(copied, 0);
+                EXPECT_GT(copied + v.at("prefetch_copies").as_int(), 0);
             }
             EXPECT_EQ(report.at("gpu").at("ram_tier_mode").as_string(), "cpu");
         }

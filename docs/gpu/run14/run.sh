@@ -1,0 +1,119 @@
+#!/bin/bash
+# Fourteenth session's device calls (issue 33), from the repository root with
+# .gpuwork/h34 carried: bin.txz (moestream, runtime_gpu_test and
+# gpu_kernels_test built on the development machine with nvcc 13.0, Release,
+# sm_90, and lib/: Debian 12's liburing, pcre2 and xxhash), golden.txz (the
+# six files of the GpuStreaming tests with their exact/ runs), lc.txz
+# (llama.cpp de3ff81's source from the node-llama-cpp 3.22.1 npm package,
+# pruned), built here into /tmp/lcb (kept on a warm machine for the next
+# call) in the background while the tests run and the models are made.
+# What changed since run13: with --gpu-ram-tier cpu and a RAM tier that
+# holds every expert, the next layer's predicted experts are copied ahead
+# only up to the link's share (the host computes every miss left), and the
+# copies start before the host computes this layer's part.
+# STEPS (letters, any order of running is fixed):
+#  a  the streaming GPU tests (the split at 8/8, 4/8 and measured, each twice);
+#  q  qwen3-30b-a3b Q4_K_M synth (realistic routing, docs/routing.md):
+#     decode after a 510-token prompt of real text at --gpu-mem 64M and 4G,
+#     copy and cpu (measured share, then 1/2 and 1/4 at 64M), beside
+#     llama-bench -ngl 99 -ncmoe 48 -fa 1 -t 16 -p 512 -n 128;
+#  g  gpt-oss-120b --layers 12 (MXFP4) at 4G and 64M, copy and cpu, beside
+#     -ncmoe 12 (every expert on the host);
+#  d  deepseek-v3 --layers 6 Q4_K_M the same, beside -ncmoe 6.
+# Every report goes into one archive in $OUT (the tool returns 8 files).
+set -u -o pipefail
+D=.gpuwork/h34
+P=$OUT/r
+mkdir -p $P
+LIMIT=${LIMIT:-570}
+exec > >(tee -a $OUT/run.log) 2>&1
+pack() { tar cJf $OUT/reports.txz -C $OUT r; }
+trap pack EXIT
+BIN=$D/bin
+export LD_LIBRARY_PATH=$PWD/$BIN/lib:${LD_LIBRARY_PATH:-}
+date -u; nproc; grep -m1 "model name" /proc/cpuinfo; free -g | head -2
+nvidia-smi --query-gpu=name,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv
+(cd $D && mkdir -p bin golden && tar xJf bin.txz -C bin && tar xJf golden.txz -C golden)
+LCB=/tmp/lcb
+if [ ! -x $LCB/bin/llama-batched-bench ]; then
+  mkdir -p /tmp/lc && tar xJf $D/lc.txz -C /tmp/lc
+  (t0=$SECONDS; cmake -S /tmp/lc -B $LCB -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
+     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+     -DCMAKE_BUILD_TYPE=Release > $P/lc-configure.log 2>&1 && \
+   nice -n 5 cmake --build $LCB -j 15 --target llama-bench llama-batched-bench > $P/lc-build.log 2>&1
+   echo "llama.cpp build exit $? after $((SECONDS - t0)) s") &
+  lcb=$!
+else
+  lcb=
+fi
+mkdir -p /work/shared && ln -sfn "$PWD/$D/golden" /work/shared/golden
+left() { echo $((LIMIT - SECONDS)); }
+M=/tmp/q30.gguf  # outside the repository: kept on a warm machine between calls
+STEPS=${STEPS:-aqg}
+# The models, one after another, while llama.cpp builds.
+(if [[ $STEPS == *q* && ! -f $M ]]; then
+   t0=$SECONDS; $BIN/moestream synth --preset qwen3-30b-a3b --type Q4_K_M -o $M > $P/synth.log 2>&1
+   echo "synth q30 exit $? after $((SECONDS - t0)) s"
+ fi
+ if [[ $STEPS == *g* && ! -f /tmp/gptoss.gguf ]]; then
+   t0=$SECONDS; $BIN/moestream synth --preset gpt-oss-120b --layers 12 -o /tmp/gptoss.gguf > $P/synth-gptoss.log 2>&1
+   echo "synth gptoss exit $? after $((SECONDS - t0)) s"
+ fi) &
+syn=$!
+if [[ $STEPS == *a* ]]; then
+echo "== streaming GPU tests"
+(cd $BIN && timeout 150 ./runtime_gpu_test --gtest_filter='*Streaming*' > $P/streaming.log 2>&1; echo "exit $? at $SECONDS s")
+grep -E "^\[==========\]|^\[  PASSED|^\[  FAILED|host share|hits .* misses|Failure" $P/streaming.log | head -80
+fi
+wait $syn
+PROMPT=$D/prompt.txt
+$BIN/moestream version | head -5
+# A prompt of real English text (the repo's public-domain text).
+head -c 2200 bench/prompts/long.txt > $PROMPT  # 510 tokens with the synth vocabulary
+run() {  # name, flags...
+  local name=$1; shift; local t0=$SECONDS
+  [ $(left) -lt 40 ] && { echo "== $name: skipped, $(left) s left"; return; }
+  timeout $(( $(left) - 10 )) $BIN/moestream run -m $M -f $PROMPT -n 128 --ignore-eos --temp 0 --draft off \
+    --mem ${MEM:-40G} -c 4096 --io buffered -t 16 --gpu auto --report $P/$name.json "$@" > $P/$name.txt 2> $P/$name.err
+  echo "== $name: exit $? after $((SECONDS - t0)) s: $*"
+  grep -E "^prefill:|^decode:|decode time|^gpu: (VRAM|host|misses|RAM tier filled|setup)" $P/$name.err
+}
+LB=$LCB/bin/llama-bench
+lb() {  # name, flags...
+  local name=$1; shift; local t0=$SECONDS
+  [ -n "$lcb" ] && { wait $lcb; lcb=; echo "build waited for at $SECONDS s"; }
+  [ $(left) -lt 60 ] && { echo "== $name: skipped, $(left) s left"; return; }
+  timeout $(( $(left) - 10 )) $LB -m $M -ngl 99 -fa 1 -t 16 ${LBARGS:--p 512 -n 128 -r 3} -o json "$@" > $P/$name.json 2> $P/$name.err
+  echo "== $name: exit $? after $((SECONDS - t0)) s: $*"
+  python3 -c "
+import json,sys
+for r in json.load(open('$P/$name.json')):
+    print('  n_prompt %4d n_gen %4d: %8.2f +- %.2f tok/s' % (r['n_prompt'], r['n_gen'], r['avg_ts'], r['stddev_ts']))" || tail -5 $P/$name.err
+}
+if [[ $STEPS == *q* ]]; then
+  # Resident (every expert in VRAM) while llama.cpp builds: the GPU alone.
+  run resident
+  [ -n "$lcb" ] && { wait $lcb; lcb=; echo "build waited for at $SECONDS s"; }
+  run copy_64m --gpu-mem 64M
+  run cpu_64m --gpu-mem 64M --gpu-ram-tier cpu
+  run cpu_64m_h50 --gpu-mem 64M --gpu-ram-tier cpu --gpu-host-share 0.5
+  run cpu_64m_h25 --gpu-mem 64M --gpu-ram-tier cpu --gpu-host-share 0.25
+  lb llama_ncmoe48 -ncmoe 48
+  run copy_4g --gpu-mem 4G
+  run cpu_4g --gpu-mem 4G --gpu-ram-tier cpu
+fi
+other() {  # name, layers, synth flags...
+  local name=$1 layers=$2; shift 2
+  [ $(left) -lt 100 ] && { echo "== $name: skipped, $(left) s left"; return; }
+  M=/tmp/$name.gguf
+  [ -f $M ] || { t0=$SECONDS; $BIN/moestream synth --preset "$@" -o $M 2>&1 | tail -1; echo "synth $name $((SECONDS-t0)) s"; }
+  [ -n "$lcb" ] && { wait $lcb; lcb=; echo "build waited for at $SECONDS s"; }
+  run ${name}_cpu_4g --gpu-mem 4G --gpu-ram-tier cpu
+  run ${name}_copy_4g --gpu-mem 4G
+  lb llama_${name}_ncmoe$layers -ncmoe $layers
+  run ${name}_cpu_64m --gpu-mem 64M --gpu-ram-tier cpu
+  run ${name}_copy_64m --gpu-mem 64M
+}
+[[ $STEPS == *g* ]] && other gptoss 12 gpt-oss-120b --layers 12
+[[ $STEPS == *d* ]] && { rm -f /tmp/q30.gguf; MEM=80G other dsv3 6 deepseek-v3 --layers 6 --type Q4_K_M; }
+echo "end at $SECONDS s"

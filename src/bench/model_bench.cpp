@@ -157,11 +157,15 @@ std::vector<MdColumn> model_md_columns(const ModelBenchOptions& opt) {
     // uses, which a run whose routing stays on the device does not make.
     bool gpu = false;
     for (const ModelSweep& s : opt.sweeps) {
-        for (const std::string& v : s.values) gpu = gpu || ((s.flag == "--gpu" || s.flag == "--gpu-mem") && v != "off");
+        const bool gpu_flag = s.flag == "--gpu" || s.flag == "--gpu-mem" || s.flag == "--gpu-ram-tier" ||
+                              s.flag == "--gpu-host-share";
+        for (const std::string& v : s.values) gpu = gpu || (gpu_flag && v != "off");
     }
     if (gpu) {
         c.push_back({"VRAM hit %", [](const Json& r) { return num_cell(r, "vram_hit_rate", "%.1f", 100); }});
         c.push_back({"PCIe MB/tok", [](const Json& r) { return num_cell(r, "pcie_mb_per_token", "%.1f"); }});
+        // --gpu-ram-tier cpu: the experts' weights the host's cores read.
+        c.push_back({"host MB/tok", [](const Json& r) { return num_cell(r, "host_mb_per_token", "%.1f"); }});
     }
     c.push_back({"peak RSS", [](const Json& r) {
                      const Json& v = r.at("peak_rss_bytes");
@@ -284,7 +288,7 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
         r["test"] = c.test.name();
         r["test_time"] = time_now("%Y-%m-%dT%H:%M:%SZ", true);
 
-        std::vector<double> ns, ts, hit, mbt, stall, amp, vram_hit, pcie;
+        std::vector<double> ns, ts, hit, mbt, stall, amp, vram_hit, pcie, host_mb;
         int64_t prompt_run = 0, gen_run = 0;
         uint64_t peak_rss = 0, dev_bytes = 0;
         bool has_dev = false;
@@ -365,6 +369,7 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
             const VramFigures& vf = std::isnan(phase.hit_rate) ? f.vram : phase;
             if (!std::isnan(vf.hit_rate)) vram_hit.push_back(vf.hit_rate);
             if (!std::isnan(vf.pcie_mb_per_token)) pcie.push_back(vf.pcie_mb_per_token);
+            if (!std::isnan(vf.host_mb_per_token)) host_mb.push_back(vf.host_mb_per_token);
             peak_rss = std::max(peak_rss, f.peak_rss_bytes);
             dev_bytes += f.device_read_bytes;
             has_dev = has_dev || f.has_device;
@@ -400,6 +405,7 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
         r["read_amplification"] = avg_or_null(amp);
         r["vram_hit_rate"] = avg_or_null(vram_hit);
         r["pcie_mb_per_token"] = avg_or_null(pcie);
+        r["host_mb_per_token"] = avg_or_null(host_mb);
         r["peak_rss_bytes"] = peak_rss ? Json(peak_rss) : Json(nullptr);
         r["device_read_bytes"] = has_dev ? Json(dev_bytes) : Json(nullptr);
         r["cgroup_peak_bytes"] = cg ? Json(cg->peak_bytes()) : Json(nullptr);

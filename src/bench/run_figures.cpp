@@ -160,6 +160,7 @@ RunFigures read_run_figures(const Json& report, const std::string& what) {
                 const Json* bus = o->find("bus_read_bytes_per_token");
                 x.pcie_mb_per_token = (number_or_nan(o->find("copied_bytes_per_token")) +
                                        (bus && bus->is_number() ? bus->as_number() : 0.0)) / 1e6;
+                x.host_mb_per_token = number_or_nan(o->find("host_bytes_per_token")) / 1e6;
                 return x;
             };
             f.vram = read(v);

@@ -63,6 +63,7 @@ struct PhaseTimes {
 struct VramFigures {
     double hit_rate = NAN;
     double pcie_mb_per_token = NAN;
+    double host_mb_per_token = NAN;  // experts the host computed (--gpu-ram-tier cpu)
 };
 
 struct RunFigures {

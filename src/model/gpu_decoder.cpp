@@ -607,6 +607,16 @@ public:
         // reads each expert it uses once for many tokens).
         v["prefill"] = phase_counts_[0].json();
         v["decode"] = phase_counts_[1].json();
+        const TierCounts& dc = phase_counts_[1];
+        if (options_.cpu_misses && copy_gbps_ > 0 && host_gbps_ > 0 && dc.tokens > 0) {
+            // The most tokens a second that the link and the host's cores
+            // allow at decode's measured bytes a token, each at the rate
+            // measured at start-up, the two working at once. The GPU's own
+            // time and the per-layer waits for routing are not in it.
+            const double link_s = dc.per_token(dc.copied_bytes) / (copy_gbps_ * 1e9);
+            const double host_s = dc.per_token(dc.host_bytes) / (host_gbps_ * 1e9);
+            v["decode"]["link_host_bound_tok_s"] = 1.0 / std::max({link_s, host_s, 1e-9});
+        }
         g["vram_tier"] = v;
         // forward_batch's passes (serve --parallel): steps of several
         // sequences run as one pass, and their rows (tokens).
@@ -872,25 +882,33 @@ private:
     // in decode calls, for the report.
     struct TierCounts {
         uint64_t hits = 0, misses = 0, copied_bytes = 0, bus_read_bytes = 0, tokens = 0;
+        uint64_t host_computed = 0, host_bytes = 0;  // --gpu-ram-tier cpu
         void add(const TierCounts& now, const TierCounts& before) {
             hits += now.hits - before.hits;
             misses += now.misses - before.misses;
             copied_bytes += now.copied_bytes - before.copied_bytes;
             bus_read_bytes += now.bus_read_bytes - before.bus_read_bytes;
             tokens += now.tokens - before.tokens;
+            host_computed += now.host_computed - before.host_computed;
+            host_bytes += now.host_bytes - before.host_bytes;
         }
+        double per_token(uint64_t x) const { return tokens > 0 ? double(x) / double(tokens) : 0.0; }
         Json json() const {
             Json o = Json::object();
             o["tokens"] = tokens;
             o["hits"] = hits;
             o["misses"] = misses;
             o["hit_rate"] = hits + misses > 0 ? Json(double(hits) / double(hits + misses)) : Json(nullptr);
-            o["copied_bytes_per_token"] = tokens > 0 ? double(copied_bytes) / double(tokens) : 0.0;
-            o["bus_read_bytes_per_token"] = tokens > 0 ? double(bus_read_bytes) / double(tokens) : 0.0;
+            o["copied_bytes_per_token"] = per_token(copied_bytes);
+            o["bus_read_bytes_per_token"] = per_token(bus_read_bytes);
+            o["host_computed_per_token"] = per_token(host_computed);
+            o["host_bytes_per_token"] = per_token(host_bytes);
             return o;
         }
     };
-    TierCounts tier_counts() const { return {hits_, misses_, copied_bytes_, bus_read_bytes_, tokens_}; }
+    TierCounts tier_counts() const {
+        return {hits_, misses_, copied_bytes_, bus_read_bytes_, tokens_, cpu_experts_, cpu_bytes_};
+    }
 
     void forward_call(GpuState& st, ExpertSource& experts, const int32_t* tokens, int n, float* logits,
                       bool all_logits) const {

@@ -18,6 +18,7 @@
 
 #include "../model/golden.h"
 #include "batched_equals_alone.h"
+#include "gpu_session.h"
 #include "gguf/gguf.h"
 #include "gpu/gpu.h"
 #include "model/gpu_decoder.h"
@@ -28,33 +29,6 @@
 
 namespace ms {
 namespace {
-
-// sidecar: the experts come through the store (slots for all of them), read
-// from this packed sidecar (every expert's gate, up and down at the same
-// offsets, which the mapped RAM tier needs), instead of RamExperts.
-std::unique_ptr<Session> open_gpu(const std::string& gguf, GpuOptions gpu_options, const std::string& sidecar = "") {
-    SessionOptions o;
-    o.model_path = gguf;
-    o.n_ctx = 64;
-    o.kv_type = GgmlType::F32;
-    o.n_threads = 2;
-    o.sampling.temp = 0;
-    o.gpu = "auto";
-    o.gpu_options = gpu_options;
-    ExpertSourceFactory experts;
-    if (!sidecar.empty()) {
-        experts = [sidecar](const GgufFile& f, const Model& m, uint64_t) -> std::unique_ptr<ExpertSource> {
-            static StoreCounters counters;
-            int n = 0;
-            for (const ExpertLayer& l : m.expert_layers()) n += l.n_expert;
-            StoreOptions so;
-            so.io = "pread";
-            so.io_options = {4, 2, 2};
-            return std::make_unique<Store>(ExpertLayout::packed(f, m.expert_layers(), sidecar), n, so, &counters);
-        };
-    }
-    return Session::open(o, experts);
-}
 
 // The golden families whose DecoderSpec features all have GPU operations.
 const char* const kCovered[] = {"qwen3moe",  "olmoe",     "qwen2moe",  "mixtral",   "glm4moe",        "minimax-m2",
@@ -254,22 +228,6 @@ TEST(GpuOpen, ArchitectureListIsTheFamiliesTaken) {
 // layer and route by sigmoid with a shared expert, so its first MoE layer
 // is not predicted and its second is, by the sigmoid router.
 class GpuStreaming : public ::testing::TestWithParam<std::pair<const char*, uint64_t>> {};
-
-// Why a streaming test cannot run here ("" when it can).
-std::string streaming_skip(const char* name) {
-    std::string why;
-    if (!gpu::available(&why)) return why;
-    const std::string gguf = golden::models_dir() + "/" + name + ".gguf";
-    return std::filesystem::exists(gguf) ? "" : gguf + " is not here";
-}
-
-// The golden file's experts packed into a sidecar in dir (the store reads
-// them from it, so the RAM tier's mapped and copied modes both run).
-std::string packed_sidecar(const golden::Case& g, test::TempDir& dir) {
-    const std::string sidecar = dir.file("m.experts");
-    write_sidecar(GgufFile::open(g.gguf), find_expert_layers(GgufFile::open(g.gguf)), sidecar);
-    return sidecar;
-}
 
 TEST_P(GpuStreaming, FewVramSlotsMatchResidentBitForBit) {
     const auto [name, few] = GetParam();

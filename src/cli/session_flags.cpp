@@ -72,6 +72,10 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "of quantized weights on tensor cores (equal to decoding within rounding); pass, the same "
              "passes with decode's kernels (logits bit for bit those of decoding token by token, slower); "
              "tokens, one token at a time (to compare)");
+    a.option("--routing-profile", &routing_profile, "FILE",
+             "GPU with experts streamed: a file of how often each expert was chosen; read at load to copy the "
+             "hottest experts into VRAM first (a restart does not start cold), and this run's uses merged into it "
+             "(older counts halved) when the model closes; created if missing");
     a.option("--gpu-prefetch", &gpu_prefetch, "on|off",
              "GPU streaming: copy the experts layer L's router predicts for layer L+1 while L runs (on) "
              "or not");
@@ -147,6 +151,7 @@ SessionOptions SessionFlags::options() const {
     g.prefill_tensor_cores = gpu_prefill == "tensor";
     g.prefetch_next_layer = !choose("--gpu-prefetch", gpu_prefetch, "on", "off");
     g.profile = gpu_profile;
+    g.routing_profile = routing_profile;
     SamplerParams& p = o.sampling;
     p.temp = float(temp);
     p.top_k = top_k;
@@ -247,6 +252,7 @@ Json SessionFlags::report_json(const char* command, const Session& s) const {
     settings["gpu_activations"] = gpu_activations;
     settings["gpu_prefill"] = gpu_prefill;
     settings["gpu_prefetch"] = gpu_prefetch;
+    settings["routing_profile"] = routing_profile;
     settings["parallel"] = parallel;
     j["settings"] = settings;
     j["backend"] = s.backend();

@@ -28,6 +28,7 @@ struct SessionFlags {
     uint64_t gpu_mem = 0;
     std::string gpu_activations = "q8", gpu_ram_tier = "copy", gpu_prefill = "tensor", gpu_prefetch = "on";
     std::string gpu_host_share = "auto";
+    std::string routing_profile;
     bool gpu_profile = false;
     std::string report;
     // Sampling (declared only by commands that sample).

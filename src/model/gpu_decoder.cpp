@@ -1,4 +1,5 @@
 #include "model/gpu_decoder.h"
+#include "model/routing_profile.h"
 
 #include <algorithm>
 #include <chrono>
@@ -515,9 +516,20 @@ public:
         require(output().type);
     }
 
-    // The VRAM tier's account, on stderr: what the run report does not hold yet.
+    // The VRAM tier's account, on stderr: what the run report does not hold
+    // yet; this run's uses merged into --routing-profile's file.
     ~GpuDecoder() override {
         if (tokens_ == 0) return;
+        if (!routing_.uses.empty()) {
+            routing_.tokens = tokens_;
+            try {
+                RoutingProfile::merge_into(options_.routing_profile, routing_);
+                fprintf(stderr, "gpu: routing profile: %llu tokens' uses merged into %s\n",
+                        (unsigned long long)tokens_, options_.routing_profile.c_str());
+            } catch (const std::exception& e) {
+                fprintf(stderr, "error: routing profile not written: %s\n", e.what());
+            }
+        }
         const double gib = double(vram_.slot_bytes()) * vram_.n_slots() / double(1 << 30);
         fprintf(stderr,
                 "gpu: setup %.2f s: resident weights %.2f s, RAM tier page-locked (and filled, mapped) %.2f s, "
@@ -602,6 +614,7 @@ public:
         v["predicted"] = predicted_;
         v["predicted_right"] = predicted_right_;
         v["prefetch_copies"] = prefetch_copies_;
+        v["routing_profile_placed"] = uint64_t(placed_);
         v["prefetch_used"] = prefetch_used_;
         // The same for prefill calls and decode calls alone (a prefill pass
         // reads each expert it uses once for many tokens).
@@ -2341,6 +2354,53 @@ private:
             setup_.ram_fill = now() - t3;
             if (options_.cpu_misses) measure_split(experts);
         }
+        if (!options_.routing_profile.empty() && !vram_.holds_all()) {
+            place_hottest(experts);
+        } else if (!options_.routing_profile.empty()) {
+            fprintf(stderr, "gpu: every expert fits VRAM: --routing-profile %s not read or written\n",
+                    options_.routing_profile.c_str());
+        }
+    }
+
+    // --routing-profile: the file's hottest experts copied into VRAM, as
+    // many as it has slots, the coldest of them first so that the hottest
+    // are the last that LRU evicts; where eviction goes by use counts
+    // (take_coldest), the counts start from the profile's, scaled so that
+    // the hottest counts as used every step of an aging period. This run's
+    // uses are counted from zero into routing_ and merged at close.
+    void place_hottest(ExpertSource& experts) const {
+        const RoutingProfile old = RoutingProfile::read(options_.routing_profile, n_run_, config_.n_expert);
+        routing_ = RoutingProfile(n_run_, config_.n_expert);
+        std::vector<std::pair<int, int>> hot = old.hottest(size_t(vram_.n_slots()));
+        if (hot.empty()) return;
+        const double t0 = now();
+        const uint64_t top = old.at(hot[0].first, hot[0].second);
+        std::reverse(hot.begin(), hot.end());
+        uint64_t bytes = 0;
+        for (const auto& [il, id] : hot) {
+            const ExpertLayer& el = expert_layers_[size_t(il)];
+            if (id >= el.n_expert) continue;  // a dense layer's or out of range: nothing to place
+            if (!uses_.empty()) {
+                uses_[size_t(il) * size_t(config_.n_expert) + size_t(id)] =
+                    uint32_t(std::max<uint64_t>(1, old.at(il, id) * kAgingSteps / top));
+            }
+            if (vram_.find(il, id) >= 0) continue;
+            experts.acquire(il, &id, 1);
+            ExpertView v;
+            if (experts.next_ready(il, &v) >= 0) {
+                vram_.copy(take_slot(il, id), il, id, el, v, copy_);
+                bytes += el.expert_bytes();
+            }
+            gpu::sync(copy_);
+            experts.release(il);
+        }
+        vram_.upload_table(nullptr);
+        gpu::sync(nullptr);
+        placed_ = hot.size();
+        fprintf(stderr,
+                "gpu: routing profile %s: the %zu hottest experts (of %llu tokens' uses) placed in VRAM, %.2f GB "
+                "in %.2f s\n",
+                options_.routing_profile.c_str(), hot.size(), (unsigned long long)old.tokens, bytes / 1e9, now() - t0);
     }
 
     // Every expert read into the RAM tier once, where it holds them all, so
@@ -2545,6 +2605,7 @@ private:
     // (a decode token or a prefill pass) halves them every kAgingSteps.
     void count_use(int il, int id, int c) const {
         if (!uses_.empty()) uses_[size_t(il) * size_t(config_.n_expert) + size_t(id)] += uint32_t(c);
+        if (!routing_.uses.empty()) routing_.at(il, id) += uint64_t(c);
     }
     void age_uses() const {
         if (++steps_ % kAgingSteps == 0) {
@@ -2603,6 +2664,10 @@ private:
     // Each (layer, expert)'s uses (count_use), when some experts are not in
     // VRAM: refresh_vram's admission (mapped), take_slot's eviction (copied).
     mutable std::vector<uint32_t> uses_;
+    // --routing-profile: this run's uses of each (layer, expert), and how
+    // many experts the file's profile placed in VRAM at load.
+    mutable RoutingProfile routing_;
+    mutable size_t placed_ = 0;
     mutable uint64_t steps_ = 0;
     static constexpr uint64_t kAgingSteps = 64;
     mutable gpu::Event tabled_ = nullptr;

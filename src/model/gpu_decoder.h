@@ -67,6 +67,11 @@ struct GpuOptions {
     bool prefill_tensor_cores = true;
     // --gpu-prefetch off: no copies ahead of the next layer's predicted experts.
     bool prefetch_next_layer = true;
+    // --routing-profile: a file of each (layer, expert)'s uses
+    // (model/routing_profile.h). Read at load, where VRAM cannot hold every
+    // expert, to copy the hottest into it first; this run's uses are merged
+    // into it when the model closes. Empty: none.
+    std::string routing_profile;
     // --gpu-profile: each stage's kernels timed with events (launched one by
     // one, no graph), printed to stderr at exit.
     bool profile = false;

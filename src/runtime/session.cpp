@@ -36,6 +36,10 @@ std::unique_ptr<Model> open_model(const GgufFile& file, const SessionOptions& o,
         return m;
     }
     *backend = "CPU (" + why + ")";  // "CPU (no NVIDIA driver found)"
+    if (!o.gpu_options.routing_profile.empty()) {
+        fprintf(stderr, "note: --routing-profile %s is for the GPU's VRAM tier: not read or written on the CPU\n",
+                o.gpu_options.routing_profile.c_str());
+    }
     return Model::open(file);
 }
 

@@ -19,6 +19,7 @@
 #include "../model/golden.h"
 #include "batched_equals_alone.h"
 #include "gpu_session.h"
+#include "model/routing_profile.h"
 #include "gguf/gguf.h"
 #include "gpu/gpu.h"
 #include "model/gpu_decoder.h"
@@ -360,6 +361,49 @@ TEST_P(GpuStreaming, HostComputedMissesMatchTheReference) {
             EXPECT_EQ(memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
         }
     }
+}
+
+// --routing-profile: a first run writes each expert's uses when the model
+// closes; a second run reads them and starts with the hottest in VRAM, so
+// its prompt finds experts there that the first, starting empty, had to
+// copy. Copied misses give the resident bits, so both runs' logits are equal.
+TEST_P(GpuStreaming, RoutingProfilePlacesTheHottestAtLoad) {
+    const auto [name, few] = GetParam();
+    if (const std::string why = streaming_skip(name); !why.empty()) GTEST_SKIP() << why;
+    const golden::Case g = golden::load(name);
+    test::TempDir dir;
+    const std::string sidecar = packed_sidecar(g, dir);
+    const std::string profile = dir.file("routing.json");
+    std::vector<std::vector<float>> logits;
+    int64_t prefill_hits[2] = {}, placed[2] = {};
+    for (int run = 0; run < 2; run++) {
+        GpuOptions o;
+        o.expert_bytes = few;
+        o.routing_profile = profile;
+        {
+            auto s = open_gpu(g.gguf, o, sidecar);
+            logits.emplace_back(g.prompt.size() * size_t(g.n_vocab));
+            s->prefill_all(g.prompt, logits.back().data());
+            s->generate(4, [](int32_t) { return true; });
+            Json report = Json::object();
+            add_gpu_report(s->model(), &report);
+            const Json& v = report.at("gpu").at("vram_tier");
+            prefill_hits[run] = v.at("prefill").at("hits").as_int();
+            placed[run] = v.at("routing_profile_placed").as_int();
+        }  // the model closes: the profile is written
+        ASSERT_TRUE(std::filesystem::exists(profile));
+    }
+    printf("%s: prompt's VRAM hits %lld cold, %lld with %lld experts placed from the profile\n", name,
+           (long long)prefill_hits[0], (long long)prefill_hits[1], (long long)placed[1]);
+    EXPECT_EQ(placed[0], 0);
+    EXPECT_GT(placed[1], 0);
+    EXPECT_GT(prefill_hits[1], prefill_hits[0]);
+    EXPECT_EQ(memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
+    const Json j = Json::parse_file(profile);
+    const RoutingProfile p =
+        RoutingProfile::read(profile, int(j.at("layers").as_int()), int(j.at("experts").as_int()));
+    EXPECT_GT(p.tokens, 0u);
+    EXPECT_FALSE(p.hottest(1).empty());
 }
 
 // About 4 of qwen3moe's 24 experts (of about 120 KiB), 5 of glm4moe's 16 (of

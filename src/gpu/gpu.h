@@ -273,6 +273,18 @@ void attention(const float* q, float* k_cache, float* v_cache, const int32_t* po
                const FreshRow& fresh = {}, int n = 1, int window = 0, const float* sinks = nullptr,
                int chunk = 0, float* const* seq = nullptr);
 
+// Prefill attention of one sequence's n tokens at positions *pos .. *pos +
+// n - 1 (their k and v rows in the caches already), with attention's
+// window, chunk and sinks, in tiles (kernels_attention.cu): the query heads
+// of a KV head and several tokens read each tile of positions once, each
+// row's softmax kept online. Within rounding of attention(), not its bits.
+// act: also out's 8-bit rows. False, with nothing launched, for a shape it
+// does not take (head_dim other than 64, 128 or 256; more than 64 query
+// heads a KV head): attention() is then the one to call.
+bool attention_tiled(const float* q, const float* k_cache, const float* v_cache, const int32_t* pos, int n_head,
+                     int n_kv_head, int head_dim, float scale, float* out, Stream s, void* act, int n, int window = 0,
+                     const float* sinks = nullptr, int chunk = 0);
+
 // Per head: q's n_head heads RMS-normed with q_norm and NeoX-rotated in
 // place; k's n_kv_head heads normed with k_norm and rotated into row *pos of
 // k_cache, v's heads copied into row *pos of v_cache (rows of n_kv_head *

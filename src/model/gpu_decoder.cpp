@@ -1767,7 +1767,16 @@ private:
                     position_qk(a, d, q, k, v, n, cos_sin, pos, temp, kc, vc, b.kt.f32(), b.vt.f32(), seq);
                 }
                 mark(StageProfile::kQkRope, 0);
-                for (int a0 = 0; a0 < n; a0 += kAttentionRows) {
+                // A prompt's pass on tensor cores (within rounding of
+                // decoding): attention in tiles over all its tokens at once;
+                // else (bit for bit decoding's, or batched decode's rows of
+                // several sequences) the decode kernel, a launch a run of
+                // tokens.
+                const bool tiled = options_.prefill_tensor_cores && !decode_rows_ && !seq &&
+                                   gpu::attention_tiled(q, kc, vc, pos, c.n_head, c.n_head_kv, c.head_dim, scale, att,
+                                                        s, a.q_gate ? nullptr : att8, n, a.window, d.sinks,
+                                                        int(a.chunk));
+                for (int a0 = 0; !tiled && a0 < n; a0 += kAttentionRows) {
                     const int na = std::min(kAttentionRows, n - a0);
                     void* row8 = att8 && !a.q_gate ? static_cast<uint8_t*>(att8) + size_t(a0) * gpu::act_bytes(Q) : nullptr;
                     gpu::attention(q + a0 * Q, kc, vc, pos + a0, c.n_head, c.n_head_kv, c.head_dim, scale,

@@ -699,6 +699,51 @@ TEST(Kernels, AttentionChunks) {
     EXPECT_TRUE(same_bits(out.get<float>(), out1.get<float>()));
 }
 
+// Prefill attention in tiles: n tokens after pos0 cached positions, each
+// against the double reference over its own positions (causal, windows,
+// chunks, sinks), across head sizes and query heads a KV head (1 to 64:
+// from 64 tokens a block to one); its 8-bit rows are quantize_act's.
+TEST(Kernels, AttentionTiledMatchesDoubleReference) {
+    SKIP_WITHOUT_GPU();
+    struct Shape {
+        int n_head, n_kv, hd, pos0, n, window, chunk;
+        bool sinks;
+    };
+    for (const Shape& c : {Shape{8, 2, 64, 0, 100, 0, 0, false}, Shape{32, 4, 128, 37, 200, 0, 0, false},
+                           Shape{8, 8, 128, 5, 70, 16, 0, true}, Shape{12, 1, 256, 0, 40, 0, 8, false},
+                           Shape{64, 1, 64, 3, 9, 0, 0, true}, Shape{8, 2, 64, 1000, 3, 128, 0, true}}) {
+        const int rows = c.pos0 + c.n;
+        const int64_t Q = int64_t(c.n_head) * c.hd, KV = int64_t(c.n_kv) * c.hd;
+        const float scale = 1.0f / std::sqrt(float(c.hd));
+        const std::vector<float> q = randoms(size_t(c.n * Q), 21), k = randoms(size_t(rows * KV), 22),
+                                 v = randoms(size_t(rows * KV), 23), sinks = randoms(size_t(c.n_head), 24, 2.0f);
+        DeviceBuffer dq(q), dk(k), dv(v), dsinks(sinks), dpos(std::vector<int32_t>{c.pos0}),
+            out(size_t(c.n * Q) * 4), act(size_t(c.n) * gpu::act_bytes(Q)), want_act(size_t(c.n) * gpu::act_bytes(Q));
+        ASSERT_TRUE(gpu::attention_tiled(dq.f(), dk.f(), dv.f(), static_cast<const int32_t*>(dpos.p), c.n_head, c.n_kv,
+                                         c.hd, scale, out.f(), nullptr, act.p, c.n, c.window,
+                                         c.sinks ? dsinks.f() : nullptr, c.chunk));
+        const std::vector<float> got = out.get<float>();
+        std::vector<double> ref;
+        for (int t = 0; t < c.n; t++) {
+            const int p = c.pos0 + t;
+            const int first = c.window > 0 ? std::max(0, p - c.window + 1) : c.chunk > 0 ? p - p % c.chunk : 0;
+            const std::vector<float> qt(q.begin() + t * Q, q.begin() + (t + 1) * Q);
+            const std::vector<double> r = reference_attention(qt, k, v, c.n_head, c.n_kv, c.hd, scale, first, p + 1,
+                                                              c.sinks ? sinks.data() : nullptr);
+            ref.insert(ref.end(), r.begin(), r.end());
+        }
+        EXPECT_LT(rel_err(got, ref), 1e-5) << c.n_head << "/" << c.n_kv << " heads of " << c.hd << ", " << c.n
+                                           << " tokens after " << c.pos0 << ", window " << c.window << ", chunk "
+                                           << c.chunk;
+        gpu::quantize_act(out.f(), c.n, Q, want_act.p, nullptr);
+        EXPECT_EQ(act.get<uint8_t>(), want_act.get<uint8_t>());
+    }
+    // Shapes it does not take are left to attention().
+    DeviceBuffer b(size_t(4096));
+    EXPECT_FALSE(gpu::attention_tiled(b.f(), b.f(), b.f(), nullptr, 8, 2, 96, 1.0f, b.f(), nullptr, nullptr, 1));
+    EXPECT_FALSE(gpu::attention_tiled(b.f(), b.f(), b.f(), nullptr, 128, 1, 64, 1.0f, b.f(), nullptr, nullptr, 1));
+}
+
 // Llama 4's expert inputs (each token's row times its routing weight) and
 // its unroped layers' q temperature.
 TEST(Kernels, WeightedRowsAndScaleBy) {

@@ -115,5 +115,30 @@ other() {  # name, layers, synth flags...
   run ${name}_copy_64m --gpu-mem 64M
 }
 [[ $STEPS == *g* ]] && other gptoss 12 gpt-oss-120b --layers 12
+[[ $STEPS == *d* ]] && STEPS="${STEPS}t"  # the second call runs both
+if [[ $STEPS == *t* ]]; then
+  # Second call (binaries repacked after call 1 started: moestream.old is
+  # call 1's): prefill attention in tiles (issue 34) and the routing profile
+  # (issue 33 item 2). Kernel tests, the GPU tests on the six files, then
+  # resident prompts of 512 and 4096 tokens, old and new, beside llama.cpp.
+  echo "== kernel tests"
+  (cd $BIN && timeout 120 ./gpu_kernels_test > $P/kernels.log 2>&1; echo "exit $? at $SECONDS s")
+  grep -E "^\[==========\]|^\[  PASSED|^\[  FAILED|Failure" $P/kernels.log | head -20
+  echo "== runtime GPU tests"
+  (cd $BIN && timeout 200 ./runtime_gpu_test > $P/runtime_gpu.log 2>&1; echo "exit $? at $SECONDS s")
+  grep -E "^\[==========\]|^\[  PASSED|^\[  FAILED|Failure|prompt's VRAM hits|tensor-core prefill against" $P/runtime_gpu.log | head -60
+  M=/tmp/q30.gguf
+  if [ -f $M ]; then
+    for len in 512 4096; do
+      for b in moestream.old moestream; do
+        t0=$SECONDS
+        timeout 120 $BIN/$b run -m $M --random-prompt $len -n 8 --seed 3 --temp 0 --draft off --mem 40G -c 8192 \
+          --io buffered -t 16 --gpu auto --report $P/pp${len}_$b.json > /dev/null 2> $P/pp${len}_$b.err
+        echo "== pp$len $b: exit $? after $((SECONDS - t0)) s"; grep -E "^prefill:" $P/pp${len}_$b.err
+      done
+    done
+    [ -x $LCB/bin/llama-bench ] && LBARGS="-p 512,4096 -n 0 -r 2" lb llama_resident_pp
+  fi
+fi
 [[ $STEPS == *d* ]] && { rm -f /tmp/q30.gguf; MEM=80G other dsv3 6 deepseek-v3 --layers 6 --type Q4_K_M; }
 echo "end at $SECONDS s"

@@ -11,8 +11,14 @@
 # holds every expert, the next layer's predicted experts are copied ahead
 # only up to the link's share (the host computes every miss left), and the
 # copies start before the host computes this layer's part.
-# STEPS (letters, any order of running is fixed):
-#  a  the streaming GPU tests (the split at 8/8, 4/8 and measured, each twice);
+# Binaries: moestream (main after 1ffbea0, prefill attention in tiles) and
+# moestream.old (12bc474, before the tiles), runtime_gpu_test and
+# gpu_kernels_test of the new one.
+# STEPS (letters; the order of running is fixed):
+#  a  the streaming GPU tests (the split at 8/8, 4/8 and measured, each twice;
+#     the routing profile);
+#  t  kernel tests, all GPU tests on the six files, and resident prompts of
+#     512 and 4096 tokens, old against new, beside llama-bench -p 512,4096;
 #  q  qwen3-30b-a3b Q4_K_M synth (realistic routing, docs/routing.md):
 #     decode after a 510-token prompt of real text at --gpu-mem 64M and 4G,
 #     copy and cpu (measured share, then 1/2 and 1/4 at 64M), beside
@@ -49,7 +55,7 @@ fi
 mkdir -p /work/shared && ln -sfn "$PWD/$D/golden" /work/shared/golden
 left() { echo $((LIMIT - SECONDS)); }
 M=/tmp/q30.gguf  # outside the repository: kept on a warm machine between calls
-STEPS=${STEPS:-aqg}
+STEPS=${STEPS:-atqg}
 # The models, one after another, while llama.cpp builds.
 (if [[ $STEPS == *q* && ! -f $M ]]; then
    t0=$SECONDS; $BIN/moestream synth --preset qwen3-30b-a3b --type Q4_K_M -o $M > $P/synth.log 2>&1
@@ -90,18 +96,41 @@ import json,sys
 for r in json.load(open('$P/$name.json')):
     print('  n_prompt %4d n_gen %4d: %8.2f +- %.2f tok/s' % (r['n_prompt'], r['n_gen'], r['avg_ts'], r['stddev_ts']))" || tail -5 $P/$name.err
 }
+# While llama.cpp builds (the host's cores busy with it, nice 5): the
+# kernel and GPU tests, then resident prompts of 512 and 4096 tokens by
+# call 1's binary (moestream.old: 12bc474, decode kernel for attention) and
+# this one (prefill attention in tiles), both GPU-bound.
+if [[ $STEPS == *t* ]]; then
+  echo "== kernel tests"
+  (cd $BIN && timeout 120 ./gpu_kernels_test > $P/kernels.log 2>&1; echo "exit $? at $SECONDS s")
+  grep -E "^\[==========\]|^\[  PASSED|^\[  FAILED|Failure" $P/kernels.log | head -20
+  echo "== runtime GPU tests"
+  (cd $BIN && timeout 150 ./runtime_gpu_test > $P/runtime_gpu.log 2>&1; echo "exit $? at $SECONDS s")
+  grep -E "^\[==========\]|^\[  PASSED|^\[  FAILED|Failure|prompt's VRAM hits|tensor-core prefill against" $P/runtime_gpu.log | head -60
+  for len in 512 4096; do
+    for b in moestream.old moestream; do
+      t0=$SECONDS
+      timeout 120 $BIN/$b run -m $M --random-prompt $len -n 8 --seed 3 --temp 0 --draft off --mem 40G -c 8192 \
+        --io buffered -t 16 --gpu auto --report $P/pp${len}_$b.json > /dev/null 2> $P/pp${len}_$b.err
+      echo "== pp$len $b: exit $? after $((SECONDS - t0)) s"; grep -E "^prefill:" $P/pp${len}_$b.err
+    done
+  done
+fi
 if [[ $STEPS == *q* ]]; then
-  # Resident (every expert in VRAM) while llama.cpp builds: the GPU alone.
   run resident
   [ -n "$lcb" ] && { wait $lcb; lcb=; echo "build waited for at $SECONDS s"; }
   run copy_64m --gpu-mem 64M
   run cpu_64m --gpu-mem 64M --gpu-ram-tier cpu
   run cpu_64m_h50 --gpu-mem 64M --gpu-ram-tier cpu --gpu-host-share 0.5
-  run cpu_64m_h25 --gpu-mem 64M --gpu-ram-tier cpu --gpu-host-share 0.25
   lb llama_ncmoe48 -ncmoe 48
   run copy_4g --gpu-mem 4G
   run cpu_4g --gpu-mem 4G --gpu-ram-tier cpu
+  # The mapped RAM tier (misses read over the bus by the kernels, a token
+  # one CUDA graph, no wait a layer on the host).
+  run map_4g --gpu-mem 4G --gpu-ram-tier map
+  run cpu_64m_h25 --gpu-mem 64M --gpu-ram-tier cpu --gpu-host-share 0.25
 fi
+[[ $STEPS == *t* ]] && LBARGS="-p 512,4096 -n 0 -r 2" lb llama_resident_pp
 other() {  # name, layers, synth flags...
   local name=$1 layers=$2; shift 2
   [ $(left) -lt 100 ] && { echo "== $name: skipped, $(left) s left"; return; }
@@ -115,34 +144,5 @@ other() {  # name, layers, synth flags...
   run ${name}_copy_64m --gpu-mem 64M
 }
 [[ $STEPS == *g* ]] && other gptoss 12 gpt-oss-120b --layers 12
-[[ $STEPS == *d* ]] && STEPS="${STEPS}t"  # the second call runs both
-if [[ $STEPS == *t* ]]; then
-  # Second call (binaries repacked after call 1 started: moestream.old is
-  # call 1's): prefill attention in tiles (issue 34) and the routing profile
-  # (issue 33 item 2). Kernel tests, the GPU tests on the six files, then
-  # resident prompts of 512 and 4096 tokens, old and new, beside llama.cpp.
-  echo "== kernel tests"
-  (cd $BIN && timeout 120 ./gpu_kernels_test > $P/kernels.log 2>&1; echo "exit $? at $SECONDS s")
-  grep -E "^\[==========\]|^\[  PASSED|^\[  FAILED|Failure" $P/kernels.log | head -20
-  echo "== runtime GPU tests"
-  (cd $BIN && timeout 200 ./runtime_gpu_test > $P/runtime_gpu.log 2>&1; echo "exit $? at $SECONDS s")
-  grep -E "^\[==========\]|^\[  PASSED|^\[  FAILED|Failure|prompt's VRAM hits|tensor-core prefill against" $P/runtime_gpu.log | head -60
-  M=/tmp/q30.gguf
-  if [ -f $M ]; then
-    for len in 512 4096; do
-      for b in moestream.old moestream; do
-        t0=$SECONDS
-        timeout 120 $BIN/$b run -m $M --random-prompt $len -n 8 --seed 3 --temp 0 --draft off --mem 40G -c 8192 \
-          --io buffered -t 16 --gpu auto --report $P/pp${len}_$b.json > /dev/null 2> $P/pp${len}_$b.err
-        echo "== pp$len $b: exit $? after $((SECONDS - t0)) s"; grep -E "^prefill:" $P/pp${len}_$b.err
-      done
-    done
-    [ -x $LCB/bin/llama-bench ] && LBARGS="-p 512,4096 -n 0 -r 2" lb llama_resident_pp
-    # The mapped RAM tier (misses read over the bus by the kernels, a token
-    # one CUDA graph, no wait a layer on the host) beside call 1's copies.
-    run map_4g --gpu-mem 4G --gpu-ram-tier map
-    run map_64m --gpu-mem 64M --gpu-ram-tier map
-  fi
-fi
 [[ $STEPS == *d* ]] && { rm -f /tmp/q30.gguf; MEM=80G other dsv3 6 deepseek-v3 --layers 6 --type Q4_K_M; }
 echo "end at $SECONDS s"

@@ -1616,26 +1616,36 @@ private:
     }
 
     // The copied tier's experts of layer il for a prefill pass (its n_tiles
-    // tiles in b.host_tiles, its distinct experts in b.groups), in groups
-    // the VRAM slots and the RAM tier can hold at once: a group's misses
-    // acquired from the RAM tier (the store reads from the drive what it
-    // lacks), copied into the least recently used slots once the kernels
-    // of the group before are done with them, the table uploaded, then
-    // the group's tiles run. Each expert is read and copied once a pass.
+    // tiles in b.host_tiles, its distinct experts in b.groups), in groups:
+    // a group's misses acquired from the RAM tier (the store reads from the
+    // drive what it lacks), copied into slots, the table uploaded, then the
+    // group's tiles run. Each expert is read and copied once a pass.
+    // Where the layer's experts fit the slots, nothing else runs on the
+    // device (the host waited for the layer's routing) and no slot is taken
+    // twice in the layer (none used since protect(); LRU's are the oldest),
+    // so groups of kCopyGroup are copied while the group before computes.
+    // Otherwise groups as large as the slots and the RAM tier allow, each
+    // copied once the kernels of the one before are done with its slots.
+    static constexpr int kCopyGroup = 8;
     void stream_tiles(PrefillRows& b, ExpertSource& experts, int il, int n_tiles,
                       const std::function<void(int, int)>& run) const {
         const ExpertLayer& el = expert_layers_[size_t(il)];
         const int32_t* ids = b.groups.used.data();
         const int n_ids = b.groups.n_used;
-        const int group = std::min(vram_.n_slots(), experts.capacity());
+        const bool overlap = n_ids < vram_.n_slots();
+        const int group = overlap ? std::min(kCopyGroup, experts.capacity())
+                                  : std::min(vram_.n_slots(), experts.capacity());
         const int32_t* tiles = b.host_tiles;
         int tile = 0;
+        if (overlap) vram_.protect();
         for (int g0 = 0; g0 < n_ids; g0 += group) {
             const int gn = std::min(group, n_ids - g0);
-            gpu::record(launched_, compute_);
-            gpu::wait(copy_, launched_);
             int n_miss = 0;
-            vram_.protect();
+            if (!overlap) {
+                gpu::record(launched_, compute_);
+                gpu::wait(copy_, launched_);
+                vram_.protect();
+            }
             for (int i = g0; i < g0 + gn; i++) {
                 const int c = b.groups.count[size_t(ids[i])];
                 count_use(il, ids[i], c);

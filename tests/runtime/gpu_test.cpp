@@ -241,8 +241,11 @@ TEST_P(GpuStreaming, FewVramSlotsMatchResidentBitForBit) {
     std::vector<std::vector<int32_t>> text;
     // Resident; then streamed with the RAM tier mapped (misses read by the
     // kernels, the VRAM slots refreshed between tokens), then with each
-    // layer's misses copied while the host waits.
-    for (const auto& [gpu_mem, mapped] : {std::pair{uint64_t(0), true}, std::pair{few, true}, std::pair{few, false}}) {
+    // layer's misses copied while the host waits; then copied into about
+    // six times the slots, where a prompt pass's experts of a layer fit
+    // them and a group's copies overlap the group before's products.
+    for (const auto& [gpu_mem, mapped] : {std::pair{uint64_t(0), true}, std::pair{few, true}, std::pair{few, false},
+                                          std::pair{6 * few, false}}) {
         GpuOptions o;
         o.expert_bytes = gpu_mem;
         o.map_ram_tier = mapped;

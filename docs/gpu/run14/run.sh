@@ -11,7 +11,7 @@
 # holds every expert, the next layer's predicted experts are copied ahead
 # only up to the link's share (the host computes every miss left), and the
 # copies start before the host computes this layer's part.
-# Binaries: moestream (main after 1ffbea0, prefill attention in tiles) and
+# Binaries: moestream (9bc7413: prefill attention in tiles, copies overlapped) and
 # moestream.old (12bc474, before the tiles), runtime_gpu_test and
 # gpu_kernels_test of the new one.
 # STEPS (letters; the order of running is fixed):

@@ -72,6 +72,10 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "of quantized weights on tensor cores (equal to decoding within rounding); pass, the same "
              "passes with decode's kernels (logits bit for bit those of decoding token by token, slower); "
              "tokens, one token at a time (to compare)");
+    a.option("--gpu-prefill-attention", &gpu_prefill_attention, "decode|tiles",
+             "with --gpu-prefill tensor: a prompt's attention by the decode kernel, a launch a run of 64 tokens "
+             "(decode), or in tiles that read the KV cache once for a block of tokens and query heads (tiles: "
+             "within rounding, not yet measured on a device, so not the default)");
     a.option("--routing-profile", &routing_profile, "FILE",
              "GPU with experts streamed: a file of how often each expert was chosen; read at load to copy the "
              "hottest experts into VRAM first (a restart does not start cold), and this run's uses merged into it "
@@ -149,6 +153,7 @@ SessionOptions SessionFlags::options() const {
         throw std::runtime_error("--gpu-prefill must be tensor, pass or tokens, not '" + gpu_prefill + "'");
     g.prefill_pass = gpu_prefill != "tokens";
     g.prefill_tensor_cores = gpu_prefill == "tensor";
+    g.prefill_attention_tiles = choose("--gpu-prefill-attention", gpu_prefill_attention, "decode", "tiles");
     g.prefetch_next_layer = !choose("--gpu-prefetch", gpu_prefetch, "on", "off");
     g.profile = gpu_profile;
     g.routing_profile = routing_profile;
@@ -251,6 +256,7 @@ Json SessionFlags::report_json(const char* command, const Session& s) const {
     settings["gpu_host_share"] = gpu_host_share;
     settings["gpu_activations"] = gpu_activations;
     settings["gpu_prefill"] = gpu_prefill;
+    settings["gpu_prefill_attention"] = gpu_prefill_attention;
     settings["gpu_prefetch"] = gpu_prefetch;
     settings["routing_profile"] = routing_profile;
     settings["parallel"] = parallel;

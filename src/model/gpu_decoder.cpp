@@ -1782,7 +1782,8 @@ private:
                 // else (bit for bit decoding's, or batched decode's rows of
                 // several sequences) the decode kernel, a launch a run of
                 // tokens.
-                const bool tiled = options_.prefill_tensor_cores && !decode_rows_ && !seq &&
+                const bool tiled = options_.prefill_tensor_cores && options_.prefill_attention_tiles &&
+                                   !decode_rows_ && !seq &&
                                    gpu::attention_tiled(q, kc, vc, pos, c.n_head, c.n_head_kv, c.head_dim, scale, att,
                                                         s, a.q_gate ? nullptr : att8, n, a.window, d.sinks,
                                                         int(a.chunk));

@@ -113,9 +113,10 @@ TEST_P(GpuGolden, FloatActivationsMatchExact) {
 // A prompt prefilled in one pass (every token through each layer at once)
 // against token by token (--gpu-prefill tokens): with decode's kernels
 // (--gpu-prefill pass) the same logits, bit for bit, at every position;
-// on tensor cores (the default) the same within the golden bound of the
-// file (2e-2 where its weights are quantized and meet 8-bit rows, 1e-3 for
-// F32); both the same greedy text after them.
+// on tensor cores (the default), with the decode kernel's attention or in
+// tiles, the same within the golden bound of the file (2e-2 where its
+// weights are quantized and meet 8-bit rows, 1e-3 for F32); all the same
+// greedy text after them.
 TEST_P(GpuGolden, PrefillPassMatchesTokenByToken) {
     std::string why;
     if (!gpu::available(&why)) GTEST_SKIP() << why;
@@ -124,11 +125,12 @@ TEST_P(GpuGolden, PrefillPassMatchesTokenByToken) {
     const golden::Case g = golden::load(GetParam());
     std::vector<std::vector<float>> logits;
     std::vector<std::vector<int32_t>> text;
-    enum Mode { Tokens, Pass, Tensor };
-    for (const Mode m : {Tokens, Pass, Tensor}) {
+    enum Mode { Tokens, Pass, Tensor, Tiles };
+    for (const Mode m : {Tokens, Pass, Tensor, Tiles}) {
         GpuOptions o;
         o.prefill_pass = m != Tokens;
-        o.prefill_tensor_cores = m == Tensor;
+        o.prefill_tensor_cores = m == Tensor || m == Tiles;
+        o.prefill_attention_tiles = m == Tiles;
         auto s = open_gpu(g.gguf, o);
         logits.emplace_back(g.prompt.size() * size_t(g.n_vocab));
         s->prefill_all(g.prompt, logits.back().data());
@@ -146,6 +148,12 @@ TEST_P(GpuGolden, PrefillPassMatchesTokenByToken) {
            GetParam().c_str(), err, bound);
     EXPECT_LE(err, bound);
     EXPECT_EQ(text[Tensor], text[Tokens]);
+    // --gpu-prefill-attention tiles: the same bound.
+    const double tiles = golden::rel_l2(logits[Tiles].data(), logits[Tokens].data(), logits[Tokens].size());
+    printf("%s: tensor-core prefill with attention in tiles against token by token: %.3g\n", GetParam().c_str(),
+           tiles);
+    EXPECT_LE(tiles, bound);
+    EXPECT_EQ(text[Tiles], text[Tokens]);
 }
 
 // Three sequences at different positions decoded together

@@ -11,14 +11,14 @@
 # holds every expert, the next layer's predicted experts are copied ahead
 # only up to the link's share (the host computes every miss left), and the
 # copies start before the host computes this layer's part.
-# Binaries: moestream (9bc7413: prefill attention in tiles, copies overlapped) and
-# moestream.old (12bc474, before the tiles), runtime_gpu_test and
-# gpu_kernels_test of the new one.
+# Binaries: moestream, runtime_gpu_test and gpu_kernels_test of main as
+# packed (prefill attention in tiles behind --gpu-prefill-attention tiles).
 # STEPS (letters; the order of running is fixed):
 #  a  the streaming GPU tests (the split at 8/8, 4/8 and measured, each twice;
 #     the routing profile);
 #  t  kernel tests, all GPU tests on the six files, and resident prompts of
-#     512 and 4096 tokens, old against new, beside llama-bench -p 512,4096;
+#     512 and 4096 tokens, attention decode against tiles, beside
+#     llama-bench -p 512,4096;
 #  q  qwen3-30b-a3b Q4_K_M synth (realistic routing, docs/routing.md):
 #     decode after a 510-token prompt of real text at --gpu-mem 64M and 4G,
 #     copy and cpu (measured share, then 1/2 and 1/4 at 64M), beside
@@ -97,9 +97,8 @@ for r in json.load(open('$P/$name.json')):
     print('  n_prompt %4d n_gen %4d: %8.2f +- %.2f tok/s' % (r['n_prompt'], r['n_gen'], r['avg_ts'], r['stddev_ts']))" || tail -5 $P/$name.err
 }
 # While llama.cpp builds (the host's cores busy with it, nice 5): the
-# kernel and GPU tests, then resident prompts of 512 and 4096 tokens by
-# call 1's binary (moestream.old: 12bc474, decode kernel for attention) and
-# this one (prefill attention in tiles), both GPU-bound.
+# kernel and GPU tests, then resident prompts of 512 and 4096 tokens with
+# the decode kernel's attention and in tiles, both GPU-bound.
 if [[ $STEPS == *t* ]]; then
   echo "== kernel tests"
   (cd $BIN && timeout 120 ./gpu_kernels_test > $P/kernels.log 2>&1; echo "exit $? at $SECONDS s")
@@ -108,10 +107,10 @@ if [[ $STEPS == *t* ]]; then
   (cd $BIN && timeout 150 ./runtime_gpu_test > $P/runtime_gpu.log 2>&1; echo "exit $? at $SECONDS s")
   grep -E "^\[==========\]|^\[  PASSED|^\[  FAILED|Failure|prompt's VRAM hits|tensor-core prefill against" $P/runtime_gpu.log | head -60
   for len in 512 4096; do
-    for b in moestream.old moestream; do
+    for b in decode tiles; do
       t0=$SECONDS
-      timeout 120 $BIN/$b run -m $M --random-prompt $len -n 8 --seed 3 --temp 0 --draft off --mem 40G -c 8192 \
-        --io buffered -t 16 --gpu auto --report $P/pp${len}_$b.json > /dev/null 2> $P/pp${len}_$b.err
+      timeout 120 $BIN/moestream run -m $M --random-prompt $len -n 8 --seed 3 --temp 0 --draft off --mem 40G -c 8192 \
+        --io buffered -t 16 --gpu auto --gpu-prefill-attention $b --report $P/pp${len}_$b.json > /dev/null 2> $P/pp${len}_$b.err
       echo "== pp$len $b: exit $? after $((SECONDS - t0)) s"; grep -E "^prefill:" $P/pp${len}_$b.err
     done
   done

@@ -609,7 +609,7 @@ const std::vector<SynthSpec>& presets() {
          // Fitted to the Mixtral paper's repetition of consecutive tokens'
          // experts at layers 0, 15 and 31 (docs/routing.md): flat popularity
          // (its near-uniform loads), little locality, fading slowly.
-         .router_skew = 0, .router_locality = 1.0, .router_fade = 0.05},
+         .router_skew = 0, .router_locality = 1.0, .router_fade = 0.12},
         // gpt-oss-120b ships its experts in MXFP4, the rest in 8 bits.
         {.preset = "gpt-oss-120b", .arch = "gpt-oss", .n_layer = 36, .n_expert = 128, .n_expert_used = 4,
          .n_embd = 2880, .expert_ffn = 2880, .n_head = 64, .n_head_kv = 8, .head_dim = 64, .context = 131072,

@@ -305,6 +305,10 @@ void design_family_routing(const SynthSpec& s, std::vector<SynthTensor>& tensors
     // Mixtral (llama): adjacent-pair rope.
     if (s.arch == "llama")
         design_plain_attention(s, tensors, {.attn_scale = 1 / std::sqrt(double(s.head_dim)), .neox = false});
+    // GLM-4.5 (no q/k norms in the Air; half-rotary heads).
+    if (s.arch == "glm4moe")
+        design_plain_attention(s, tensors, {.attn_scale = 1 / std::sqrt(double(s.head_dim)),
+                                            .ffn_norm = "post_attention_norm"});
     if (s.arch == "minimax-m2")
         design_plain_attention(s, tensors, {.attn_scale = 1 / std::sqrt(double(s.head_dim)), .whole_qk_norm = true});
 }

@@ -16,7 +16,7 @@ int cmd_synth(int argc, char** argv) {
     std::string preset = "tiny", out, type, vocab;
     int layers = 0, experts = 0, experts_used = 0, n_embd = 0, ffn = 0, heads = 0, kv_heads = 0, head_dim = 0;
     int64_t context = 0, seed = 1;
-    double skew = -1, locality = -1, sharpness = -1;
+    double skew = -1, locality = -1, sharpness = -1, fade = -1;
     bool json = false, dry_run = false;
     std::string presets;
     for (const std::string& n : synth_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
@@ -43,9 +43,11 @@ int cmd_synth(int argc, char** argv) {
               "layer routed), minimax-m2 (62 layers, 256 experts top-8, n_embd 3072), deepseek-v4-flash\n"
               "(deepseek4: 43 layers, 256 experts top-6 + 1 shared, first 3 hash-routed, compressed attention,\n"
               "4 residual streams, MXFP4 experts).\n"
-              "The qwen3moe, gemma4-26b-a4b, gpt-oss-120b, qwen3.5, deepseek-v3 and glm-5 presets carry a\n"
-              "routing design fitted to published figures (docs/routing.md says how close each comes); the\n"
-              "others' random networks collapse onto a few experts per layer (figures on them are best cases).\n"
+              "The qwen3moe, gemma4-26b-a4b, gpt-oss-120b, qwen3.5, deepseek-v3, glm-5, mixtral-8x7b and\n"
+              "minimax-m2 presets carry a routing design fitted to published figures (minimax-m2's borrowed\n"
+              "from other families; docs/routing.md says how close each comes); the others' (glm-4.5-air,\n"
+              "llama4, deepseek-v4-flash) random networks collapse onto a few experts per layer (figures on\n"
+              "them are best cases).\n"
               "Use --layers to fit a disk.\n"
               "Flags left at 0 keep the preset's value. Expert popularity per layer and the router skew are\n"
               "stored under moestream.synth.* and shown by `moestream inspect`.");
@@ -81,6 +83,10 @@ int cmd_synth(int argc, char** argv) {
                 "by nearby tokens; 0 gives a plain random network, whose routing collapses onto a few experts "
                 "after the first layers (default: the preset's, chosen so the qwen3 presets route like the "
                 "trained models on English text: docs/routing.md)");
+    args.option("--router-fade", &fade, "D",
+                "how the locality fades with depth: layer l's is L / sqrt(1 + D l); higher means deep layers "
+                "see less recent context (default: the preset's, 0.5 unless its fit needed another: "
+                "docs/routing.md)");
     args.option("--seed", &seed, "N", "random seed (same seed and flags give the same file)");
     args.flag("--dry-run", &dry_run,
               "write nothing: print what the file would hold (bytes in all, resident bytes, routed expert bytes, "
@@ -104,6 +110,7 @@ int cmd_synth(int argc, char** argv) {
     if (skew >= 0) s.router_skew = skew;
     if (locality >= 0) s.router_locality = locality;
     if (sharpness >= 0) s.router_sharpness = sharpness;
+    if (fade >= 0) s.router_fade = fade;
     s.seed = uint64_t(seed);
     validate_spec(s);
     if (dry_run) {

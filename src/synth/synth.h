@@ -93,6 +93,11 @@ struct SynthSpec {
     // the qwen3 presets' (synth/synth_routing.h); fitted per family preset.
     // Families other than qwen3moe only.
     double router_sharpness = 1.0;
+    // How the locality knob fades with depth: layer l's scale is
+    // router_locality / sqrt(1 + router_fade * l) (synth/synth_routing.h's
+    // layer_locality). 0.5, the qwen3 presets', unless a preset's fit
+    // needed another (docs/routing.md: Mixtral's slower, MiniMax-M2's none).
+    double router_fade = 0.5;
     uint64_t seed = 1;
 };
 

@@ -34,7 +34,7 @@ double recency_norm_weight(int head_dim, double attn_scale) {
 }
 
 double layer_locality(const SynthSpec& s, int layer) {
-    return s.router_locality / std::sqrt(1.0 + kLocalityDecay * layer);
+    return s.router_locality / std::sqrt(1.0 + s.router_fade * layer);
 }
 
 namespace {
@@ -110,7 +110,7 @@ void design_gemma4(const SynthSpec& s, std::vector<SynthTensor>& ts) {
             // layer_locality(s, l) x sqrt(E), in the order the fitted files were made with
             const float ctx = full ? 0.0f
                                    : float(s.router_locality * std::sqrt(double(E)) /
-                                           std::sqrt(1.0 + kLocalityDecay * l));
+                                           std::sqrt(1.0 + s.router_fade * l));
             set_values(t, carrier_split(E, J, 0.0f, ctx));
         } else if (n == "ffn_norm.weight" || n == "pre_ffw_norm_2.weight" || n == "post_ffw_norm.weight" ||
                    n == "post_norm.weight")
@@ -124,25 +124,43 @@ void design_gemma4(const SynthSpec& s, std::vector<SynthTensor>& ts) {
 // (their size then follows it); within every weight type's range at std 1.
 constexpr float kCarrierValue = 1.5f;
 
-// Families whose attention has no q/k norms (gpt-oss, Mixtral, GLM-4.5):
-// the queries' and keys' recency rows read only the carrier and every other
-// weight of attn_q / attn_k is zero, so each query and key is the position
-// alone, and the designed value sets how fast scores fall with distance: at
-// layer 0 (residual RMS ~1, carrier kCarrierValue x the attn_norm gain) the
-// score at distance 0 is recency_score() times s.router_sharpness. The
-// residual adds unnormed sub-layer outputs, as in qwen3moe, so the locality
-// knob is the token part of attn_norm, which feeds the values.
-// `attn_scale`: the scale of q.k (1/sqrt(head) times any YaRN factor on both).
-// s.router_sharpness scales the score.
-void design_plain_attention(const SynthSpec& s, std::vector<SynthTensor>& ts, double attn_scale,
-                            const std::string& ffn_norm) {
+// Families whose attention has no per-head q/k norms (gpt-oss, Mixtral,
+// MiniMax-M2): the queries' and keys' recency rows read only the carrier
+// and every other weight of attn_q / attn_k is zero, so each query and key
+// is the position alone, and the designed value sets how fast scores fall
+// with distance: at layer 0 (residual RMS ~1, carrier kCarrierValue x the
+// attn_norm gain) the score at distance 0 is recency_score() times
+// s.router_sharpness. Where q and k are RMS-normed over the whole
+// projection (MiniMax-M2), the norm gives every recency dim the same size
+// whatever the residual, as a per-head norm does, and its weights set the
+// window instead. The residual adds unnormed sub-layer outputs, as in
+// qwen3moe, so the locality knob is the token part of attn_norm, which
+// feeds the values.
+struct PlainAttention {
+    double attn_scale = 1;                // the scale of q.k: 1/sqrt(head) times any YaRN factor on both
+    std::string ffn_norm = "ffn_norm";    // the norm before the router and experts
+    bool neox = true;                     // NeoX rope pairs (i, i + n_rot/2); false: adjacent pairs
+    bool whole_qk_norm = false;           // attn_q_norm / attn_k_norm over the whole projection
+};
+
+// One head's weights tiled over a projection of n elements.
+std::vector<float> tiled(const std::vector<float>& head, int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (size_t i = 0; i < v.size(); i++) v[i] = head[i % head.size()];
+    return v;
+}
+
+void design_plain_attention(const SynthSpec& s, std::vector<SynthTensor>& ts, const PlainAttention& o) {
     const int64_t E = s.n_embd;
     const int J = carrier_channels(E);
     const float gain = carrier_gain(E);
     const int n_rot = s.rope_dim > 0 ? s.rope_dim : s.head_dim;
-    const std::vector<uint8_t> rec = recency_dims(s.head_dim, n_rot, s.rope_base);
+    const std::vector<uint8_t> rec = recency_dims(s.head_dim, n_rot, s.rope_base, nullptr, o.neox);
     const int n_rec = int(std::count(rec.begin(), rec.end(), kRowRecency));
-    const float v = float(pure_recency_qk(s, n_rec, attn_scale) / (J * kCarrierValue * gain));
+    const float v = o.whole_qk_norm ? INFINITY
+                                    : float(pure_recency_qk(s, n_rec, o.attn_scale) / (J * kCarrierValue * gain));
+    const std::vector<float> qk = recency_norm(
+        rec, float(recency_norm_weight(s.head_dim, o.attn_scale) * std::sqrt(s.router_sharpness)));
     for (SynthTensor& t : ts) {
         const std::string n = block_name(t.name);
         const int l = t.layer;
@@ -153,11 +171,13 @@ void design_plain_attention(const SynthSpec& s, std::vector<SynthTensor>& ts, do
             set_values(t, carrier_split(E, J, gain, float(layer_locality(s, l))));
         } else if (n == "attn_q.weight" || n == "attn_k.weight") {
             mark_recency(t, rec, v, true);
+        } else if (o.whole_qk_norm && (n == "attn_q_norm.weight" || n == "attn_k_norm.weight")) {
+            set_values(t, tiled(qk, t.ne[0]));
         } else if (n == "attn_v.weight") {
             t.design = SynthDesign::CarrierZero;
         } else if (n == "attn_output.weight") {
             t.design = SynthDesign::RowsZero;
-        } else if (n == ffn_norm + ".weight") {
+        } else if (n == o.ffn_norm + ".weight") {
             set_values(t, carrier_split(E, J, 0.0f, 1.0f));
         }
     }
@@ -279,7 +299,18 @@ void design_family_routing(const SynthSpec& s, std::vector<SynthTensor>& tensors
     // from the designed q latent, and a text shorter than its top-k keeps
     // every position, so the recency window is MLA's.
     if (s.arch == "glm-dsa") design_mla(s, tensors, 1 / std::sqrt(double(s.head_dim + s.rope_dim)));
-    if (s.arch == "gpt-oss") design_plain_attention(s, tensors, yarn * yarn / std::sqrt(double(s.head_dim)), "post_attention_norm");
+    if (s.arch == "gpt-oss")
+        design_plain_attention(s, tensors, {.attn_scale = yarn * yarn / std::sqrt(double(s.head_dim)),
+                                            .ffn_norm = "post_attention_norm"});
+    // Mixtral (llama): adjacent-pair rope.
+    if (s.arch == "llama")
+        design_plain_attention(s, tensors, {.attn_scale = 1 / std::sqrt(double(s.head_dim)), .neox = false});
+    // GLM-4.5 (no q/k norms in the Air; half-rotary heads).
+    if (s.arch == "glm4moe")
+        design_plain_attention(s, tensors, {.attn_scale = 1 / std::sqrt(double(s.head_dim)),
+                                            .ffn_norm = "post_attention_norm"});
+    if (s.arch == "minimax-m2")
+        design_plain_attention(s, tensors, {.attn_scale = 1 / std::sqrt(double(s.head_dim)), .whole_qk_norm = true});
 }
 
 }  // namespace ms

@@ -17,12 +17,11 @@ struct SynthTensor;
 // Constants measured with bench routing on English text (docs/routing.md):
 // kCarrier residual channels hold the carrier; its gain at n_embd 256; the
 // q/k norm weight of the recency dims (qwen3moe: how fast attention fades
-// with distance); how the locality knob fades with depth (layer l's scale is
-// locality / sqrt(1 + kLocalityDecay * l)).
+// with distance). How the locality knob fades with depth is the preset's
+// router_fade (synth.h).
 constexpr int64_t kCarrier = 32;
 constexpr double kCarrierGain = 4.0;
 constexpr double kRecencySharpness = 1.2;
-constexpr double kLocalityDecay = 0.5;
 
 // The designed element of a tensor (synth.cpp applies it block by block):
 // CarrierMax: the first `carrier` columns of every row at the type's largest
@@ -63,7 +62,7 @@ double recency_score();
 double recency_norm_weight(int head_dim, double attn_scale);
 
 // The locality knob at layer `layer`: s.router_locality fading with depth
-// (locality / sqrt(1 + kLocalityDecay * layer)).
+// (locality / sqrt(1 + s.router_fade * layer)).
 double layer_locality(const SynthSpec& s, int layer);
 
 // Marks the designed elements of a family's tensors (synth_families.h) for

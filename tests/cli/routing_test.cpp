@@ -117,10 +117,17 @@ TEST(RoutingCli, FamilyDesignsShareExpertsBeyondChanceWithoutCollapse) {
     const int n_expert = 64, k = 8;
     const std::string narrow = " --n-embd 256 --ffn 64 --heads 4 --experts " + std::to_string(n_expert) +
                                " --experts-used " + std::to_string(k) + " --type Q8_0 ";
-    // MLA (3 dense lead layers, then MoE) and Qwen3.5 (3 DeltaNet layers to
-    // one gated-attention layer, twice).
+    // MLA (3 dense lead layers, then MoE), Qwen3.5 (3 DeltaNet layers to
+    // one gated-attention layer, twice), Mixtral (position-only queries and
+    // keys, adjacent-pair rope) and MiniMax-M2 (the same, normed over the
+    // whole projection). Narrow shapes route less locally than the full
+    // widths the presets are fitted at, so Mixtral's light locality and
+    // MiniMax-M2's sharp window are eased to stand clear of the random
+    // network's reuse.
     for (const std::string shape :
-         {"--preset deepseek-v3 --layers 6", "--preset qwen3.5-35b-a3b --layers 8 --kv-heads 1"}) {
+         {"--preset deepseek-v3 --layers 6", "--preset qwen3.5-35b-a3b --layers 8 --kv-heads 1",
+          "--preset mixtral-8x7b --layers 6 --kv-heads 2 --router-locality 3",
+          "--preset minimax-m2 --layers 6 --kv-heads 2 --router-sharpness 0.6"}) {
         SCOPED_TRACE(shape);
         Json designed, plain;
         for (int pass = 0; pass < 2; pass++) {

@@ -75,7 +75,8 @@ void SessionFlags::declare(Args& a, bool sampling) {
     a.option("--gpu-prefill-attention", &gpu_prefill_attention, "decode|tiles",
              "with --gpu-prefill tensor: a prompt's attention by the decode kernel, a launch a run of 64 tokens "
              "(decode), or in tiles that read the KV cache once for a block of tokens and query heads (tiles: "
-             "within rounding, not yet measured on a device, so not the default)");
+             "within rounding: the golden files' bounds hold on an H100, its speed not yet measured, so not the "
+             "default)");
     a.option("--routing-profile", &routing_profile, "FILE",
              "GPU with experts streamed: a file of how often each expert was chosen; read at load to copy the "
              "hottest experts into VRAM first (a restart does not start cold), and this run's uses merged into it "

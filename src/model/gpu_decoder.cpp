@@ -573,6 +573,13 @@ public:
         }
     }
 
+    // gpu_tier_counts'.
+    bool tier_counts_now(GpuTierCounts* out) const {
+        if (vram_.holds_all()) return false;
+        *out = {mapped_, hits_, misses_, cpu_experts_, prefetch_copies_, copied_bytes_, cpu_bytes_, bus_read_bytes_};
+        return true;
+    }
+
     // add_gpu_report's object.
     void add_to_report(Json* report) const {
         Json g = Json::object();
@@ -2748,6 +2755,11 @@ std::vector<std::string> gpu_architectures() {
 
 void add_gpu_report(const Model& model, Json* report) {
     if (const auto* m = dynamic_cast<const GpuDecoder*>(&model)) m->add_to_report(report);
+}
+
+bool gpu_tier_counts(const Model& model, GpuTierCounts* out) {
+    const auto* m = dynamic_cast<const GpuDecoder*>(&model);
+    return m && m->tier_counts_now(out);
 }
 
 std::unique_ptr<Model> open_gpu_model(const GgufFile& file, const GpuOptions& options, std::string* why) {

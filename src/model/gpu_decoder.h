@@ -99,4 +99,16 @@ std::vector<std::string> gpu_architectures();
 // time spent filling it (the time split's io_wait holds it too).
 void add_gpu_report(const Model& model, Json* report);
 
+// The VRAM tier's running counts (serve's /metrics), read without building
+// a report: uses found in VRAM (copies ahead included), misses, the misses
+// the host computed, next-layer experts copied ahead, and bytes copied to
+// VRAM, read by the host's cores, read by kernels over the bus (mapped).
+struct GpuTierCounts {
+    bool mapped = false;
+    uint64_t hits = 0, misses = 0, host_computed = 0, prefetch_copies = 0;
+    uint64_t copied_bytes = 0, host_bytes = 0, bus_read_bytes = 0;
+};
+// False where `model` is not on the GPU or VRAM holds every expert.
+bool gpu_tier_counts(const Model& model, GpuTierCounts* out);
+
 }  // namespace ms

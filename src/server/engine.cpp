@@ -6,8 +6,6 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "json/json.h"
-#include "model/gpu_decoder.h"
 #include "server/reply_text.h"
 
 namespace ms {
@@ -185,27 +183,9 @@ EngineStats Engine::stats() {
             s.read[r] = counters_->read[r];
         }
     }
-    Json report = Json::object();
     {
-        std::lock_guard<std::mutex> lk(forward_mu_);
-        add_gpu_report(slots_[0].session->model(), &report);
-    }
-    const Json* gpu = report.find("gpu");
-    const Json* v = gpu ? gpu->find("vram_tier") : nullptr;
-    if (v && v->is_object() && !v->at("holds_every_expert").as_bool()) {
-        auto count = [&](const char* key) {
-            const Json* x = v->find(key);
-            return x && x->is_number() ? uint64_t(x->as_number()) : uint64_t(0);
-        };
-        s.gpu_tier = true;
-        s.gpu_ram_tier_mode = gpu->at("ram_tier_mode").as_string();
-        s.vram_hits = count("hits");
-        s.vram_misses = count("misses");
-        s.host_computed = count("host_computed");
-        s.prefetch_copies = count("prefetch_copies");
-        s.copied_bytes = count("copied_bytes");
-        s.host_bytes = count("host_computed_bytes");
-        s.bus_read_bytes = count("bus_read_bytes");
+        std::lock_guard<std::mutex> lk(forward_mu_);  // the counters move during forward passes
+        s.gpu_tier = gpu_tier_counts(slots_[0].session->model(), &s.gpu);
     }
     return s;
 }

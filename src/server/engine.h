@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "model/gpu_decoder.h"
 #include "runtime/session.h"
 #include "server/request.h"
 #include "telemetry/counters.h"
@@ -123,16 +124,11 @@ struct EngineStats {
     // The store's counters at the same moment (zero without a store).
     uint64_t hits = 0, misses = 0;
     uint64_t needed[kReadReasons] = {}, read[kReadReasons] = {};
-    // The GPU's VRAM expert cache at the same moment (gpu_tier false where
-    // the model is not on the GPU or VRAM holds every expert): uses found
-    // there (copies ahead included), misses, the misses the host computed
-    // (--gpu-ram-tier cpu; the rest were copied, or read over the bus when
-    // mapped), the next layer's predicted experts copied ahead, and bytes
-    // copied to VRAM, read by the host's cores, read by kernels over the bus.
+    // The GPU's VRAM expert cache at the same moment (model/gpu_decoder.h;
+    // gpu_tier false where the model is not on the GPU or VRAM holds every
+    // expert).
     bool gpu_tier = false;
-    std::string gpu_ram_tier_mode;
-    uint64_t vram_hits = 0, vram_misses = 0, host_computed = 0, prefetch_copies = 0;
-    uint64_t copied_bytes = 0, host_bytes = 0, bus_read_bytes = 0;
+    GpuTierCounts gpu;
 };
 
 class Engine {

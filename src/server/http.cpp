@@ -843,18 +843,18 @@ std::string HttpServer::Impl::metrics() {
         // --gpu with experts streamed: where each expert use was served.
         // A miss is computed by the host (--gpu-ram-tier cpu), read by the
         // kernels over the bus (map), or else copied into VRAM on demand.
-        const uint64_t bus = s.gpu_ram_tier_mode == "map" ? s.vram_misses : 0;
+        const uint64_t bus = s.gpu.mapped ? s.gpu.misses : 0;
         metric("moestream_gpu_expert_uses_total", "counter", "expert uses on the GPU path, by where they ran from");
-        value("moestream_gpu_expert_uses_total{source=\"vram\"}", double(s.vram_hits));
-        value("moestream_gpu_expert_uses_total{source=\"copied\"}", double(s.vram_misses - s.host_computed - bus));
-        value("moestream_gpu_expert_uses_total{source=\"host\"}", double(s.host_computed));
+        value("moestream_gpu_expert_uses_total{source=\"vram\"}", double(s.gpu.hits));
+        value("moestream_gpu_expert_uses_total{source=\"copied\"}", double(s.gpu.misses - s.gpu.host_computed - bus));
+        value("moestream_gpu_expert_uses_total{source=\"host\"}", double(s.gpu.host_computed));
         value("moestream_gpu_expert_uses_total{source=\"bus\"}", double(bus));
         metric("moestream_gpu_prefetch_copies_total", "counter", "next-layer predicted experts copied to VRAM ahead");
-        value("moestream_gpu_prefetch_copies_total", double(s.prefetch_copies));
+        value("moestream_gpu_prefetch_copies_total", double(s.gpu.prefetch_copies));
         metric("moestream_gpu_expert_bytes_total", "counter", "expert bytes by tier: copied host to VRAM, read by the host's cores, read by kernels over the bus");
-        value("moestream_gpu_expert_bytes_total{tier=\"copied\"}", double(s.copied_bytes));
-        value("moestream_gpu_expert_bytes_total{tier=\"host\"}", double(s.host_bytes));
-        value("moestream_gpu_expert_bytes_total{tier=\"bus\"}", double(s.bus_read_bytes));
+        value("moestream_gpu_expert_bytes_total{tier=\"copied\"}", double(s.gpu.copied_bytes));
+        value("moestream_gpu_expert_bytes_total{tier=\"host\"}", double(s.gpu.host_bytes));
+        value("moestream_gpu_expert_bytes_total{tier=\"bus\"}", double(s.gpu.bus_read_bytes));
     }
     const uint64_t process_read = proc_io_read_bytes();
     metric("moestream_process_read_bytes_total", "counter", "bytes this process caused to be read from storage");

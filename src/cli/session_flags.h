@@ -29,7 +29,7 @@ struct SessionFlags {
     std::string gpu_activations = "q8", gpu_ram_tier = "copy", gpu_prefill = "tensor", gpu_prefetch = "on";
     std::string gpu_host_share = "auto";
     std::string routing_profile;
-    std::string gpu_prefill_attention = "decode";
+    std::string gpu_prefill_attention = "tiles";
     bool gpu_profile = false;
     std::string report;
     // Sampling (declared only by commands that sample).

@@ -65,11 +65,12 @@ struct GpuOptions {
     // weights on tensor cores (integer MMA), equal to decoding's within
     // rounding; pass: decode's kernels over the pass, bit for bit decoding's.
     bool prefill_tensor_cores = true;
-    // --gpu-prefill-attention tiles: with prefill_tensor_cores, a prompt's
-    // attention in tiles over all its tokens (gpu.h's attention_tiled);
-    // decode (the default until the tiles are measured on a device): the
-    // decode kernel a run of tokens.
-    bool prefill_attention_tiles = false;
+    // --gpu-prefill-attention tiles (the default): with
+    // prefill_tensor_cores, a prompt's attention in tiles over all its
+    // tokens (gpu.h's attention_tiled); decode: the decode kernel a run of
+    // tokens (on an H100, qwen3-30b-a3b resident: 1.6x slower at 512
+    // tokens, 3.3x at 4,096, docs/gpu/run15).
+    bool prefill_attention_tiles = true;
     // --gpu-prefetch off: no copies ahead of the next layer's predicted experts.
     bool prefetch_next_layer = true;
     // --routing-profile: a file of each (layer, expert)'s uses

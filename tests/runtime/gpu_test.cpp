@@ -130,7 +130,7 @@ TEST_P(GpuGolden, PrefillPassMatchesTokenByToken) {
         GpuOptions o;
         o.prefill_pass = m != Tokens;
         o.prefill_tensor_cores = m == Tensor || m == Tiles;
-        o.prefill_attention_tiles = m == Tiles;
+        o.prefill_attention_tiles = m == Tiles;  // Tensor: the decode kernel
         auto s = open_gpu(g.gguf, o);
         logits.emplace_back(g.prompt.size() * size_t(g.n_vocab));
         s->prefill_all(g.prompt, logits.back().data());

@@ -49,14 +49,16 @@ void SessionFlags::declare(Args& a, bool sampling) {
                   "come from the RAM tier (--mem, page-locked): each layer's misses are copied as it needs them "
                   "(the next layer's predicted experts copied ahead where the RAM tier holds every expert; "
                   "--gpu-ram-tier map reads them over the bus instead)");
-    a.option("--gpu-ram-tier", &gpu_ram_tier, "copy|map|cpu",
+    a.option("--gpu-ram-tier", &gpu_ram_tier, "copy|map|cpu|auto",
              "how the GPU reaches experts not in its VRAM cache: copy, each layer's misses copied into "
              "VRAM slots; map, where the RAM tier holds every expert, the kernels read a token's misses from "
              "it over the bus and the VRAM cache is refilled between tokens (faster only on text that repeats "
              "the same experts: docs/gpu.md); cpu, in decode the host's cores (-t) compute each layer's "
              "misses from the RAM tier while the GPU runs its hits, the VRAM cache filled with the next "
              "layer's predicted experts (prefill copies); where the RAM tier holds every expert, part of each "
-             "layer's misses is copied instead (--gpu-host-share)");
+             "layer's misses is copied instead (--gpu-host-share); auto, cpu where the RAM tier holds every "
+             "expert and experts are large (8 MB or more) or the VRAM cache holds fewer than a token's, else "
+             "copy (a rule fitted to six runs on an H100, docs/gpu.md)");
     a.option("--gpu-host-share", &gpu_host_share, "auto|F",
              "with --gpu-ram-tier cpu: the fraction of each layer's VRAM misses the host computes, in eighths "
              "(0 to 1; the rest are copied into VRAM, cached, and run there while the host works; with "
@@ -136,8 +138,9 @@ SessionOptions SessionFlags::options() const {
         }
         return v == b;
     };
-    if (gpu_ram_tier != "copy" && gpu_ram_tier != "map" && gpu_ram_tier != "cpu")
-        throw std::runtime_error("--gpu-ram-tier must be copy, map or cpu, not '" + gpu_ram_tier + "'");
+    if (gpu_ram_tier != "copy" && gpu_ram_tier != "map" && gpu_ram_tier != "cpu" && gpu_ram_tier != "auto")
+        throw std::runtime_error("--gpu-ram-tier must be copy, map, cpu or auto, not '" + gpu_ram_tier + "'");
+    g.ram_tier_auto = gpu_ram_tier == "auto";
     g.map_ram_tier = gpu_ram_tier == "map";
     g.cpu_misses = gpu_ram_tier == "cpu";
     if (gpu_host_share != "auto") {

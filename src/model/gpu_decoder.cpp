@@ -479,7 +479,7 @@ public:
     // only what the GPU runs; each weight a kernel reads must be of a type
     // it takes.
     GpuDecoder(const GgufFile& f, ModelConfig c, const DecoderSpec& spec, const GpuOptions& o)
-        : DecoderWeights(f, std::move(c), spec), options_(o) {
+        : DecoderWeights(f, std::move(c), spec), options_(o), cpu_misses_(o.cpu_misses) {
         for (int il = 0; il < n_run_; il++) {
             const AttentionLayer& a = attn_[size_t(il)];
             const FfnLayer& m = ffn_[size_t(il)];
@@ -556,7 +556,7 @@ public:
             fprintf(stderr, "gpu: mapped RAM tier: %.1f MB a token read by the kernels over the bus\n",
                     bus_read_bytes_ / 1e6 / double(tokens_));
         }
-        if (options_.cpu_misses) {
+        if (cpu_misses_) {
             fprintf(stderr,
                     "gpu: misses split %d/8 to the host: %.1f experts a token computed by the host (%.1f MB of "
                     "weights, %.2f ms a token on its threads), %.1f copied on demand\n",
@@ -590,7 +590,7 @@ public:
         g["vram_free_bytes"] = uint64_t(free_b);
         g["cuda_graphs"] = device_routed() && !profile_;
         g["ram_tier_mapped"] = mapped_;
-        g["ram_tier_mode"] = mapped_ ? "map" : options_.cpu_misses ? "cpu" : "copy";
+        g["ram_tier_mode"] = mapped_ ? "map" : cpu_misses_ ? "cpu" : "copy";
         Json v = Json::object();
         v["slots"] = vram_.n_slots();
         v["slot_bytes"] = vram_.slot_bytes();
@@ -610,7 +610,7 @@ public:
         v["host_computed_bytes"] = cpu_bytes_;
         v["host_compute_seconds"] = cpu_seconds_;
         v["copied_misses"] = copied_misses_;
-        if (options_.cpu_misses) {
+        if (cpu_misses_) {
             v["host_share_eighths"] = cpu_share_;
             v["host_expert_gbps"] = host_gbps_;
             v["copy_gbps"] = copy_gbps_;
@@ -628,7 +628,7 @@ public:
         v["prefill"] = phase_counts_[0].json();
         v["decode"] = phase_counts_[1].json();
         const TierCounts& dc = phase_counts_[1];
-        if (options_.cpu_misses && copy_gbps_ > 0 && host_gbps_ > 0 && dc.tokens > 0) {
+        if (cpu_misses_ && copy_gbps_ > 0 && host_gbps_ > 0 && dc.tokens > 0) {
             // The most tokens a second that the link and the host's cores
             // allow at decode's measured bytes a token, each at the rate
             // measured at start-up, the two working at once. The GPU's own
@@ -732,7 +732,7 @@ public:
         st->layer_ids = DeviceMemory(size_t(n_run_) * K * 4);
         st->host_layer_ids = static_cast<int32_t*>(gpu::alloc_pinned(size_t(n_run_) * K * 4));
         st->host_bytes = (E + size_t(rope_.n_rot) + 2 + 2 * K + size_t(c.n_vocab)) * 4 + K * sizeof(uint8_t*);
-        if (options_.cpu_misses) {
+        if (cpu_misses_) {
             st->hit_ids = DeviceMemory(K * 4);
             st->hit_weights = DeviceMemory(K * 4);
             st->cpu_out = DeviceMemory(E * 4);
@@ -1935,7 +1935,7 @@ private:
     // by rank. Returns the seconds the host spent on it after the routing.
     // Whether this decode step's misses are the host's (--gpu-ram-tier cpu):
     // streaming (a prefill pass copies them, stream_tiles).
-    bool cpu_computes_misses() const { return options_.cpu_misses && !device_routed(); }
+    bool cpu_computes_misses() const { return cpu_misses_ && !device_routed(); }
 
     // --gpu-ram-tier cpu: waits for layer il's routing and its FFN input,
     // then splits the K chosen experts: those in VRAM go to the GPU; of the
@@ -2348,6 +2348,22 @@ private:
         } else if (!host_layout.empty()) {
             for (int il = 0; il < n_run_; il++) experts.release(il);  // filled below, as any resident run
         }
+        if (options_.ram_tier_auto && !mapped_ && !vram_.holds_all()) {
+            int n_moe = 0;
+            uint64_t largest = 0;
+            for (int il = 0; il < n_run_; il++) {
+                if (!ffn_[size_t(il)].moe()) continue;
+                n_moe++;
+                largest = std::max<uint64_t>(largest, expert_layers_[size_t(il)].expert_bytes());
+            }
+            cpu_misses_ =
+                host_split_pays(ram_holds_all_, vram_.n_slots(), n_moe, config_.n_expert_used, largest);
+            fprintf(stderr,
+                    "gpu: --gpu-ram-tier auto: %s (%d VRAM slots for %d MoE layers of top-%d, experts of %.1f MB, "
+                    "RAM tier %s every expert)\n",
+                    cpu_misses_ ? "cpu" : "copy", vram_.n_slots(), n_moe, int(config_.n_expert_used),
+                    double(largest) / 1e6, ram_holds_all_ ? "holding" : "not holding");
+        }
         // The use counts, where a policy reads them: the mapped tier's
         // admission, the copied tier's eviction from the drive (take_slot).
         if (!vram_.holds_all() && (mapped_ || !ram_holds_all_)) {
@@ -2379,7 +2395,7 @@ private:
             const double t3 = now();
             fill_ram_tier(experts);
             setup_.ram_fill = now() - t3;
-            if (options_.cpu_misses) measure_split(experts);
+            if (cpu_misses_) measure_split(experts);
         }
         if (!options_.routing_profile.empty() && !vram_.holds_all()) {
             place_hottest(experts);
@@ -2720,6 +2736,8 @@ private:
     // Streaming: layer il's router predicts layer il + 1's experts, which are
     // copied ahead (prefetch_next) unless --gpu-prefetch off.
     mutable bool prefetch_now_ = false;  // this forward call: options_.prefetch_next_layer, where it pays
+    // --gpu-ram-tier cpu, or auto's choice at load (host_split_pays).
+    mutable bool cpu_misses_ = false;
     mutable bool ram_holds_all_ = false;  // the RAM tier can hold every expert at once
     mutable gpu::Event launched_ = nullptr;  // prefill: a group's kernels launched (copied tier)
     mutable gpu::Event prefetched_ = nullptr;

@@ -31,6 +31,23 @@
 
 namespace ms {
 
+// --gpu-ram-tier auto's choice: whether the host computing part of a
+// layer's VRAM misses (cpu) is expected to beat copying them all (copy).
+// Fitted to the six runs of docs/gpu.md's fifteenth session on an H100 (and
+// the thirteenth's): the host's part costs a fixed wait a layer (the GPU
+// idles until the host has computed it and launched the rest of the layer,
+// where a copy is only queued), which pays where experts are large (gpt-oss,
+// 13 MB: 1.24x copying at 4G; DeepSeek V3, 27 MB: 1.35x) or the cache
+// cannot hold a token's experts (qwen3-30b at 64M: 1.65x), and not where a
+// layer's few misses are small (qwen3-30b at 4G, 2.9 MB, 97 % hits: 0.74x).
+// Without a RAM tier that holds every expert the host would compute every
+// miss from the drive's slots: copy, as measured before.
+inline bool host_split_pays(bool ram_holds_all, int64_t vram_slots, int n_moe_layers, int top_k,
+                            uint64_t largest_expert_bytes) {
+    if (!ram_holds_all) return false;
+    return vram_slots < int64_t(n_moe_layers) * top_k || largest_expert_bytes >= (uint64_t(8) << 20);
+}
+
 // The GPU forward pass's settings, from the command line (--gpu-*, parsed
 // with the other session flags in cli/session_flags.cpp); the defaults are
 // the measured best (docs/gpu.md).
@@ -45,6 +62,9 @@ struct GpuOptions {
     // over the bus, the VRAM slots refilled between tokens; else (copy) each
     // layer's misses are copied into VRAM slots.
     bool map_ram_tier = false;
+    // --gpu-ram-tier auto: at load, cpu_misses where host_split_pays says
+    // the host's part is the faster, else copy.
+    bool ram_tier_auto = false;
     // --gpu-ram-tier cpu: each layer's experts not in VRAM are computed by
     // the host's cores from the RAM tier (as llama.cpp's --n-cpu-moe does)
     // while the GPU runs those in VRAM; the two sums are added on the GPU.

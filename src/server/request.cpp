@@ -173,8 +173,7 @@ void parse_common(const Json& body, const RequestDefaults& d, GenerationRequest*
     r->n = int(integer(body, "n", 1, kMaxChoices, 1));
     // max_completion_tokens is the newer name of max_tokens in chat.
     const char* limit_name = field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    // Past the context left it is capped by the server (as llama-server), not refused.
-    r->max_tokens = integer(body, limit_name, 1, int64_t(1) << 40, r->max_tokens);
+    r->max_tokens = integer(body, limit_name, 1, kMaxRequestTokens, r->max_tokens);
 
     SamplerParams& p = r->sampling;
     p = d.sampling;

@@ -35,6 +35,10 @@ JsonLimits request_json_limits(size_t max_body_bytes);
 // large), its message the parser's.
 Json parse_body(const std::string& body, size_t max_body_bytes);
 
+// The largest max_tokens a request may ask for. Past the context left it is
+// capped by the server (as llama-server does), not refused.
+constexpr int64_t kMaxRequestTokens = int64_t(1) << 40;
+
 struct RequestDefaults {
     std::string model_id;       // the one model served; a request naming another gets 404
     int64_t n_ctx = 0;          // context of each slot: the bound on prompt + max_tokens

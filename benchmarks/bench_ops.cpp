@@ -47,16 +47,22 @@ void bm_mem_read(benchmark::State& st, int threads) {
     st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(kColdBytes));
 }
 
+// gemma4-26b-a4b's full-attention layers: 16 query heads and 2 KV heads of 512.
+constexpr AttentionShape kGemma4Full{16, 2, 512, 512, 1.0f};
+
 // One decode step (n_tok = 1) at position n_ctx - 1 over a full cache, the
 // step moving through 48 layers' caches as decode does (at 4096 positions
 // they outgrow the L3 cache), each laid out as the models keep it (a plane
-// per KV head).
-void bm_attention(benchmark::State& st, SimdLevel level, GgmlType kv_type, int64_t n_ctx, int threads) {
+// per KV head, an F16 cache's K in tiles) or, with rows, F16 K in rows (the
+// layout before tiles, for comparison).
+void bm_attention(benchmark::State& st, AttentionShape shape, SimdLevel level, GgmlType kv_type, bool rows,
+                  int64_t n_ctx, int threads) {
     if (set_simd_level(level) != level) {
         st.SkipWithError("level not available");
         return;
     }
-    const int64_t kw = int64_t(kShape.n_head_kv) * kShape.head_dim;
+    const bool tiled = kv_tiles_k(kv_type) && !rows;
+    const int64_t kw = int64_t(shape.n_head_kv) * shape.head_dim;
     const size_t layer_bytes = size_t(n_ctx * kv_row_bytes(kv_type, kw));
     std::vector<AlignedBuffer> kc, vc;
     for (int l = 0; l < kLayers; l++) {
@@ -64,20 +70,20 @@ void bm_attention(benchmark::State& st, SimdLevel level, GgmlType kv_type, int64
         vc.emplace_back(layer_bytes);
     }
     const std::vector<float> k = random_floats(size_t(n_ctx * kw), 1), v = random_floats(size_t(n_ctx * kw), 2);
-    const KvLayer first{kv_type, kw, kw, kc[0].data(), vc[0].data(), 0, 0, n_ctx, kShape.n_head_kv};
+    const KvLayer first{kv_type, kw, kw, kc[0].data(), vc[0].data(), 0, 0, n_ctx, shape.n_head_kv, tiled};
     for (int64_t pos = 0; pos < n_ctx; pos++) kv_store(first, pos, k.data() + pos * kw, v.data() + pos * kw);
     for (int l = 1; l < kLayers; l++) {
         std::memcpy(kc[size_t(l)].data(), kc[0].data(), layer_bytes);
         std::memcpy(vc[size_t(l)].data(), vc[0].data(), layer_bytes);
     }
-    const std::vector<float> q = random_floats(size_t(kShape.n_head * kShape.head_dim), 3);
+    const std::vector<float> q = random_floats(size_t(shape.n_head * shape.head_dim), 3);
     ThreadPool pool(threads);
-    AlignedBuffer scratch(attention_scratch_floats(kShape, n_ctx, threads) * 4);
-    std::vector<float> out(size_t(kShape.n_head * kShape.head_dim_v));
+    AlignedBuffer scratch(attention_scratch_floats(shape, n_ctx, threads) * 4);
+    std::vector<float> out(size_t(shape.n_head * shape.head_dim_v));
     size_t l = 0;
     for (auto _ : st) {
-        const KvLayer kv{kv_type, kw, kw, kc[l].data(), vc[l].data(), 0, 0, n_ctx, kShape.n_head_kv};
-        attention(pool, kShape, kv, q.data(), 1, n_ctx - 1, n_ctx, scratch.f32(), out.data());
+        const KvLayer kv{kv_type, kw, kw, kc[l].data(), vc[l].data(), 0, 0, n_ctx, shape.n_head_kv, tiled};
+        attention(pool, shape, kv, q.data(), 1, n_ctx - 1, n_ctx, scratch.f32(), out.data());
         benchmark::DoNotOptimize(out.data());
         l = l + 1 == size_t(kLayers) ? 0 : l + 1;
     }
@@ -143,15 +149,22 @@ void register_all() {
         benchmark::RegisterBenchmark(("mem/read" + th).c_str(), bm_mem_read, threads)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
-        for (GgmlType kv : {GgmlType::F16, GgmlType::F32, GgmlType::Q8_0}) {
-            for (int64_t n_ctx : {512, 4096, 16384}) {
-                for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
-                    if (int(l) > int(best_simd_level())) continue;
-                    const std::string name = std::string("attention/") + type_name(kv) + "/ctx:" + std::to_string(n_ctx) +
-                                             "/" + simd_level_name(l) + th;
-                    benchmark::RegisterBenchmark(name.c_str(), bm_attention, l, kv, n_ctx, threads)
-                        ->Unit(benchmark::kMicrosecond)
-                        ->UseRealTime();
+        // attention/ is qwen3-30b-a3b's shape, attention-g4full/ gemma4's
+        // full layers; F16-rows keeps F16 K in rows, as before tiles.
+        for (int g4 = 0; g4 < 2; g4++) {
+            for (int kv = 0; kv < 4; kv++) {
+                const GgmlType type = kv == 2 ? GgmlType::F32 : kv == 3 ? GgmlType::Q8_0 : GgmlType::F16;
+                const std::string type_label = kv == 1 ? "F16-rows" : type_name(type);
+                for (int64_t n_ctx : {512, 4096, 16384}) {
+                    for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
+                        if (int(l) > int(best_simd_level())) continue;
+                        const std::string name = std::string(g4 ? "attention-g4full/" : "attention/") + type_label +
+                                                 "/ctx:" + std::to_string(n_ctx) + "/" + simd_level_name(l) + th;
+                        benchmark::RegisterBenchmark(name.c_str(), bm_attention, g4 ? kGemma4Full : kShape, l, type,
+                                                     kv == 1, n_ctx, threads)
+                            ->Unit(benchmark::kMicrosecond)
+                            ->UseRealTime();
+                    }
                 }
             }
         }

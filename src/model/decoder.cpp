@@ -155,7 +155,7 @@ public:
         for (const AttentionLayer& a : attn_) {
             const bool attends = !a.wq.empty() || mla;
             const size_t rows = attends ? size_t(st->ring.cache_rows(looks_back(a), o.n_ctx)) : 0;
-            n_full += attends && rows == size_t(o.n_ctx);
+            n_full += attends && !(looks_back(a) && st->ring.rows > 0);
             k_off.push_back(k_bytes);
             v_off.push_back(v_bytes);
             if (attends && !mla) check_kv_type(o.kv_type, c.head_dim, c.head_dim_v);

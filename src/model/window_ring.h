@@ -24,16 +24,19 @@ struct WindowRing {
     }
 
     // Rows a layer's cache takes: the ring and its repeated tail for a
-    // sliding-window layer, else the whole context.
-    int64_t cache_rows(bool sliding, int64_t n_ctx) const { return sliding && rows > 0 ? rows + window - 1 : n_ctx; }
+    // sliding-window layer, else the whole context, in whole tiles of K
+    // (kv_plane_rows).
+    int64_t cache_rows(bool sliding, int64_t n_ctx) const {
+        return kv_plane_rows(sliding && rows > 0 ? rows + window - 1 : n_ctx);
+    }
 
     // A layer's cache at k / v: cache_rows(sliding, n_ctx) rows in a plane
-    // per KV head (ops/attention.h).
+    // per KV head, K in tiles where the type has them (ops/attention.h).
     KvLayer layer(bool sliding, GgmlType type, int heads, int64_t k_width, int64_t v_width, int64_t n_ctx, uint8_t* k,
                   uint8_t* v) const {
         const bool ring = sliding && rows > 0;
         return KvLayer{type, k_width, v_width, k, v, ring ? rows : 0, ring ? window - 1 : 0, cache_rows(sliding, n_ctx),
-                       heads};
+                       heads, kv_tiles_k(type) && k != v};
     }
 
     // A forward pass wrote positions [pos0, pos0 + n).

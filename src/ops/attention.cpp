@@ -52,6 +52,13 @@ size_t part_offset(const KvLayer& kv, int64_t width, int h, int64_t row) {
     return size_t(kv_row_bytes(kv.type, kv.head_at(h, w) + row * kv.pitch(width, w)));
 }
 
+// Element e of row `row` of head h's K in a tiled cache (KvLayer::k_tiled),
+// in F16 from kv.k, the heads `dim` wide.
+int64_t tiled_k_at(const KvLayer& kv, int dim, int h, int64_t row, int e) {
+    const int64_t r = row + kv.k_skip;
+    return int64_t(h) * kv.plane_rows * dim + r / kKvTile * kKvTile * dim + int64_t(e) * kKvTile + r % kKvTile;
+}
+
 }  // namespace
 
 void kv_store(const KvLayer& kv, int64_t pos, const float* k, const float* v) {
@@ -75,7 +82,12 @@ void kv_store(const KvLayer& kv, int64_t pos, const float* k, const float* v) {
             } else {
                 uint16_t* kh = reinterpret_cast<uint16_t*>(kd);
                 uint16_t* vh = reinterpret_cast<uint16_t*>(vd);
-                for (int i = 0; i < kd_w; i++) kh[i] = fp32_to_fp16(kh_in[i]);
+                if (kv.k_tiled) {
+                    uint16_t* k16 = reinterpret_cast<uint16_t*>(kv.k);
+                    for (int i = 0; i < kd_w; i++) k16[tiled_k_at(kv, kd_w, h, row, i)] = fp32_to_fp16(kh_in[i]);
+                } else {
+                    for (int i = 0; i < kd_w; i++) kh[i] = fp32_to_fp16(kh_in[i]);
+                }
                 if (!v_in_k) {
                     for (int i = 0; i < vd_w; i++) vh[i] = fp32_to_fp16(vh_in[i]);
                 }
@@ -152,6 +164,11 @@ void attend_head(const AttentionShape& s, const KvLayer& kv, int kv_head, const 
     } else if (kv.type == GgmlType::Q8_0) {
         const BlockQ8_0* K = reinterpret_cast<const BlockQ8_0*>(kv.k) + k_off / QK;
         scores_for(q, s.head_dim, n_pos, [&](int64_t j, int d) { return q8_at(K + j * (kw / QK), d, table); }, scores);
+    } else if (kv.k_tiled) {
+        for (int d = 0; d < s.head_dim; d++) qh[d] = fp16_to_fp32(fp32_to_fp16(q[d]));
+        const uint16_t* K = reinterpret_cast<const uint16_t*>(kv.k);
+        scores_for(qh, s.head_dim, n_pos,
+                   [&](int64_t j, int d) { return table[K[tiled_k_at(kv, s.head_dim, kv_head, j, d)]]; }, scores);
     } else {
         for (int d = 0; d < s.head_dim; d++) qh[d] = fp16_to_fp32(fp32_to_fp16(q[d]));
         const uint16_t* K = reinterpret_cast<const uint16_t*>(kv.k) + k_off;
@@ -196,9 +213,16 @@ const AttentionKernels* simd_kernels(const AttentionShape& s) {
 }
 
 // The cache seen from row `row` on: its positions in order, one run of rows.
+// Tiled K is seen from the tile that holds the row, k_skip rows into it.
 KvLayer from_row(const KvLayer& kv, int64_t row) {
     KvLayer at = kv;
-    at.k += part_offset(kv, kv.k_width, 0, row);
+    if (kv.k_tiled) {
+        const int64_t r = kv.k_skip + row, dim = kv.k_width / kv.heads;
+        at.k += size_t(r / kKvTile * kKvTile * dim) * 2;
+        at.k_skip = int(r % kKvTile);
+    } else {
+        at.k += part_offset(kv, kv.k_width, 0, row);
+    }
     at.v += part_offset(kv, kv.v_width, 0, row);
     return at;
 }
@@ -303,6 +327,11 @@ void block_partial(const AttentionShape& s, const AttentionKernels& simd, const 
         const BlockQ8_0* V = reinterpret_cast<const BlockQ8_0*>(at.v) + v_at / QK;
         simd.block_q8(qb, n_q, K, kw / QK, s.head_dim, V, vw / QK, s.head_dim_v, n, s.scale, scores, s_stride,
                       part.max, part.sum, part.out);
+    } else if (at.k_tiled) {
+        const uint16_t* K = reinterpret_cast<const uint16_t*>(at.k) + k_at;
+        const uint16_t* V = reinterpret_cast<const uint16_t*>(at.v) + v_at;
+        simd.block_f16_tiled(qb, n_q, K, at.k_skip, s.head_dim, V, vw, s.head_dim_v, n, s.scale, scores, s_stride,
+                             part.max, part.sum, part.out);
     } else {
         const uint16_t* K = reinterpret_cast<const uint16_t*>(at.k) + k_at;
         const uint16_t* V = reinterpret_cast<const uint16_t*>(at.v) + v_at;
@@ -540,6 +569,7 @@ void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, con
 
 void attention_scores(const KvLayer& kv, const float* q, int n_q, int dim, int64_t first, int64_t n_pos,
                       float* scores, int64_t s_stride) {
+    if (kv.k_tiled) throw std::logic_error("attention_scores: K in tiles");
     const AttentionShape shape{n_q, 1, dim, dim, 1.0f, 0, nullptr};
     const AttentionKernels* simd = simd_kernels(shape);
     if (kv.type == GgmlType::F32) {
@@ -574,7 +604,14 @@ void gather_row(const KvLayer& kv, int64_t pos, uint8_t* k_out, uint8_t* v_out) 
     const int nh = kv_parts(kv);
     const size_t kb = size_t(kv_row_bytes(kv.type, kv.k_width / nh)), vb = size_t(kv_row_bytes(kv.type, kv.v_width / nh));
     for (int h = 0; h < nh; h++) {
-        std::memcpy(k_out + h * kb, kv.k + part_offset(kv, kv.k_width, h, pos), kb);
+        if (kv.k_tiled) {
+            const int dim = int(kv.k_width / nh);
+            const uint16_t* k16 = reinterpret_cast<const uint16_t*>(kv.k);
+            uint16_t* out = reinterpret_cast<uint16_t*>(k_out + h * kb);
+            for (int e = 0; e < dim; e++) out[e] = k16[tiled_k_at(kv, dim, h, pos, e)];
+        } else {
+            std::memcpy(k_out + h * kb, kv.k + part_offset(kv, kv.k_width, h, pos), kb);
+        }
         if (v_out) std::memcpy(v_out + h * vb, kv.v + part_offset(kv, kv.v_width, h, pos), vb);
     }
 }
@@ -617,7 +654,8 @@ void attention_selected(ThreadPool& pool, const AttentionShape& s, const KvLayer
             at.ring = at.tail = 0;
             at.k = rows;
             at.v = v_in_k ? rows : rows + size_t(n_pos) * k_row;
-            at.plane_rows = 0;  // gathered with the heads side by side
+            at.plane_rows = 0;  // gathered with the heads side by side, in rows
+            at.k_tiled = false;
             for (int64_t j = 0; j < n_pos; j++) {
                 gather_row(kv, pos[j], at.k + size_t(j) * k_row, v_in_k ? nullptr : at.v + size_t(j) * v_row);
             }

@@ -30,6 +30,17 @@ namespace ms {
 // v == k: V is a view of K (MLA's compressed rows, whose front is the value):
 // v_width equals k_width (the row pitch), the AttentionShape's head_dim_v
 // says how much of each row is read, and there are no planes.
+// k_tiled (an F16 cache with planes, V not a view of K): each K plane is
+// kept in tiles of kKvTile rows, transposed, element d of the tile's keys
+// side by side (row r, element e of head h at h * plane_rows * dim +
+// (r / kKvTile) * kKvTile * dim + e * kKvTile + r % kKvTile), so that the
+// score loop loads a column of kKvTile keys as one vector; rows need a
+// transpose in registers first, which halves that loop's speed
+// (docs/performance.md). plane_rows is then a multiple of kKvTile
+// (kv_plane_rows); the rows past the cache's last are never read into a
+// result. V keeps its rows.
+constexpr int kKvTile = 16;
+
 struct KvLayer {
     GgmlType type = GgmlType::F16;
     int64_t k_width = 0;
@@ -40,6 +51,8 @@ struct KvLayer {
     int64_t tail = 0;
     int64_t plane_rows = 0;  // rows of each head's plane; 0: heads side by side
     int heads = 1;           // KV heads, with planes
+    bool k_tiled = false;    // K's planes in transposed tiles (above)
+    int k_skip = 0;          // a view inside ops/attention: rows of its first tile before its first row
 
     // Elements (blocks for Q8_0) from one row of a head to the next, and
     // from the cache's start to head h's first row, for heads of `dim`.
@@ -49,6 +62,12 @@ struct KvLayer {
 
 // Bytes of a cache row of `width` elements.
 int64_t kv_row_bytes(GgmlType type, int64_t width);
+
+// The rows a plane of at least `rows` rows takes: a whole number of tiles.
+inline int64_t kv_plane_rows(int64_t rows) { return (rows + kKvTile - 1) / kKvTile * kKvTile; }
+
+// Whether a cache of this type keeps K in tiles when it has planes.
+inline bool kv_tiles_k(GgmlType type) { return type == GgmlType::F16; }
 
 // Throws unless a cache of this type holds heads of these dimensions: F16,
 // F32, or Q8_0 with dimensions that are multiples of 32.
@@ -107,7 +126,7 @@ void attention(ThreadPool& pool, const AttentionShape& s, const KvLayer& kv, con
 // scores[h * s_stride + j] = q_h . k_{first + j}, each summed in element order
 // (fused products at the SIMD levels: within rounding of the scalar sums).
 // With an F16 cache, q holds F16 values widened. kv must not be a ring, nor
-// Q8_0.
+// Q8_0, nor tiled.
 void attention_scores(const KvLayer& kv, const float* q, int n_q, int dim, int64_t first, int64_t n_pos,
                       float* scores, int64_t s_stride);
 

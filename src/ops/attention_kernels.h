@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 
+#include "ops/attention.h"
 #include "quant/blocks.h"
 
 namespace ms {
@@ -38,6 +39,12 @@ struct AttentionKernels {
     void (*block_f16)(const float* q, int n_q, const uint16_t* k, int64_t k_stride, int dim, const uint16_t* v,
                       int64_t v_stride, int dim_v, int64_t n_pos, float scale, float* scores, int64_t s_stride,
                       float* max, float* sum, float* out);
+    // block_f16 over K kept in tiles (attention.h, KvLayer::k_tiled): k is
+    // the first tile, the block's first key k_skip rows into it. Lane l sums
+    // key l's products in element order, as block_f16 does: the same bits.
+    void (*block_f16_tiled)(const float* q, int n_q, const uint16_t* k, int k_skip, int dim, const uint16_t* v,
+                            int64_t v_stride, int dim_v, int64_t n_pos, float scale, float* scores, int64_t s_stride,
+                            float* max, float* sum, float* out);
     // The same over a Q8_0 cache: rows of dim / 32 blocks, k_stride and
     // v_stride counted in blocks; each key and value element is its block's
     // scale times its int8, widened in registers.

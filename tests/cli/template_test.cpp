@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <string>
 #include <utility>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,8 +31,20 @@ std::string slurp(const std::string& path) {
     return ss.str();
 }
 
+// Every temporary file the tests make, removed when the process ends (they
+// were left in /tmp before).
+struct TempFiles {
+    std::set<std::string> paths;
+    ~TempFiles() {
+        for (const std::string& p : paths) std::remove(p.c_str());
+    }
+};
+
 std::string tmp_path(const std::string& name) {
-    return testing::TempDir() + "/template_test_" + std::to_string(getpid()) + "_" + name;
+    static TempFiles files;
+    std::string path = testing::TempDir() + "/template_test_" + std::to_string(getpid()) + "_" + name;
+    files.paths.insert(path);
+    return path;
 }
 
 void write_file(const std::string& path, const std::string& data) {

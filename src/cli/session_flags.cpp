@@ -63,9 +63,10 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "with --gpu-ram-tier cpu: the fraction of each layer's VRAM misses the host computes, in eighths "
              "(0 to 1; the rest are copied into VRAM, cached, and run there while the host works; with "
              "--gpu-prefetch on, the link's part is copied ahead from the previous layer's prediction and the host "
-             "computes whatever is still missing); auto: "
-             "from the host's expert rate and the copy rate measured at start-up, so both finish together (the "
-             "measurement can pick another share in another run: give a fraction for the same bits every run)");
+             "computes whatever is still missing); auto: a layer's misses split so that both sides finish "
+             "together, from times measured at start-up (a host part's fixed cost, the time an expert adds on "
+             "the host, a copy's time), so one small miss goes over the link and many are shared (the "
+             "measurement can split otherwise in another run: give a fraction for the same bits every run)");
     a.option("--gpu-activations", &gpu_activations, "q8|f32",
              "activations where quantized weights meet them on the GPU: q8, 8-bit as on the CPU; "
              "f32, float32 throughout (slower; the golden files' exact/ logits are its reference)");

@@ -558,10 +558,12 @@ public:
         }
         if (cpu_misses_) {
             fprintf(stderr,
-                    "gpu: misses split %d/8 to the host: %.1f experts a token computed by the host (%.1f MB of "
-                    "weights, %.2f ms a token on its threads), %.1f copied on demand\n",
-                    cpu_share_, double(cpu_experts_) / double(tokens_), cpu_bytes_ / 1e6 / double(tokens_),
-                    1e3 * cpu_seconds_ / double(tokens_), double(copied_misses_) / double(tokens_));
+                    "gpu: misses split %s: %.1f experts a token computed by the host (%.1f MB of "
+                    "weights, %.2f ms a token on its threads, %.1f then copied into VRAM), %.1f copied on demand\n",
+                    cpu_share_ >= 0 ? "by --gpu-host-share" : "by the measured times",
+                    double(cpu_experts_) / double(tokens_), cpu_bytes_ / 1e6 / double(tokens_),
+                    1e3 * cpu_seconds_ / double(tokens_), double(admitted_) / double(tokens_),
+                    double(copied_misses_) / double(tokens_));
         }
         if (predicted_ > 0) {
             fprintf(stderr,
@@ -611,9 +613,14 @@ public:
         v["host_compute_seconds"] = cpu_seconds_;
         v["copied_misses"] = copied_misses_;
         if (cpu_misses_) {
-            v["host_share_eighths"] = cpu_share_;
+            v["host_share_eighths"] = cpu_share_;  // -1: host_misses' rule a layer
             v["host_expert_gbps"] = host_gbps_;
             v["copy_gbps"] = copy_gbps_;
+            v["host_fixed_us"] = host_fixed_s_ * 1e6;
+            v["host_expert_us"] = host_expert_s_ * 1e6;
+            v["copy_expert_us"] = copy_expert_s_ * 1e6;
+            v["admitted_host_misses"] = admitted_;
+            v["admissions_skipped"] = admit_skipped_;  // host misses not admitted: admissions did not pay
         }
         v["ram_fill_bytes"] = filled_bytes_;
         v["ram_fill_seconds"] = setup_.ram_fill;
@@ -1505,6 +1512,7 @@ private:
             // host computes this layer's part, so the link and the host's
             // cores work at once (after it, the two took turns).
             if (predicting(il)) prefetch_next(st, experts, il, K);
+            if (split && KG < K) admit_host_misses(experts, il, K - KG);
             // The host's part, computed while the GPU runs the above, then
             // added after it: a fixed order for a given split.
             const MoeCost host = split && KG < K ? compute_misses(st, experts, il, K, KG) : MoeCost{};
@@ -1708,6 +1716,7 @@ private:
         const float scale = 1.0f / std::sqrt(float(c.head_dim));
         int32_t* host_pos = reinterpret_cast<int32_t*>(b.host_rope + int64_t(b.cap) * R);
         float* host_temp = b.host_rope + int64_t(b.cap) * (R + 1);
+        wait_admitted(-1);  // the pass may read any slot
         for (int t = 0; t < n; t++) {
             const int64_t p = seqs ? seqs[t]->n_past : st.n_past + t;
             dequantize_row(token_embd_.type, token_embd_.row(tokens[t]), b.host_x + int64_t(t) * E, E);
@@ -1963,6 +1972,10 @@ private:
             const int32_t id = st.host_ids[r];
             count_use(il, id, 1);
             slot_of[r] = vram_.find(il, id);
+            if (slot_of[r] >= 0 && !admitted_slot_.empty() && admitted_slot_[size_t(slot_of[r])]) {
+                admitted_slot_[size_t(slot_of[r])] = 0;
+                admit_useful_++;
+            }
             if (slot_of[r] < 0) {
                 miss_rank[n_miss] = r;
                 miss[n_miss++] = id;
@@ -1999,6 +2012,7 @@ private:
         hits_ += uint64_t(K - n_miss);
         misses_ += uint64_t(n_miss);
         cpu_experts_ += uint64_t(n_host);
+        if (n_gpu > 0) wait_admitted(il);
         if (n_gpu > 0) {
             gpu::copy_to_device(st.slots.data(), st.host_slots, size_t(n_gpu) * sizeof(uint8_t*), compute_);
             gpu::copy_to_device(st.hit_ids.data(), hit_ids, size_t(n_gpu) * 4, compute_);
@@ -2021,6 +2035,56 @@ private:
         cpu_seconds_ += now() - t0;
         cpu_bytes_ += cost.expert_bytes;
         return cost;
+    }
+
+    // The host's n misses of layer il (cpu_ids_) also copied into VRAM slots
+    // on the copy stream, behind the next layer's copies ahead, while the
+    // host computes them; the compute stream waits for these copies when it
+    // next runs layer il (wait_admitted). Only where admit_host_ (set at
+    // load): a cache smaller than a token's experts would evict what the
+    // token still needs. The split depends on the routing and the cache
+    // alone, so a fixed share keeps its bits.
+    void admit_host_misses(ExpertSource& experts, int il, int n) const {
+        if (!admit_host_) return;
+        // All of them while at least half of recent admissions were hit
+        // again (or too few to tell); else a sample.
+        const bool admit_all = admit_recent_ < 32 || 2 * admit_useful_ >= admit_recent_;
+        int32_t ids[64];
+        int m = 0;
+        for (int i = 0; i < n; i++) {
+            if (admit_all || host_misses_seen_ % kAdmitSample == 0) ids[m++] = cpu_ids_[i];
+            host_misses_seen_++;
+        }
+        admit_skipped_ += uint64_t(n - m);
+        if (m == 0) return;
+        const ExpertLayer& el = expert_layers_[size_t(il)];
+        // The RAM tier holds every expert, so a view outlives the release
+        // (as copy_experts' do).
+        experts.acquire(il, ids, m);
+        ExpertView v;
+        for (int i; (i = experts.next_ready(il, &v)) >= 0;) {
+            const int slot = take_slot(il, ids[i]);
+            vram_.copy(slot, il, ids[i], el, v, copy_);
+            admitted_slot_[size_t(slot)] = 1;
+        }
+        experts.release(il);
+        gpu::record(admit_events_[size_t(il)], copy_);
+        admit_pending_[size_t(il)] = 1;
+        admitted_ += uint64_t(m);
+        copied_bytes_ += uint64_t(m) * el.expert_bytes();
+        admit_recent_ += uint64_t(m);
+        if (admit_recent_ >= kAdmitWindow) admit_recent_ /= 2, admit_useful_ /= 2;
+    }
+
+    // The compute stream waits for layer il's admitted copies
+    // (admit_host_misses) before it reads a slot they fill; il < 0: every
+    // layer's (a pass that may read any slot).
+    void wait_admitted(int il) const {
+        for (int l = il < 0 ? 0 : il; l < int(admit_pending_.size()) && (il < 0 || l == il); l++) {
+            if (!admit_pending_[size_t(l)]) continue;
+            gpu::wait(compute_, admit_events_[size_t(l)]);
+            admit_pending_[size_t(l)] = 0;
+        }
     }
 
     // Waits for layer il's routing (and whatever was queued before it);
@@ -2098,8 +2162,13 @@ private:
         copied_bytes_ += uint64_t(n) * el.expert_bytes();
     }
 
-    // The host's part of n misses at cpu_share_ eighths, rounded to nearest.
-    int host_part(int n) const { return (n * cpu_share_ + 4) / 8; }
+    // The host's part of n misses: --gpu-host-share's eighths, rounded to
+    // nearest; auto, the cost rule over the times measured at start-up
+    // (host_misses, gpu_decoder.h).
+    int host_part(int n) const {
+        if (cpu_share_ >= 0) return (n * cpu_share_ + 4) / 8;
+        return host_misses(n, copy_expert_s_, host_fixed_s_, host_expert_s_);
+    }
 
     // Whether layer il predicts layer il + 1's experts (streaming only).
     // Only between two MoE layers: the host reads the prediction where it
@@ -2395,7 +2464,19 @@ private:
             const double t3 = now();
             fill_ram_tier(experts);
             setup_.ram_fill = now() - t3;
-            if (cpu_misses_) measure_split(experts);
+            if (cpu_misses_) {
+                int n_moe = 0;
+                for (int il = 0; il < n_run_; il++) n_moe += ffn_[size_t(il)].moe() ? 1 : 0;
+                const int64_t token_experts = int64_t(n_moe) * config_.n_expert_used;
+                admit_host_ = vram_.n_slots() >= std::max<int64_t>(token_experts, 4 * config_.n_expert_used);
+                if (admit_host_) {
+                    admit_events_.resize(size_t(n_run_));
+                    for (gpu::Event& e : admit_events_) e = gpu::new_event();
+                    admit_pending_.assign(size_t(n_run_), 0);
+                    admitted_slot_.assign(size_t(vram_.n_slots()), 0);
+                }
+                measure_split(experts);
+            }
         }
         if (!options_.routing_profile.empty() && !vram_.holds_all()) {
             place_hottest(experts);
@@ -2486,18 +2567,29 @@ private:
         std::vector<float> x(static_cast<size_t>(E)), out(static_cast<size_t>(E)), w(static_cast<size_t>(K), 1.0f / float(K));
         for (int64_t i = 0; i < E; i++) x[size_t(i)] = float((i * 37) % 17 - 8) / 64.0f;
         std::vector<int32_t> ids(size_t(el.n_expert));
-        std::vector<double> host_s;
-        for (int rep = 0; rep < 6; rep++) {
-            // A different set each time where the layer has them: the
-            // weights come from RAM, not from the host's caches.
-            for (int r = 0; r < K; r++) ids[size_t(r)] = (rep * K + r) % el.n_expert;
-            const double t0 = now();
-            moe_forward(*pool_, experts, el, x.data(), 1, ids.data(), w.data(), K, scratch, out.data(), {},
-                        expert_biases(ffn_[size_t(il)]));
-            if (rep > 0) host_s.push_back(now() - t0);
+        // The host's time for one expert and for K (medians of 5 after a
+        // warm-up): the difference is the time an expert adds, the rest of
+        // one expert's time the fixed cost of a host part.
+        double median_s[2] = {0, 0};
+        int next_id = 0;
+        for (int side = 0; side < 2; side++) {
+            const int n = side == 0 ? 1 : K;
+            std::vector<double> host_s;
+            for (int rep = 0; rep < 6; rep++) {
+                // A different set each time where the layer has them: the
+                // weights come from RAM, not from the host's caches.
+                for (int r = 0; r < n; r++) ids[size_t(r)] = next_id++ % el.n_expert;
+                const double t0 = now();
+                moe_forward(*pool_, experts, el, x.data(), 1, ids.data(), w.data(), n, scratch, out.data(), {},
+                            expert_biases(ffn_[size_t(il)]));
+                if (rep > 0) host_s.push_back(now() - t0);
+            }
+            std::sort(host_s.begin(), host_s.end());
+            median_s[side] = host_s[host_s.size() / 2];
         }
-        std::sort(host_s.begin(), host_s.end());
-        host_gbps_ = double(K) * double(el.expert_bytes()) / host_s[host_s.size() / 2] / 1e9;
+        host_expert_s_ = K > 1 ? std::max(median_s[1] - median_s[0], 0.0) / double(K - 1) : median_s[0];
+        host_fixed_s_ = std::max(median_s[0] - host_expert_s_, 0.0);
+        host_gbps_ = double(K) * double(el.expert_bytes()) / median_s[1] / 1e9;
         // Copies: a warm-up group, then a timed one, each experts of this
         // layer not yet in VRAM.
         const int group = std::min({2 * K, el.n_expert / 2, vram_.n_slots() / 4});
@@ -2521,13 +2613,21 @@ private:
         if (options_.host_share_eighths >= 0) {
             cpu_share_ = options_.host_share_eighths;
         } else if (copy_gbps_ > 0) {
-            cpu_share_ = std::clamp(int(std::lround(8.0 * host_gbps_ / (host_gbps_ + copy_gbps_))), 0, 8);
+            cpu_share_ = -1;
+            copy_expert_s_ = double(el.expert_bytes()) / (copy_gbps_ * 1e9);
         }
+        char split[512];
+        int used = cpu_share_ >= 0 ? snprintf(split, sizeof split, "%d/8 (--gpu-host-share)", cpu_share_)
+                                   : snprintf(split, sizeof split, "per layer:");
+        for (int n = 1; cpu_share_ < 0 && n <= K && used < int(sizeof split) - 16; n++)
+            used += snprintf(split + used, sizeof split - size_t(used), " %d/%d", host_part(n), n);
         fprintf(stderr,
-                "gpu: host computes %d/8 of each layer's VRAM misses, the link copies the rest (%s; measured: host "
-                "%.1f GB/s of expert weights with %d threads, copies %.1f GB/s)\n",
-                cpu_share_, options_.host_share_eighths >= 0 ? "--gpu-host-share" : "auto", host_gbps_, pool_->size(),
-                copy_gbps_);
+                "gpu: the host computes %s of a layer's VRAM misses, the link copies the rest (measured: host %.0f us "
+                "a part + %.0f us an expert with %d threads, %.1f GB/s of expert weights for %d; copies %.1f GB/s, "
+                "%.0f us an expert)%s\n",
+                split, host_fixed_s_ * 1e6, host_expert_s_ * 1e6, pool_->size(), host_gbps_, K, copy_gbps_,
+                double(el.expert_bytes()) / std::max(copy_gbps_, 1e-9) / 1e3,
+                admit_host_ ? "; the host's misses are then copied into VRAM for later tokens" : "");
     }
 
     // Every expert acquired from the RAM tier and kept (host_views_), with
@@ -2664,7 +2764,9 @@ private:
     // are the newest and least used slots, which fewest-uses would evict
     // first (2G: 51.1 against LRU's 56.6 tok/s, 8G: equal).
     int take_slot(int il, int id) const {
-        return !ram_holds_all_ ? vram_.take_coldest(il, id, uses_) : vram_.take(il, id);
+        const int s = !ram_holds_all_ ? vram_.take_coldest(il, id, uses_) : vram_.take(il, id);
+        if (!admitted_slot_.empty()) admitted_slot_[size_t(s)] = 0;
+        return s;
     }
 
     // Whether the expert kernels find every chosen expert through the device
@@ -2727,10 +2829,41 @@ private:
     mutable float cpu_weights_[64] = {};
     mutable uint64_t cpu_experts_ = 0, cpu_bytes_ = 0, copied_misses_ = 0;
     // --gpu-ram-tier cpu: the eighths of a layer's misses the host computes
-    // (the rest are copied), from --gpu-host-share or the rates measured at
-    // start-up (measure_split).
+    // (the rest are copied), from --gpu-host-share; -1: host_misses' rule
+    // over the times measured at start-up (measure_split): a host part's
+    // fixed seconds, the seconds an expert adds on the host and on the link.
     mutable int cpu_share_ = 8;
     mutable double host_gbps_ = 0, copy_gbps_ = 0;  // those rates, GB/s of expert weights
+    mutable double host_fixed_s_ = 0, host_expert_s_ = 0, copy_expert_s_ = 0;
+    // Where the VRAM cache holds a token's experts (and the RAM tier every
+    // expert): the host's misses of a layer are also copied into VRAM, off
+    // the critical path, so that a later token finds them there. Without it
+    // a host-computed expert stays a miss: on the H100's qwen3-30b run at 4G
+    // decode hits fell from 99 % (copy) to 90 % and the host computed 39
+    // experts a token (docs/gpu/run15/call1). admit_events_[il] follows
+    // layer il's last such copies; admit_pending_[il]: the compute stream
+    // has not waited for it yet. One event a layer: a decode step reads
+    // layer il's slots only at layer il, a token after the copies began,
+    // so the wait costs nothing there; one event for all (the first try,
+    // docs/gpu/run17/call1) made each layer wait for the layer before's
+    // copies, and gpt-oss at 4G fell from 132.8 to 99.2 tok/s.
+    mutable bool admit_host_ = false;
+    mutable std::vector<gpu::Event> admit_events_;
+    mutable std::vector<uint8_t> admit_pending_;
+    mutable uint64_t admitted_ = 0;
+    // Whether admissions pay (admit_all): admitted_slot_[s] marks a slot
+    // filled by an admission and not yet hit; admit_recent_ and
+    // admit_useful_ count recent admissions and those hit before their slot
+    // was taken again, both halved every kAdmitWindow admissions. Where
+    // fewer than half are used, only every kAdmitSample-th host miss is
+    // admitted, to keep measuring: on gpt-oss at 4G admitting every one
+    // doubled the link's bytes and left decode's hit rate at 62 %
+    // (docs/gpu/run17/call1), where qwen3-30b's rose from 90 % to 98 %.
+    // Counts of routing and cache events only, so a configuration keeps its
+    // bits from run to run.
+    static constexpr uint64_t kAdmitWindow = 256, kAdmitSample = 8;
+    mutable std::vector<uint8_t> admitted_slot_;
+    mutable uint64_t admit_recent_ = 0, admit_useful_ = 0, admit_skipped_ = 0, host_misses_seen_ = 0;
     mutable double cpu_seconds_ = 0;
     mutable uint64_t filled_bytes_ = 0;  // read into the RAM tier at start-up (fill_ram_tier)
     // Streaming: layer il's router predicts layer il + 1's experts, which are

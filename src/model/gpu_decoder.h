@@ -21,6 +21,7 @@
 // F32/F16/Q8_0/Q4_K/Q5_K/Q6_K/MXFP4. Other features (the sparse-attention
 // indexer) are refused at open, by name.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -48,6 +49,23 @@ inline bool host_split_pays(bool ram_holds_all, int64_t vram_slots, int n_moe_la
     return vram_slots < int64_t(n_moe_layers) * top_k || largest_expert_bytes >= (uint64_t(8) << 20);
 }
 
+// How many of a layer's n VRAM misses the host computes (the rest copied
+// into VRAM) under --gpu-host-share auto: the link copies each in copy_s;
+// the host computes h of them in host_fixed_s + h * host_s (waking its
+// threads and their barriers are the fixed part, which makes one small miss
+// dearer on the host than on the link). Both sides work at once, so h
+// minimizes the later finish; ties go to the link, whose copies also stay
+// cached. The three times are measured at start-up (measure_split).
+inline int host_misses(int n, double copy_s, double host_fixed_s, double host_s) {
+    int best = 0;
+    double best_t = n * copy_s;
+    for (int h = 1; h <= n; h++) {
+        const double t = std::max((n - h) * copy_s, host_fixed_s + h * host_s);
+        if (t < best_t) best = h, best_t = t;
+    }
+    return best;
+}
+
 // The GPU forward pass's settings, from the command line (--gpu-*, parsed
 // with the other session flags in cli/session_flags.cpp); the defaults are
 // the measured best (docs/gpu.md).
@@ -69,11 +87,13 @@ struct GpuOptions {
     // the host's cores from the RAM tier (as llama.cpp's --n-cpu-moe does)
     // while the GPU runs those in VRAM; the two sums are added on the GPU.
     // The VRAM cache fills with the next layer's predicted experts
-    // (--gpu-prefetch). Decode only: prefill passes copy as with `copy`.
+    // (--gpu-prefetch) and, where it holds a token's experts, with the
+    // host's misses, copied after the host takes them. Decode only: prefill
+    // passes copy as with `copy`.
     bool cpu_misses = false;
     // --gpu-host-share: with cpu_misses, the eighths of a layer's misses the
-    // host computes (the rest copied into VRAM and run there); -1: from the
-    // rates measured at start-up. With prefetch_next_layer, the link's part
+    // host computes (the rest copied into VRAM and run there); -1: a layer's
+    // split by host_misses over times measured at start-up. With prefetch_next_layer, the link's part
     // is the next layer's predicted misses copied ahead, and the host
     // computes every miss left. Copies need a RAM tier that holds every
     // expert; otherwise the host computes them all.

@@ -1,4 +1,4 @@
-// --gpu-ram-tier auto's rule (model/gpu_decoder.h, host_split_pays) against
+// --gpu-ram-tier auto's rules (model/gpu_decoder.h: host_split_pays, host_misses) against
 // the mode that was faster in each measured run on an H100 (docs/gpu.md,
 // fifteenth session, docs/gpu/run15/call1-3; the thirteenth session's 8G
 // run). The expected modes are those runs' measured winners, not the rule
@@ -38,6 +38,45 @@ TEST(RamTierChoice, CopiesWhereTheRamTierCannotHoldEveryExpert) {
     // The host would compute every miss from the drive's slots.
     EXPECT_FALSE(host_split_pays(false, 5, 12, 4, 13'300'000));
     EXPECT_FALSE(host_split_pays(false, 21, 48, 8, 2'850'000));
+}
+
+
+// --gpu-host-share auto's rule for one layer's misses (host_misses): the
+// expected splits are worked by hand from the two sides' finish times.
+TEST(HostMisses, OneSmallMissGoesOverTheLinkWhenTheHostsFixedCostIsDearer) {
+    // A qwen3-30b expert: 62 us to copy; on the host 36 us plus 60 us a part.
+    EXPECT_EQ(host_misses(1, 62e-6, 60e-6, 36e-6), 0);
+    // Without the fixed part the host's 36 us wins.
+    EXPECT_EQ(host_misses(1, 62e-6, 0, 36e-6), 1);
+}
+
+TEST(HostMisses, ManyMissesAreSharedSoBothSidesFinishTogether) {
+    // 8 misses, 62 us a copy, host 36 us each after 100 us: h = 4 ends at
+    // max(248, 244) = 248 us; h = 5 at max(186, 280); h = 3 at max(310, 208).
+    EXPECT_EQ(host_misses(8, 62e-6, 100e-6, 36e-6), 4);
+    // Equal rates, no fixed part: half each (ties go to the link: 4, not 5).
+    EXPECT_EQ(host_misses(8, 50e-6, 0, 50e-6), 4);
+    EXPECT_EQ(host_misses(7, 50e-6, 0, 50e-6), 3);
+    // A link far slower than the host: everything on the host.
+    EXPECT_EQ(host_misses(8, 1e-3, 10e-6, 10e-6), 8);
+    // No misses: nothing to split.
+    EXPECT_EQ(host_misses(0, 62e-6, 60e-6, 36e-6), 0);
+}
+
+TEST(HostMisses, NeverMoreThanTheMissesAndNeverSlowerThanEitherSideAlone) {
+    for (int n = 1; n <= 16; n++) {
+        for (double fixed : {0.0, 20e-6, 200e-6}) {
+            for (double host : {10e-6, 60e-6, 300e-6}) {
+                const double copy = 80e-6;
+                const int h = host_misses(n, copy, fixed, host);
+                ASSERT_GE(h, 0);
+                ASSERT_LE(h, n);
+                const double t = std::max((n - h) * copy, h > 0 ? fixed + h * host : 0.0);
+                EXPECT_LE(t, n * copy + 1e-12) << n;
+                EXPECT_LE(t, fixed + n * host + 1e-12) << n;
+            }
+        }
+    }
 }
 
 }  // namespace

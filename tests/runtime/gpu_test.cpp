@@ -374,6 +374,72 @@ TEST_P(GpuStreaming, HostComputedMissesMatchTheReference) {
     }
 }
 
+// --gpu-ram-tier cpu with a VRAM cache that holds a token's experts but not
+// every expert: the host's misses are also copied into VRAM after it takes
+// them (admitted), so later tokens find them there. The host computes
+// every miss (8/8), so each admission shows as a later hit, not a copy; a
+// fixed share gives the same bits in two runs, within the golden bound.
+TEST_P(GpuStreaming, HostMissesAdmittedWhereTheCacheHoldsAToken) {
+    const auto [name, few] = GetParam();
+    if (const std::string why = streaming_skip(name); !why.empty()) GTEST_SKIP() << why;
+    const golden::Case g = golden::load(name);
+    const int64_t V = g.n_vocab;
+    test::TempDir dir;
+    const std::string sidecar = packed_sidecar(g, dir);
+    uint64_t slot_bytes = 0;
+    int64_t token_experts = 0, all_experts = 0;
+    {
+        GpuOptions o;
+        o.expert_bytes = few;
+        o.cpu_misses = true;
+        auto s = open_gpu(g.gguf, o, sidecar);
+        std::vector<float> first(static_cast<size_t>(V));
+        s->prefill_all(std::vector<int32_t>(g.prompt.begin(), g.prompt.begin() + 1), first.data());
+        Json report = Json::object();
+        add_gpu_report(s->model(), &report);
+        slot_bytes = uint64_t(report.at("gpu").at("vram_tier").at("slot_bytes").as_int());
+        const ModelConfig& c = s->model().config();
+        token_experts = int64_t(c.n_layer) * c.n_expert_used;
+        all_experts = int64_t(c.n_layer) * c.n_expert;
+    }
+    const int64_t slots = token_experts + token_experts / 2;
+    if (slots >= all_experts) GTEST_SKIP() << name << ": a token's experts are nearly all of them";
+    std::vector<std::vector<float>> logits;
+    for (int run = 0; run < 2; run++) {
+        GpuOptions o;
+        o.expert_bytes = uint64_t(slots) * slot_bytes;
+        o.cpu_misses = true;
+        o.host_share_eighths = 8;
+        o.prefill_pass = false;
+        auto s = open_gpu(g.gguf, o, sidecar);
+        logits.emplace_back(g.prompt.size() * size_t(V));
+        s->prefill_all(g.prompt, logits.back().data());
+        const double err = golden::rel_l2(logits.back().data(), g.logits.data(), logits.back().size());
+        EXPECT_LE(err, 2e-2);
+        std::vector<int32_t> out;
+        s->generate(
+            int(g.greedy.size()),
+            [&](int32_t t) {
+                out.push_back(t);
+                return true;
+            },
+            nullptr, true);
+        EXPECT_EQ(out, g.greedy);
+        Json report = Json::object();
+        add_gpu_report(s->model(), &report);
+        const Json& v = report.at("gpu").at("vram_tier");
+        const int64_t admitted = v.at("admitted_host_misses").as_int();
+        printf("%s, %lld slots for %lld a token of %lld: relative L2 %.3g; hits %lld, host-computed %lld, "
+               "admitted %lld\n",
+               name, (long long)v.at("slots").as_int(), (long long)token_experts, (long long)all_experts, err,
+               (long long)v.at("hits").as_int(), (long long)v.at("host_computed").as_int(), (long long)admitted);
+        EXPECT_FALSE(v.at("holds_every_expert").as_bool());
+        EXPECT_GT(admitted, 0);
+        EXPECT_EQ(v.at("copied_misses").as_int(), 0);
+    }
+    EXPECT_EQ(memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
+}
+
 // --routing-profile: a first run writes each expert's uses when the model
 // closes; a second run reads them and starts with the hottest in VRAM, so
 // its prompt finds at least the hits the first, starting empty, found.

@@ -56,9 +56,11 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "the same experts: docs/gpu.md); cpu, in decode the host's cores (-t) compute each layer's "
              "misses from the RAM tier while the GPU runs its hits, the VRAM cache filled with the next "
              "layer's predicted experts (prefill copies); where the RAM tier holds every expert, part of each "
-             "layer's misses is copied instead (--gpu-host-share); auto, cpu where the RAM tier holds every "
-             "expert and experts are large (8 MB or more) or the VRAM cache holds fewer than a token's, else "
-             "copy (a rule fitted to six runs on an H100, docs/gpu.md)");
+             "layer's misses is copied instead (--gpu-host-share), and where the VRAM cache holds a token's "
+             "experts the host's misses are copied into it after the host takes them; auto (the default), cpu "
+             "where the RAM tier holds every expert and experts are large (8 MB or more) or the VRAM cache "
+             "holds fewer than a token's, else copy (the faster mode in every run measured on an H100, "
+             "docs/gpu.md)");
     a.option("--gpu-host-share", &gpu_host_share, "auto|F",
              "with --gpu-ram-tier cpu: the fraction of each layer's VRAM misses the host computes, in eighths "
              "(0 to 1; the rest are copied into VRAM, cached, and run there while the host works; with "

@@ -32,15 +32,16 @@
 
 namespace ms {
 
-// --gpu-ram-tier auto's choice: whether the host computing part of a
-// layer's VRAM misses (cpu) is expected to beat copying them all (copy).
-// Fitted to the six runs of docs/gpu.md's fifteenth session on an H100 (and
-// the thirteenth's): the host's part costs a fixed wait a layer (the GPU
-// idles until the host has computed it and launched the rest of the layer,
-// where a copy is only queued), which pays where experts are large (gpt-oss,
-// 13 MB: 1.24x copying at 4G; DeepSeek V3, 27 MB: 1.35x) or the cache
-// cannot hold a token's experts (qwen3-30b at 64M: 1.65x), and not where a
-// layer's few misses are small (qwen3-30b at 4G, 2.9 MB, 97 % hits: 0.74x).
+// --gpu-ram-tier auto's choice (the default): whether the host computing
+// part of a layer's VRAM misses (cpu) is expected to beat copying them all
+// (copy). Fitted to runs on an H100 (docs/gpu.md, seventeenth session, and
+// the fifteenth's DeepSeek V3): the host's part pays where experts are
+// large (gpt-oss, 13 MB: 1.37x copying at 4G; DeepSeek V3, 27 MB: 1.35x) or
+// the cache cannot hold a token's experts (qwen3-30b at 64M: 1.64x,
+// gpt-oss 1.64x), and not where a layer's few misses are small and the
+// cache keeps them (qwen3-30b at 4G and 8G, 2.9 MB, 97 % hits: 0.90x): a
+// copied miss stays cached, and one small miss costs about the same on
+// either side.
 // Without a RAM tier that holds every expert the host would compute every
 // miss from the drive's slots: copy, as measured before.
 inline bool host_split_pays(bool ram_holds_all, int64_t vram_slots, int n_moe_layers, int top_k,
@@ -80,8 +81,8 @@ struct GpuOptions {
     // over the bus, the VRAM slots refilled between tokens; else (copy) each
     // layer's misses are copied into VRAM slots.
     bool map_ram_tier = false;
-    // --gpu-ram-tier auto: at load, cpu_misses where host_split_pays says
-    // the host's part is the faster, else copy.
+    // --gpu-ram-tier auto (the command line's default): at load, cpu_misses
+    // where host_split_pays says the host's part is the faster, else copy.
     bool ram_tier_auto = false;
     // --gpu-ram-tier cpu: each layer's experts not in VRAM are computed by
     // the host's cores from the RAM tier (as llama.cpp's --n-cpu-moe does)

@@ -683,7 +683,10 @@ const std::vector<SynthSpec>& presets() {
         {.preset = "llama4-scout", .arch = "llama4", .n_layer = 48, .n_expert = 16, .n_expert_used = 1,
          .n_embd = 5120, .expert_ffn = 8192, .n_head = 40, .n_head_kv = 8, .head_dim = 128, .context = 262144,
          .rope_base = 500000, .moe_step = 1, .dense_ffn = 16384, .n_shared = 1,
-         .router_locality = 0},
+         // Nothing is published for it: fitted to Mixtral's repetition of
+         // consecutive tokens' experts relative to chance, borrowed
+         // (docs/routing.md); Mixtral's light locality, kept at every depth.
+         .router_skew = 0, .router_locality = 1.0, .router_fade = 0},
         {.preset = "llama4-maverick", .arch = "llama4", .n_layer = 48, .n_expert = 128, .n_expert_used = 1,
          .n_embd = 5120, .expert_ffn = 8192, .n_head = 40, .n_head_kv = 8, .head_dim = 128, .context = 262144,
          .rope_base = 500000, .moe_step = 2, .dense_ffn = 16384, .n_shared = 1,

@@ -141,7 +141,35 @@ struct PlainAttention {
     std::string ffn_norm = "ffn_norm";    // the norm before the router and experts
     bool neox = true;                     // NeoX rope pairs (i, i + n_rot/2); false: adjacent pairs
     bool whole_qk_norm = false;           // attn_q_norm / attn_k_norm over the whole projection
+    bool follow_residual = false;         // carrier gain grown with the residual's expected RMS (below)
+    bool clear_carrier_rows = false;      // attn_output and every ffn_down write exact zeros to the carrier
+    bool unweighted_head_norm = false;    // q and k RMS-normed per head after rope, without weights
+    int mute_every = 0;                   // n > 0: every n-th layer (l + 1 = n, 2n, ...) has its attention muted
 };
+
+// Without q/k norms, a query is the sum of the normed residual's carrier
+// channels, so it is only as clean as they are. attn_output's RowsZero
+// leaves Q4_K's half-step residues (zero is not on its grid), which times
+// the values write each token's own noise into the carrier, and random
+// ffn_down rows add theirs: in glm-4.5-air at locality 8 this noise was
+// twice the carrier after layer 0 and grew by about one a layer, so
+// queries and keys turned content-dependent (clear_carrier_rows: exact
+// zeros there). And a query's size is the carrier's share, J x value x
+// gain / rms(x): each layer's attention adds about kValueRms x its locality
+// to the residual's RMS (orthogonal, summed in squares; measured at layer 0
+// of glm-4.5-air), so by layer 1 of a locality of 8 the residual is ~7x the
+// embedding's, scores shrink ~50x and every query attends evenly to the
+// prefix, the averaging that collapses a random network (docs/routing.md,
+// glm-4.5-air). Growing attn_norm's carrier gain with this RMS
+// (follow_residual) keeps every layer's window that of layer 0. gpt-oss
+// and Mixtral, fitted at lower locality or depth, keep the plain design.
+constexpr double kValueRms = 0.88;
+
+double expected_residual_rms(const SynthSpec& s, int layer) {
+    double sq = 1;
+    for (int j = 0; j < layer; j++) sq += std::pow(kValueRms * layer_locality(s, j), 2);
+    return std::sqrt(sq);
+}
 
 // One head's weights tiled over a projection of n elements.
 std::vector<float> tiled(const std::vector<float>& head, int64_t n) {
@@ -157,8 +185,11 @@ void design_plain_attention(const SynthSpec& s, std::vector<SynthTensor>& ts, co
     const int n_rot = s.rope_dim > 0 ? s.rope_dim : s.head_dim;
     const std::vector<uint8_t> rec = recency_dims(s.head_dim, n_rot, s.rope_base, nullptr, o.neox);
     const int n_rec = int(std::count(rec.begin(), rec.end(), kRowRecency));
-    const float v = o.whole_qk_norm ? INFINITY
-                                    : float(pure_recency_qk(s, n_rec, o.attn_scale) / (J * kCarrierValue * gain));
+    // Where q and k are normed, their size is the norm's, so the carrier's
+    // weight only has to stay clear of zero: the largest.
+    const float v = o.whole_qk_norm || o.unweighted_head_norm
+                        ? INFINITY
+                        : float(pure_recency_qk(s, n_rec, o.attn_scale) / (J * kCarrierValue * gain));
     const std::vector<float> qk = recency_norm(
         rec, float(recency_norm_weight(s.head_dim, o.attn_scale) * std::sqrt(s.router_sharpness)));
     for (SynthTensor& t : ts) {
@@ -168,7 +199,11 @@ void design_plain_attention(const SynthSpec& s, std::vector<SynthTensor>& ts, co
             t.design = SynthDesign::CarrierMax;
             t.value = kCarrierValue;
         } else if (n == "attn_norm.weight") {
-            set_values(t, carrier_split(E, J, gain, float(layer_locality(s, l))));
+            const double g = o.follow_residual ? gain * expected_residual_rms(s, l) : gain;
+            const bool muted = o.mute_every > 0 && (l + 1) % o.mute_every == 0;
+            // A muted layer's q, k and v are all zero: it adds nothing.
+            set_values(t, muted ? std::vector<float>(size_t(E), 0.0f)
+                                : carrier_split(E, J, float(g), float(layer_locality(s, l))));
         } else if (n == "attn_q.weight" || n == "attn_k.weight") {
             mark_recency(t, rec, v, true);
         } else if (o.whole_qk_norm && (n == "attn_q_norm.weight" || n == "attn_k_norm.weight")) {
@@ -176,7 +211,9 @@ void design_plain_attention(const SynthSpec& s, std::vector<SynthTensor>& ts, co
         } else if (n == "attn_v.weight") {
             t.design = SynthDesign::CarrierZero;
         } else if (n == "attn_output.weight") {
-            t.design = SynthDesign::RowsZero;
+            t.design = o.clear_carrier_rows ? SynthDesign::RowsClear : SynthDesign::RowsZero;
+        } else if (o.clear_carrier_rows && n.rfind("ffn_down", 0) == 0 && t.ne.size() >= 2) {
+            t.design = SynthDesign::RowsClear;
         } else if (n == o.ffn_norm + ".weight") {
             set_values(t, carrier_split(E, J, 0.0f, 1.0f));
         }
@@ -308,7 +345,22 @@ void design_family_routing(const SynthSpec& s, std::vector<SynthTensor>& tensors
     // GLM-4.5 (no q/k norms in the Air; half-rotary heads).
     if (s.arch == "glm4moe")
         design_plain_attention(s, tensors, {.attn_scale = 1 / std::sqrt(double(s.head_dim)),
-                                            .ffn_norm = "post_attention_norm"});
+                                            .ffn_norm = "post_attention_norm",
+                                            .follow_residual = true,
+                                            .clear_carrier_rows = true});
+    // Llama 4 (Scout; Maverick's 128-expert layers have no q/k norm and
+    // are left random): adjacent-pair rope; the roped layers RMS-norm each
+    // head of q and k without weights, so position-only queries and keys
+    // give a fixed window (about 0.7 of the qwen3 presets' score at
+    // distance 0; no sharpness knob). Every 4th layer has no rope
+    // (model/llama4.cpp) and its position-only queries would attend evenly
+    // to the whole prefix, the averaging that collapses a random network:
+    // muted, as gemma4's full layers are. The residual adds unnormed
+    // outputs, as in glm4moe, so the carrier is kept clean.
+    if (s.arch == "llama4" && s.n_expert != 128)
+        design_plain_attention(s, tensors, {.attn_scale = 1 / std::sqrt(double(s.head_dim)), .neox = false,
+                                            .clear_carrier_rows = true, .unweighted_head_norm = true,
+                                            .mute_every = 4});
     if (s.arch == "minimax-m2")
         design_plain_attention(s, tensors, {.attn_scale = 1 / std::sqrt(double(s.head_dim)), .whole_qk_norm = true});
 }

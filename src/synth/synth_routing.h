@@ -27,10 +27,12 @@ constexpr double kRecencySharpness = 1.2;
 // CarrierMax: the first `carrier` columns of every row at the type's largest
 // value; QkRecency: the same, only on the rows of each head (head_dim apart)
 // whose dims the recency mask marks; CarrierZero: those columns near zero;
-// RowsZero: the first `carrier` rows near zero. A pure QkRecency tensor
+// RowsZero: the first `carrier` rows near zero; RowsClear: the first
+// `carrier` rows of every matrix (each expert's, in a stacked tensor)
+// exactly zero, whole blocks of zero bytes. A pure QkRecency tensor
 // (families without q/k norms) is zero but for those elements, so queries
 // and keys hold the position alone.
-enum class SynthDesign { None, CarrierMax, QkRecency, CarrierZero, RowsZero };
+enum class SynthDesign { None, CarrierMax, QkRecency, CarrierZero, RowsZero, RowsClear };
 
 // QkRecency's mask, per row of a head: kRowOther (left random, or zero in a
 // pure tensor), kRowRecency (reads the carrier), kRowCarrierZero (random but

@@ -21,6 +21,8 @@
 #     decode after a 508-token prompt of real text, copy and cpu at 64M, 4G
 #     and 8G, and auto;
 #  g  gpt-oss-120b --layers 12 (MXFP4) the same at 4G and 64M;
+#  u  qwen3-30b-a3b as q with no --gpu-ram-tier (the default, auto) at 4G
+#     and 64M: the mode auto picks;
 #  d  deepseek-v3 --layers 6 Q4_K_M (routing design on, partly fitted) at
 #     4G, copy and cpu;
 #  b  qwen3-235b-a22b Q4_K_M cut to 28 layers (40 GiB, more than --gpu-mem
@@ -65,7 +67,7 @@ fi
 mkdir -p /work/shared && ln -sfn "$PWD/$D/golden" /work/shared/golden
 left() { echo $((LIMIT - SECONDS)); }
 M=/tmp/q30.gguf
-(if [[ $STEPS == *q* && ! -f $M ]]; then
+(if [[ $STEPS == *[qu]* && ! -f $M ]]; then
    t0=$SECONDS; $BIN/moestream synth --preset qwen3-30b-a3b --type Q4_K_M -o $M > $P/synth.log 2>&1
    echo "synth q30 exit $? after $((SECONDS - t0)) s"
  fi
@@ -122,6 +124,10 @@ if [[ $STEPS == *q* ]]; then
   run copy_8g --gpu-mem 8G
   [[ $STEPS == *l* ]] && { lb llama_ncmoe48 -ncmoe 48; lb llama_ncmoe26 -ncmoe 26; }
 fi
+if [[ $STEPS == *u* ]]; then
+  run auto_4g --gpu-mem 4G
+  run auto_64m --gpu-mem 64M
+fi
 if [[ $STEPS == *g* ]]; then
   M=/tmp/gptoss.gguf
   run gptoss_cpu_4g --gpu-mem 4G --gpu-ram-tier cpu
@@ -134,8 +140,8 @@ if [[ $STEPS == *d* ]]; then
   rm -f /tmp/q30.gguf /tmp/gptoss.gguf
   M=/tmp/dsv3.gguf
   [ -f $M ] || { t0=$SECONDS; $BIN/moestream synth --preset deepseek-v3 --layers 6 --type Q4_K_M -o $M 2>&1 | tail -1; echo "synth dsv3 $((SECONDS-t0)) s"; }
-  MEM=80G run dsv3_cpu_4g --gpu-mem 4G --gpu-ram-tier cpu
-  MEM=80G run dsv3_copy_4g --gpu-mem 4G
+  MEM=80G run dsv3_auto_4g --gpu-mem 4G
+  MEM=80G run dsv3_copy_4g --gpu-mem 4G --gpu-ram-tier copy
   [[ $STEPS == *l* ]] && lb llama_dsv3_ncmoe6 -ncmoe 6
 fi
 if [[ $STEPS == *b* ]]; then

@@ -2844,9 +2844,11 @@ private:
     // layer il's last such copies; admit_pending_[il]: the compute stream
     // has not waited for it yet. One event a layer: a decode step reads
     // layer il's slots only at layer il, a token after the copies began,
-    // so the wait costs nothing there; one event for all (the first try,
-    // docs/gpu/run17/call1) made each layer wait for the layer before's
-    // copies, and gpt-oss at 4G fell from 132.8 to 99.2 tok/s.
+    // so the wait costs nothing there, where one event for all would make
+    // each layer wait for the layer before's copies. (The first try had
+    // one event and admitted every miss: gpt-oss at 4G fell from 132.8 to
+    // 99.2 tok/s, docs/gpu/run17/call1; with both changed, 146.2, call 2.
+    // Which of the two cost what was not measured apart.)
     mutable bool admit_host_ = false;
     mutable std::vector<gpu::Event> admit_events_;
     mutable std::vector<uint8_t> admit_pending_;

@@ -293,6 +293,37 @@ TEST_P(GpuStreaming, BatchedDecodeThroughFewSlotsMatchesAlone) {
     }
 }
 
+// One golden case decoded token by token (every prompt token a decode
+// step, as the host-miss tests need: the prefill pass would take them
+// otherwise): the prompt logits, their relative L2 against the file's, the
+// greedy tokens and the GPU report.
+struct GoldenRun {
+    std::vector<float> logits;
+    double rel_l2 = 0;
+    std::vector<int32_t> greedy;
+    Json report = Json::object();
+    int n_expert_used = 0;
+};
+
+static GoldenRun run_golden_case(const golden::Case& g, GpuOptions o, const std::string& sidecar) {
+    o.prefill_pass = false;
+    auto s = open_gpu(g.gguf, o, sidecar);
+    GoldenRun r;
+    r.logits.resize(g.prompt.size() * size_t(g.n_vocab));
+    s->prefill_all(g.prompt, r.logits.data());
+    r.rel_l2 = golden::rel_l2(r.logits.data(), g.logits.data(), r.logits.size());
+    s->generate(
+        int(g.greedy.size()),
+        [&](int32_t t) {
+            r.greedy.push_back(t);
+            return true;
+        },
+        nullptr, true);
+    add_gpu_report(s->model(), &r.report);
+    r.n_expert_used = s->model().config().n_expert_used;
+    return r;
+}
+
 // --gpu-ram-tier cpu with the same few VRAM slots: each step's experts not
 // in VRAM are computed by the host (model/moe.cpp) and added to the GPU's
 // sum of those in VRAM. Token by token (every prompt token a decode step),
@@ -303,7 +334,6 @@ TEST_P(GpuStreaming, HostComputedMissesMatchTheReference) {
     const auto [name, few] = GetParam();
     if (const std::string why = streaming_skip(name); !why.empty()) GTEST_SKIP() << why;
     const golden::Case g = golden::load(name);
-    const int64_t V = g.n_vocab;
     test::TempDir dir;
     const std::string sidecar = packed_sidecar(g, dir);
     // 8/8: the host computes every miss; 4/8: half of each layer's misses
@@ -318,24 +348,12 @@ TEST_P(GpuStreaming, HostComputedMissesMatchTheReference) {
             o.expert_bytes = few;
             o.cpu_misses = true;
             o.host_share_eighths = share;
-            o.prefill_pass = false;
-            auto s = open_gpu(g.gguf, o, sidecar);
-            logits.emplace_back(g.prompt.size() * size_t(V));
-            s->prefill_all(g.prompt, logits.back().data());
-            const double err = golden::rel_l2(logits.back().data(), g.logits.data(), logits.back().size());
-            printf("%s, host share %d/8: relative L2 of prompt logits = %.3g (bound 2e-2)\n", name, share, err);
-            EXPECT_LE(err, 2e-2);
-            std::vector<int32_t> out;
-            s->generate(
-                int(g.greedy.size()),
-                [&](int32_t t) {
-                    out.push_back(t);
-                    return true;
-                },
-                nullptr, true);
-            EXPECT_EQ(out, g.greedy);
-            Json report = Json::object();
-            add_gpu_report(s->model(), &report);
+            const GoldenRun r = run_golden_case(g, o, sidecar);
+            logits.push_back(r.logits);
+            printf("%s, host share %d/8: relative L2 of prompt logits = %.3g (bound 2e-2)\n", name, share, r.rel_l2);
+            EXPECT_LE(r.rel_l2, 2e-2);
+            EXPECT_EQ(r.greedy, g.greedy);
+            const Json& report = r.report;
             const Json& v = report.at("gpu").at("vram_tier");
             const int64_t misses = v.at("misses").as_int(), host = v.at("host_computed").as_int(),
                           copied = v.at("copied_misses").as_int();
@@ -357,7 +375,7 @@ TEST_P(GpuStreaming, HostComputedMissesMatchTheReference) {
                 if (!holds_all) {
                     EXPECT_EQ(v.at("hits").as_int() > 0, v.at("prefetch_copies").as_int() > 0);
                 }
-            } else if (share == 4 && s->model().config().n_expert_used > 1) {
+            } else if (share == 4 && r.n_expert_used > 1) {
                 // Both sides work: the link copies misses on demand, or, in
                 // a layer the one before predicted, its share ahead
                 // (prefetch_copies; the host then computes what is still
@@ -410,24 +428,12 @@ TEST_P(GpuStreaming, HostMissesAdmittedWhereTheCacheHoldsAToken) {
         o.expert_bytes = uint64_t(slots) * slot_bytes;
         o.cpu_misses = true;
         o.host_share_eighths = 8;
-        o.prefill_pass = false;
-        auto s = open_gpu(g.gguf, o, sidecar);
-        logits.emplace_back(g.prompt.size() * size_t(V));
-        s->prefill_all(g.prompt, logits.back().data());
-        const double err = golden::rel_l2(logits.back().data(), g.logits.data(), logits.back().size());
+        const GoldenRun r = run_golden_case(g, o, sidecar);
+        logits.push_back(r.logits);
+        const double err = r.rel_l2;
         EXPECT_LE(err, 2e-2);
-        std::vector<int32_t> out;
-        s->generate(
-            int(g.greedy.size()),
-            [&](int32_t t) {
-                out.push_back(t);
-                return true;
-            },
-            nullptr, true);
-        EXPECT_EQ(out, g.greedy);
-        Json report = Json::object();
-        add_gpu_report(s->model(), &report);
-        const Json& v = report.at("gpu").at("vram_tier");
+        EXPECT_EQ(r.greedy, g.greedy);
+        const Json& v = r.report.at("gpu").at("vram_tier");
         const int64_t admitted = v.at("admitted_host_misses").as_int();
         printf("%s, %lld slots for %lld a token of %lld: relative L2 %.3g; hits %lld, host-computed %lld, "
                "admitted %lld\n",

@@ -67,8 +67,11 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "--gpu-prefetch on, the link's part is copied ahead from the previous layer's prediction and the host "
              "computes whatever is still missing); auto: a layer's misses split so that both sides finish "
              "together, from times measured at start-up (a host part's fixed cost, the time an expert adds on "
-             "the host, a copy's time), so one small miss goes over the link and many are shared (the "
-             "measurement can split otherwise in another run: give a fraction for the same bits every run)");
+             "the host, a copy's time), so one small miss goes over the link and many are shared, and a short "
+             "chunk (a prompt of a few tokens, a chat's next turn, a few sequences' steps of serve --parallel) "
+             "runs as decode steps where their measured time is less than a pass that copies the chunk's "
+             "misses (the measurement can split otherwise in another run: give a fraction for the same bits "
+             "every run)");
     a.option("--gpu-activations", &gpu_activations, "q8|f32",
              "activations where quantized weights meet them on the GPU: q8, 8-bit as on the CPU; "
              "f32, float32 throughout (slower; the golden files' exact/ logits are its reference)");

@@ -621,6 +621,9 @@ public:
             v["copy_expert_us"] = copy_expert_s_ * 1e6;
             v["admitted_host_misses"] = admitted_;
             v["admissions_skipped"] = admit_skipped_;  // host misses not admitted: admissions did not pay
+            // Tokens of chunks (prompts, batched steps) decoded as steps,
+            // where that cost less than a pass (steps_beat_pass).
+            v["chunk_tokens_as_steps"] = chunk_steps_tokens_;
         }
         v["ram_fill_bytes"] = filled_bytes_;
         v["ram_fill_seconds"] = setup_.ram_fill;
@@ -870,7 +873,8 @@ public:
     void forward_batch(ModelState* const* states, int n, ExpertSource& experts, ThreadPool& pool,
                        const int32_t* tokens, float* logits) const override {
         GpuState& lead = static_cast<GpuState&>(*states[0]);
-        if (n == 1 || !batches_sequences() || n > lead.prefill.cap) {
+        if (n == 1 || !batches_sequences() || n > lead.prefill.cap || chunk_as_steps(n)) {
+            if (n > 1 && batches_sequences() && n <= lead.prefill.cap) chunk_steps_tokens_ += uint64_t(n);
             Model::forward_batch(states, n, experts, pool, tokens, logits);
             return;
         }
@@ -900,7 +904,12 @@ public:
         pool_ = &pool;
         std::call_once(uploaded_, [&] { upload(experts); });
         const TierCounts before = tier_counts();
+        const double t0 = n == 1 ? now() : 0;
         forward_call(static_cast<GpuState&>(state), experts, tokens, n, logits, all_logits);
+        if (n == 1) {
+            step_seconds_ += now() - t0;
+            steps_timed_++;
+        }
         phase_counts_[n > 1 ? 0 : 1].add(tier_counts(), before);
     }
 
@@ -961,7 +970,9 @@ private:
         }
         TimeSplit* time = n == 1 ? &st.decode_time : &st.prefill_time;
         time->calls++;
-        if (n > 1 && st.prefill.cap > 0) {
+        const bool steps = chunk_as_steps(n);
+        if (steps) chunk_steps_tokens_ += uint64_t(n);
+        if (n > 1 && st.prefill.cap > 0 && !steps) {
             for (int t0 = 0; t0 < n; t0 += st.prefill.cap) {
                 const int m = std::min(st.prefill.cap, n - t0);
                 prefill_pass(st, experts, tokens + t0, m, logits + (all_logits ? int64_t(t0) * V : 0), all_logits,
@@ -1946,6 +1957,27 @@ private:
     // streaming (a prefill pass copies them, stream_tiles).
     bool cpu_computes_misses() const { return cpu_misses_ && !device_routed(); }
 
+    int moe_layer_count() const {
+        int n = 0;
+        for (int il = 0; il < n_run_; il++) n += ffn_[size_t(il)].moe() ? 1 : 0;
+        return n;
+    }
+
+    // Whether n tokens (one sequence's chunk, or n sequences' steps) run as
+    // decode steps rather than one pass (steps_beat_pass, gpu_decoder.h):
+    // only where the host computes misses by the measured split (a fixed
+    // --gpu-host-share keeps passes: the same bits every run), once 8 steps
+    // are timed, at decode's miss rate so far.
+    bool chunk_as_steps(int n) const {
+        if (n < 2 || !cpu_computes_misses() || cpu_share_ >= 0 || steps_timed_ < 8 || copy_expert_s_ <= 0) {
+            return false;
+        }
+        const TierCounts& dc = phase_counts_[1];
+        const double miss_rate = dc.hits + dc.misses > 0 ? double(dc.misses) / double(dc.hits + dc.misses) : 0.0;
+        return steps_beat_pass(n, config_.n_expert, config_.n_expert_used, moe_layer_count(), miss_rate,
+                               copy_expert_s_, step_seconds_ / double(steps_timed_));
+    }
+
     // --gpu-ram-tier cpu: waits for layer il's routing and its FFN input,
     // then splits the K chosen experts: those in VRAM go to the GPU; of the
     // misses, the host computes cpu_share_ eighths (the last in rank order)
@@ -2418,12 +2450,10 @@ private:
             for (int il = 0; il < n_run_; il++) experts.release(il);  // filled below, as any resident run
         }
         if (options_.ram_tier_auto && !mapped_ && !vram_.holds_all()) {
-            int n_moe = 0;
+            const int n_moe = moe_layer_count();
             uint64_t largest = 0;
             for (int il = 0; il < n_run_; il++) {
-                if (!ffn_[size_t(il)].moe()) continue;
-                n_moe++;
-                largest = std::max<uint64_t>(largest, expert_layers_[size_t(il)].expert_bytes());
+                if (ffn_[size_t(il)].moe()) largest = std::max<uint64_t>(largest, expert_layers_[size_t(il)].expert_bytes());
             }
             cpu_misses_ =
                 host_split_pays(ram_holds_all_, vram_.n_slots(), n_moe, config_.n_expert_used, largest);
@@ -2465,9 +2495,7 @@ private:
             fill_ram_tier(experts);
             setup_.ram_fill = now() - t3;
             if (cpu_misses_) {
-                int n_moe = 0;
-                for (int il = 0; il < n_run_; il++) n_moe += ffn_[size_t(il)].moe() ? 1 : 0;
-                const int64_t token_experts = int64_t(n_moe) * config_.n_expert_used;
+                const int64_t token_experts = int64_t(moe_layer_count()) * config_.n_expert_used;
                 admit_host_ = vram_.n_slots() >= std::max<int64_t>(token_experts, 4 * config_.n_expert_used);
                 if (admit_host_) {
                     admit_events_.resize(size_t(n_run_));
@@ -2610,11 +2638,11 @@ private:
         }
         vram_.upload_table(nullptr);
         gpu::sync(nullptr);
+        if (copy_gbps_ > 0) copy_expert_s_ = double(el.expert_bytes()) / (copy_gbps_ * 1e9);
         if (options_.host_share_eighths >= 0) {
             cpu_share_ = options_.host_share_eighths;
         } else if (copy_gbps_ > 0) {
             cpu_share_ = -1;
-            copy_expert_s_ = double(el.expert_bytes()) / (copy_gbps_ * 1e9);
         }
         char split[512];
         int used = cpu_share_ >= 0 ? snprintf(split, sizeof split, "%d/8 (--gpu-host-share)", cpu_share_)
@@ -2884,6 +2912,10 @@ private:
     mutable uint64_t predicted_ = 0, predicted_right_ = 0, prefetch_copies_ = 0, prefetch_used_ = 0;
     mutable uint64_t copied_bytes_ = 0, bus_read_bytes_ = 0, hits_ = 0, misses_ = 0, tokens_ = 0;
     mutable uint64_t batched_passes_ = 0, batched_rows_ = 0;  // forward_batch's passes and their rows
+    // Decode steps' wall seconds and count (chunk_as_steps reads their
+    // mean), and the tokens of chunks it sent through steps.
+    mutable double step_seconds_ = 0;
+    mutable uint64_t steps_timed_ = 0, chunk_steps_tokens_ = 0;
     mutable TierCounts phase_counts_[2];  // prefill calls, decode calls
     mutable double fill_seconds_ = 0;  // host time in fetch_experts
     // The setup's parts (upload), in seconds: resident weights copied; the

@@ -22,6 +22,7 @@
 // indexer) are refused at open, by name.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -65,6 +66,24 @@ inline int host_misses(int n, double copy_s, double host_fixed_s, double host_s)
         if (t < best_t) best = h, best_t = t;
     }
     return best;
+}
+
+// Issue 33's small chunks: whether a chunk of n tokens (a short prompt, a
+// chat's next turn, or n sequences' steps of one batch) costs less as n
+// decode steps than as one pass, under --gpu-ram-tier cpu. A pass copies
+// each expert its tokens chose that VRAM lacks once: per MoE layer, the
+// unique experts of n tokens (n_expert (1 - (1 - k/n_expert)^n), for
+// independent picks) times the miss rate, copy_s each; its own compute is
+// taken as one step's, since a pass of few rows is bound by its launches.
+// A step's time (step_s) is measured by decoding and includes the host's
+// share of its misses, which is what steps gain: small chunks go to the
+// host, big ones are copied once. step_s <= 0 (not measured yet): a pass.
+inline bool steps_beat_pass(int n, int n_expert, int top_k, int n_moe_layers, double miss_rate, double copy_s,
+                            double step_s) {
+    if (step_s <= 0 || n < 2 || n_expert <= 0) return false;
+    const double unique = double(n_expert) * (1.0 - std::pow(1.0 - double(top_k) / double(n_expert), double(n)));
+    const double pass_s = step_s + double(n_moe_layers) * unique * miss_rate * copy_s;
+    return double(n) * step_s < pass_s;
 }
 
 // The GPU forward pass's settings, from the command line (--gpu-*, parsed

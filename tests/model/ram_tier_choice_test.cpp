@@ -1,4 +1,5 @@
-// --gpu-ram-tier auto's rules (model/gpu_decoder.h: host_split_pays, host_misses) against
+// --gpu-ram-tier auto's rules (model/gpu_decoder.h: host_split_pays, host_misses,
+// steps_beat_pass) against
 // the mode that was faster in each measured run on an H100 (docs/gpu.md,
 // seventeenth session, docs/gpu/run17/call2, the code of this rule; the
 // fifteenth's DeepSeek V3 run, docs/gpu/run15/call3, with the split of
@@ -75,6 +76,44 @@ TEST(HostMisses, NeverMoreThanTheMissesAndNeverSlowerThanEitherSideAlone) {
                 EXPECT_LE(t, n * copy + 1e-12) << n;
                 EXPECT_LE(t, fixed + n * host + 1e-12) << n;
             }
+        }
+    }
+}
+
+// steps_beat_pass: where a chunk of n tokens costs less as decode steps
+// (the host taking its share of each step's misses) than as one pass that
+// copies the chunk's unique misses. Worked by hand for qwen3-30b-a3b's
+// shape (128 experts, top-8, 48 MoE layers) at run17's 64M figures: a step
+// 17.1 ms (58.46 tok/s), a copy 65 us, every pick a miss.
+TEST(ChunkAsSteps, SmallChunksAreStepsAndBigOnesOnePass) {
+    const double step = 1.0 / 58.46, copy = 65e-6;
+    // n = 4: unique = 128 (1 - (15/16)^4) = 29.1; a pass 17.1 + 48 x 29.1 x
+    // 65 us = 17.1 + 90.8 ms, against 4 steps' 68.4 ms.
+    EXPECT_TRUE(steps_beat_pass(4, 128, 8, 48, 1.0, copy, step));
+    // n = 32: unique = 111.8; a pass 17.1 + 348.8 ms, 32 steps 547 ms.
+    EXPECT_FALSE(steps_beat_pass(32, 128, 8, 48, 1.0, copy, step));
+    // At 4G's hit rate (99 %, a step 5.6 ms): a pass copies 0.16 experts a
+    // layer for two tokens (0.5 ms), steps cost a second step (5.6 ms).
+    EXPECT_FALSE(steps_beat_pass(2, 128, 8, 48, 0.01, copy, 1.0 / 179.0));
+    // Not measured yet, or one token: the pass (and a step is a step).
+    EXPECT_FALSE(steps_beat_pass(4, 128, 8, 48, 1.0, copy, 0.0));
+    EXPECT_FALSE(steps_beat_pass(1, 128, 8, 48, 1.0, copy, step));
+}
+
+TEST(ChunkAsSteps, OnceAPassPaysItPaysForEveryLongerChunk) {
+    // The pass's copies grow slower than n (unique experts saturate at
+    // n_expert), steps' cost linearly: one crossover, no flip back.
+    for (double miss : {0.05, 0.3, 1.0}) {
+        for (double step : {2e-3, 17e-3, 60e-3}) {
+            bool pass_seen = false;
+            for (int n = 2; n <= 512; n++) {
+                const bool steps = steps_beat_pass(n, 128, 8, 48, miss, 65e-6, step);
+                if (pass_seen) {
+                    EXPECT_FALSE(steps) << "n " << n << " miss " << miss << " step " << step;
+                }
+                pass_seen = pass_seen || !steps;
+            }
+            EXPECT_TRUE(pass_seen) << "miss " << miss << " step " << step;  // 512 steps never beat one pass
         }
     }
 }

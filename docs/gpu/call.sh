@@ -29,7 +29,7 @@ gpu_setup() {
   [[ $STEPS == *l* ]] && llama_start
 }
 
-# llama.cpp's llama-bench: kept from a warm call, else from lcbin.txz, else
+# llama.cpp's llama-bench and llama-batched-bench: kept from a warm call, else from lcbin.txz, else
 # built from lc.txz in the background (about 300 s on 16 cores; the timed
 # commands wait for it), and then sent back in parts under the tool's file
 # size, to be carried as lcbin.txz by later calls.
@@ -42,7 +42,7 @@ llama_start() {
   (t0=$SECONDS; cmake -S /tmp/lc -B $LCB -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
      -DCMAKE_BUILD_TYPE=Release > $P/lc-configure.log 2>&1 && \
-   nice -n 5 cmake --build $LCB -j 15 --target llama-bench > $P/lc-build.log 2>&1
+   nice -n 5 cmake --build $LCB -j 15 --target llama-bench llama-batched-bench > $P/lc-build.log 2>&1
    echo "llama.cpp build exit $? after $((SECONDS - t0)) s"
    tar cf - -C $LCB bin | xz -T0 -6 | split -b 15M - $OUT/lcbin.txz.part.) &
   lcb=$!

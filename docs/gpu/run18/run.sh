@@ -15,6 +15,9 @@
 #     model -r 3 (issue 33 item 3: where a small chunk's experts pay to copy);
 #     bench serve at 1, 4 and 8 streams with the steps rule (auto) and
 #     without (a fixed share);
+#  m  the same model, bench serve at 1, 8 and 32 streams with --gpu-mem 8G,
+#     and llama-batched-bench -ngl 99 -ncmoe 26 -npp 100 -ntg 128 -npl 1,8,32
+#     (issue 36's GPU target);
 #  g  gpt-oss-120b --layers 12 MXFP4 (fitted routing) auto at 4G and 64M x3;
 #     llama -ncmoe 12;
 #  d  deepseek-v3 --layers 6 Q4_K_M auto at 4G x3, cpu and copy once;
@@ -33,7 +36,7 @@ synth() {  # preset file flags...
   [ -f $f ] || { $BIN/moestream synth --preset $preset -o $f "$@" > $P/synth-$preset.log 2>&1
                  echo "synth $preset exit $? after $((SECONDS - t0)) s"; }
 }
-([[ $STEPS == *[qs]* ]] && synth qwen3-30b-a3b /tmp/q30.gguf --type Q4_K_M
+([[ $STEPS == *[qsm]* ]] && synth qwen3-30b-a3b /tmp/q30.gguf --type Q4_K_M
  [[ $STEPS == *g* ]] && synth gpt-oss-120b /tmp/gptoss.gguf --layers 12
  [[ $STEPS == *d* ]] && synth deepseek-v3 /tmp/dsv3.gguf --layers 6 --type Q4_K_M; true) &
 syn=$!
@@ -72,6 +75,20 @@ if [[ $STEPS == *s* && $(left) -gt 120 ]]; then
       --json $P/serve_64m_$hs.json > $P/serve_64m_$hs.txt 2>&1
     echo "== bench serve, host share $hs: exit $?"; grep -vE "^gpu:" $P/serve_64m_$hs.txt | tail -8
   done
+fi
+if [[ $STEPS == *m* && $(left) -gt 120 ]]; then
+  M=/tmp/q30.gguf
+  echo "== many streams at --gpu-mem 8G"
+  timeout $(( $(left) - 60 )) $BIN/moestream bench serve -m $M --streams 1,8,32 --prompt-tokens 100 --tokens 128 \
+    --mem 40G -c 8192 --io buffered -t 16 --gpu auto --gpu-mem 8G --json $P/serve_8g.json > $P/serve_8g.txt 2>&1
+  echo "exit $?"; grep -vE "^gpu:" $P/serve_8g.txt | tail -6
+  if [[ $STEPS == *l* && $(left) -gt 50 ]]; then
+    llama_wait
+    timeout $(( $(left) - 8 )) $LCB/bin/llama-batched-bench -m $M -ngl 99 -ncmoe 26 -fa 1 -t 16 -c 32768 \
+      -npp 100 -ntg 128 -npl 1,8,32 --output-format jsonl > $P/llama_batched_ncmoe26.jsonl 2> $P/llama_batched_ncmoe26.err
+    echo "== llama-batched-bench -ncmoe 26: exit $?"; tail -5 $P/llama_batched_ncmoe26.err
+    cat $P/llama_batched_ncmoe26.jsonl
+  fi
 fi
 if [[ $STEPS == *g* ]]; then
   M=/tmp/gptoss.gguf

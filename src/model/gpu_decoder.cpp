@@ -742,7 +742,9 @@ public:
         st->layer_ids = DeviceMemory(size_t(n_run_) * K * 4);
         st->host_layer_ids = static_cast<int32_t*>(gpu::alloc_pinned(size_t(n_run_) * K * 4));
         st->host_bytes = (E + size_t(rope_.n_rot) + 2 + 2 * K + size_t(c.n_vocab)) * 4 + K * sizeof(uint8_t*);
-        if (cpu_misses_) {
+        // --gpu-ram-tier auto decides at the upload, after the first
+        // state is made: its host rows are there for either mode.
+        if (cpu_misses_ || options_.ram_tier_auto) {
             st->hit_ids = DeviceMemory(K * 4);
             st->hit_weights = DeviceMemory(K * 4);
             st->cpu_out = DeviceMemory(E * 4);

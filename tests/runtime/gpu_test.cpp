@@ -446,6 +446,47 @@ TEST_P(GpuStreaming, HostMissesAdmittedWhereTheCacheHoldsAToken) {
     EXPECT_EQ(memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
 }
 
+// --gpu-ram-tier auto (the command line's default) decides at the upload,
+// after the session's first state is made: with fewer VRAM slots than a
+// token's experts and a RAM tier that holds every expert it picks the host,
+// and that state must have the host's rows (on the H100 of docs/gpu/run18,
+// call 1, decode after a prompt pass failed there with "CUDA: copy to host:
+// invalid argument"). A prompt pass, then greedy decoding.
+TEST_P(GpuStreaming, AutoPicksTheHostForAStateMadeBeforeTheUpload) {
+    const auto [name, few] = GetParam();
+    if (const std::string why = streaming_skip(name); !why.empty()) GTEST_SKIP() << why;
+    const golden::Case g = golden::load(name);
+    test::TempDir dir;
+    const std::string sidecar = packed_sidecar(g, dir);
+    GpuOptions o;
+    o.expert_bytes = few;
+    o.ram_tier_auto = true;
+    auto s = open_gpu(g.gguf, o, sidecar);
+    std::vector<float> logits(g.prompt.size() * size_t(g.n_vocab));
+    s->prefill_all(g.prompt, logits.data());
+    const double err = golden::rel_l2(logits.data(), g.logits.data(), logits.size());
+    EXPECT_LE(err, 2e-2);
+    std::vector<int32_t> out;
+    s->generate(
+        int(g.greedy.size()),
+        [&](int32_t t) {
+            out.push_back(t);
+            return true;
+        },
+        nullptr, true);
+    EXPECT_EQ(out, g.greedy);
+    Json report = Json::object();
+    add_gpu_report(s->model(), &report);
+    const Json& v = report.at("gpu").at("vram_tier");
+    const bool holds_all = v.at("ram_fill_bytes").as_int() > 0;
+    printf("%s, auto: %s, relative L2 %.3g, host-computed %lld\n", name,
+           report.at("gpu").at("ram_tier_mode").as_string().c_str(), err, (long long)v.at("host_computed").as_int());
+    EXPECT_EQ(report.at("gpu").at("ram_tier_mode").as_string(), holds_all ? "cpu" : "copy");
+    if (holds_all) {
+        EXPECT_GT(v.at("host_computed").as_int(), 0);
+    }
+}
+
 // --routing-profile: a first run writes each expert's uses when the model
 // closes; a second run reads them and starts with the hottest in VRAM, so
 // its prompt finds at least the hits the first, starting empty, found.

@@ -50,18 +50,19 @@ head -c 2200 bench/prompts/long.txt > $PROMPT  # 508 tokens with the synth vocab
 if [[ $STEPS == *q* ]]; then
   M=/tmp/q30.gguf
   [[ $STEPS == *l* ]] && lb llama_ncmoe48 -ncmoe 48
+  QMEM=${QMEM:-4G 64M 8G}  # the second call: 64M alone (auto's cpu mode failed in the first)
   for r in 1 2 3; do
-    run auto_4g_$r --gpu-mem 4G
-    run auto_64m_$r --gpu-mem 64M
-    run auto_8g_$r --gpu-mem 8G
+    for g in $QMEM; do run auto_${g,,}_$r --gpu-mem $g; done
   done
-  run cpu_4g --gpu-mem 4G --gpu-ram-tier cpu
-  run copy_4g --gpu-mem 4G --gpu-ram-tier copy
-  [[ $STEPS == *l* ]] && lb llama_ncmoe26 -ncmoe 26
+  if [[ $QMEM == *4G* ]]; then
+    run cpu_4g --gpu-mem 4G --gpu-ram-tier cpu
+    run copy_4g --gpu-mem 4G --gpu-ram-tier copy
+  fi
+  [[ $STEPS == *l* && $QMEM == *8G* ]] && lb llama_ncmoe26 -ncmoe 26
 fi
 if [[ $STEPS == *s* && $(left) -gt 120 ]]; then
   echo "== small prompts at 64M: a pass against token by token"
-  timeout $(( $(left) - 20 )) $BIN/moestream bench model -m /tmp/q30.gguf -p 4,16,64 -n 0 -r 3 --no-warmup \
+  timeout $(( $(left) - 20 )) $BIN/moestream bench model -m /tmp/q30.gguf -p ${SMALLP:-4,16,64} -n 0 -r ${SMALLR:-3} --no-warmup \
     --gpu auto --gpu-mem 64M --gpu-prefill tensor,tokens --mem 40G --io buffered -t 16 \
     --run-args "--gpu-ram-tier cpu" --json $P/small_prompts.json --work-dir $P/small > $P/small_prompts.md 2>&1
   echo "exit $?"; cat $P/small_prompts.md | head -20
@@ -70,7 +71,7 @@ if [[ $STEPS == *s* && $(left) -gt 120 ]]; then
   # on the H100 (passes always).
   for hs in auto 0.625; do
     [ $(left) -lt 90 ] && break
-    timeout $(( $(left) - 10 )) $BIN/moestream bench serve -m /tmp/q30.gguf --streams 1,4,8 --prompt-tokens 64 \
+    timeout $(( $(left) - 10 )) $BIN/moestream bench serve -m /tmp/q30.gguf --streams ${SMALLN:-1,4,8} --prompt-tokens 64 \
       --tokens 32 --mem 40G --io buffered -t 16 --gpu auto --gpu-mem 64M --gpu-ram-tier cpu --gpu-host-share $hs \
       --json $P/serve_64m_$hs.json > $P/serve_64m_$hs.txt 2>&1
     echo "== bench serve, host share $hs: exit $?"; grep -vE "^gpu:" $P/serve_64m_$hs.txt | tail -8

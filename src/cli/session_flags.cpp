@@ -70,7 +70,7 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "the host, a copy's time), so one small miss goes over the link and many are shared, and a short "
              "chunk (a prompt of a few tokens, a chat's next turn, a few sequences' steps of serve --parallel) "
              "runs as decode steps where their measured time is less than a pass that copies the chunk's "
-             "misses (the measurement can split otherwise in another run: give a fraction for the same bits "
+             "misses (until 8 steps are timed, chunks of up to 8 tokens run as steps, which times them; the measurement can split otherwise in another run: give a fraction for the same bits "
              "every run)");
     a.option("--gpu-activations", &gpu_activations, "q8|f32",
              "activations where quantized weights meet them on the GPU: q8, 8-bit as on the CPU; "

@@ -478,11 +478,14 @@ TEST_P(GpuStreaming, AutoPicksTheHostForAStateMadeBeforeTheUpload) {
     Json report = Json::object();
     add_gpu_report(s->model(), &report);
     const Json& v = report.at("gpu").at("vram_tier");
-    const bool holds_all = v.at("ram_fill_bytes").as_int() > 0;
-    printf("%s, auto: %s, relative L2 %.3g, host-computed %lld\n", name,
-           report.at("gpu").at("ram_tier_mode").as_string().c_str(), err, (long long)v.at("host_computed").as_int());
-    EXPECT_EQ(report.at("gpu").at("ram_tier_mode").as_string(), holds_all ? "cpu" : "copy");
-    if (holds_all) {
+    // Which mode auto picks is host_split_pays' (model_ram_tier_choice_test):
+    // on the H100 of run18 call 2, cpu for four of the six files, copy for
+    // glm4moe's 5 slots and llama4's 4, a token's experts or more.
+    const std::string mode = report.at("gpu").at("ram_tier_mode").as_string();
+    printf("%s, auto: %s, relative L2 %.3g, host-computed %lld\n", name, mode.c_str(), err,
+           (long long)v.at("host_computed").as_int());
+    EXPECT_TRUE(mode == "cpu" || mode == "copy") << mode;
+    if (mode == "cpu") {
         EXPECT_GT(v.at("host_computed").as_int(), 0);
     }
 }

@@ -55,16 +55,18 @@ SlotCache::Rank SlotCache::rank(const Slot& s, uint64_t recent) const {
             break;
     }
     if (!fitting_) return r;
-    // The step fit's order: an expert that left the working set; else the
-    // overflow, most recent first; else one resident since before the step.
-    Rank fit = s.last_use <= prev_step_start_ ? r
-               : s.claim_step == step_        ? Rank{2, UINT64_MAX - s.last_use, 0, 0}
-                                              : Rank{r.tier + 3, r.first, r.second, 0};
+    // The step fit's order: an expert that left the working set (by the
+    // policy); else the overflow, most recent first; else, by the policy,
+    // one resident since before the step.
+    const bool stale = s.last_use <= prev_step_start_, overflow = !stale && s.claim_step == step_;
     // WLFU keeps its counts first (they keep the experts most of the batch
     // chose; ordered by the fit alone, a replay read more) and takes the
     // fit's order among equal counts, where it would take the least recent.
-    if (policy_ == CachePolicy::Wlfu) return {r.tier, r.first, uint64_t(fit.tier), fit.first};
-    return fit;
+    if (policy_ == CachePolicy::Wlfu)
+        return {r.tier, r.first, uint64_t(stale ? 0 : overflow ? 1 : 2), overflow ? UINT64_MAX - s.last_use : s.last_use};
+    if (stale) return r;
+    if (overflow) return {2, UINT64_MAX - s.last_use, 0, 0};
+    return {r.tier + 3, r.first, r.second, 0};
 }
 
 int SlotCache::victim(uint64_t keep_since) const {

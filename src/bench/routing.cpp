@@ -165,7 +165,8 @@ const char* replay_policy_name(ReplayPolicy p) {
     return "?";
 }
 
-double replay_hit_rate(const RoutingTrace& trace, int64_t slots, ReplayPolicy policy, const int32_t* rows) {
+double replay_hit_rate(const RoutingTrace& trace, int64_t slots, ReplayPolicy policy, const int32_t* rows,
+                       int n_seqs, bool step_fit) {
     if (slots < trace.k()) throw std::runtime_error("a cache needs at least k slots");
     if (policy == ReplayPolicy::Belady) return belady_hit_rate(trace, slots);
     // 4 KiB slots: the arena is reserved, never touched.
@@ -173,11 +174,12 @@ double replay_hit_rate(const RoutingTrace& trace, int64_t slots, ReplayPolicy po
                     policy == ReplayPolicy::Lru   ? CachePolicy::Lru
                     : policy == ReplayPolicy::Lfu ? CachePolicy::Lfu
                                                   : CachePolicy::Wlfu);
+    cache.set_step_fit(step_fit);
     const int k = trace.k();
     std::vector<int> pinned(static_cast<size_t>(k));
     int64_t hits = 0, total = 0;
     for (int64_t t = 0; t < trace.n_tokens(); t++) {
-        cache.begin_step(1);
+        cache.begin_step(1, n_seqs);
         for (int l = 0; l < trace.n_layer(); l++) {
             const int32_t* ids = trace.ids(t, l);
             int n = 0;
@@ -210,16 +212,18 @@ int routed_layers(const RoutingTrace& trace) {
 
 // Every policy's hit rate at per_layer slots a routed layer; with rows (a
 // union_trace's), also WLFU counting each expert once a step, and the bound.
-CachePoint replay_point(const RoutingTrace& trace, int per_layer, const int32_t* rows = nullptr) {
+CachePoint replay_point(const RoutingTrace& trace, int per_layer, const int32_t* rows = nullptr, int n_seqs = 1) {
     CachePoint p;
     p.per_layer = per_layer;
     p.slots = int64_t(per_layer) * routed_layers(trace);
-    p.lru = replay_hit_rate(trace, p.slots, ReplayPolicy::Lru, rows);
-    p.lfu = replay_hit_rate(trace, p.slots, ReplayPolicy::Lfu, rows);
-    p.wlfu = replay_hit_rate(trace, p.slots, ReplayPolicy::Wlfu, rows);
+    p.lru = replay_hit_rate(trace, p.slots, ReplayPolicy::Lru, rows, n_seqs);
+    p.lfu = replay_hit_rate(trace, p.slots, ReplayPolicy::Lfu, rows, n_seqs);
+    p.wlfu = replay_hit_rate(trace, p.slots, ReplayPolicy::Wlfu, rows, n_seqs);
     p.belady = replay_hit_rate(trace, p.slots, ReplayPolicy::Belady);
     if (rows) {
-        p.wlfu_once = replay_hit_rate(trace, p.slots, ReplayPolicy::Wlfu);
+        p.wlfu_once = replay_hit_rate(trace, p.slots, ReplayPolicy::Wlfu, nullptr, n_seqs);
+        p.lru_plain = replay_hit_rate(trace, p.slots, ReplayPolicy::Lru, rows, n_seqs, false);
+        p.wlfu_plain = replay_hit_rate(trace, p.slots, ReplayPolicy::Wlfu, rows, n_seqs, false);
         int64_t acquired = 0;
         for (int64_t t = 0; t < trace.n_tokens(); t++)
             for (int l = 0; l < trace.n_layer(); l++)
@@ -295,7 +299,7 @@ std::vector<StreamsPoint> replay_streams(const RoutingTrace& trace, const std::v
         p.acquired_per_token = double(acquired) / double(p.steps * n);
         // Any size whose slots hold a layer's union (replay_hit_rate checks):
         // a union may exceed a layer's experts per slot count, unlike k.
-        for (int per : per_layer_slots) p.cache.push_back(replay_point(u, per, rows.data()));
+        for (int per : per_layer_slots) p.cache.push_back(replay_point(u, per, rows.data(), n));
         out.push_back(std::move(p));
     }
     return out;
@@ -362,7 +366,8 @@ Json streams_json(const std::vector<StreamsPoint>& points) {
             r["slots"] = q.slots;
             for (const auto& [name, hit] : {std::pair{"lru", q.lru}, std::pair{"lfu", q.lfu},
                                             std::pair{"wlfu", q.wlfu}, std::pair{"belady", q.belady},
-                                            std::pair{"wlfu_once", q.wlfu_once}, std::pair{"bound", q.bound}}) {
+                                            std::pair{"wlfu_once", q.wlfu_once}, std::pair{"bound", q.bound},
+                                            std::pair{"lru_plain", q.lru_plain}, std::pair{"wlfu_plain", q.wlfu_plain}}) {
                 r[name] = hit;
                 r[std::string(name) + "_reads_per_token"] = p.acquired_per_token * (1 - hit);
             }
@@ -376,18 +381,20 @@ Json streams_json(const std::vector<StreamsPoint>& points) {
 
 std::string streams_text(const std::vector<StreamsPoint>& points) {
     Table t;
-    t.header = {"streams", "steps", "acquired/token", "slots/layer", "lru %", "lfu %", "wlfu once %", "wlfu %",
-                "belady %", "bound %", "wlfu once reads", "wlfu reads", "belady reads", "bound reads"};
+    t.header = {"streams", "steps", "acquired/token", "slots/layer", "lru plain %", "lru %", "lfu %", "wlfu once %",
+                "wlfu plain %", "wlfu %", "belady %", "bound %", "lru plain reads", "lru reads", "wlfu plain reads",
+                "wlfu reads", "belady reads", "bound reads"};
     for (const StreamsPoint& p : points)
         for (const CachePoint& q : p.cache) {
             auto reads = [&](double hit) { return strf("%.1f", p.acquired_per_token * (1 - hit)); };
             t.add({std::to_string(p.streams), std::to_string(p.steps), strf("%.1f", p.acquired_per_token),
-                   std::to_string(q.per_layer), pct(q.lru), pct(q.lfu), pct(q.wlfu_once), pct(q.wlfu),
-                   pct(q.belady), pct(q.bound), reads(q.wlfu_once), reads(q.wlfu), reads(q.belady), reads(q.bound)});
+                   std::to_string(q.per_layer), pct(q.lru_plain), pct(q.lru), pct(q.lfu), pct(q.wlfu_once),
+                   pct(q.wlfu_plain), pct(q.wlfu), pct(q.belady), pct(q.bound), reads(q.lru_plain), reads(q.lru),
+                   reads(q.wlfu_plain), reads(q.wlfu), reads(q.belady), reads(q.bound)});
         }
     return "\nstreams decoded together (a step's layer acquires the union of their experts; cold start, one "
            "cache shared by all layers; wlfu counts an expert once per sequence that chose it, wlfu once once "
-           "a step; bound: the ceiling of any policy and schedule; reads: experts read per generated token)\n" +
+           "a step; plain: without the step fit (--step-fit off); bound: the ceiling of any policy and schedule; reads: experts read per generated token)\n" +
            t.text();
 }
 

@@ -45,9 +45,11 @@ const char* replay_policy_name(ReplayPolicy p);
 // each token is a step, as in decode. Lru, Lfu and Wlfu replay through
 // SlotCache itself. rows (optional, laid out as the trace's ids): how many
 // sequences chose each expert of a union_trace step, counted as uses as
-// the store counts them.
+// the store counts them. n_seqs: the sequences a step decodes together
+// (a union_trace's streams). step_fit: the cache's step fit (on in the
+// store unless --step-fit off; SlotCache), in steps of several sequences.
 double replay_hit_rate(const RoutingTrace& trace, int64_t slots, ReplayPolicy policy,
-                       const int32_t* rows = nullptr);
+                       const int32_t* rows = nullptr, int n_seqs = 1, bool step_fit = true);
 
 struct CachePoint {
     int per_layer = 0;     // slots per routed layer
@@ -57,6 +59,8 @@ struct CachePoint {
     // sequences chose it (the store before issue 36), and the ceiling on
     // the hit rate of any schedule and policy (streams_read_bound).
     double wlfu_once = -1, bound = -1;
+    // Streams only: LRU and WLFU without the step fit (--step-fit off).
+    double lru_plain = -1, wlfu_plain = -1;
 };
 
 // One point per entry of per_layer_slots (each at least k, at most n_expert).

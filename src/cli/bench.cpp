@@ -421,7 +421,7 @@ int bench_model(int argc, char** argv) {
     std::string models, prompts = "512", gens = "128", depths = "0", pg, threads, batch, ctk, limit, output = "md", json, run_args;
     // Flags of `moestream run` that can be swept, under the same names.
     const char* run_flags[] = {"--mem", "--io", "--io-depth", "--io-threads", "--io-split", "--cache-policy",
-                               "--prefetch", "--layout", "-c", "--gpu", "--gpu-mem", "--gpu-prefill", "-ub",
+                               "--step-fit", "--prefetch", "--layout", "-c", "--gpu", "--gpu-mem", "--gpu-prefill", "-ub",
                                "--parallel"};
     std::vector<std::string> run_values(std::size(run_flags));
     int64_t seed = 1;

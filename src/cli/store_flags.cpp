@@ -21,6 +21,14 @@ void StoreFlags::declare(Args& a) {
     a.option("--cache-policy", &cache_policy, "P",
              "expert cache eviction: lru; lfu (with aging); or wlfu (the experts of the last step kept, the "
              "rest evicted by use count, ties by recency; by recency within a prefill chunk: docs/routing.md)");
+    a.option("--step-fit", &step_fit, "on|off",
+             "in a decode step of several sequences (serve --parallel, bench serve) after one whose experts "
+             "outgrew the cache, a miss evicts an expert unused since the step before began, else one this step "
+             "brought in (the most recent first), else one resident since before the step (lru and lfu take this "
+             "order; wlfu keeps its use counts first and takes it among equal counts), so the next step hits on "
+             "what was resident instead of the policy evicting each expert just before it is needed again (LRU's "
+             "cyclic worst case). on (default) or off (the policy alone); the output is the same either way, only "
+             "the reads differ (docs/routing.md, \"The step fit\")");
     a.option("--cache-slots", &cache_slots, "N",
              "at most N expert slots, whatever --mem leaves (a smaller cache, exactly, for measuring one; at "
              "least the experts a token uses)");
@@ -96,6 +104,9 @@ std::unique_ptr<ExpertSource> StoreFlags::make(const GgufFile& file, const Model
     opt.io = io;
     opt.io_options = {io_depth, io_threads, io_split};
     opt.cache_policy = cache_policy;
+    if (step_fit != "on" && step_fit != "off")
+        throw std::runtime_error("--step-fit: expected on or off, got '" + step_fit + "'");
+    opt.step_fit = step_fit == "on";
     opt.verify_checksums = !no_verify;
     opt.prefetch = prefetch;
     opt.faults = io_faults;
@@ -106,6 +117,7 @@ std::unique_ptr<ExpertSource> StoreFlags::make(const GgufFile& file, const Model
     settings_["io_threads"] = io_threads;
     settings_["io_split"] = io_split;
     settings_["cache_policy"] = cache_policy;
+    settings_["step_fit"] = step_fit;
     settings_["prefetch"] = prefetch;
     settings_["layout"] = lay.name();
     settings_["verify_checksums"] = opt.verify_checksums;

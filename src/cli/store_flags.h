@@ -1,6 +1,6 @@
 // The store's flags, shared by every command that runs a model (declared
 // through SessionFlags): --io, --io-depth, --io-threads, --io-split,
-// --cache-policy, --layout, --no-verify, --verify-experts, --io-faults; and what they make: a Store whose
+// --cache-policy, --step-fit, --layout, --no-verify, --verify-experts, --io-faults; and what they make: a Store whose
 // cache is what --mem leaves after the session's fixed memory, its counters,
 // and the store's part of the run report (hit rate, MB read per token,
 // physical bytes and read amplification).
@@ -25,6 +25,7 @@ struct StoreFlags {
     std::string layout = "auto";
     std::string cache_policy = "wlfu";
     std::string prefetch = "auto";
+    std::string step_fit = "on";
     std::string io_faults;
     int io_depth = 64, io_threads = 4, io_split = 1;
     int cache_slots = 0;  // > 0: at most this many expert slots, whatever --mem leaves

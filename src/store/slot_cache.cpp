@@ -40,39 +40,44 @@ SlotCache::~SlotCache() {
     if (arena_) munmap(arena_, arena_bytes());
 }
 
-int SlotCache::victim(uint64_t keep_since) const {
-    int best = -1;
-    if (policy_ == CachePolicy::Wlfu && !by_recency_) {
-        // Outside the window before inside it; then the fewest uses; then
-        // the least recent. (Inside, too, by uses: when the window covers
-        // the whole cache, evicting by recency is LRU's cyclic worst case.)
-        const uint64_t recent = clock_ > window_ ? clock_ - window_ : 0;
-        bool best_old = false;
-        uint32_t best_uses = 0;
-        for (int i = 0; i < int(slots_.size()); i++) {
-            const Slot& s = slots_[size_t(i)];
-            if (s.pins > 0 || s.state != State::Ready || s.last_use >= keep_since) continue;
-            const bool old = s.last_use <= recent;
-            const uint32_t u = uses_[key(s.layer, s.expert)];
-            bool better = best < 0 || (old && !best_old) ||
-                          (old == best_old &&
-                           (u < best_uses || (u == best_uses && s.last_use < slots_[size_t(best)].last_use)));
-            if (better) best = i, best_old = old, best_uses = u;
-        }
-        return best;
+SlotCache::Rank SlotCache::rank(const Slot& s, uint64_t recent) const {
+    Rank r{0, 0, 0, 0};
+    switch (policy_) {
+        case CachePolicy::Lru: r = {0, s.last_use, 0, 0}; break;
+        case CachePolicy::Lfu: r = {0, s.freq, s.last_use, 0}; break;
+        case CachePolicy::Wlfu:
+            // Outside the window before inside it; then the fewest uses; then
+            // the least recent. (Inside, too, by uses: when the window covers
+            // the whole cache, evicting by recency is LRU's cyclic worst case.)
+            // Within a prefill chunk: the least recent.
+            r = by_recency_ ? Rank{0, s.last_use, 0, 0}
+                            : Rank{s.last_use <= recent ? 0 : 1, uses_[key(s.layer, s.expert)], s.last_use, 0};
+            break;
     }
+    if (!fitting_) return r;
+    // The step fit's order: an expert that left the working set (by the
+    // policy); else the overflow, most recent first; else, by the policy,
+    // one resident since before the step.
+    const bool stale = s.last_use <= prev_step_start_, overflow = !stale && s.claim_step == step_;
+    // WLFU keeps its counts first (they keep the experts most of the batch
+    // chose; ordered by the fit alone, a replay read more) and takes the
+    // fit's order among equal counts, where it would take the least recent.
+    if (policy_ == CachePolicy::Wlfu)
+        return {r.tier, r.first, uint64_t(stale ? 0 : overflow ? 1 : 2), overflow ? UINT64_MAX - s.last_use : s.last_use};
+    if (stale) return r;
+    if (overflow) return {2, UINT64_MAX - s.last_use, 0, 0};
+    return {r.tier + 3, r.first, r.second, 0};
+}
+
+int SlotCache::victim(uint64_t keep_since) const {
+    const uint64_t recent = clock_ > window_ ? clock_ - window_ : 0;
+    int best = -1;
+    Rank best_rank{0, 0, 0, 0};
     for (int i = 0; i < int(slots_.size()); i++) {
         const Slot& s = slots_[size_t(i)];
         if (s.pins > 0 || s.state != State::Ready || s.last_use >= keep_since) continue;
-        if (best < 0) {
-            best = i;
-            continue;
-        }
-        const Slot& b = slots_[size_t(best)];
-        bool better = policy_ != CachePolicy::Lfu
-                          ? s.last_use < b.last_use
-                          : (s.freq < b.freq || (s.freq == b.freq && s.last_use < b.last_use));
-        if (better) best = i;
+        const Rank r = rank(s, recent);
+        if (best < 0 || r < best_rank) best = i, best_rank = r;
     }
     return best;
 }
@@ -100,6 +105,8 @@ int SlotCache::claim(int layer, int expert, int* evicted_layer, int* evicted_exp
     n.pins = 0;
     n.freq = 0;
     n.last_use = clock_;
+    n.claim_step = step_;
+    n.touch_step = step_ - 1;  // not touched this step yet
     index_[key(layer, expert)] = s;
     return s;
 }
@@ -113,6 +120,8 @@ void SlotCache::drop(int slot) {
 }
 
 void SlotCache::touch(int slot, int uses) {
+    Slot& s = slots_[size_t(slot)];
+    if (s.touch_step != step_) s.touch_step = step_, step_touched_++;  // the step's union, each expert once
     // A prefill chunk's touches count once: its counts would otherwise
     // grow with the chunk's length and bury the decode steps' after it.
     for (int u = by_recency_ ? 1 : std::max(1, uses); u > 0; u--) touch_once(slot);
@@ -135,10 +144,20 @@ void SlotCache::touch_once(int slot) {
     }
 }
 
-void SlotCache::begin_step(int n_tokens) {
+void SlotCache::begin_step(int n_tokens, int n_seqs) {
+    // The step fit needs the union of a whole decode step: a prefill chunk
+    // between two (serve evaluates new prompts between decode steps) keeps
+    // the latest one.
+    if (!by_recency_ && step_touched_ > 0) decode_union_ = step_touched_;
+    step_touched_ = 0;
     by_recency_ = n_tokens > 1;
+    // One sequence is left to the policy alone: the fit is measured (and
+    // meant) for batches, and single-stream caches were tuned without it.
+    fitting_ = step_fit_ && !by_recency_ && n_seqs > 1 && decode_union_ > slots_.size();
+    step_++;
     const uint64_t last = clock_ - step_start_;
     if (last > 0) window_ = last + last / 8;  // an eighth more: a step's touches vary a little
+    prev_step_start_ = step_start_;
     step_start_ = clock_;
 }
 

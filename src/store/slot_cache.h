@@ -1,8 +1,10 @@
 // The expert cache: one 4 KiB-aligned arena cut into equal slots (each holds
 // the largest expert plus its alignment headroom), an index (layer, expert)
 // -> slot, and the eviction policy: LRU, LFU with aging, or WLFU (the last
-// step's experts kept, the rest by use count). Slots in use (pinned) and
-// slots still being read are never chosen as victims.
+// step's experts kept, the rest by use count), and the step fit that keeps a
+// stable part of a decode step's experts when their union outgrows the cache.
+// Slots in use (pinned) and slots still being read are never chosen as
+// victims.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,6 +27,20 @@ namespace ms {
 // chose it: one that most of the batch chose is the likeliest to be chosen
 // again next step, and the count is what keeps it when the step's union
 // outgrows the cache (docs/routing.md, "Streams decoded together").
+//
+// Step fit (on unless set_step_fit(false)): a decode step of several
+// sequences whose previous decode step touched more distinct experts than
+// the cache holds would, under LRU, evict each expert just before the next
+// step needs it: the layers come round in the same order
+// every step, the cyclic worst case (0 % hits at 8 streams where
+// replayed). In such a step a miss evicts, in this order: an expert not
+// used since the previous step began (it left the working set), by the
+// policy; else one this step brought in, the most recently used first, so
+// the overflow streams through a few slots; else, by the policy, one of
+// those resident since before the step. What was resident when the step
+// began stays, and the next step hits on it: hits near (cache - a layer's
+// union) / step's union instead of near zero. WLFU keeps its counts first
+// and takes this order among equal counts, instead of the least recent.
 enum class CachePolicy { Lru, Lfu, Wlfu };
 // "lru", "lfu" or "wlfu"; throws on anything else.
 CachePolicy parse_cache_policy(const std::string& s);
@@ -71,9 +87,14 @@ public:
     // sequences: the rows that chose it): updates recency and frequency.
     // Inside a prefill chunk a touch counts once, whatever `uses`.
     void touch(int slot, int uses = 1);
-    // A forward step of n_tokens tokens per sequence starts (1 in decode):
-    // the touches of the one before size WLFU's window.
-    void begin_step(int n_tokens);
+    // A forward step of n_tokens tokens per sequence of n_seqs starts (1
+    // token in decode): the touches of the one before size WLFU's window;
+    // a decode step of several sequences may evict by the step fit.
+    void begin_step(int n_tokens, int n_seqs = 1);
+    // Step fit on or off (on by default; see CachePolicy).
+    void set_step_fit(bool on) { step_fit_ = on; }
+    // Whether the current step evicts by the step fit's order.
+    bool step_fit_active() const { return fitting_; }
     void pin(int slot) { slots_[size_t(slot)].pins++; }
     void unpin(int slot) { slots_[size_t(slot)].pins--; }
     int pins(int slot) const { return slots_[size_t(slot)].pins; }
@@ -94,7 +115,20 @@ private:
         int pins = 0;
         uint64_t last_use = 0;   // use clock of the latest touch
         uint32_t freq = 0;       // LFU count, halved every aging period
+        uint32_t claim_step = 0; // the step that brought the expert in
+        uint32_t touch_step = 0; // the latest step that touched it
     };
+    // Lexicographic eviction order: the lowest goes first.
+    struct Rank {
+        int tier;
+        uint64_t first, second, third;
+        bool operator<(const Rank& o) const {
+            if (tier != o.tier) return tier < o.tier;
+            if (first != o.first) return first < o.first;
+            return second != o.second ? second < o.second : third < o.third;
+        }
+    };
+    Rank rank(const Slot& s, uint64_t recent) const;
     size_t key(int layer, int expert) const { return size_t(layer) * size_t(n_experts_) + size_t(expert); }
     int victim(uint64_t keep_since) const;
     void touch_once(int slot);
@@ -110,6 +144,13 @@ private:
     uint64_t clock_ = 0, evictions_ = 0, aging_period_ = 0, since_aging_ = 0;
     uint64_t step_start_ = 0, window_ = 0;  // WLFU: clock when the step began; the window
     bool by_recency_ = false;               // WLFU: this step is a prefill chunk
+    // Step fit: on/off; this step evicts by its order; the step's number
+    // and the clock when the step before it began; distinct experts
+    // touched this decode step and in the latest whole one.
+    bool step_fit_ = true, fitting_ = false;
+    uint32_t step_ = 0;
+    uint64_t prev_step_start_ = 0;
+    uint64_t step_touched_ = 0, decode_union_ = 0;
 };
 
 }  // namespace ms

@@ -37,6 +37,7 @@ Store::Store(ExpertLayout layout, int n_slots, const StoreOptions& options, Stor
     if (layout_.total_experts() == 0) throw std::runtime_error("store: the model has no routed experts");
     if (options_.prefetch != "off" && options_.prefetch != "auto" && options_.prefetch != "next")
         throw std::runtime_error("--prefetch: expected off, auto or next, not '" + options_.prefetch + "'");
+    cache_.set_step_fit(options_.step_fit);
     predicted_.resize(size_t(layout_.n_layers()));
     if (counters_->uses.size() != size_t(layout_.n_layers()) * size_t(layout_.max_experts()))
         counters_->init(layout_.n_layers(), layout_.max_experts());
@@ -81,7 +82,9 @@ Store::~Store() {
     XXH3_freeState(hash_);
 }
 
-void Store::begin_step(int n_tokens) {
+void Store::begin_step(int n_tokens) { start_step(n_tokens, 1); }
+
+void Store::start_step(int n_tokens, int n_seqs) {
     // A forward pass that threw (a read error, a bad token) never released
     // its layers: unpin them, so the next pass (the next request of `serve`)
     // starts clean instead of failing with "acquired twice".
@@ -89,14 +92,15 @@ void Store::begin_step(int n_tokens) {
         if (h.layer >= 0) release(h.layer);
     step_tokens_ = n_tokens;
     step_clock_ = cache_.clock() + 1;  // the first use of this step
-    cache_.begin_step(n_tokens);
+    cache_.begin_step(n_tokens, n_seqs);
+    if (cache_.step_fit_active()) counters_->step_fit_steps++;
     counters_->steps++;
     if (n_tokens == 1) counters_->decode_steps++;
     else counters_->prefill_tokens += uint64_t(n_tokens);
 }
 
 void Store::begin_decode_step(int n_seqs) {
-    begin_step(1);  // decoding: demand reads, decode-step cache clock
+    start_step(1, n_seqs);  // decoding: demand reads, decode-step cache clock
     counters_->decode_steps += uint64_t(n_seqs - 1);  // one per generated token
 }
 

@@ -24,6 +24,7 @@ struct StoreOptions {
     std::string io = "uring";           // uring | pread | buffered | mmap
     IoOptions io_options;
     std::string cache_policy = "wlfu";  // lru | lfu | wlfu (docs/routing.md)
+    bool step_fit = true;               // SlotCache's step fit in decode steps that outgrow the cache
     bool verify_checksums = true;       // xxh3 of every expert read where the layout has checksums
     std::string prefetch = "auto";      // off | auto (take next-layer hints in prefill chunks) | next (always)
     std::string faults;                 // injected read faults (store/io.h parse_faults); empty: none
@@ -88,6 +89,8 @@ private:
         int lane = -1;            // when tracing: the timeline lane of this read
     };
 
+    // begin_step's work, for n_seqs sequences of n_tokens each.
+    void start_step(int n_tokens, int n_seqs);
     Held* held(int layer);
     void start_reads(int slot, int layer, int expert, ReadReason reason);
     // Processes finished reads; with wait, blocks until at least one.

@@ -81,6 +81,7 @@ Json StoreCounters::to_json() const {
     j["steps"] = steps;
     j["decode_steps"] = decode_steps;
     j["prefill_tokens"] = prefill_tokens;
+    j["step_fit_steps"] = step_fit_steps;
 
     // Per layer: hits, misses and how concentrated the routing was: the
     // number of distinct experts used and how few of the most used ones

@@ -63,6 +63,9 @@ struct StoreCounters {
     // Forward calls; decoded tokens (a batched decode call of n sequences
     // counts n); prompt tokens.
     uint64_t steps = 0, decode_steps = 0, prefill_tokens = 0;
+    // Forward calls whose misses evicted in the step fit's order (a decode
+    // step of several sequences after one whose experts outgrew the cache).
+    uint64_t step_fit_steps = 0;
 
     uint64_t total_hits() const;
     uint64_t total_misses() const;

@@ -257,7 +257,7 @@ TEST(RoutingStreams, UnionRowsAndTheReadBound) {
         for (int64_t slots : {32, 48, 64}) {
             const double ceiling = 1 - double(streams_read_bound(v, slots)) / double(acquired);
             for (ReplayPolicy p : {ReplayPolicy::Lru, ReplayPolicy::Lfu, ReplayPolicy::Wlfu, ReplayPolicy::Belady})
-                EXPECT_LE(replay_hit_rate(v, slots, p, r.data()), ceiling + 1e-12)
+                EXPECT_LE(replay_hit_rate(v, slots, p, r.data(), n), ceiling + 1e-12)
                     << n << " streams, " << slots << " slots, " << replay_policy_name(p);
         }
     }
@@ -265,6 +265,25 @@ TEST(RoutingStreams, UnionRowsAndTheReadBound) {
 
 // One stream is the trace itself: the same hit rates as replay_cache_sizes,
 // and a token's acquisitions are its k experts a layer.
+// Steps of 8 streams whose union (about 80 experts) outgrows 48 slots: LRU
+// alone evicts each expert just before the next step needs it, with the
+// step fit it keeps what was resident when each step began. WLFU takes the
+// fit's order only among equal counts.
+TEST(RoutingStreams, StepFitKeepsAStablePartOfTheUnion) {
+    RoutingTrace big = random_trace(4, 32, 4, 800, 9);
+    std::vector<int32_t> r;
+    const RoutingTrace v = union_trace(big, 8, &r);
+    const double lru_plain = replay_hit_rate(v, 48, ReplayPolicy::Lru, r.data(), 8, false);
+    const double lru_fit = replay_hit_rate(v, 48, ReplayPolicy::Lru, r.data(), 8, true);
+    EXPECT_LT(lru_plain, 0.05);
+    EXPECT_GT(lru_fit, 0.2);  // 0.24 (a layer's union pinned, the rest of the union new each step)
+    EXPECT_GT(replay_hit_rate(v, 48, ReplayPolicy::Wlfu, r.data(), 8, true), lru_plain);
+    // One stream never evicts by the fit, so its replay is the plain one.
+    const RoutingTrace one = union_trace(big, 1, &r);
+    EXPECT_DOUBLE_EQ(replay_hit_rate(one, 8, ReplayPolicy::Lru, r.data(), 1, true),
+                     replay_hit_rate(one, 8, ReplayPolicy::Lru, r.data(), 1, false));
+}
+
 TEST(RoutingStreams, OneStreamIsThePlainReplay) {
     RoutingTrace tr = random_trace(4, 32, 4, 200, 13);
     const std::vector<int> sizes = {4, 8, 16};

@@ -1,6 +1,7 @@
 // `moestream bench serve` end to end on the tiny synth model: every stream
 // generates exactly --tokens tokens, the figures are the ones the flags ask
-// for and consistent with one another, and bad flags fail in one line.
+// for and consistent with one another, and bad flags (--streams, --step-fit)
+// fail in one line.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -50,6 +51,9 @@ TEST(BenchServeCli, ReportsEachCountOfStreams) {
     CliResult bad = run_cli("bench serve -m " + model + " --streams 0", true);
     EXPECT_NE(bad.rc, 0);
     EXPECT_NE(bad.out.find("--streams"), std::string::npos) << bad.out;
+    CliResult fit = run_cli("bench serve -m " + model + " --streams 1 --step-fit maybe", true);
+    EXPECT_NE(fit.rc, 0);
+    EXPECT_NE(fit.out.find("--step-fit: expected on or off"), std::string::npos) << fit.out;
     CliResult missing = run_cli("bench serve -m " + model + " -f " + base + ".none --streams 1", true);
     EXPECT_NE(missing.rc, 0);
     EXPECT_NE(missing.out.find(base + ".none: cannot open"), std::string::npos) << missing.out;

@@ -75,7 +75,9 @@ INSTANTIATE_TEST_SUITE_P(Families, BatchDecode, ::testing::ValuesIn(golden::runn
 // On gemma4 (its own forward pass), gemma4-ple (per-layer embedding rows
 // through the same store) and deepseek4 (hyper-connected streams, hash-routed
 // layers prefetched from the token ids) as on the shared decoder: the
-// batched steps are one forward call each.
+// batched steps are one forward call each. A step's union outgrows that
+// cache, so the store's step fit (on by default) orders the evictions of
+// the steps after the first: the logits stay the alone ones.
 class BatchDecodeStreamed : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BatchDecodeStreamed, ThroughASmallCache) {
@@ -86,6 +88,7 @@ TEST_P(BatchDecodeStreamed, ThroughASmallCache) {
     const uint64_t decoded_before = counters.decode_steps, calls_before = counters.steps;
     expect_golden_greedy(g, batched_equals_alone(g, *streamed, 6));
     EXPECT_GT(counters.evictions, 0u);
+    EXPECT_GT(counters.step_fit_steps, 0u);
     // 6 steps of 3 sequences batched, and the same alone; forward calls: 6
     // prompts, 6 batched steps, 18 alone.
     EXPECT_EQ(counters.decode_steps - decoded_before, 6u * 3 * 2);

@@ -203,6 +203,81 @@ TEST(SlotCache, WlfuCountsOutliveEviction) {
     EXPECT_NE(c.find(0, 0), -1);
 }
 
+// Decode steps of several sequences whose union (3 layers x 10 experts)
+// outgrows the cache (20 slots), in the same layer order every step, each
+// layer's experts pinned while it runs. Alone, every policy evicts each
+// expert just before the next step needs it: no hits once the cache is
+// full. With the step fit what was resident when a step began stays, and
+// the overflow streams through the slots of the layer before: a third of
+// the uses hit, (slots - a layer's experts) / union.
+TEST(SlotCache, StepFitKeepsAStablePartOfACyclingUnion) {
+    const int layers = 3, per_layer = 10, n_slots = 20;
+    for (CachePolicy policy : {CachePolicy::Lru, CachePolicy::Lfu, CachePolicy::Wlfu}) {
+        for (bool fit : {false, true}) {
+            SlotCache c(n_slots, 4096, layers, per_layer, policy);
+            c.set_step_fit(fit);
+            int64_t hits = 0, uses = 0;
+            std::vector<int> held;
+            for (int step = 0; step < 12; step++) {
+                c.begin_step(1, 2);
+                // The first step has no union before it to measure.
+                EXPECT_EQ(c.step_fit_active(), fit && step > 0);
+                for (int l = 0; l < layers; l++) {
+                    held.clear();
+                    for (int e = 0; e < per_layer; e++) {
+                        int s = c.find(l, e);
+                        if (s >= 0) {
+                            hits += step >= 2;
+                        } else {
+                            s = c.claim(l, e);
+                            ASSERT_GE(s, 0);
+                            c.set_ready(s);
+                        }
+                        c.touch(s, 2);  // two sequences chose it
+                        c.pin(s);
+                        held.push_back(s);
+                        uses += step >= 2;
+                    }
+                    for (int s : held) c.unpin(s);
+                }
+            }
+            const double hit_rate = double(hits) / double(uses);
+            if (fit) {
+                EXPECT_NEAR(hit_rate, double(n_slots - per_layer) / (layers * per_layer), 1e-9)
+                    << "policy " << int(policy);
+            } else {
+                EXPECT_EQ(hits, 0) << "policy " << int(policy);
+            }
+        }
+    }
+}
+
+// The union is measured in distinct experts: touching one expert many
+// times in a step (a prefill's rows, repeated uses) is not an overflow.
+TEST(SlotCache, StepFitCountsEachExpertOnceAStep) {
+    SlotCache c(3, 4096, 1, 10, CachePolicy::Lru);
+    c.begin_step(1, 2);
+    fill(c, 2);
+    for (int i = 0; i < 10; i++) c.touch(c.find(0, 0));
+    c.begin_step(1, 2);
+    EXPECT_FALSE(c.step_fit_active());  // 2 experts, 12 touches
+    c.touch(c.find(0, 0));              // 0, 1 again and 2, 3, 4 new: 5 experts
+    c.touch(c.find(0, 1));
+    for (int e = 2; e < 5; e++) {
+        const int s = c.claim(0, e);
+        c.set_ready(s);
+        c.touch(s);
+    }
+    c.begin_step(1, 2);
+    EXPECT_TRUE(c.step_fit_active());   // 5 experts in 3 slots
+    c.begin_step(8);
+    EXPECT_FALSE(c.step_fit_active());  // a prefill chunk evicts by its policy
+    c.begin_step(1, 2);
+    EXPECT_TRUE(c.step_fit_active());   // the chunk between kept the decode step's union
+    c.begin_step(1);
+    EXPECT_FALSE(c.step_fit_active());  // one sequence: the policy alone
+}
+
 TEST(SlotCache, PinnedAndLoadingSlotsAreNeverVictims) {
     SlotCache c(3, 4096, 2, 4, CachePolicy::Lru);
     fill(c, 3);

@@ -145,6 +145,11 @@ struct PlainAttention {
     bool clear_carrier_rows = false;      // attn_output and every ffn_down write exact zeros to the carrier
     bool unweighted_head_norm = false;    // q and k RMS-normed per head after rope, without weights
     int mute_every = 0;                   // n > 0: every n-th layer (l + 1 = n, 2n, ...) has its attention muted
+    // The sharpness knob scales attn_norm's carrier gain (F32, exact) by
+    // its square root instead of the q/k weights, which Q4_K rounds to the
+    // same level over a wide range (Llama 4 Maverick gave the same routing
+    // at sharpness 1 and 1.4, and another at 2).
+    bool sharpness_in_gain = false;
 };
 
 // Without q/k norms, a query is the sum of the normed residual's carrier
@@ -165,9 +170,11 @@ struct PlainAttention {
 // and Mixtral, fitted at lower locality or depth, keep the plain design.
 constexpr double kValueRms = 0.88;
 
-double expected_residual_rms(const SynthSpec& s, int layer) {
+// Muted layers (mute_every, below) add nothing to it.
+double expected_residual_rms(const SynthSpec& s, int layer, int mute_every) {
     double sq = 1;
-    for (int j = 0; j < layer; j++) sq += std::pow(kValueRms * layer_locality(s, j), 2);
+    for (int j = 0; j < layer; j++)
+        if (mute_every == 0 || (j + 1) % mute_every != 0) sq += std::pow(kValueRms * layer_locality(s, j), 2);
     return std::sqrt(sq);
 }
 
@@ -187,9 +194,12 @@ void design_plain_attention(const SynthSpec& s, std::vector<SynthTensor>& ts, co
     const int n_rec = int(std::count(rec.begin(), rec.end(), kRowRecency));
     // Where q and k are normed, their size is the norm's, so the carrier's
     // weight only has to stay clear of zero: the largest.
+    SynthSpec at_weights = s;
+    if (o.sharpness_in_gain) at_weights.router_sharpness = 1;
     const float v = o.whole_qk_norm || o.unweighted_head_norm
                         ? INFINITY
-                        : float(pure_recency_qk(s, n_rec, o.attn_scale) / (J * kCarrierValue * gain));
+                        : float(pure_recency_qk(at_weights, n_rec, o.attn_scale) / (J * kCarrierValue * gain));
+    const double gain_sharpness = o.sharpness_in_gain ? std::sqrt(s.router_sharpness) : 1.0;
     const std::vector<float> qk = recency_norm(
         rec, float(recency_norm_weight(s.head_dim, o.attn_scale) * std::sqrt(s.router_sharpness)));
     for (SynthTensor& t : ts) {
@@ -199,7 +209,8 @@ void design_plain_attention(const SynthSpec& s, std::vector<SynthTensor>& ts, co
             t.design = SynthDesign::CarrierMax;
             t.value = kCarrierValue;
         } else if (n == "attn_norm.weight") {
-            const double g = o.follow_residual ? gain * expected_residual_rms(s, l) : gain;
+            const double g =
+                gain_sharpness * (o.follow_residual ? gain * expected_residual_rms(s, l, o.mute_every) : gain);
             const bool muted = o.mute_every > 0 && (l + 1) % o.mute_every == 0;
             // A muted layer's q, k and v are all zero: it adds nothing.
             set_values(t, muted ? std::vector<float>(size_t(E), 0.0f)
@@ -348,19 +359,23 @@ void design_family_routing(const SynthSpec& s, std::vector<SynthTensor>& tensors
                                             .ffn_norm = "post_attention_norm",
                                             .follow_residual = true,
                                             .clear_carrier_rows = true});
-    // Llama 4 (Scout; Maverick's 128-expert layers have no q/k norm and
-    // are left random): adjacent-pair rope; the roped layers RMS-norm each
-    // head of q and k without weights, so position-only queries and keys
-    // give a fixed window (about 0.7 of the qwen3 presets' score at
-    // distance 0; no sharpness knob). Every 4th layer has no rope
+    // Llama 4: adjacent-pair rope. Every 4th layer has no rope
     // (model/llama4.cpp) and its position-only queries would attend evenly
     // to the whole prefix, the averaging that collapses a random network:
     // muted, as gemma4's full layers are. The residual adds unnormed
-    // outputs, as in glm4moe, so the carrier is kept clean.
-    if (s.arch == "llama4" && s.n_expert != 128)
+    // outputs, as in glm4moe, so the carrier is kept clean. Scout's roped
+    // layers RMS-norm each head of q and k without weights, so
+    // position-only queries and keys give a fixed window (about 0.7 of the
+    // qwen3 presets' score at distance 0; no sharpness knob). Maverick's
+    // (128 experts) have no q/k norm, as glm-4.5-air's: the designed value
+    // sets the window and the carrier gain follows the residual.
+    if (s.arch == "llama4") {
+        const bool head_norm = s.n_expert != 128;
         design_plain_attention(s, tensors, {.attn_scale = 1 / std::sqrt(double(s.head_dim)), .neox = false,
-                                            .clear_carrier_rows = true, .unweighted_head_norm = true,
-                                            .mute_every = 4});
+                                            .follow_residual = !head_norm, .clear_carrier_rows = true,
+                                            .unweighted_head_norm = head_norm, .mute_every = 4,
+                                            .sharpness_in_gain = !head_norm});
+    }
     if (s.arch == "minimax-m2")
         design_plain_attention(s, tensors, {.attn_scale = 1 / std::sqrt(double(s.head_dim)), .whole_qk_norm = true});
 }

@@ -124,6 +124,11 @@ void design_gemma4(const SynthSpec& s, std::vector<SynthTensor>& ts) {
 // (their size then follows it); within every weight type's range at std 1.
 constexpr float kCarrierValue = 1.5f;
 
+void carry_carrier_value(SynthTensor& embedding) {
+    embedding.design = SynthDesign::CarrierMax;
+    embedding.value = kCarrierValue;
+}
+
 // Families whose attention has no per-head q/k norms (gpt-oss, Mixtral,
 // MiniMax-M2): the queries' and keys' recency rows read only the carrier
 // and every other weight of attn_q / attn_k is zero, so each query and key
@@ -206,8 +211,7 @@ void design_plain_attention(const SynthSpec& s, std::vector<SynthTensor>& ts, co
         const std::string n = block_name(t.name);
         const int l = t.layer;
         if (n == "token_embd.weight") {
-            t.design = SynthDesign::CarrierMax;
-            t.value = kCarrierValue;
+            carry_carrier_value(t);
         } else if (n == "attn_norm.weight") {
             const double g =
                 gain_sharpness * (o.follow_residual ? gain * expected_residual_rms(s, l, o.mute_every) : gain);
@@ -231,6 +235,24 @@ void design_plain_attention(const SynthSpec& s, std::vector<SynthTensor>& ts, co
     }
 }
 
+// Position-only queries through a q latent (MLA, DeepSeek V4): attn_q_a
+// writes the carrier alone into the latent's first J channels (its norm
+// then makes them the same for every token), attn_q_b's rows that q_head
+// marks read them at q_value, and the rest of q is zero. False for any
+// other tensor.
+bool mark_latent_queries(SynthTensor& t, const std::string& name, int q_lora, int J,
+                         const std::vector<uint8_t>& q_head, float q_value) {
+    if (name == "attn_q_a.weight") {
+        std::vector<uint8_t> latent(size_t(q_lora), kRowOther);
+        std::fill(latent.begin(), latent.begin() + J, kRowRecency);
+        mark_recency(t, latent, INFINITY, true);
+        return true;
+    }
+    if (name != "attn_q_b.weight") return false;
+    mark_recency(t, q_head, q_value, true);
+    return true;
+}
+
 // Multi-head latent attention (DeepSeek V3, GLM-5): the score of a head is
 // q_nope . (attn_k_b c) + q_pe . k_pe, the values read the compressed row
 // c. Position-only queries and keys, as for plain attention: attn_q_a
@@ -250,11 +272,9 @@ void design_mla(const SynthSpec& s, std::vector<SynthTensor>& ts, double attn_sc
     if (s.q_lora < J) return;
     const std::vector<uint8_t> rope = recency_dims(s.rope_dim, s.rope_dim, s.rope_base, nullptr, false);
     const int n_rec = int(std::count(rope.begin(), rope.end(), kRowRecency));
-    std::vector<uint8_t> q_head(size_t(s.head_dim), kRowOther), kv(size_t(s.kv_lora), kRowCarrierZero),
-        q_latent(size_t(s.q_lora), kRowOther);
+    std::vector<uint8_t> q_head(size_t(s.head_dim), kRowOther), kv(size_t(s.kv_lora), kRowCarrierZero);
     q_head.insert(q_head.end(), rope.begin(), rope.end());
     kv.insert(kv.end(), rope.begin(), rope.end());
-    std::fill(q_latent.begin(), q_latent.begin() + J, kRowRecency);
     // Per recency dim, q and k of the same size giving the score.
     const double qk = pure_recency_qk(s, n_rec, attn_scale);
     // attn_q_a_norm leaves the J latent carrier channels at sqrt(q_lora / J).
@@ -263,22 +283,69 @@ void design_mla(const SynthSpec& s, std::vector<SynthTensor>& ts, double attn_sc
         const std::string n = block_name(t.name);
         const int l = t.layer;
         if (n == "token_embd.weight") {
-            t.design = SynthDesign::CarrierMax;
-            t.value = kCarrierValue;
+            carry_carrier_value(t);
         } else if (n == "attn_norm.weight") {
             set_values(t, carrier_split(E, J, gain, 1.0f));
         } else if (n == "attn_kv_a_norm.weight") {
             // The compressed row is normed, so the values' scale (the locality
             // knob) is its norm's weight.
             set_values(t, std::vector<float>(size_t(s.kv_lora), float(layer_locality(s, l))));
-        } else if (n == "attn_q_a.weight") {
-            mark_recency(t, q_latent, INFINITY, true);
-        } else if (n == "attn_q_b.weight") {
-            mark_recency(t, q_head, vq, true);
+        } else if (mark_latent_queries(t, n, s.q_lora, J, q_head, vq)) {
         } else if (n == "attn_kv_a_mqa.weight") {
             mark_recency(t, kv, vk, true);
         } else if (n == "attn_output.weight") {
             t.design = SynthDesign::RowsZero;
+        } else if (n == "ffn_norm.weight") {
+            set_values(t, carrier_split(E, J, 0.0f, 1.0f));
+        }
+    }
+}
+
+// DeepSeek V4: one vector per token serves as key and value (attn_kv,
+// RMS-normed with weights, its last rope_dim dims roped), queries come
+// through a normed latent and are RMS-normed per head without weights.
+// Position-only scores as MLA's: attn_q_a writes the carrier alone into the
+// first J latent channels, attn_q_b's rope recency rows read them and the
+// rest of q is zero; attn_kv's rope recency rows read the residual's
+// carrier, its other rows are the token's own, blind to the carrier. Since
+// the key is the value, attn_kv_a_norm's weight carries both knobs: the
+// locality on the token's dims, and on the recency dims the size that gives
+// the qwen3 presets' score at distance 0 times the sharpness (q's per-head
+// norm fixes its size, so the score is sqrt(n_rec) times that weight
+// when the raw recency dims are about as large as the token's, which vk
+// sets at layer 0). The recency dims are those of the compressed layers'
+// theta, which the window-only layers' (rope_base) also hold in range. The
+// residual streams add unnormed outputs, as in glm4moe: the carrier is kept
+// clean and its gain follows the residual's expected RMS. The compressors
+// and the indexer stay random: their blocks' keys score near zero against
+// the window's recent tokens.
+void design_deepseek4(const SynthSpec& s, std::vector<SynthTensor>& ts) {
+    const int64_t E = s.n_embd;
+    const int J = carrier_channels(E), D = s.head_dim, R = s.rope_dim;
+    const float gain = carrier_gain(E);
+    const std::vector<uint8_t> rope = recency_dims(R, R, kDeepseek4CompressRopeBase, nullptr, false);
+    const int n_rec = int(std::count(rope.begin(), rope.end(), kRowRecency));
+    std::vector<uint8_t> q_head(size_t(D - R), kRowOther), kv(size_t(D - R), kRowCarrierZero);
+    q_head.insert(q_head.end(), rope.begin(), rope.end());
+    kv.insert(kv.end(), rope.begin(), rope.end());
+    const float vk = float(1 / (J * kCarrierValue * gain));
+    const float recency_weight = float(recency_score() * s.router_sharpness / std::sqrt(double(n_rec)));
+    for (SynthTensor& t : ts) {
+        const std::string n = block_name(t.name);
+        const int l = t.layer;
+        if (n == "token_embd.weight") {
+            carry_carrier_value(t);
+        } else if (n == "attn_norm.weight") {
+            set_values(t, carrier_split(E, J, float(gain * expected_residual_rms(s, l, 0)), 1.0f));
+        } else if (mark_latent_queries(t, n, s.q_lora, J, q_head, INFINITY)) {
+        } else if (n == "attn_kv.weight") {
+            mark_recency(t, kv, vk, true);
+        } else if (n == "attn_kv_a_norm.weight") {
+            std::vector<float> w(size_t(D), float(layer_locality(s, l)));
+            for (int i = 0; i < R; i++) w[size_t(D - R + i)] = rope[size_t(i)] == kRowRecency ? recency_weight : 0.0f;
+            set_values(t, std::move(w));
+        } else if (n == "attn_output_b.weight" || (n.rfind("ffn_down", 0) == 0 && t.ne.size() >= 2)) {
+            t.design = SynthDesign::RowsClear;
         } else if (n == "ffn_norm.weight") {
             set_values(t, carrier_split(E, J, 0.0f, 1.0f));
         }
@@ -376,6 +443,7 @@ void design_family_routing(const SynthSpec& s, std::vector<SynthTensor>& tensors
                                             .unweighted_head_norm = head_norm, .mute_every = 4,
                                             .sharpness_in_gain = !head_norm});
     }
+    if (s.arch == "deepseek4") design_deepseek4(s, tensors);
     if (s.arch == "minimax-m2")
         design_plain_attention(s, tensors, {.attn_scale = 1 / std::sqrt(double(s.head_dim)), .whole_qk_norm = true});
 }

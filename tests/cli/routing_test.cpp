@@ -133,8 +133,11 @@ TEST(RoutingCli, FamilyDesignsShareExpertsBeyondChanceWithoutCollapse) {
     // Mixtral's. Llama 4 Maverick keeps its 128 experts, which is what
     // tells its layers apart from Scout's (no q/k norms: the carrier gain
     // follows the residual and carries the sharpness), over 16 layers (8
-    // routed, two of them after a muted layer). The shape's flags come last
-    // and win.
+    // routed, two of them after a muted layer). DeepSeek V4 Flash (one
+    // vector per token as key and value, its norm's weight carrying both
+    // knobs; eight heads for its eight output groups), whose first three
+    // layers route by token id alike in both passes. The shape's flags come
+    // last and win.
     struct Shape {
         std::string flags;
         int n_expert;
@@ -146,7 +149,8 @@ TEST(RoutingCli, FamilyDesignsShareExpertsBeyondChanceWithoutCollapse) {
              {"--preset minimax-m2 --layers 6 --kv-heads 2 --router-sharpness 0.6", n_expert},
              {"--preset glm-4.5-air --layers 12 --kv-heads 2 --ffn 256 --type Q4_K_M --router-skew 0", n_expert},
              {"--preset llama4-scout --layers 8 --kv-heads 2 --router-locality 3", n_expert},
-             {"--preset llama4-maverick --layers 16 --kv-heads 2 --experts 128", 128}}) {
+             {"--preset llama4-maverick --layers 16 --kv-heads 2 --experts 128", 128},
+             {"--preset deepseek-v4-flash --layers 8 --heads 8", n_expert}}) {
         SCOPED_TRACE(shape.flags);
         Json designed, plain;
         for (int pass = 0; pass < 2; pass++) {

@@ -505,7 +505,7 @@ void write_family_metadata(GgufWriter& w, const SynthSpec& s) {
         w.set_u32(a + "attention.indexer.head_count", uint32_t(s.indexer_heads));
         w.set_u32(a + "attention.indexer.key_length", uint32_t(s.indexer_dim));
         w.set_u32(a + "attention.indexer.top_k", uint32_t(s.indexer_top_k));
-        w.set_f32(a + "attention.compress_rope_freq_base", 160000.0f);
+        w.set_f32(a + "attention.compress_rope_freq_base", float(kDeepseek4CompressRopeBase));
         w.set_string(a + "rope.scaling.type", "yarn");
         w.set_f32(a + "rope.scaling.factor", 16.0f);
         w.set_u32(a + "rope.scaling.original_context_length", 65536);

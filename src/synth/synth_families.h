@@ -58,4 +58,8 @@ void write_family_metadata(GgufWriter& w, const SynthSpec& s);
 // Whether layer `il` routes to experts (false: a dense layer).
 bool family_layer_has_experts(const SynthSpec& s, int il);
 
+// DeepSeek V4's compressed layers rope at this theta (YaRN on top), its
+// window-only layers at the spec's rope_base.
+constexpr double kDeepseek4CompressRopeBase = 160000;
+
 }  // namespace ms

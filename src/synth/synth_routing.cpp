@@ -124,6 +124,11 @@ void design_gemma4(const SynthSpec& s, std::vector<SynthTensor>& ts) {
 // (their size then follows it); within every weight type's range at std 1.
 constexpr float kCarrierValue = 1.5f;
 
+void carry_carrier_value(SynthTensor& embedding) {
+    embedding.design = SynthDesign::CarrierMax;
+    embedding.value = kCarrierValue;
+}
+
 // Families whose attention has no per-head q/k norms (gpt-oss, Mixtral,
 // MiniMax-M2): the queries' and keys' recency rows read only the carrier
 // and every other weight of attn_q / attn_k is zero, so each query and key
@@ -145,6 +150,11 @@ struct PlainAttention {
     bool clear_carrier_rows = false;      // attn_output and every ffn_down write exact zeros to the carrier
     bool unweighted_head_norm = false;    // q and k RMS-normed per head after rope, without weights
     int mute_every = 0;                   // n > 0: every n-th layer (l + 1 = n, 2n, ...) has its attention muted
+    // The sharpness knob scales attn_norm's carrier gain (F32, exact) by
+    // its square root instead of the q/k weights, which Q4_K rounds to the
+    // same level over a wide range (Llama 4 Maverick gave the same routing
+    // at sharpness 1 and 1.4, and another at 2).
+    bool sharpness_in_gain = false;
 };
 
 // Without q/k norms, a query is the sum of the normed residual's carrier
@@ -165,9 +175,11 @@ struct PlainAttention {
 // and Mixtral, fitted at lower locality or depth, keep the plain design.
 constexpr double kValueRms = 0.88;
 
-double expected_residual_rms(const SynthSpec& s, int layer) {
+// Muted layers (mute_every, below) add nothing to it.
+double expected_residual_rms(const SynthSpec& s, int layer, int mute_every) {
     double sq = 1;
-    for (int j = 0; j < layer; j++) sq += std::pow(kValueRms * layer_locality(s, j), 2);
+    for (int j = 0; j < layer; j++)
+        if (mute_every == 0 || (j + 1) % mute_every != 0) sq += std::pow(kValueRms * layer_locality(s, j), 2);
     return std::sqrt(sq);
 }
 
@@ -187,19 +199,22 @@ void design_plain_attention(const SynthSpec& s, std::vector<SynthTensor>& ts, co
     const int n_rec = int(std::count(rec.begin(), rec.end(), kRowRecency));
     // Where q and k are normed, their size is the norm's, so the carrier's
     // weight only has to stay clear of zero: the largest.
+    SynthSpec at_weights = s;
+    if (o.sharpness_in_gain) at_weights.router_sharpness = 1;
     const float v = o.whole_qk_norm || o.unweighted_head_norm
                         ? INFINITY
-                        : float(pure_recency_qk(s, n_rec, o.attn_scale) / (J * kCarrierValue * gain));
+                        : float(pure_recency_qk(at_weights, n_rec, o.attn_scale) / (J * kCarrierValue * gain));
+    const double gain_sharpness = o.sharpness_in_gain ? std::sqrt(s.router_sharpness) : 1.0;
     const std::vector<float> qk = recency_norm(
         rec, float(recency_norm_weight(s.head_dim, o.attn_scale) * std::sqrt(s.router_sharpness)));
     for (SynthTensor& t : ts) {
         const std::string n = block_name(t.name);
         const int l = t.layer;
         if (n == "token_embd.weight") {
-            t.design = SynthDesign::CarrierMax;
-            t.value = kCarrierValue;
+            carry_carrier_value(t);
         } else if (n == "attn_norm.weight") {
-            const double g = o.follow_residual ? gain * expected_residual_rms(s, l) : gain;
+            const double g =
+                gain_sharpness * (o.follow_residual ? gain * expected_residual_rms(s, l, o.mute_every) : gain);
             const bool muted = o.mute_every > 0 && (l + 1) % o.mute_every == 0;
             // A muted layer's q, k and v are all zero: it adds nothing.
             set_values(t, muted ? std::vector<float>(size_t(E), 0.0f)
@@ -218,6 +233,24 @@ void design_plain_attention(const SynthSpec& s, std::vector<SynthTensor>& ts, co
             set_values(t, carrier_split(E, J, 0.0f, 1.0f));
         }
     }
+}
+
+// Position-only queries through a q latent (MLA, DeepSeek V4): attn_q_a
+// writes the carrier alone into the latent's first J channels (its norm
+// then makes them the same for every token), attn_q_b's rows that q_head
+// marks read them at q_value, and the rest of q is zero. False for any
+// other tensor.
+bool mark_latent_queries(SynthTensor& t, const std::string& name, int q_lora, int J,
+                         const std::vector<uint8_t>& q_head, float q_value) {
+    if (name == "attn_q_a.weight") {
+        std::vector<uint8_t> latent(size_t(q_lora), kRowOther);
+        std::fill(latent.begin(), latent.begin() + J, kRowRecency);
+        mark_recency(t, latent, INFINITY, true);
+        return true;
+    }
+    if (name != "attn_q_b.weight") return false;
+    mark_recency(t, q_head, q_value, true);
+    return true;
 }
 
 // Multi-head latent attention (DeepSeek V3, GLM-5): the score of a head is
@@ -239,11 +272,9 @@ void design_mla(const SynthSpec& s, std::vector<SynthTensor>& ts, double attn_sc
     if (s.q_lora < J) return;
     const std::vector<uint8_t> rope = recency_dims(s.rope_dim, s.rope_dim, s.rope_base, nullptr, false);
     const int n_rec = int(std::count(rope.begin(), rope.end(), kRowRecency));
-    std::vector<uint8_t> q_head(size_t(s.head_dim), kRowOther), kv(size_t(s.kv_lora), kRowCarrierZero),
-        q_latent(size_t(s.q_lora), kRowOther);
+    std::vector<uint8_t> q_head(size_t(s.head_dim), kRowOther), kv(size_t(s.kv_lora), kRowCarrierZero);
     q_head.insert(q_head.end(), rope.begin(), rope.end());
     kv.insert(kv.end(), rope.begin(), rope.end());
-    std::fill(q_latent.begin(), q_latent.begin() + J, kRowRecency);
     // Per recency dim, q and k of the same size giving the score.
     const double qk = pure_recency_qk(s, n_rec, attn_scale);
     // attn_q_a_norm leaves the J latent carrier channels at sqrt(q_lora / J).
@@ -252,22 +283,69 @@ void design_mla(const SynthSpec& s, std::vector<SynthTensor>& ts, double attn_sc
         const std::string n = block_name(t.name);
         const int l = t.layer;
         if (n == "token_embd.weight") {
-            t.design = SynthDesign::CarrierMax;
-            t.value = kCarrierValue;
+            carry_carrier_value(t);
         } else if (n == "attn_norm.weight") {
             set_values(t, carrier_split(E, J, gain, 1.0f));
         } else if (n == "attn_kv_a_norm.weight") {
             // The compressed row is normed, so the values' scale (the locality
             // knob) is its norm's weight.
             set_values(t, std::vector<float>(size_t(s.kv_lora), float(layer_locality(s, l))));
-        } else if (n == "attn_q_a.weight") {
-            mark_recency(t, q_latent, INFINITY, true);
-        } else if (n == "attn_q_b.weight") {
-            mark_recency(t, q_head, vq, true);
+        } else if (mark_latent_queries(t, n, s.q_lora, J, q_head, vq)) {
         } else if (n == "attn_kv_a_mqa.weight") {
             mark_recency(t, kv, vk, true);
         } else if (n == "attn_output.weight") {
             t.design = SynthDesign::RowsZero;
+        } else if (n == "ffn_norm.weight") {
+            set_values(t, carrier_split(E, J, 0.0f, 1.0f));
+        }
+    }
+}
+
+// DeepSeek V4: one vector per token serves as key and value (attn_kv,
+// RMS-normed with weights, its last rope_dim dims roped), queries come
+// through a normed latent and are RMS-normed per head without weights.
+// Position-only scores as MLA's: attn_q_a writes the carrier alone into the
+// first J latent channels, attn_q_b's rope recency rows read them and the
+// rest of q is zero; attn_kv's rope recency rows read the residual's
+// carrier, its other rows are the token's own, blind to the carrier. Since
+// the key is the value, attn_kv_a_norm's weight carries both knobs: the
+// locality on the token's dims, and on the recency dims the size that gives
+// the qwen3 presets' score at distance 0 times the sharpness (q's per-head
+// norm fixes its size, so the score is sqrt(n_rec) times that weight
+// when the raw recency dims are about as large as the token's, which vk
+// sets at layer 0). The recency dims are those of the compressed layers'
+// theta, which the window-only layers' (rope_base) also hold in range. The
+// residual streams add unnormed outputs, as in glm4moe: the carrier is kept
+// clean and its gain follows the residual's expected RMS. The compressors
+// and the indexer stay random: their blocks' keys score near zero against
+// the window's recent tokens.
+void design_deepseek4(const SynthSpec& s, std::vector<SynthTensor>& ts) {
+    const int64_t E = s.n_embd;
+    const int J = carrier_channels(E), D = s.head_dim, R = s.rope_dim;
+    const float gain = carrier_gain(E);
+    const std::vector<uint8_t> rope = recency_dims(R, R, kDeepseek4CompressRopeBase, nullptr, false);
+    const int n_rec = int(std::count(rope.begin(), rope.end(), kRowRecency));
+    std::vector<uint8_t> q_head(size_t(D - R), kRowOther), kv(size_t(D - R), kRowCarrierZero);
+    q_head.insert(q_head.end(), rope.begin(), rope.end());
+    kv.insert(kv.end(), rope.begin(), rope.end());
+    const float vk = float(1 / (J * kCarrierValue * gain));
+    const float recency_weight = float(recency_score() * s.router_sharpness / std::sqrt(double(n_rec)));
+    for (SynthTensor& t : ts) {
+        const std::string n = block_name(t.name);
+        const int l = t.layer;
+        if (n == "token_embd.weight") {
+            carry_carrier_value(t);
+        } else if (n == "attn_norm.weight") {
+            set_values(t, carrier_split(E, J, float(gain * expected_residual_rms(s, l, 0)), 1.0f));
+        } else if (mark_latent_queries(t, n, s.q_lora, J, q_head, INFINITY)) {
+        } else if (n == "attn_kv.weight") {
+            mark_recency(t, kv, vk, true);
+        } else if (n == "attn_kv_a_norm.weight") {
+            std::vector<float> w(size_t(D), float(layer_locality(s, l)));
+            for (int i = 0; i < R; i++) w[size_t(D - R + i)] = rope[size_t(i)] == kRowRecency ? recency_weight : 0.0f;
+            set_values(t, std::move(w));
+        } else if (n == "attn_output_b.weight" || (n.rfind("ffn_down", 0) == 0 && t.ne.size() >= 2)) {
+            t.design = SynthDesign::RowsClear;
         } else if (n == "ffn_norm.weight") {
             set_values(t, carrier_split(E, J, 0.0f, 1.0f));
         }
@@ -348,19 +426,24 @@ void design_family_routing(const SynthSpec& s, std::vector<SynthTensor>& tensors
                                             .ffn_norm = "post_attention_norm",
                                             .follow_residual = true,
                                             .clear_carrier_rows = true});
-    // Llama 4 (Scout; Maverick's 128-expert layers have no q/k norm and
-    // are left random): adjacent-pair rope; the roped layers RMS-norm each
-    // head of q and k without weights, so position-only queries and keys
-    // give a fixed window (about 0.7 of the qwen3 presets' score at
-    // distance 0; no sharpness knob). Every 4th layer has no rope
+    // Llama 4: adjacent-pair rope. Every 4th layer has no rope
     // (model/llama4.cpp) and its position-only queries would attend evenly
     // to the whole prefix, the averaging that collapses a random network:
     // muted, as gemma4's full layers are. The residual adds unnormed
-    // outputs, as in glm4moe, so the carrier is kept clean.
-    if (s.arch == "llama4" && s.n_expert != 128)
+    // outputs, as in glm4moe, so the carrier is kept clean. Scout's roped
+    // layers RMS-norm each head of q and k without weights, so
+    // position-only queries and keys give a fixed window (about 0.7 of the
+    // qwen3 presets' score at distance 0; no sharpness knob). Maverick's
+    // (128 experts) have no q/k norm, as glm-4.5-air's: the designed value
+    // sets the window and the carrier gain follows the residual.
+    if (s.arch == "llama4") {
+        const bool head_norm = s.n_expert != 128;
         design_plain_attention(s, tensors, {.attn_scale = 1 / std::sqrt(double(s.head_dim)), .neox = false,
-                                            .clear_carrier_rows = true, .unweighted_head_norm = true,
-                                            .mute_every = 4});
+                                            .follow_residual = !head_norm, .clear_carrier_rows = true,
+                                            .unweighted_head_norm = head_norm, .mute_every = 4,
+                                            .sharpness_in_gain = !head_norm});
+    }
+    if (s.arch == "deepseek4") design_deepseek4(s, tensors);
     if (s.arch == "minimax-m2")
         design_plain_attention(s, tensors, {.attn_scale = 1 / std::sqrt(double(s.head_dim)), .whole_qk_norm = true});
 }

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "json/json.h"
 #include "run_cli.h"
@@ -129,31 +130,45 @@ TEST(RoutingCli, FamilyDesignsShareExpertsBeyondChanceWithoutCollapse) {
     // experts for 90 % in layers 8-11); flat popularity, as its skew raises the random network's
     // reuse as much as the design's. Llama 4 Scout (per-head q/k norms
     // without weights, every 4th layer muted), its light locality eased as
-    // Mixtral's. The shape's flags come last and win.
-    for (const std::string shape :
-         {"--preset deepseek-v3 --layers 6", "--preset qwen3.5-35b-a3b --layers 8 --kv-heads 1",
-          "--preset mixtral-8x7b --layers 6 --kv-heads 2 --router-locality 3",
-          "--preset minimax-m2 --layers 6 --kv-heads 2 --router-sharpness 0.6",
-          "--preset glm-4.5-air --layers 12 --kv-heads 2 --ffn 256 --type Q4_K_M --router-skew 0",
-          "--preset llama4-scout --layers 8 --kv-heads 2 --router-locality 3"}) {
-        SCOPED_TRACE(shape);
+    // Mixtral's. Llama 4 Maverick keeps its 128 experts, which is what
+    // tells its layers apart from Scout's (no q/k norms: the carrier gain
+    // follows the residual and carries the sharpness), over 16 layers (8
+    // routed, two of them after a muted layer). DeepSeek V4 Flash (one
+    // vector per token as key and value, its norm's weight carrying both
+    // knobs; eight heads for its eight output groups), whose first three
+    // layers route by token id alike in both passes. The shape's flags come
+    // last and win.
+    struct Shape {
+        std::string flags;
+        int n_expert;
+    };
+    for (const Shape& shape : std::vector<Shape>{
+             {"--preset deepseek-v3 --layers 6", n_expert},
+             {"--preset qwen3.5-35b-a3b --layers 8 --kv-heads 1", n_expert},
+             {"--preset mixtral-8x7b --layers 6 --kv-heads 2 --router-locality 3", n_expert},
+             {"--preset minimax-m2 --layers 6 --kv-heads 2 --router-sharpness 0.6", n_expert},
+             {"--preset glm-4.5-air --layers 12 --kv-heads 2 --ffn 256 --type Q4_K_M --router-skew 0", n_expert},
+             {"--preset llama4-scout --layers 8 --kv-heads 2 --router-locality 3", n_expert},
+             {"--preset llama4-maverick --layers 16 --kv-heads 2 --experts 128", 128},
+             {"--preset deepseek-v4-flash --layers 8 --heads 8", n_expert}}) {
+        SCOPED_TRACE(shape.flags);
         Json designed, plain;
         for (int pass = 0; pass < 2; pass++) {
             const std::string model = base + (pass ? "-random.gguf" : ".gguf");
             CliResult s =
-                run_cli("synth" + narrow + shape + (pass ? " --router-locality 0" : "") + " -o " + model, true);
+                run_cli("synth" + narrow + shape.flags + (pass ? " --router-locality 0" : "") + " -o " + model, true);
             ASSERT_EQ(s.rc, 0) << s.out;
             (pass ? plain : designed) = routing_of(model, "", 200);
             std::remove(model.c_str());
         }
-        const double chance = double(k) / n_expert;
+        const double chance = double(k) / shape.n_expert;
         const double reuse = designed.at("mean").at("prev_token_reuse").as_number(),
                      random_reuse = plain.at("mean").at("prev_token_reuse").as_number();
         EXPECT_GT(reuse, 2 * chance);
         EXPECT_GT(reuse - chance, 1.25 * (random_reuse - chance)) << "random network: " << random_reuse;
         for (const Json& layer : designed.at("layers").as_array()) {
             SCOPED_TRACE(layer.at("layer").as_int());
-            EXPECT_GE(layer.at("experts_for_90pct").as_int(), n_expert / 3);
+            EXPECT_GE(layer.at("experts_for_90pct").as_int(), shape.n_expert / 3);
         }
     }
 }

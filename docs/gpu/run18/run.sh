@@ -22,6 +22,8 @@
 #     llama -ncmoe 12;
 #  d  deepseek-v3 --layers 6 Q4_K_M auto at 4G x3, cpu and copy once;
 #     llama -ncmoe 6;
+#  p  (added after call 2) deepseek-v3 at 4G, cpu and copy, with
+#     --gpu-profile: where the cpu mode's time goes;
 #  b  qwen3-235b-a22b Q4_K_M cut to 28 layers (40 GiB > --gpu-mem 8G + --mem
 #     16G: misses from the drive, io_uring O_DIRECT), copy and cpu, with
 #     bench ssd in the same call for the drive bound.
@@ -38,7 +40,7 @@ synth() {  # preset file flags...
 }
 ([[ $STEPS == *[qsm]* ]] && synth qwen3-30b-a3b /tmp/q30.gguf --type Q4_K_M
  [[ $STEPS == *g* ]] && synth gpt-oss-120b /tmp/gptoss.gguf --layers 12
- [[ $STEPS == *d* ]] && synth deepseek-v3 /tmp/dsv3.gguf --layers 6 --type Q4_K_M; true) &
+ [[ $STEPS == *[dp]* ]] && synth deepseek-v3 /tmp/dsv3.gguf --layers 6 --type Q4_K_M; true) &
 syn=$!
 [[ $STEPS == *a* ]] && gpu_tests_streaming
 [[ $STEPS == *t* ]] && gpu_tests_all
@@ -105,6 +107,14 @@ if [[ $STEPS == *d* ]]; then
   for r in 1 2 3; do MEM=80G run dsv3_auto_4g_$r --gpu-mem 4G; done
   MEM=80G run dsv3_cpu_4g --gpu-mem 4G --gpu-ram-tier cpu
   MEM=80G run dsv3_copy_4g --gpu-mem 4G --gpu-ram-tier copy
+fi
+if [[ $STEPS == *p* ]]; then
+  # Added after call 2, for the next call: where DeepSeek V3's cpu mode
+  # waits (101.5 tok/s against a link+host bound of 334 in call 2).
+  M=/tmp/dsv3.gguf
+  MEM=80G run dsv3_profile_cpu_4g --gpu-mem 4G --gpu-ram-tier cpu --gpu-profile
+  MEM=80G run dsv3_profile_copy_4g --gpu-mem 4G --gpu-ram-tier copy --gpu-profile
+  grep -A30 -iE "profile|stage" $P/dsv3_profile_cpu_4g.err | head -60
 fi
 if [[ $STEPS == *b* ]]; then
   rm -f /tmp/q30.gguf /tmp/gptoss.gguf /tmp/dsv3.gguf

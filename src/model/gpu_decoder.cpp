@@ -875,8 +875,10 @@ public:
     void forward_batch(ModelState* const* states, int n, ExpertSource& experts, ThreadPool& pool,
                        const int32_t* tokens, float* logits) const override {
         GpuState& lead = static_cast<GpuState&>(*states[0]);
-        if (n == 1 || !batches_sequences() || n > lead.prefill.cap || chunk_as_steps(n)) {
-            if (n > 1 && batches_sequences() && n <= lead.prefill.cap) chunk_steps_tokens_ += uint64_t(n);
+        const bool can_pass = n > 1 && batches_sequences() && n <= lead.prefill.cap;
+        const bool steps = can_pass && chunk_as_steps(n);
+        if (!can_pass || steps) {
+            if (steps) chunk_steps_tokens_ += uint64_t(n);
             Model::forward_batch(states, n, experts, pool, tokens, logits);
             return;
         }
@@ -972,7 +974,7 @@ private:
         }
         TimeSplit* time = n == 1 ? &st.decode_time : &st.prefill_time;
         time->calls++;
-        const bool steps = chunk_as_steps(n);
+        const bool steps = n > 1 && st.prefill.cap > 0 && chunk_as_steps(n);
         if (steps) chunk_steps_tokens_ += uint64_t(n);
         if (n > 1 && st.prefill.cap > 0 && !steps) {
             for (int t0 = 0; t0 < n; t0 += st.prefill.cap) {
@@ -2644,11 +2646,11 @@ private:
         }
         vram_.upload_table(nullptr);
         gpu::sync(nullptr);
-        if (copy_gbps_ > 0) copy_expert_s_ = double(el.expert_bytes()) / (copy_gbps_ * 1e9);
         if (options_.host_share_eighths >= 0) {
             cpu_share_ = options_.host_share_eighths;
         } else if (copy_gbps_ > 0) {
             cpu_share_ = -1;
+            copy_expert_s_ = double(el.expert_bytes()) / (copy_gbps_ * 1e9);
         }
         char split[512];
         int used = cpu_share_ >= 0 ? snprintf(split, sizeof split, "%d/8 (--gpu-host-share)", cpu_share_)

@@ -293,10 +293,10 @@ TEST_P(GpuStreaming, BatchedDecodeThroughFewSlotsMatchesAlone) {
     }
 }
 
-// One golden case decoded token by token (every prompt token a decode
-// step, as the host-miss tests need: the prefill pass would take them
-// otherwise): the prompt logits, their relative L2 against the file's, the
-// greedy tokens and the GPU report.
+// One golden case: the prompt (token by token where o.prefill_pass is off,
+// as the host-miss tests need: a pass would take the prompt's experts
+// otherwise), its logits' relative L2 against the file's, the greedy
+// tokens and the GPU report.
 struct GoldenRun {
     std::vector<float> logits;
     double rel_l2 = 0;
@@ -305,8 +305,7 @@ struct GoldenRun {
     int n_expert_used = 0;
 };
 
-static GoldenRun run_golden_case(const golden::Case& g, GpuOptions o, const std::string& sidecar) {
-    o.prefill_pass = false;
+static GoldenRun run_golden_case(const golden::Case& g, const GpuOptions& o, const std::string& sidecar) {
     auto s = open_gpu(g.gguf, o, sidecar);
     GoldenRun r;
     r.logits.resize(g.prompt.size() * size_t(g.n_vocab));
@@ -348,6 +347,7 @@ TEST_P(GpuStreaming, HostComputedMissesMatchTheReference) {
             o.expert_bytes = few;
             o.cpu_misses = true;
             o.host_share_eighths = share;
+            o.prefill_pass = false;
             const GoldenRun r = run_golden_case(g, o, sidecar);
             logits.push_back(r.logits);
             printf("%s, host share %d/8: relative L2 of prompt logits = %.3g (bound 2e-2)\n", name, share, r.rel_l2);
@@ -428,6 +428,7 @@ TEST_P(GpuStreaming, HostMissesAdmittedWhereTheCacheHoldsAToken) {
         o.expert_bytes = uint64_t(slots) * slot_bytes;
         o.cpu_misses = true;
         o.host_share_eighths = 8;
+        o.prefill_pass = false;
         const GoldenRun r = run_golden_case(g, o, sidecar);
         logits.push_back(r.logits);
         const double err = r.rel_l2;
@@ -461,22 +462,11 @@ TEST_P(GpuStreaming, AutoPicksTheHostForAStateMadeBeforeTheUpload) {
     GpuOptions o;
     o.expert_bytes = few;
     o.ram_tier_auto = true;
-    auto s = open_gpu(g.gguf, o, sidecar);
-    std::vector<float> logits(g.prompt.size() * size_t(g.n_vocab));
-    s->prefill_all(g.prompt, logits.data());
-    const double err = golden::rel_l2(logits.data(), g.logits.data(), logits.size());
+    const GoldenRun r = run_golden_case(g, o, sidecar);  // the prompt in one pass
+    const double err = r.rel_l2;
     EXPECT_LE(err, 2e-2);
-    std::vector<int32_t> out;
-    s->generate(
-        int(g.greedy.size()),
-        [&](int32_t t) {
-            out.push_back(t);
-            return true;
-        },
-        nullptr, true);
-    EXPECT_EQ(out, g.greedy);
-    Json report = Json::object();
-    add_gpu_report(s->model(), &report);
+    EXPECT_EQ(r.greedy, g.greedy);
+    const Json& report = r.report;
     const Json& v = report.at("gpu").at("vram_tier");
     // Which mode auto picks is host_split_pays' (model_ram_tier_choice_test):
     // on the H100 of run18 call 2, cpu for four of the six files, copy for

@@ -621,6 +621,7 @@ public:
             v["copy_expert_us"] = copy_expert_s_ * 1e6;
             v["admitted_host_misses"] = admitted_;
             v["admissions_skipped"] = admit_skipped_;  // host misses not admitted: admissions did not pay
+            v["admissions_backlogged"] = admit_backlogged_;  // of those, skipped while the link was behind
             // Tokens of chunks (prompts, batched steps) decoded as steps,
             // where that cost less than a pass (steps_beat_pass).
             v["chunk_tokens_as_steps"] = chunk_steps_tokens_;
@@ -2095,6 +2096,16 @@ private:
             if (admit_all || host_misses_seen_ % kAdmitSample == 0) ids[m++] = cpu_ids_[i];
             host_misses_seen_++;
         }
+        // Under the measured split (auto), none while the link has not yet
+        // copied the last layer's admissions: the copy stream is behind,
+        // and more would delay the next layer's copies ahead, which the GPU
+        // waits for. A fixed share admits by the rule above alone (its bits
+        // must not depend on timing).
+        if (m > 0 && cpu_share_ < 0 && last_admit_layer_ >= 0 &&
+            !gpu::event_done(admit_events_[size_t(last_admit_layer_)])) {
+            admit_backlogged_ += uint64_t(m);
+            m = 0;
+        }
         admit_skipped_ += uint64_t(n - m);
         if (m == 0) return;
         const ExpertLayer& el = expert_layers_[size_t(il)];
@@ -2110,6 +2121,7 @@ private:
         experts.release(il);
         gpu::record(admit_events_[size_t(il)], copy_);
         admit_pending_[size_t(il)] = 1;
+        last_admit_layer_ = il;
         admitted_ += uint64_t(m);
         copied_bytes_ += uint64_t(m) * el.expert_bytes();
         admit_recent_ += uint64_t(m);
@@ -2137,8 +2149,21 @@ private:
         release_held(experts);
         const double t0 = now();
         if (prefetched_layer_ == il) {
-            // The RAM tier held the prefetched experts until their copies end.
-            gpu::sync_event(prefetched_);
+            // The prefetched experts' copies must land before the GPU reads
+            // their slots. Where the RAM tier holds every expert, its views
+            // outlive a release (as copy_experts' and admission's do), so
+            // only the compute stream waits: the host goes on to its part of
+            // the layer while the link copies. Blocking the host here put
+            // the link's queue (this layer's copies ahead, behind the layer
+            // before's admissions) and the host's part one after the other:
+            // DeepSeek V3 at 4G made 101.5 tok/s against a link+host bound
+            // of 334 (docs/gpu.md, run18). Otherwise the RAM tier may reuse
+            // the slots once released, so the host waits for the copies.
+            if (ram_holds_all_) {
+                gpu::wait(compute_, prefetched_);
+            } else {
+                gpu::sync_event(prefetched_);
+            }
             experts.release(il);
             prefetched_layer_ = -1;
             for (int i = 0; i < n_prefetched_; i++)
@@ -2902,6 +2927,8 @@ private:
     static constexpr uint64_t kAdmitWindow = 256, kAdmitSample = 8;
     mutable std::vector<uint8_t> admitted_slot_;
     mutable uint64_t admit_recent_ = 0, admit_useful_ = 0, admit_skipped_ = 0, host_misses_seen_ = 0;
+    mutable uint64_t admit_backlogged_ = 0;
+    mutable int last_admit_layer_ = -1;  // the layer admitted last (its event on the copy stream)
     mutable double cpu_seconds_ = 0;
     mutable uint64_t filled_bytes_ = 0;  // read into the RAM tier at start-up (fill_ram_tier)
     // Streaming: layer il's router predicts layer il + 1's experts, which are

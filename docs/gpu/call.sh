@@ -49,11 +49,12 @@ llama_start() {
 }
 llama_wait() { [ -n "$lcb" ] && { wait $lcb; lcb=; echo "llama.cpp build waited for at $SECONDS s"; }; return 0; }
 
-# moestream run on $M: name, flags... (PROMPT, MEM, NGEN, CTX from the caller).
+# moestream run on $M: name, flags... (PROMPT, MEM, NGEN, CTX from the caller;
+# MS: another moestream binary, for a comparison in the same call).
 run() {
   local name=$1; shift; local t0=$SECONDS
   [ $(left) -lt 30 ] && { echo "== $name: skipped, $(left) s left"; return; }
-  timeout $(( $(left) - 8 )) $BIN/moestream run -m $M -f $PROMPT -n ${NGEN:-128} --ignore-eos --temp 0 --draft off \
+  timeout $(( $(left) - 8 )) ${MS:-$BIN/moestream} run -m $M -f $PROMPT -n ${NGEN:-128} --ignore-eos --temp 0 --draft off \
     --mem ${MEM:-40G} -c ${CTX:-4096} --io ${IO:-buffered} -t 16 --gpu auto --report $P/$name.json "$@" > $P/$name.txt 2> $P/$name.err
   echo "== $name: exit $? after $((SECONDS - t0)) s: $*"
   grep -E "^decode:|^prefill:|^gpu: (VRAM|the host|misses split|--gpu-ram-tier)" $P/$name.err | head -6

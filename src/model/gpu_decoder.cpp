@@ -611,6 +611,12 @@ public:
         v["host_computed"] = cpu_experts_;
         v["host_computed_bytes"] = cpu_bytes_;
         v["host_compute_seconds"] = cpu_seconds_;
+        // Where the host's decode time goes around its part: waiting at each
+        // MoE layer for the device's routing (and the work queued before it:
+        // the layer before's experts, which wait for their copies), and
+        // queueing copies (ahead, admissions, on demand).
+        v["host_wait_routing_seconds"] = wait_routing_seconds_;
+        v["host_queue_copies_seconds"] = queue_copies_seconds_;
         v["copied_misses"] = copied_misses_;
         if (cpu_misses_) {
             v["host_share_eighths"] = cpu_share_;  // -1: host_misses' rule a layer
@@ -1527,8 +1533,10 @@ private:
             // The next layer's predicted experts start copying before the
             // host computes this layer's part, so the link and the host's
             // cores work at once (after it, the two took turns).
+            const double t_queue = now();
             if (predicting(il)) prefetch_next(st, experts, il, K);
             if (split && KG < K) admit_host_misses(experts, il, K - KG);
+            queue_copies_seconds_ += now() - t_queue;
             // The host's part, computed while the GPU runs the above, then
             // added after it: a fixed order for a given split.
             const MoeCost host = split && KG < K ? compute_misses(st, experts, il, K, KG) : MoeCost{};
@@ -2145,9 +2153,11 @@ private:
     // Returns when the wait for the device ended.
     double routing_ready(GpuState& st, ExpertSource& experts, int il, int K) const {
         gpu::copy_to_host(st.host_ids, st.ids.data(), size_t(predicting(il) ? 2 * K : K) * 4, compute_);
+        const double t_sync = now();
         gpu::sync(compute_);
         release_held(experts);
         const double t0 = now();
+        wait_routing_seconds_ += t0 - t_sync;
         if (prefetched_layer_ == il) {
             // The prefetched experts' copies must land before the GPU reads
             // their slots. Where the RAM tier holds every expert, its views
@@ -2216,6 +2226,7 @@ private:
     // slot[i] getting ids[i]'s; the compute stream waits for the copies.
     void copy_experts(ExpertSource& experts, int il, const int32_t* ids, int n, int* slot) const {
         const ExpertLayer& el = expert_layers_[size_t(il)];
+        const double t0 = now();
         experts.acquire(il, ids, n);
         ExpertView v;
         for (int i; (i = experts.next_ready(il, &v)) >= 0;) {
@@ -2224,6 +2235,7 @@ private:
         }
         gpu::record(copied_, copy_);
         gpu::wait(compute_, copied_);
+        queue_copies_seconds_ += now() - t0;
         copied_bytes_ += uint64_t(n) * el.expert_bytes();
     }
 
@@ -2930,6 +2942,7 @@ private:
     mutable uint64_t admit_backlogged_ = 0;
     mutable int last_admit_layer_ = -1;  // the layer admitted last (its event on the copy stream)
     mutable double cpu_seconds_ = 0;
+    mutable double wait_routing_seconds_ = 0, queue_copies_seconds_ = 0;  // host time, decode (see the report)
     mutable uint64_t filled_bytes_ = 0;  // read into the RAM tier at start-up (fill_ram_tier)
     // Streaming: layer il's router predicts layer il + 1's experts, which are
     // copied ahead (prefetch_next) unless --gpu-prefetch off.

@@ -10,6 +10,10 @@
 #  d  deepseek-v3 --layers 6 Q4_K_M at --gpu-mem 4G: auto, new and old, x3;
 #     cpu and copy once each (new), copy once (old); llama -ncmoe 6;
 #  p  the same with --gpu-profile, cpu mode, new and old;
+#  s  (call 2) deepseek-v3 at 4G, cpu mode: auto x2 and fixed host shares
+#     0, 0.5, 0.75, 1 (new binary: the host's wait and queue timers);
+#  o  (call 2) gpt-oss-120b 12L at 64M, auto, new and old x3, interleaved
+#     (call 1's one old run split differently: its start-up measurement);
 #  q  qwen3-30b-a3b Q4_K_M at 4G, auto, new x3 and old x2 (no regression);
 #  g  gpt-oss-120b --layers 12 at 4G and 64M, auto, new x3, old x1;
 #  m  qwen3-30b-a3b, bench serve at 1, 8 and 32 streams with --gpu-mem 8G,
@@ -29,9 +33,9 @@ synth() {  # preset file flags...
   [ -f $f ] || { $BIN/moestream synth --preset $preset -o $f "$@" > $P/synth-$preset.log 2>&1
                  echo "synth $preset exit $? after $((SECONDS - t0)) s"; }
 }
-([[ $STEPS == *[dp]* ]] && synth deepseek-v3 /tmp/dsv3.gguf --layers 6 --type Q4_K_M
+([[ $STEPS == *[dps]* ]] && synth deepseek-v3 /tmp/dsv3.gguf --layers 6 --type Q4_K_M
  [[ $STEPS == *[qm]* ]] && synth qwen3-30b-a3b /tmp/q30.gguf --type Q4_K_M
- [[ $STEPS == *g* ]] && synth gpt-oss-120b /tmp/gptoss.gguf --layers 12; true) &
+ [[ $STEPS == *[go]* ]] && synth gpt-oss-120b /tmp/gptoss.gguf --layers 12; true) &
 syn=$!
 [[ $STEPS == *t* ]] && gpu_tests_all
 wait $syn
@@ -54,6 +58,24 @@ if [[ $STEPS == *p* ]]; then
   MEM=80G run dsv3_profile_new_cpu_4g --gpu-mem 4G --gpu-ram-tier cpu --gpu-profile
   MEM=80G MS=$OLD run dsv3_profile_old_cpu_4g --gpu-mem 4G --gpu-ram-tier cpu --gpu-profile
   grep -A30 -iE "profile|stage" $P/dsv3_profile_new_cpu_4g.err | head -40
+fi
+if [[ $STEPS == *s* ]]; then
+  M=/tmp/dsv3.gguf
+  MEM=80G run dsv3_share_auto_1 --gpu-mem 4G --gpu-ram-tier cpu
+  for hs in 0 0.5 0.75 1; do MEM=80G run dsv3_share_${hs}_4g --gpu-mem 4G --gpu-ram-tier cpu --gpu-host-share $hs; done
+  MEM=80G run dsv3_share_auto_2 --gpu-mem 4G --gpu-ram-tier cpu
+  for f in $P/dsv3_share_*.json; do python3 -c "
+import json,sys; j=json.load(open('$f')); v=j['gpu']['vram_tier']; d=v['decode']
+print('%-28s %7.2f tok/s  wait %.3f s  queue %.3f s  host %.3f s  copied %.1f MB/t  host %.2f experts/t' % ('$(basename $f .json)',
+  128/j['decode']['seconds'], v.get('host_wait_routing_seconds',0), v.get('host_queue_copies_seconds',0),
+  v['host_compute_seconds'], d['copied_bytes_per_token']/1e6, d['host_computed_per_token']))"; done
+fi
+if [[ $STEPS == *o* ]]; then
+  M=/tmp/gptoss.gguf
+  for r in 1 2 3; do
+    run gptoss_new_auto_64m_$r --gpu-mem 64M
+    MS=$OLD run gptoss_old_auto_64m_$r --gpu-mem 64M
+  done
 fi
 if [[ $STEPS == *q* ]]; then
   M=/tmp/q30.gguf

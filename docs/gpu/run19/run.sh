@@ -8,7 +8,8 @@
 #  t  gpu_kernels_test and runtime_gpu_test (all);
 #  l  llama.cpp built, and its runs beside d (and q at 8G with m);
 #  d  deepseek-v3 --layers 6 Q4_K_M at --gpu-mem 4G: auto, new and old, x3;
-#     cpu and copy once each (new), copy once (old); llama -ncmoe 6;
+#     cpu once, copy twice (new), copy once (old); llama -ncmoe 6
+#     (NOOLD=1: the new binary alone, call 3);
 #  p  the same with --gpu-profile, cpu mode, new and old;
 #  s  (call 2) deepseek-v3 at 4G, cpu mode: auto x2 and fixed host shares
 #     0, 0.5, 0.75, 1 (new binary: the host's wait and queue timers);
@@ -47,11 +48,12 @@ if [[ $STEPS == *d* ]]; then
   [[ $STEPS == *l* ]] && lb llama_dsv3_ncmoe6 -ncmoe 6
   for r in 1 2 3; do
     MEM=80G run dsv3_new_auto_4g_$r --gpu-mem 4G
-    MEM=80G MS=$OLD run dsv3_old_auto_4g_$r --gpu-mem 4G
+    [ -z "${NOOLD:-}" ] && MEM=80G MS=$OLD run dsv3_old_auto_4g_$r --gpu-mem 4G
   done
   MEM=80G run dsv3_new_cpu_4g --gpu-mem 4G --gpu-ram-tier cpu
   MEM=80G run dsv3_new_copy_4g --gpu-mem 4G --gpu-ram-tier copy
-  MEM=80G MS=$OLD run dsv3_old_copy_4g --gpu-mem 4G --gpu-ram-tier copy
+  [ -z "${NOOLD:-}" ] && MEM=80G MS=$OLD run dsv3_old_copy_4g --gpu-mem 4G --gpu-ram-tier copy
+  MEM=80G run dsv3_new_copy_4g_2 --gpu-mem 4G --gpu-ram-tier copy
 fi
 if [[ $STEPS == *p* ]]; then
   M=/tmp/dsv3.gguf

@@ -264,6 +264,7 @@ GemmReport run_gemm_bench(const GemmOptions& opt) {
         if (opt.progress) opt.progress("memory read", step++, steps);
         rep.memory = measure_memory_read(pool, opt.memory_bytes, 5);
     }
+    rep.fma = measure_fma_peaks(pool);
     for (const GemmShape& s : shapes) {
         if (opt.progress) opt.progress(strf("%s M=%lld", type_name(s.type), (long long)s.m), step++, steps);
         Weights& w = weights[key(s)];
@@ -348,6 +349,13 @@ GemmReport run_gemm_bench(const GemmOptions& opt) {
                   "resident weights and cache slots at, before any compute)\n",
                   rep.memory.first_touch_gb_per_s);
     }
+    if (!rep.fma.empty()) {
+        t += "\nmeasured FMA peak (independent FP32 fused multiply-adds on registers, every thread, best of "
+             "5 runs; the FLOP bound of FP32 kernels, turbo and the core's real FMA width included):\n";
+        for (const FmaPeak& p : rep.fma)
+            t += strf("  %-6s %8.1f GFLOP/s on %d threads (%.1f FLOP a cycle a thread at the nominal clock)\n",
+                      simd_level_name(p.level), p.gflops, p.threads, p.per_core_cycle);
+    }
     t += "\ntheoretical peaks:\n";
     for (const auto& [type, p] : peaks) t += strf("  %-5s %8.1f GFLOP/s = %s\n", type_name(type), p.gflops, p.how.c_str());
     if (!rep.samples.empty()) {
@@ -402,6 +410,19 @@ GemmReport run_gemm_bench(const GemmOptions& opt) {
         pk[type_name(type)] = o;
     }
     j["theoretical_peak"] = pk;
+    Json fm = Json::array();
+    for (const FmaPeak& p : rep.fma) {
+        Json o = Json::object();
+        o["level"] = simd_level_name(p.level);
+        o["threads"] = p.threads;
+        o["gflops"] = p.gflops;
+        o["flop_per_cycle_per_thread"] = p.per_core_cycle;
+        Json runs = Json::array();
+        for (double g : p.runs) runs.push_back(g);
+        o["runs_gflops"] = runs;
+        fm.push_back(o);
+    }
+    j["fma_peak"] = fm;
     if (rep.memory.bytes > 0) {
         Json mr = Json::object();
         mr["bytes"] = rep.memory.bytes;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/fma_peak.h"
 #include "bench/gemm_gpu.h"
 #include "json/json.h"
 #include "ops/thread_pool.h"
@@ -100,6 +101,7 @@ struct GemmReport {
     std::vector<GemmSample> samples;
     double sag_percent = 0;   // (first sample - last sample) / first sample
     MemoryRead memory;        // bytes == 0: not measured
+    std::vector<FmaPeak> fma;  // the measured float ceiling, a level each (fma_peak.h)
     GpuGemmReport gpu;        // gpu.measured false: gpu.reason says why
     std::string text;
     Json json;

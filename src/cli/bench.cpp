@@ -317,7 +317,10 @@ int bench_gemm(int argc, char** argv) {
            "every --m. First, the memory read bandwidth (a streaming sum over --mem-read bytes on the same "
            "threads): the bound of decode, which streams each weight once. Then a sustained run (--duration seconds, one sample per --sample seconds) reports the sag "
            "from the first to the last sample. A theoretical peak (cores x clock x operations per cycle of the "
-           "SIMD level in use) is printed with its formula; CPU share shows when other work shared the cores. "
+           "SIMD level in use) is printed with its formula, beside the measured FMA peak of each SIMD level the CPU "
+           "runs (independent FP32 fused multiply-adds on registers on every thread, best of 5: the FLOP bound "
+           "of float kernels such as decode attention, with turbo and the core's real FMA width in it); CPU "
+           "share shows when other work shared the cores. "
            "In a build with CUDA (MOESTREAM_CUDA), the same shapes then run on GPU 0 through cuBLAS in each "
            "--gpu-types type (timed with CUDA events after warm-up, against SMs x clock x the per-SM rate of its "
            "compute capability), with their own sustained run; without a usable GPU one line says why.");

@@ -5,9 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "ops/buffer.h"
+#include "quant/cpu.h"
 #include "quant/dequant.h"
 #include "quant/types.h"
 
@@ -130,6 +132,53 @@ TEST(GemmBench, RejectsUnusableShapes) {
     o.types = {GgmlType::Q8_K};
     o.k = 256;
     EXPECT_THROW(ms::run_gemm_bench(o), std::runtime_error);
+}
+
+// The FMA loops do the arithmetic they are counted for: `chains` chains of
+// `lanes` floats, each v = fma(v, 0.999999, 1e-7) from 1 + 0.01 i, summed
+// chain by chain and then lane by lane; std::fma rounds once, as the
+// instruction does, so the bits agree. Dropping or merging a chain fails.
+float fma_reference(int lanes, int chains, int64_t iters) {
+    float lane_sum = 0;
+    for (int i = 0; i < chains; i++) {
+        float v = 1.0f + 0.01f * float(i);
+        for (int64_t it = 0; it < iters; it++) v = std::fma(v, 0.999999f, 1e-7f);
+        lane_sum = i == 0 ? v : lane_sum + v;
+    }
+    float r = 0;
+    for (int l = 0; l < lanes; l++) r += lane_sum;
+    return r;
+}
+
+TEST(FmaPeak, LoopsComputeWhatTheyCount) {
+    const ms::SimdLevel best = ms::best_simd_level();
+    if (best < ms::SimdLevel::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
+    for (const ms::FmaKernel* k : {&ms::kFmaAvx2, &ms::kFmaAvx512}) {
+        if (k == &ms::kFmaAvx512 && best < ms::SimdLevel::Avx512) continue;
+        EXPECT_EQ(k->chains, 12);
+        for (int64_t iters : {int64_t(1), int64_t(777)})
+            EXPECT_EQ(k->run(iters), fma_reference(k->lanes, k->chains, iters)) << k->lanes << " lanes, " << iters;
+    }
+}
+
+TEST(FmaPeak, OneResultPerLevelTheCpuRuns) {
+    ms::ThreadPool pool(2);
+    const std::vector<ms::FmaPeak> peaks = ms::measure_fma_peaks(pool, 3, 0.01);
+    const ms::SimdLevel best = ms::best_simd_level();
+    const size_t levels = best == ms::SimdLevel::Avx512 ? 2 : best == ms::SimdLevel::Avx2 ? 1 : 0;
+    ASSERT_EQ(peaks.size(), levels);
+    for (const ms::FmaPeak& p : peaks) {
+        EXPECT_EQ(p.threads, 2);
+        ASSERT_EQ(p.runs.size(), 3u);
+        EXPECT_GT(p.gflops, 0.0);
+        EXPECT_DOUBLE_EQ(p.gflops, *std::max_element(p.runs.begin(), p.runs.end()));
+    }
+    if (levels >= 1) {
+        EXPECT_EQ(peaks[0].level, ms::SimdLevel::Avx2);
+    }
+    if (levels == 2) {
+        EXPECT_EQ(peaks[1].level, ms::SimdLevel::Avx512);
+    }
 }
 
 }  // namespace

@@ -632,8 +632,9 @@ const std::vector<SynthSpec>& presets() {
          .q_lora = 1536, .kv_lora = 512, .v_head_dim = 128,
          // Fitted to GLM-5.x's previous-token reuse (nothing is published for
          // V3; docs/routing.md): flat popularity (the aux-loss-free balance),
-         // the most locality the knob allows.
-         .router_skew = 0, .router_locality = 8.0},
+         // the most locality the knob allows, kept at every depth (the
+         // carrier gain follows the residual, so no layer collapses).
+         .router_skew = 0, .router_locality = 8.0, .router_fade = 0},
         // GLM-4.5-Air (106B-A12B): 46 layers (its NextN block is left out),
         // the first dense, 128 experts top-8 plus one shared, half-rotary heads,
         // no q/k norm.
@@ -673,9 +674,10 @@ const std::vector<SynthSpec>& presets() {
          .n_embd = 6144, .expert_ffn = 2048, .n_head = 64, .n_head_kv = 1, .head_dim = 128, .context = 202752,
          .rope_dim = 64, .n_dense_lead = 3, .dense_ffn = 12288, .n_shared = 1, .q_lora = 2048, .kv_lora = 512,
          .v_head_dim = 256, .indexer_heads = 32, .indexer_dim = 128, .indexer_top_k = 2048,
-         // DeepSeek V3's fit (its MLA design), checked against GLM-5.2's
-         // published routing (docs/routing.md).
-         .router_skew = 0, .router_locality = 8.0},
+         // Fitted to GLM-5.2's published reuse (docs/routing.md) on DeepSeek
+         // V3's MLA design: its 64 heads without YaRN reuse less at the same
+         // window, so the window is broader (sharpness in the carrier gain).
+         .router_skew = 0, .router_locality = 8.0, .router_sharpness = 0.55, .router_fade = 0},
         // Llama 4 Scout (109B) and Maverick (400B): 48 layers, n_embd 5120,
         // 40/8 heads x 128; every layer routes in Scout (16 experts), every
         // other one in Maverick (128), top-1 by sigmoid plus a shared expert,

@@ -687,8 +687,11 @@ const std::vector<SynthSpec>& presets() {
          .rope_base = 500000, .moe_step = 1, .dense_ffn = 16384, .n_shared = 1,
          // Nothing is published for it: fitted to Mixtral's repetition of
          // consecutive tokens' experts relative to chance, borrowed
-         // (docs/routing.md); Mixtral's light locality, kept at every depth.
-         .router_skew = 0, .router_locality = 1.0, .router_fade = 0},
+         // (docs/routing.md); Mixtral's light locality, kept at every depth,
+         // scaled by thirds: little in the first (its own popularity already
+         // repeats at the target), most in the middle, and next to none in
+         // the last, which inherits the middle's context.
+         .router_skew = 0, .router_locality = 1.0, .router_fade = 0, .router_bands = {0.4, 1.6, 0.1}},
         {.preset = "llama4-maverick", .arch = "llama4", .n_layer = 48, .n_expert = 128, .n_expert_used = 1,
          .n_embd = 5120, .expert_ffn = 8192, .n_head = 40, .n_head_kv = 8, .head_dim = 128, .context = 262144,
          .rope_base = 500000, .moe_step = 2, .dense_ffn = 16384, .n_shared = 1,
@@ -799,6 +802,8 @@ void validate_spec(const SynthSpec& s) {
     need(std::isfinite(s.router_locality) && s.router_locality >= 0 && s.router_locality <= 8,
          "--router-locality must be 0..8");
     need(std::isfinite(s.router_fade) && s.router_fade >= 0 && s.router_fade <= 64, "--router-fade must be 0..64");
+    for (double b : s.router_bands)
+        need(std::isfinite(b) && b >= 0 && b <= 8, "--router-bands must be three scales of 0..8");
     if (s.arch != "qwen3moe") validate_family(s);
 }
 
@@ -1021,6 +1026,9 @@ SynthResult write_synth_model(const SynthSpec& spec, const std::string& path,
     w.set_f32("moestream.synth.router_locality", float(spec.router_locality));
     if (spec.arch != "qwen3moe") w.set_f32("moestream.synth.router_sharpness", float(spec.router_sharpness));
     if (spec.router_fade != SynthSpec{}.router_fade) w.set_f32("moestream.synth.router_fade", float(spec.router_fade));
+    if (spec.router_bands != SynthSpec{}.router_bands)
+        w.set_f32s("moestream.synth.router_bands",
+                   {float(spec.router_bands[0]), float(spec.router_bands[1]), float(spec.router_bands[2])});
     std::vector<float> popularity;
     for (int l = 0; l < spec.n_layer; ++l)
         for (int e = 0; e < spec.n_expert; ++e)

@@ -33,8 +33,14 @@ double recency_norm_weight(int head_dim, double attn_scale) {
     return std::sqrt(recency_score() / (double(head_dim) * attn_scale));
 }
 
+double layer_band_scale(const SynthSpec& s, int layer) {
+    // Thirds as docs/routing.md's tables cut them, the longer ones last
+    // (32 layers: 0-9, 10-20, 21-31).
+    return s.router_bands[size_t(std::clamp((3 * layer + 2) / std::max(s.n_layer, 1), 0, 2))];
+}
+
 double layer_locality(const SynthSpec& s, int layer) {
-    return s.router_locality / std::sqrt(1.0 + s.router_fade * layer);
+    return s.router_locality / std::sqrt(1.0 + s.router_fade * layer) * layer_band_scale(s, layer);
 }
 
 namespace {
@@ -110,7 +116,7 @@ void design_gemma4(const SynthSpec& s, std::vector<SynthTensor>& ts) {
             // layer_locality(s, l) x sqrt(E), in the order the fitted files were made with
             const float ctx = full ? 0.0f
                                    : float(s.router_locality * std::sqrt(double(E)) /
-                                           std::sqrt(1.0 + s.router_fade * l));
+                                           std::sqrt(1.0 + s.router_fade * l) * layer_band_scale(s, l));
             set_values(t, carrier_split(E, J, 0.0f, ctx));
         } else if (n == "ffn_norm.weight" || n == "pre_ffw_norm_2.weight" || n == "post_ffw_norm.weight" ||
                    n == "post_norm.weight")

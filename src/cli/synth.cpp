@@ -1,7 +1,10 @@
 // moestream synth: writes a synthetic model of a real architecture (see
 // synth/synth.h) with a progress bar, then reports size and write rate.
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include "cli/args.h"
@@ -13,7 +16,7 @@
 namespace ms {
 
 int cmd_synth(int argc, char** argv) {
-    std::string preset = "tiny", out, type, vocab;
+    std::string preset = "tiny", out, type, vocab, bands;
     int layers = 0, experts = 0, experts_used = 0, n_embd = 0, ffn = 0, heads = 0, kv_heads = 0, head_dim = 0;
     int64_t context = 0, seed = 1;
     double skew = -1, locality = -1, sharpness = -1, fade = -1;
@@ -86,6 +89,9 @@ int cmd_synth(int argc, char** argv) {
                 "how the locality fades with depth: layer l's is L / sqrt(1 + D l); higher means deep layers "
                 "see less recent context (default: the preset's, 0.5 unless its fit needed another: "
                 "docs/routing.md)");
+    args.option("--router-bands", &bands, "A,B,C",
+                "the locality's scale in the first, middle and last third of the layers, on top of the fade "
+                "(default: the preset's, 1,1,1 unless its fit needed another depth profile: docs/routing.md)");
     args.option("--seed", &seed, "N", "random seed (same seed and flags give the same file)");
     args.flag("--dry-run", &dry_run,
               "write nothing: print what the file would hold (bytes in all, resident bytes, routed expert bytes, "
@@ -110,6 +116,17 @@ int cmd_synth(int argc, char** argv) {
     if (locality >= 0) s.router_locality = locality;
     if (sharpness >= 0) s.router_sharpness = sharpness;
     if (fade >= 0) s.router_fade = fade;
+    if (!bands.empty()) {
+        std::istringstream in(bands);
+        std::string part;
+        for (size_t i = 0; i < 3; i++) {
+            char* end = nullptr;
+            if (!std::getline(in, part, ',') || part.empty() ||
+                (s.router_bands[i] = std::strtod(part.c_str(), &end), *end != '\0'))
+                throw std::runtime_error("--router-bands takes three scales, A,B,C");
+        }
+        if (std::getline(in, part, ',')) throw std::runtime_error("--router-bands takes three scales, A,B,C");
+    }
     s.seed = uint64_t(seed);
     validate_spec(s);
     if (dry_run) {

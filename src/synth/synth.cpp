@@ -632,8 +632,9 @@ const std::vector<SynthSpec>& presets() {
          .q_lora = 1536, .kv_lora = 512, .v_head_dim = 128,
          // Fitted to GLM-5.x's previous-token reuse (nothing is published for
          // V3; docs/routing.md): flat popularity (the aux-loss-free balance),
-         // the most locality the knob allows.
-         .router_skew = 0, .router_locality = 8.0},
+         // the most locality the knob allows, kept at every depth (the
+         // carrier gain follows the residual, so no layer collapses).
+         .router_skew = 0, .router_locality = 8.0, .router_fade = 0},
         // GLM-4.5-Air (106B-A12B): 46 layers (its NextN block is left out),
         // the first dense, 128 experts top-8 plus one shared, half-rotary heads,
         // no q/k norm.
@@ -673,9 +674,10 @@ const std::vector<SynthSpec>& presets() {
          .n_embd = 6144, .expert_ffn = 2048, .n_head = 64, .n_head_kv = 1, .head_dim = 128, .context = 202752,
          .rope_dim = 64, .n_dense_lead = 3, .dense_ffn = 12288, .n_shared = 1, .q_lora = 2048, .kv_lora = 512,
          .v_head_dim = 256, .indexer_heads = 32, .indexer_dim = 128, .indexer_top_k = 2048,
-         // DeepSeek V3's fit (its MLA design), checked against GLM-5.2's
-         // published routing (docs/routing.md).
-         .router_skew = 0, .router_locality = 8.0},
+         // Fitted to GLM-5.2's published reuse (docs/routing.md) on DeepSeek
+         // V3's MLA design: its 64 heads without YaRN reuse less at the same
+         // window, so the window is broader (sharpness in the carrier gain).
+         .router_skew = 0, .router_locality = 8.0, .router_sharpness = 0.55, .router_fade = 0},
         // Llama 4 Scout (109B) and Maverick (400B): 48 layers, n_embd 5120,
         // 40/8 heads x 128; every layer routes in Scout (16 experts), every
         // other one in Maverick (128), top-1 by sigmoid plus a shared expert,
@@ -685,8 +687,11 @@ const std::vector<SynthSpec>& presets() {
          .rope_base = 500000, .moe_step = 1, .dense_ffn = 16384, .n_shared = 1,
          // Nothing is published for it: fitted to Mixtral's repetition of
          // consecutive tokens' experts relative to chance, borrowed
-         // (docs/routing.md); Mixtral's light locality, kept at every depth.
-         .router_skew = 0, .router_locality = 1.0, .router_fade = 0},
+         // (docs/routing.md); Mixtral's light locality, kept at every depth,
+         // scaled by thirds: little in the first (its own popularity already
+         // repeats at the target), most in the middle, and next to none in
+         // the last, which inherits the middle's context.
+         .router_skew = 0, .router_locality = 1.0, .router_fade = 0, .router_bands = {0.4, 1.6, 0.1}},
         {.preset = "llama4-maverick", .arch = "llama4", .n_layer = 48, .n_expert = 128, .n_expert_used = 1,
          .n_embd = 5120, .expert_ffn = 8192, .n_head = 40, .n_head_kv = 8, .head_dim = 128, .context = 262144,
          .rope_base = 500000, .moe_step = 2, .dense_ffn = 16384, .n_shared = 1,
@@ -797,6 +802,8 @@ void validate_spec(const SynthSpec& s) {
     need(std::isfinite(s.router_locality) && s.router_locality >= 0 && s.router_locality <= 8,
          "--router-locality must be 0..8");
     need(std::isfinite(s.router_fade) && s.router_fade >= 0 && s.router_fade <= 64, "--router-fade must be 0..64");
+    for (double b : s.router_bands)
+        need(std::isfinite(b) && b >= 0 && b <= 8, "--router-bands must be three scales of 0..8");
     if (s.arch != "qwen3moe") validate_family(s);
 }
 
@@ -1019,6 +1026,9 @@ SynthResult write_synth_model(const SynthSpec& spec, const std::string& path,
     w.set_f32("moestream.synth.router_locality", float(spec.router_locality));
     if (spec.arch != "qwen3moe") w.set_f32("moestream.synth.router_sharpness", float(spec.router_sharpness));
     if (spec.router_fade != SynthSpec{}.router_fade) w.set_f32("moestream.synth.router_fade", float(spec.router_fade));
+    if (spec.router_bands != SynthSpec{}.router_bands)
+        w.set_f32s("moestream.synth.router_bands",
+                   {float(spec.router_bands[0]), float(spec.router_bands[1]), float(spec.router_bands[2])});
     std::vector<float> popularity;
     for (int l = 0; l < spec.n_layer; ++l)
         for (int e = 0; e < spec.n_expert; ++e)

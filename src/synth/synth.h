@@ -10,6 +10,7 @@
 // its recent context, as in trained models (--router-locality; synth/synth_routing.h
 // says which families have the design so far).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -98,6 +99,11 @@ struct SynthSpec {
     // layer_locality). 0.5, the qwen3 presets', unless a preset's fit
     // needed another (docs/routing.md: Mixtral's slower, MiniMax-M2's none).
     double router_fade = 0.5;
+    // The locality knob's scale in each third of the layers (first, middle,
+    // last; layer l is in third (3 l + 2) / n_layer), on top of the fade: a depth
+    // profile the fade cannot give, such as Mixtral's repetition peaking in
+    // its middle layers. A --layers cut splits its own layers in thirds.
+    std::array<double, 3> router_bands = {1.0, 1.0, 1.0};
     uint64_t seed = 1;
 };
 

@@ -33,8 +33,14 @@ double recency_norm_weight(int head_dim, double attn_scale) {
     return std::sqrt(recency_score() / (double(head_dim) * attn_scale));
 }
 
+double layer_band_scale(const SynthSpec& s, int layer) {
+    // Thirds as docs/routing.md's tables cut them, the longer ones last
+    // (32 layers: 0-9, 10-20, 21-31).
+    return s.router_bands[size_t(std::clamp((3 * layer + 2) / std::max(s.n_layer, 1), 0, 2))];
+}
+
 double layer_locality(const SynthSpec& s, int layer) {
-    return s.router_locality / std::sqrt(1.0 + s.router_fade * layer);
+    return s.router_locality / std::sqrt(1.0 + s.router_fade * layer) * layer_band_scale(s, layer);
 }
 
 namespace {
@@ -110,7 +116,7 @@ void design_gemma4(const SynthSpec& s, std::vector<SynthTensor>& ts) {
             // layer_locality(s, l) x sqrt(E), in the order the fitted files were made with
             const float ctx = full ? 0.0f
                                    : float(s.router_locality * std::sqrt(double(E)) /
-                                           std::sqrt(1.0 + s.router_fade * l));
+                                           std::sqrt(1.0 + s.router_fade * l) * layer_band_scale(s, l));
             set_values(t, carrier_split(E, J, 0.0f, ctx));
         } else if (n == "ffn_norm.weight" || n == "pre_ffw_norm_2.weight" || n == "post_ffw_norm.weight" ||
                    n == "post_norm.weight")
@@ -262,6 +268,16 @@ bool mark_latent_queries(SynthTensor& t, const std::string& name, int q_lora, in
 // attn_kv_a_mqa's rope recency rows read only the residual's carrier (k_pe),
 // its other rope rows are zero, and its compressed rows are the token's own,
 // blind to the carrier; attn_kv_a_norm's weight is the locality knob.
+// k_pe is not normed, so as in glm4moe the carrier is kept clean
+// (attn_output's and every ffn_down's carrier rows exact zeros) and
+// attn_norm's carrier gain follows the residual's expected RMS: without
+// it the window broadened with depth and the deep layers collapsed once
+// the locality stayed up (glm-5 at locality 8, no fade: 45.5 experts for
+// 90 % in MoE layers 7-8 at 45 % reuse). The sharpness knob scales the
+// same F32 gain, which only k_pe reads (the q latent is normed): Q4_K
+// rounds the q/k weights to the same level over a wide range (glm-5
+// routed the same at sharpness 0.7 and 1), as Maverick's
+// sharpness_in_gain.
 // `attn_scale`: the scale of q.k, YaRN's included.
 void design_mla(const SynthSpec& s, std::vector<SynthTensor>& ts, double attn_scale) {
     const int64_t E = s.n_embd;
@@ -275,8 +291,11 @@ void design_mla(const SynthSpec& s, std::vector<SynthTensor>& ts, double attn_sc
     std::vector<uint8_t> q_head(size_t(s.head_dim), kRowOther), kv(size_t(s.kv_lora), kRowCarrierZero);
     q_head.insert(q_head.end(), rope.begin(), rope.end());
     kv.insert(kv.end(), rope.begin(), rope.end());
-    // Per recency dim, q and k of the same size giving the score.
-    const double qk = pure_recency_qk(s, n_rec, attn_scale);
+    // Per recency dim, q and k of the same size giving the score at
+    // sharpness 1; the knob is in the gain below.
+    SynthSpec at_weights = s;
+    at_weights.router_sharpness = 1;
+    const double qk = pure_recency_qk(at_weights, n_rec, attn_scale);
     // attn_q_a_norm leaves the J latent carrier channels at sqrt(q_lora / J).
     const float vq = float(qk / (J * std::sqrt(double(s.q_lora) / J))), vk = float(qk / (J * kCarrierValue * gain));
     for (SynthTensor& t : ts) {
@@ -285,7 +304,8 @@ void design_mla(const SynthSpec& s, std::vector<SynthTensor>& ts, double attn_sc
         if (n == "token_embd.weight") {
             carry_carrier_value(t);
         } else if (n == "attn_norm.weight") {
-            set_values(t, carrier_split(E, J, gain, 1.0f));
+            set_values(t, carrier_split(E, J, float(gain * s.router_sharpness * expected_residual_rms(s, l, 0)),
+                                        1.0f));
         } else if (n == "attn_kv_a_norm.weight") {
             // The compressed row is normed, so the values' scale (the locality
             // knob) is its norm's weight.
@@ -293,8 +313,8 @@ void design_mla(const SynthSpec& s, std::vector<SynthTensor>& ts, double attn_sc
         } else if (mark_latent_queries(t, n, s.q_lora, J, q_head, vq)) {
         } else if (n == "attn_kv_a_mqa.weight") {
             mark_recency(t, kv, vk, true);
-        } else if (n == "attn_output.weight") {
-            t.design = SynthDesign::RowsZero;
+        } else if (n == "attn_output.weight" || (n.rfind("ffn_down", 0) == 0 && t.ne.size() >= 2)) {
+            t.design = SynthDesign::RowsClear;
         } else if (n == "ffn_norm.weight") {
             set_values(t, carrier_split(E, J, 0.0f, 1.0f));
         }

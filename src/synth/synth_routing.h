@@ -63,8 +63,12 @@ double recency_score();
 // scores are multiplied by attn_scale that gives recency_score().
 double recency_norm_weight(int head_dim, double attn_scale);
 
+// s.router_bands' scale of the third of the layers that holds `layer`.
+double layer_band_scale(const SynthSpec& s, int layer);
+
 // The locality knob at layer `layer`: s.router_locality fading with depth
-// (locality / sqrt(1 + s.router_fade * layer)).
+// (locality / sqrt(1 + s.router_fade * layer)), times s.router_bands' scale
+// of the layer's third.
 double layer_locality(const SynthSpec& s, int layer);
 
 // Marks the designed elements of a family's tensors (synth_families.h) for

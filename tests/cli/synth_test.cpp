@@ -75,7 +75,9 @@ TEST(SynthCli, BadFlagsAreOneLineErrors) {
     std::string out = temp_path("bad");
     for (std::string args : {"--preset nope -o " + out, "--preset tiny --experts-used 99 -o " + out,
                              "--preset tiny --type Q3_K -o " + out, std::string("--preset tiny"), "--preset tiny --layers x -o " + out,
-                             "--preset tiny --vocab /nonexistent.gguf -o " + out}) {
+                             "--preset tiny --vocab /nonexistent.gguf -o " + out,
+                             "--preset tiny --router-bands 1,2 -o " + out, "--preset tiny --router-bands 1,x,1 -o " + out,
+                             "--preset tiny --router-bands 1,1,9 -o " + out}) {
         SCOPED_TRACE(args);
         CliResult r = run_cli("synth " + args, true);
         EXPECT_EQ(r.rc, 1) << r.out;

@@ -64,6 +64,26 @@ SynthSpec shrink(SynthSpec s) {
 
 }  // namespace
 
+// --router-bands scales the locality by thirds of the layers as
+// docs/routing.md's tables cut them (32 layers: 0-9, 10-20, 21-31), on top
+// of the fade; the default leaves the fade's value exactly.
+TEST(SynthFamilies, RouterBandsScaleTheLocalityByThirds) {
+    SynthSpec s = synth_preset("mixtral-8x7b");
+    const double fade = s.router_locality / std::sqrt(1.0 + s.router_fade * 9);
+    EXPECT_EQ(layer_locality(s, 9), fade);
+    s.router_bands = {0.5, 2.0, 3.0};
+    EXPECT_EQ(layer_locality(s, 9), fade * 0.5);
+    EXPECT_DOUBLE_EQ(layer_locality(s, 10), 2.0 * s.router_locality / std::sqrt(1.0 + s.router_fade * 10));
+    EXPECT_DOUBLE_EQ(layer_locality(s, 20), 2.0 * s.router_locality / std::sqrt(1.0 + s.router_fade * 20));
+    EXPECT_DOUBLE_EQ(layer_locality(s, 21), 3.0 * s.router_locality / std::sqrt(1.0 + s.router_fade * 21));
+    s.n_layer = 48;
+    EXPECT_DOUBLE_EQ(layer_band_scale(s, 15), 0.5);
+    EXPECT_DOUBLE_EQ(layer_band_scale(s, 16), 2.0);
+    EXPECT_DOUBLE_EQ(layer_band_scale(s, 32), 3.0);
+    s.router_bands = {1.0, -1.0, 1.0};
+    EXPECT_THROW(validate_spec(s), std::runtime_error);
+}
+
 TEST(SynthFamilies, EveryFullPresetIsValid) {
     ASSERT_FALSE(family_presets().empty());
     for (const std::string& n : family_presets()) {

@@ -56,7 +56,7 @@ std::vector<FmaPeak> measure_fma_peaks(ThreadPool& pool, int repeats, double sec
             p.runs.push_back(timed_run(pool, k, iters));
             p.gflops = std::max(p.gflops, p.runs.back());
         }
-        p.per_core_cycle = ghz > 0 ? p.gflops / (double(p.threads) * ghz) : 0.0;
+        p.per_thread_cycle = ghz > 0 ? p.gflops / (double(p.threads) * ghz) : 0.0;
         out.push_back(p);
     }
     return out;

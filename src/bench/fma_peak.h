@@ -31,7 +31,7 @@ struct FmaPeak {
     SimdLevel level = SimdLevel::Scalar;
     int threads = 0;
     double gflops = 0;          // best run: 2 FLOP an FMA lane
-    double per_core_cycle = 0;  // gflops / (threads x nominal GHz): FLOP a cycle a thread
+    double per_thread_cycle = 0;  // gflops / (threads x nominal GHz): FLOP a cycle a thread
     std::vector<double> runs;   // every run's GFLOP/s
 };
 

@@ -354,7 +354,7 @@ GemmReport run_gemm_bench(const GemmOptions& opt) {
              "5 runs; the FLOP bound of FP32 kernels, turbo and the core's real FMA width included):\n";
         for (const FmaPeak& p : rep.fma)
             t += strf("  %-6s %8.1f GFLOP/s on %d threads (%.1f FLOP a cycle a thread at the nominal clock)\n",
-                      simd_level_name(p.level), p.gflops, p.threads, p.per_core_cycle);
+                      simd_level_name(p.level), p.gflops, p.threads, p.per_thread_cycle);
     }
     t += "\ntheoretical peaks:\n";
     for (const auto& [type, p] : peaks) t += strf("  %-5s %8.1f GFLOP/s = %s\n", type_name(type), p.gflops, p.how.c_str());
@@ -416,7 +416,7 @@ GemmReport run_gemm_bench(const GemmOptions& opt) {
         o["level"] = simd_level_name(p.level);
         o["threads"] = p.threads;
         o["gflops"] = p.gflops;
-        o["flop_per_cycle_per_thread"] = p.per_core_cycle;
+        o["flop_per_cycle_per_thread"] = p.per_thread_cycle;
         Json runs = Json::array();
         for (double g : p.runs) runs.push_back(g);
         o["runs_gflops"] = runs;

@@ -155,12 +155,6 @@ void record(Event e, Stream s) { check(cudaEventRecord(native(e), native(s)), "c
 void wait(Stream s, Event e) { check(cudaStreamWaitEvent(native(s), native(e), 0), "cudaStreamWaitEvent"); }
 void sync(Stream s) { check(cudaStreamSynchronize(native(s)), "cudaStreamSynchronize"); }
 void sync_event(Event e) { check(cudaEventSynchronize(native(e)), "cudaEventSynchronize"); }
-bool event_done(Event e) {
-    const cudaError_t r = cudaEventQuery(native(e));
-    if (r == cudaErrorNotReady) return false;
-    check(r, "cudaEventQuery");
-    return true;
-}
 float elapsed_ms(Event start, Event end) {
     float ms = 0;
     check(cudaEventElapsedTime(&ms, native(start), native(end)), "cudaEventElapsedTime");

@@ -73,7 +73,6 @@ void record(Event e, Stream s);
 void wait(Stream s, Event e);   // s waits for e without blocking the host
 void sync(Stream s);
 void sync_event(Event e);
-bool event_done(Event e);       // whether the work before e's record has finished (no wait)
 float elapsed_ms(Event start, Event end);
 
 void copy_to_device(void* dst, const void* src, size_t bytes, Stream s);  // async when src is pinned

@@ -41,7 +41,6 @@ void record(Event, Stream) { absent(); }
 void wait(Stream, Event) { absent(); }
 void sync(Stream) { absent(); }
 void sync_event(Event) { absent(); }
-bool event_done(Event) { absent(); }
 float elapsed_ms(Event, Event) { absent(); }
 void copy_to_device(void*, const void*, size_t, Stream) { absent(); }
 void copy_to_host(void*, const void*, size_t, Stream) { absent(); }

@@ -614,7 +614,8 @@ public:
         // Where the host's decode time goes around its part: waiting at each
         // MoE layer for the device's routing (and the work queued before it:
         // the layer before's experts, which wait for their copies), and
-        // queueing copies (ahead, admissions, on demand).
+        // queueing copies (ahead, admissions, on demand; with a RAM tier
+        // that does not hold every expert, its reads from the drive too).
         v["host_wait_routing_seconds"] = wait_routing_seconds_;
         v["host_queue_copies_seconds"] = queue_copies_seconds_;
         v["copied_misses"] = copied_misses_;
@@ -627,7 +628,6 @@ public:
             v["copy_expert_us"] = copy_expert_s_ * 1e6;
             v["admitted_host_misses"] = admitted_;
             v["admissions_skipped"] = admit_skipped_;  // host misses not admitted: admissions did not pay
-            v["admissions_backlogged"] = admit_backlogged_;  // of those, skipped while the link was behind
             // Tokens of chunks (prompts, batched steps) decoded as steps,
             // where that cost less than a pass (steps_beat_pass).
             v["chunk_tokens_as_steps"] = chunk_steps_tokens_;
@@ -2104,16 +2104,6 @@ private:
             if (admit_all || host_misses_seen_ % kAdmitSample == 0) ids[m++] = cpu_ids_[i];
             host_misses_seen_++;
         }
-        // Under the measured split (auto), none while the link has not yet
-        // copied the last layer's admissions: the copy stream is behind,
-        // and more would delay the next layer's copies ahead, which the GPU
-        // waits for. A fixed share admits by the rule above alone (its bits
-        // must not depend on timing).
-        if (m > 0 && cpu_share_ < 0 && last_admit_layer_ >= 0 &&
-            !gpu::event_done(admit_events_[size_t(last_admit_layer_)])) {
-            admit_backlogged_ += uint64_t(m);
-            m = 0;
-        }
         admit_skipped_ += uint64_t(n - m);
         if (m == 0) return;
         const ExpertLayer& el = expert_layers_[size_t(il)];
@@ -2129,7 +2119,6 @@ private:
         experts.release(il);
         gpu::record(admit_events_[size_t(il)], copy_);
         admit_pending_[size_t(il)] = 1;
-        last_admit_layer_ = il;
         admitted_ += uint64_t(m);
         copied_bytes_ += uint64_t(m) * el.expert_bytes();
         admit_recent_ += uint64_t(m);
@@ -2162,13 +2151,12 @@ private:
             // The prefetched experts' copies must land before the GPU reads
             // their slots. Where the RAM tier holds every expert, its views
             // outlive a release (as copy_experts' and admission's do), so
-            // only the compute stream waits: the host goes on to its part of
-            // the layer while the link copies. Blocking the host here put
-            // the link's queue (this layer's copies ahead, behind the layer
-            // before's admissions) and the host's part one after the other:
-            // DeepSeek V3 at 4G made 101.5 tok/s against a link+host bound
-            // of 334 (docs/gpu.md, run18). Otherwise the RAM tier may reuse
-            // the slots once released, so the host waits for the copies.
+            // only the compute stream waits and the host goes on to its part
+            // of the layer. (Tried as the cause of DeepSeek V3's slow cpu
+            // mode: no measurable change there, 98.40 against 96.76 tok/s,
+            // docs/gpu.md run19; kept as the wait the copies need, no more.)
+            // Otherwise the RAM tier may reuse the slots once released, so
+            // the host waits for the copies.
             if (ram_holds_all_) {
                 gpu::wait(compute_, prefetched_);
             } else {
@@ -2939,8 +2927,6 @@ private:
     static constexpr uint64_t kAdmitWindow = 256, kAdmitSample = 8;
     mutable std::vector<uint8_t> admitted_slot_;
     mutable uint64_t admit_recent_ = 0, admit_useful_ = 0, admit_skipped_ = 0, host_misses_seen_ = 0;
-    mutable uint64_t admit_backlogged_ = 0;
-    mutable int last_admit_layer_ = -1;  // the layer admitted last (its event on the copy stream)
     mutable double cpu_seconds_ = 0;
     mutable double wait_routing_seconds_ = 0, queue_copies_seconds_ = 0;  // host time, decode (see the report)
     mutable uint64_t filled_bytes_ = 0;  // read into the RAM tier at start-up (fill_ram_tier)

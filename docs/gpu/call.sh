@@ -11,7 +11,7 @@
 set -u -o pipefail
 LIMIT=${LIMIT:-560}
 BIN=$D/bin
-LCB=$PWD/.gpuwork/lcb  # ignored by git: kept by the device between warm calls
+LCB=/tmp/lcb  # kept by a warm device between calls (.gpuwork/ is replaced by each call's carry)
 lcb=
 left() { echo $((LIMIT - SECONDS)); }
 pack() { tar cJf $OUT/reports.txz -C "$(dirname $P)" "$(basename $P)"; }

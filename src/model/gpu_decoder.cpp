@@ -19,6 +19,7 @@
 #include "model/ffn_block.h"
 #include "model/moe.h"
 #include "quant/dequant.h"
+#include "store/slot_cache.h"
 
 namespace ms {
 
@@ -243,9 +244,12 @@ struct SlotLayout {
 class VramExperts {
 public:
     // host: the RAM tier's layout of each layer's slots, which the VRAM
-    // slots then take (empty: gate, up and down 256-byte aligned).
+    // slots then take (empty: gate, up and down 256-byte aligned). Which
+    // slot a miss takes is the store's SlotCache's choice (one set of cache
+    // policies for both tiers: --cache-policy, --step-fit), over slots of
+    // VRAM it does not own.
     void init(const std::vector<ExpertLayer>& layers, int n_expert, uint64_t budget, int min_slots,
-              const std::vector<SlotLayout>& host = {}) {
+              const std::vector<SlotLayout>& host, CachePolicy policy, bool step_fit) {
         n_expert_ = n_expert;
         layout_.resize(layers.size());
         for (size_t il = 0; il < layers.size(); il++) {
@@ -266,14 +270,9 @@ public:
         table_ = DeviceMemory(keys * sizeof(uint8_t*));
         host_table_.assign(keys, nullptr);
         fallback_.assign(keys, nullptr);
-        slot_of_.assign(keys, -1);
-        owner_.assign(size_t(n_slots_), -1);
-        stamp_.assign(size_t(n_slots_), 0);
-        prev_.resize(size_t(n_slots_));
-        next_.resize(size_t(n_slots_));
-        for (int s = 0; s < n_slots_; s++) prev_[size_t(s)] = s - 1, next_[size_t(s)] = s + 1 < n_slots_ ? s + 1 : -1;
-        head_ = 0;
-        tail_ = n_slots_ - 1;
+        order_ = std::make_unique<SlotCache>(n_slots_, slot_bytes_, int(layers.size()), n_expert, policy,
+                                             SlotCache::Arena::None);
+        order_->set_step_fit(step_fit);
     }
 
     bool holds_all() const { return all_; }
@@ -290,67 +289,51 @@ public:
     void set_fallback(int layer, int id, const uint8_t* p) {
         const size_t key = size_t(int64_t(layer) * n_expert_ + id);
         fallback_[key] = p;
-        if (slot_of_[key] < 0) host_table_[key] = p;
+        if (order_->find(layer, id) < 0) host_table_[key] = p;
     }
 
-    // The slot of (layer, id), moved to the front; -1 when absent.
-    int find(int layer, int id) {
-        const int s = slot_of_[size_t(int64_t(layer) * n_expert_ + id)];
-        if (s >= 0) touch(s);
+    // A forward call of n_tokens tokens for each of n_seqs sequences begins
+    // (SlotCache::begin_step: WLFU's window, the step fit).
+    void begin_step(int n_tokens, int n_seqs) { order_->begin_step(n_tokens, n_seqs); }
+
+    // The slot of (layer, id), its use counted (`uses` rows); -1 when absent.
+    int find(int layer, int id, int uses = 1) {
+        const int s = order_->find(layer, id);
+        if (s >= 0) order_->touch(s, uses);
+        return s;
+    }
+    // Whether (layer, id) has a slot; nothing counted.
+    bool has(int layer, int id) const { return order_->find(layer, id) >= 0; }
+
+    // Slots used from now on are not taken until the next protect() (a
+    // layer's experts, while its kernels may still read them).
+    void protect() { keep_since_ = order_->clock() + 1; }
+
+    // A slot for (layer, id), by the policy among those not used since
+    // protect() (any, if all were), its use counted; the table entry
+    // changes when copy() is called, the evicted expert's goes back to
+    // its fallback.
+    int take(int layer, int id, int uses = 1) {
+        int s = order_->claim(layer, id, &ev_layer_, &ev_id_, keep_since_);
+        if (s < 0) s = order_->claim(layer, id, &ev_layer_, &ev_id_);
+        if (ev_layer_ >= 0) {
+            const size_t old = size_t(int64_t(ev_layer_) * n_expert_ + ev_id_);
+            host_table_[old] = fallback_[old];
+        }
+        order_->set_ready(s);  // the copy is ordered on the streams, not waited for here
+        order_->touch(s, uses);
         return s;
     }
 
-    // The least recently used slot, given to (layer, id) at the front of the
-    // list (the table entry changes when copy() is called). Slots touched
-    // since the layer began sit at the front, so they are never taken while
-    // the list holds more than a layer's experts.
-    int take(int layer, int id) { return give(tail_, layer, id); }
-
-    // Slots used from now on are not taken by take_coldest until the next
-    // protect() (a layer's experts, while its kernels may still read them).
-    void protect() { protect_ = clock_; }
-
-    // The slot whose expert has the fewest uses (uses: per layer * n_expert
-    // + id key; a free slot first, the least recently used among equals),
-    // of those not used since protect(), given to (layer, id) as take()
-    // gives the LRU one: where the experts a stretch of text uses outnumber
-    // the slots, the often used ones stay and the rare ones take turns.
-    int take_coldest(int layer, int id, const std::vector<uint32_t>& uses) {
-        int best = -1;
-        int64_t best_uses = 0;
-        for (int s = 0; s < n_slots_; s++) {
-            if (stamp_[size_t(s)] > protect_) continue;
-            const int64_t o = owner_[size_t(s)];
-            const int64_t u = o < 0 ? -1 : int64_t(uses[size_t(o)]);
-            if (best < 0 || u < best_uses || (u == best_uses && stamp_[size_t(s)] < stamp_[size_t(best)])) {
-                best = s;
-                best_uses = u;
-            }
-        }
-        return give(best >= 0 ? best : tail_, layer, id);
-    }
-
-    // Slot s, given to (layer, id) at the front of the list.
-    int give(int s, int layer, int id) {
-        if (owner_[size_t(s)] >= 0) {
-            slot_of_[size_t(owner_[size_t(s)])] = -1;
-            host_table_[size_t(owner_[size_t(s)])] = fallback_[size_t(owner_[size_t(s)])];
-        }
-        const int64_t key = int64_t(layer) * n_expert_ + id;
-        owner_[size_t(s)] = key;
-        slot_of_[size_t(key)] = s;
-        touch(s);
-        return s;
+    // The expert take() would evict now, as a layer * n_expert + expert key
+    // (-1: a free slot, or none to take).
+    int64_t next_victim() const {
+        const int s = order_->next_victim(keep_since_);
+        if (s < 0 || order_->layer_of(s) < 0) return -1;
+        return int64_t(order_->layer_of(s)) * n_expert_ + order_->expert_of(s);
     }
 
     const uint8_t* address(int s) const { return arena_.data() + size_t(s) * slot_bytes_; }
-
-    // The LRU list from its old end: the least recently used slot, and the
-    // slot used just after s (-1 past the newest); a slot's owner, as a
-    // layer * n_expert + expert key (-1: free).
-    int lru_slot() const { return tail_; }
-    int newer(int s) const { return prev_[size_t(s)]; }
-    int64_t owner(int s) const { return owner_[size_t(s)]; }
 
     // Copies an expert's three matrices into slot s on `stream`; the table
     // points at the slot from now on, or, when !visible, once commit() says
@@ -367,14 +350,14 @@ public:
     // A copy made with !visible has finished: the table points at its slot,
     // if (layer, id) still has it.
     void commit(int layer, int id) {
-        const size_t key = size_t(int64_t(layer) * n_expert_ + id);
-        if (slot_of_[key] >= 0) host_table_[key] = address(slot_of_[key]);
+        const int s = order_->find(layer, id);
+        if (s >= 0) host_table_[size_t(int64_t(layer) * n_expert_ + id)] = address(s);
     }
 
     // Whether the table sends (layer, id) to its slot.
     bool visible(int layer, int id) const {
-        const size_t key = size_t(int64_t(layer) * n_expert_ + id);
-        return slot_of_[key] >= 0 && host_table_[key] == address(slot_of_[key]);
+        const int s = order_->find(layer, id);
+        return s >= 0 && host_table_[size_t(int64_t(layer) * n_expert_ + id)] == address(s);
     }
 
     // The device table, as the slots and fallbacks stand, on `stream`
@@ -384,32 +367,15 @@ public:
     }
 
 private:
-    void touch(int s) {
-        stamp_[size_t(s)] = ++clock_;
-        if (s == head_) return;
-        // unlink
-        const int p = prev_[size_t(s)], n = next_[size_t(s)];
-        if (p >= 0) next_[size_t(p)] = n;
-        if (n >= 0) prev_[size_t(n)] = p;
-        if (s == tail_) tail_ = p;
-        // push front
-        prev_[size_t(s)] = -1;
-        next_[size_t(s)] = head_;
-        prev_[size_t(head_)] = s;
-        head_ = s;
-    }
-
-    int n_expert_ = 0, n_slots_ = 0, head_ = -1, tail_ = -1;
+    int n_expert_ = 0, n_slots_ = 0;
     bool all_ = false;
     uint64_t slot_bytes_ = 0;
     DeviceMemory arena_, table_;
     std::vector<const uint8_t*> host_table_, fallback_;
     std::vector<SlotLayout> layout_;  // per layer
-    std::vector<int> slot_of_;      // per (layer, expert)
-    std::vector<int64_t> owner_;    // per slot: (layer, expert) key or -1
-    std::vector<int> prev_, next_;  // the LRU list, most recent first
-    std::vector<uint64_t> stamp_;   // per slot: clock_ at its last use
-    uint64_t clock_ = 0, protect_ = 0;
+    std::unique_ptr<SlotCache> order_;  // which expert each slot holds, and which a miss evicts
+    uint64_t keep_since_ = UINT64_MAX;
+    int ev_layer_ = -1, ev_id_ = -1;
 };
 
 // --gpu-profile: the device time of each stage of a token, from
@@ -897,6 +863,7 @@ public:
             states[i]->decode_time.calls++;
         }
         if (!mapped_) experts.start_step(n);
+        vram_.begin_step(1, n);
         decode_rows_ = true;
         try {
             prefill_pass(lead, experts, tokens, n, logits, true, true, lead.prefill.seqs.data());
@@ -916,6 +883,7 @@ public:
         std::call_once(uploaded_, [&] { upload(experts); });
         const TierCounts before = tier_counts();
         const double t0 = n == 1 ? now() : 0;
+        vram_.begin_step(n, 1);
         forward_call(static_cast<GpuState&>(state), experts, tokens, n, logits, all_logits);
         if (n == 1) {
             step_seconds_ += now() - t0;
@@ -1688,7 +1656,7 @@ private:
             for (int i = g0; i < g0 + gn; i++) {
                 const int c = b.groups.count[size_t(ids[i])];
                 count_use(il, ids[i], c);
-                if (vram_.find(il, ids[i]) >= 0) {
+                if (vram_.find(il, ids[i], c) >= 0) {
                     hits_ += uint64_t(c);
                 } else {
                     b.miss[size_t(n_miss++)] = ids[i];
@@ -1701,7 +1669,8 @@ private:
                 experts.acquire(il, b.miss.data(), n_miss);
                 ExpertView v;
                 for (int i; (i = experts.next_ready(il, &v)) >= 0;) {
-                    vram_.copy(take_slot(il, b.miss[size_t(i)]), il, b.miss[size_t(i)], el, v, copy_);
+                    const int id = b.miss[size_t(i)];
+                    vram_.copy(take_slot(il, id, b.groups.count[size_t(id)]), il, id, el, v, copy_);
                 }
                 gpu::record(copied_, copy_);
                 gpu::wait(compute_, copied_);
@@ -2470,7 +2439,8 @@ private:
         const double t2 = now();
         setup_.resident_weights = t1 - t0;
         setup_.ram_tier = t2 - t1;
-        vram_.init(expert_layers_, config_.n_expert, budget, config_.n_expert_used, host_layout);
+        vram_.init(expert_layers_, config_.n_expert, budget, config_.n_expert_used, host_layout,
+                   options_.cache_policy, options_.step_fit);
         if (!host_layout.empty() && !vram_.holds_all()) {
             mapped_ = true;
             for (int il = 0; il < n_run_; il++) {
@@ -2496,9 +2466,8 @@ private:
                     cpu_misses_ ? "cpu" : "copy", vram_.n_slots(), n_moe, int(config_.n_expert_used),
                     double(largest) / 1e6, ram_holds_all_ ? "holding" : "not holding");
         }
-        // The use counts, where a policy reads them: the mapped tier's
-        // admission, the copied tier's eviction from the drive (take_slot).
-        if (!vram_.holds_all() && (mapped_ || !ram_holds_all_)) {
+        // The use counts, where the mapped tier's admission reads them.
+        if (!vram_.holds_all() && mapped_) {
             uses_.assign(size_t(n_run_) * size_t(config_.n_expert), 0);
         }
         if (vram_.holds_all()) {
@@ -2565,15 +2534,15 @@ private:
         for (const auto& [il, id] : hot) {
             const ExpertLayer& el = expert_layers_[size_t(il)];
             if (id >= el.n_expert) continue;  // a dense layer's or out of range: nothing to place
-            if (!uses_.empty()) {
-                uses_[size_t(il) * size_t(config_.n_expert) + size_t(id)] =
-                    uint32_t(std::max<uint64_t>(1, old.at(il, id) * kAgingSteps / top));
-            }
-            if (vram_.find(il, id) >= 0) continue;
+            // The file's count, scaled to what aging keeps (kAgingSteps
+            // steps' worth at most), seeds the policies' counts.
+            const int seed = int(std::max<uint64_t>(1, old.at(il, id) * kAgingSteps / top));
+            if (!uses_.empty()) uses_[size_t(il) * size_t(config_.n_expert) + size_t(id)] = uint32_t(seed);
+            if (vram_.has(il, id)) continue;
             experts.acquire(il, &id, 1);
             ExpertView v;
             if (experts.next_ready(il, &v) >= 0) {
-                vram_.copy(take_slot(il, id), il, id, el, v, copy_);
+                vram_.copy(take_slot(il, id, seed), il, id, el, v, copy_);
                 bytes += el.expert_bytes();
             }
             gpu::sync(copy_);
@@ -2657,7 +2626,7 @@ private:
         for (int pass = 0; pass < 2 && group > 0; pass++) {
             int n = 0;
             for (int e = pass * group; e < el.n_expert && n < group; e++)
-                if (vram_.find(il, e) < 0) ids[size_t(n++)] = e;
+                if (!vram_.has(il, e)) ids[size_t(n++)] = e;
             if (n == 0) break;
             const double t0 = now();
             experts.acquire(il, ids.data(), n);
@@ -2740,8 +2709,8 @@ private:
         bool changed = !pending_.empty();
         for (const PendingCopy& p : pending_) vram_.commit(p.layer, p.id);
         pending_.clear();
-        // Each copy takes the least recently used slot: never more than half
-        // of them, so none is taken twice (the rest wait for a later token).
+        // Each copy takes the slot the policy gives: never more than half of
+        // them, so none is taken twice (the rest wait for a later token).
         const size_t most = size_t(vram_.n_slots() / 2);
         candidates_.clear();
         for (int il = 0; il < n_run_; il++) {
@@ -2752,8 +2721,8 @@ private:
                 if (vram_.find(il, ids[r]) < 0) candidates_.push_back({il, ids[r], -1});
             }
         }
-        // Frequency admission: a miss takes the least recently used slot
-        // only if it has been used at least as often (uses_, halved every
+        // Frequency admission: a miss takes the policy's victim slot only
+        // if it has been used at least as often (uses_, halved every
         // kAgingSteps forward steps) as the expert there, the most used
         // misses first.
         // Plain LRU, which copies every miss, evicted what the next tokens
@@ -2764,18 +2733,13 @@ private:
         std::stable_sort(candidates_.begin(), candidates_.end(), [&](const PendingCopy& a, const PendingCopy& b) {
             return uses(a.layer, a.id) > uses(b.layer, b.id);
         });
-        int victim = vram_.lru_slot();
         for (const PendingCopy& c : candidates_) {
-            if (pending_.size() >= most || victim < 0) break;
-            const int64_t owner = vram_.owner(victim);
-            if (owner >= 0 && uses_[size_t(owner)] > uses(c.layer, c.id)) {
-                continue;
-            }
-            pending_.push_back(c);
-            victim = vram_.newer(victim);
+            if (pending_.size() >= most) break;
+            const int64_t owner = vram_.next_victim();
+            if (owner >= 0 && uses_[size_t(owner)] > uses(c.layer, c.id)) continue;
+            pending_.push_back({c.layer, c.id, vram_.take(c.layer, c.id)});
         }
         if (pending_.empty() && !changed) return;
-        for (PendingCopy& p : pending_) p.slot = vram_.take(p.layer, p.id);
         vram_.upload_table(compute_);
         gpu::record(tabled_, compute_);
         gpu::wait(copy_, tabled_);
@@ -2817,15 +2781,15 @@ private:
         }
     }
 
-    // A VRAM slot for a copied miss. Where the RAM tier cannot hold every
-    // expert (misses come from the drive, without next-layer copies ahead):
-    // the coldest unprotected one (measured on the 235B cut, sampled text:
-    // 550 MB a token read from the drive against LRU's 859, 2.75 against
-    // 2.01 tok/s). Where it can, the least recently used: the copies ahead
-    // are the newest and least used slots, which fewest-uses would evict
-    // first (2G: 51.1 against LRU's 56.6 tok/s, 8G: equal).
-    int take_slot(int il, int id) const {
-        const int s = !ram_holds_all_ ? vram_.take_coldest(il, id, uses_) : vram_.take(il, id);
+    // A VRAM slot for a copied miss (`uses` rows chose it), by the store's
+    // policy (--cache-policy; VramExperts). Before the tiers shared
+    // SlotCache, the VRAM tier took the coldest unprotected slot where the
+    // RAM tier cannot hold every expert (the 235B cut: 550 MB a token read
+    // from the drive against LRU's 859) and the least recently used where
+    // it can (2G: 56.6 tok/s against fewest-uses' 51.1, whose victims were
+    // the newest copies ahead; WLFU's window keeps those).
+    int take_slot(int il, int id, int uses = 1) const {
+        const int s = vram_.take(il, id, uses);
         if (!admitted_slot_.empty()) admitted_slot_[size_t(s)] = 0;
         return s;
     }

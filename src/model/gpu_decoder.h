@@ -30,6 +30,7 @@
 
 #include "json/json.h"
 #include "model/model.h"
+#include "store/slot_cache.h"
 
 namespace ms {
 
@@ -141,6 +142,10 @@ struct GpuOptions {
     // --gpu-profile: each stage's kernels timed with events (launched one by
     // one, no graph), printed to stderr at exit.
     bool profile = false;
+    // --cache-policy and --step-fit: which expert a VRAM miss evicts, by the
+    // store's SlotCache (the same policies as the RAM tier's).
+    CachePolicy cache_policy = CachePolicy::Wlfu;
+    bool step_fit = true;
 };
 
 // The model on the GPU, or nullptr with *why (one line) when there is no

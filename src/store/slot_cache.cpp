@@ -16,16 +16,20 @@ CachePolicy parse_cache_policy(const std::string& s) {
     throw std::runtime_error("--cache-policy: expected lru, lfu or wlfu, got '" + s + "'");
 }
 
-SlotCache::SlotCache(int n_slots, uint64_t slot_bytes, int n_layers, int n_experts, CachePolicy policy)
+SlotCache::SlotCache(int n_slots, uint64_t slot_bytes, int n_layers, int n_experts, CachePolicy policy, Arena arena)
     : slot_bytes_(slot_bytes), n_experts_(n_experts), policy_(policy) {
-    if (n_slots < 1 || slot_bytes == 0 || slot_bytes % 4096 != 0 || n_layers < 1 || n_experts < 1)
+    const bool own = arena == Arena::Anonymous;
+    if (n_slots < 1 || slot_bytes == 0 || (own && slot_bytes % 4096 != 0) || n_layers < 1 || n_experts < 1)
         throw std::runtime_error("slot cache: bad geometry (" + std::to_string(n_slots) + " slots of " +
                                  std::to_string(slot_bytes) + " bytes)");
-    void* p = mmap(nullptr, slot_bytes * uint64_t(n_slots), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        throw std::runtime_error("slot cache: cannot reserve " + std::to_string(slot_bytes * uint64_t(n_slots)) +
-                                 " bytes: " + strerror(errno));
-    arena_ = static_cast<uint8_t*>(p);
+    if (own) {
+        void* p = mmap(nullptr, slot_bytes * uint64_t(n_slots), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
+        if (p == MAP_FAILED)
+            throw std::runtime_error("slot cache: cannot reserve " + std::to_string(slot_bytes * uint64_t(n_slots)) +
+                                     " bytes: " + strerror(errno));
+        arena_ = static_cast<uint8_t*>(p);
+    }
     slots_.resize(size_t(n_slots));
     index_.assign(size_t(n_layers) * size_t(n_experts), -1);
     for (int i = n_slots - 1; i >= 0; i--) free_.push_back(i);

@@ -49,9 +49,13 @@ class SlotCache {
 public:
     enum class State : uint8_t { Empty, Loading, Ready };
 
-    // slot_bytes must be a multiple of 4 KiB. The arena is anonymous memory
-    // that becomes resident only as slots are first written.
-    SlotCache(int n_slots, uint64_t slot_bytes, int n_layers, int n_experts, CachePolicy policy);
+    // Anonymous: the arena is anonymous memory that becomes resident only as
+    // slots are first written (slot_bytes a multiple of 4 KiB). None: the
+    // cache only chooses and indexes slots whose memory lives elsewhere (the
+    // GPU's VRAM tier); arena() is then null.
+    enum class Arena { Anonymous, None };
+    SlotCache(int n_slots, uint64_t slot_bytes, int n_layers, int n_experts, CachePolicy policy,
+              Arena arena = Arena::Anonymous);
     ~SlotCache();
     SlotCache(const SlotCache&) = delete;
     SlotCache& operator=(const SlotCache&) = delete;
@@ -75,6 +79,12 @@ public:
     // experts this token has used).
     int claim(int layer, int expert, int* evicted_layer = nullptr, int* evicted_expert = nullptr,
               uint64_t keep_since = UINT64_MAX);
+    // The slot claim() would give now (a free one first), without claiming
+    // it; -1 when every slot is busy. For an admission test that compares
+    // what a miss would evict with the miss.
+    int next_victim(uint64_t keep_since = UINT64_MAX) const {
+        return free_.empty() ? victim(keep_since) : free_.back();
+    }
     // Forgets a slot's expert (e.g. its read failed); the slot becomes free.
     void drop(int slot);
 

@@ -311,6 +311,43 @@ TEST(SlotCache, KeepSinceProtectsRecentUses) {
     EXPECT_EQ(ev, 0);
 }
 
+// The GPU's VRAM tier keeps its slots in device memory and asks the cache
+// only which slot a miss takes: no arena, any slot size, and next_victim()
+// names the slot claim() then takes (a free one first), under every policy.
+TEST(SlotCache, WithoutAnArenaItChoosesWhatClaimTakes) {
+    EXPECT_THROW(SlotCache(3, 1000, 1, 8, CachePolicy::Lru), std::runtime_error);  // not 4 KiB
+    for (CachePolicy p : {CachePolicy::Lru, CachePolicy::Lfu, CachePolicy::Wlfu}) {
+        SlotCache c(3, 1000, 2, 8, p, SlotCache::Arena::None);
+        EXPECT_EQ(c.arena(), nullptr);
+        std::mt19937 rng(7);
+        int free_seen = 0;
+        for (int i = 0; i < 200; i++) {
+            const int layer = int(rng() % 2), expert = int(rng() % 8);
+            if (i % 10 == 0) c.begin_step(1, 1 + int(rng() % 3));
+            const int have = c.find(layer, expert);
+            if (have >= 0) {
+                c.touch(have);
+                continue;
+            }
+            const int predicted = c.next_victim();
+            const int predicted_layer = predicted >= 0 ? c.layer_of(predicted) : -2;
+            int el = -9, ee = -9;
+            const int s = c.claim(layer, expert, &el, &ee);
+            ASSERT_GE(s, 0);
+            EXPECT_EQ(s, predicted) << "step " << i;
+            if (predicted_layer < 0) {
+                free_seen++;
+                EXPECT_EQ(el, -1);
+            } else {
+                EXPECT_EQ(el, predicted_layer);
+            }
+            c.set_ready(s);
+            c.touch(s);
+        }
+        EXPECT_EQ(free_seen, 3);  // the three free slots, then victims only
+    }
+}
+
 TEST(SlotCache, DropFreesTheSlot) {
     SlotCache c(1, 4096, 1, 4, CachePolicy::Lru);
     int s = c.claim(0, 3);

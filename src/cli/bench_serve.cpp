@@ -48,6 +48,12 @@ struct ServePoint {
     // token: every token counted was sampled or an accepted draft).
     uint64_t passes = 0, drafted = 0, accepted = 0;
     int64_t decoded = 0;  // tokens in the decode window (all streams)
+    // The GPU's VRAM expert cache over the same tokens (where the model is on
+    // the GPU and VRAM does not hold every expert): its hits / (hits +
+    // misses), the bytes copied into it (PCIe) and the experts the host
+    // computed, per token decoded together.
+    bool gpu_tier = false;
+    double vram_hit_rate = 0, pcie_bytes_per_token = 0, host_computed_per_token = 0;
 };
 
 double median(std::vector<double> v) {
@@ -175,6 +181,14 @@ ServePoint run_streams(const SessionFlags& flags, int n, const std::vector<int32
     p.hit_rate = hits + misses > 0 ? hits / (hits + misses) : 0;
     p.peak_rss = peak_rss_bytes();
     p.cache_slots = slots;
+    p.gpu_tier = end.gpu_tier && at_all_first.gpu_tier;
+    if (p.gpu_tier && decoded > 0) {
+        const GpuTierCounts &a = at_all_first.gpu, &b = end.gpu;
+        const double vh = double(b.hits - a.hits), vm = double(b.misses - a.misses);
+        p.vram_hit_rate = vh + vm > 0 ? vh / (vh + vm) : 0;
+        p.pcie_bytes_per_token = double(b.copied_bytes - a.copied_bytes) / decoded;
+        p.host_computed_per_token = double(b.host_computed - a.host_computed) / decoded;
+    }
     return p;
 }
 
@@ -214,7 +228,9 @@ int bench_serve(int argc, char** argv) {
            "aggregate decode rate (tokens over the time after every stream has its first token), each "
            "stream's own rate (median and slowest), time to first token (median and longest: prompts are "
            "evaluated one slot at a time, so it grows with N), expert bytes read from the drive and the "
-           "cache's hit rate per token decoded together, and peak RSS. The model is opened afresh for each N.");
+           "cache's hit rate per token decoded together (on the GPU with --gpu-mem, also the VRAM tier's hit "
+           "rate, the bytes copied into it over PCIe and the experts the host computed per token), and peak "
+           "RSS. The model is opened afresh for each N.");
     flags.declare(a, true);
     a.option("--streams", &streams, "LIST", "numbers of concurrent streams, comma list (e.g. 1,8,16,32)");
     a.option("-f,--file", &text_file, "TEXT", "the text prompts are cut from (default: bench/prompts/long.txt)");
@@ -259,6 +275,13 @@ int bench_serve(int argc, char** argv) {
                p.passes ? strf("%.2f", double(p.decoded) / double(p.passes)) : "-",
                p.drafted ? strf("%.1f", 100.0 * double(p.accepted) / double(p.drafted)) : "-"});
     printf("%s", t.text().c_str());
+    for (const ServePoint& p : points) {
+        if (!p.gpu_tier) continue;
+        printf("%d stream%s: VRAM tier %.1f %% hits, %.1f MB copied over PCIe and %.2f experts computed by the host a "
+               "decoded token\n",
+               p.streams, p.streams == 1 ? "" : "s", 100 * p.vram_hit_rate, p.pcie_bytes_per_token / 1e6,
+               p.host_computed_per_token);
+    }
     if (!rss_reset) fprintf(stderr, "note: peak RSS could not be reset between N: each is the peak so far\n");
     if (!json.empty()) {
         Json j = Json::object();
@@ -290,6 +313,13 @@ int bench_serve(int argc, char** argv) {
             o["decode_passes"] = p.passes;
             o["drafted_tokens"] = p.drafted;
             o["accepted_tokens"] = p.accepted;
+            if (p.gpu_tier) {
+                Json g = Json::object();
+                g["vram_hit_rate"] = p.vram_hit_rate;
+                g["pcie_bytes_per_token"] = p.pcie_bytes_per_token;
+                g["host_computed_per_token"] = p.host_computed_per_token;
+                o["gpu_tier"] = std::move(g);
+            }
             arr.push_back(std::move(o));
         }
         j["points"] = std::move(arr);

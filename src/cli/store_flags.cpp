@@ -19,16 +19,17 @@ void StoreFlags::declare(Args& a) {
     a.option("--io-threads", &io_threads, "N", "pread/buffered: reader threads");
     a.option("--io-split", &io_split, "N", "pread/buffered: page-aligned chunks each expert read is cut into");
     a.option("--cache-policy", &cache_policy, "P",
-             "expert cache eviction: lru; lfu (with aging); or wlfu (the experts of the last step kept, the "
-             "rest evicted by use count, ties by recency; by recency within a prefill chunk: docs/routing.md)");
+             "expert cache eviction, in RAM and, with --gpu, in the VRAM tier: lru; lfu (with aging); or wlfu "
+             "(the experts of the last step kept, the rest evicted by use count, ties by recency; by recency "
+             "within a prefill chunk: docs/routing.md)");
     a.option("--step-fit", &step_fit, "on|off",
              "in a decode step of several sequences (serve --parallel, bench serve) after one whose experts "
              "outgrew the cache, a miss evicts an expert unused since the step before began, else one this step "
              "brought in (the most recent first), else one resident since before the step (lru and lfu take this "
              "order; wlfu keeps its use counts first and takes it among equal counts), so the next step hits on "
              "what was resident instead of the policy evicting each expert just before it is needed again (LRU's "
-             "cyclic worst case). on (default) or off (the policy alone); the output is the same either way, only "
-             "the reads differ (docs/routing.md, \"The step fit\")");
+             "cyclic worst case), in RAM and in the GPU's VRAM tier. on (default) or off (the policy alone); the "
+             "output is the same either way, only the reads and copies differ (docs/routing.md, \"The step fit\")");
     a.option("--cache-slots", &cache_slots, "N",
              "at most N expert slots, whatever --mem leaves (a smaller cache, exactly, for measuring one; at "
              "least the experts a token uses)");

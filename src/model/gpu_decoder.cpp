@@ -237,10 +237,11 @@ struct SlotLayout {
     size_t bytes(const ExpertLayer& l) const { return align256(down + l.down.bytes); }
 };
 
-// The VRAM tier of the expert cache: equal slots, an LRU list, and a device
-// table of each (layer, expert)'s address that the expert kernels read: its
-// slot, or, where it has none, its fallback (the RAM tier's copy, mapped
-// into the device's address space; null when there is none).
+// The VRAM tier of the expert cache: equal slots, which expert each holds
+// and which a miss evicts (the store's SlotCache), and a device table of
+// each (layer, expert)'s address that the expert kernels read: its slot,
+// or, where it has none, its fallback (the RAM tier's copy, mapped into the
+// device's address space; null when there is none).
 class VramExperts {
 public:
     // host: the RAM tier's layout of each layer's slots, which the VRAM
@@ -258,7 +259,7 @@ public:
         }
         int64_t total = 0;  // the routed layers' experts (dense layers have none)
         for (const ExpertLayer& l : layers) total += l.n_expert;
-        n_slots_ = int(std::min<int64_t>(total, int64_t(budget / slot_bytes_)));
+        n_slots_ = slot_bytes_ ? int(std::min<int64_t>(total, int64_t(budget / slot_bytes_))) : 0;
         if (n_slots_ < min_slots) {
             throw std::runtime_error("--gpu-mem: " + std::to_string(budget >> 20) + " MiB holds " +
                                      std::to_string(n_slots_) + " experts of " + std::to_string(slot_bytes_ >> 10) +
@@ -270,7 +271,10 @@ public:
         table_ = DeviceMemory(keys * sizeof(uint8_t*));
         host_table_.assign(keys, nullptr);
         fallback_.assign(keys, nullptr);
-        order_ = std::make_unique<SlotCache>(n_slots_, slot_bytes_, int(layers.size()), n_expert, policy,
+        // A model without routed experts has no slots; the cache is then
+        // made of one that is never claimed (SlotCache needs one).
+        order_ = std::make_unique<SlotCache>(std::max(n_slots_, 1), std::max<uint64_t>(slot_bytes_, 1),
+                                             std::max(int(layers.size()), 1), std::max(n_expert, 1), policy,
                                              SlotCache::Arena::None);
         order_->set_step_fit(step_fit);
     }

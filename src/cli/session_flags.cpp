@@ -167,9 +167,7 @@ SessionOptions SessionFlags::options() const {
     g.profile = gpu_profile;
     g.routing_profile = routing_profile;
     g.cache_policy = parse_cache_policy(store.cache_policy);
-    if (store.step_fit != "on" && store.step_fit != "off")
-        throw std::runtime_error("--step-fit: expected on or off, got '" + store.step_fit + "'");
-    g.step_fit = store.step_fit == "on";
+    g.step_fit = store.step_fit_on();
     SamplerParams& p = o.sampling;
     p.temp = float(temp);
     p.top_k = top_k;

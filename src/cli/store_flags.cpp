@@ -10,6 +10,12 @@
 
 namespace ms {
 
+bool StoreFlags::step_fit_on() const {
+    if (step_fit != "on" && step_fit != "off")
+        throw std::runtime_error("--step-fit: expected on or off, got '" + step_fit + "'");
+    return step_fit == "on";
+}
+
 void StoreFlags::declare(Args& a) {
     a.option("--io", &io, "ENGINE",
              "how experts are read: uring (io_uring, O_DIRECT, registered buffers), pread (thread pool, "
@@ -105,9 +111,7 @@ std::unique_ptr<ExpertSource> StoreFlags::make(const GgufFile& file, const Model
     opt.io = io;
     opt.io_options = {io_depth, io_threads, io_split};
     opt.cache_policy = cache_policy;
-    if (step_fit != "on" && step_fit != "off")
-        throw std::runtime_error("--step-fit: expected on or off, got '" + step_fit + "'");
-    opt.step_fit = step_fit == "on";
+    opt.step_fit = step_fit_on();
     opt.verify_checksums = !no_verify;
     opt.prefetch = prefetch;
     opt.faults = io_faults;

@@ -32,6 +32,9 @@ struct StoreFlags {
     bool no_verify = false, verify_experts = false;
 
     void declare(Args& a);
+    // --step-fit as a bool; throws on anything but on or off. (The GPU's
+    // VRAM tier takes it and --cache-policy too.)
+    bool step_fit_on() const;
     // Opens the report's measurement window; call before loading the model.
     void start(const std::string& model_path) const;
     // The session's expert source: a Store sized by plan_memory. budget 0

@@ -318,10 +318,11 @@ public:
     // changes when copy() is called, the evicted expert's goes back to
     // its fallback.
     int take(int layer, int id, int uses = 1) {
-        int s = order_->claim(layer, id, &ev_layer_, &ev_id_, keep_since_);
-        if (s < 0) s = order_->claim(layer, id, &ev_layer_, &ev_id_);
-        if (ev_layer_ >= 0) {
-            const size_t old = size_t(int64_t(ev_layer_) * n_expert_ + ev_id_);
+        int ev_layer = -1, ev_id = -1;
+        int s = order_->claim(layer, id, &ev_layer, &ev_id, keep_since_);
+        if (s < 0) s = order_->claim(layer, id, &ev_layer, &ev_id);
+        if (ev_layer >= 0) {
+            const size_t old = size_t(int64_t(ev_layer) * n_expert_ + ev_id);
             host_table_[old] = fallback_[old];
         }
         order_->set_ready(s);  // the copy is ordered on the streams, not waited for here
@@ -379,7 +380,6 @@ private:
     std::vector<SlotLayout> layout_;  // per layer
     std::unique_ptr<SlotCache> order_;  // which expert each slot holds, and which a miss evicts
     uint64_t keep_since_ = UINT64_MAX;
-    int ev_layer_ = -1, ev_id_ = -1;
 };
 
 // --gpu-profile: the device time of each stage of a token, from
@@ -1633,7 +1633,7 @@ private:
     // group's tiles run. Each expert is read and copied once a pass.
     // Where the layer's experts fit the slots, nothing else runs on the
     // device (the host waited for the layer's routing) and no slot is taken
-    // twice in the layer (none used since protect(); LRU's are the oldest),
+    // twice in the layer (none used since protect() is a victim),
     // so groups of kCopyGroup are copied while the group before computes.
     // Otherwise groups as large as the slots and the RAM tier allow, each
     // copied once the kernels of the one before are done with its slots.
@@ -2220,7 +2220,7 @@ private:
     // st.host_ids after il's own) that the VRAM cache lacks, acquired from
     // the RAM tier and copied on the copy stream behind il's misses, so the
     // copies overlap layer il's experts and layer il + 1's attention. Wrong
-    // guesses cost their copies and the slots they take (LRU).
+    // guesses cost their copies and the slots they take.
     void prefetch_next(GpuState& st, ExpertSource& experts, int il, int K) const {
         const int next = il + 1;
         const int32_t* guess = st.host_ids + K;
@@ -2522,9 +2522,10 @@ private:
 
     // --routing-profile: the file's hottest experts copied into VRAM, as
     // many as it has slots, the coldest of them first so that the hottest
-    // are the last that LRU evicts; where eviction goes by use counts
-    // (take_coldest), the counts start from the profile's, scaled so that
-    // the hottest counts as used every step of an aging period. This run's
+    // are the last that recency evicts; each placed expert's use count (the
+    // policy's, and the mapped tier's uses_) starts from the profile's,
+    // scaled so that the hottest counts as used every step of an aging
+    // period. This run's
     // uses are counted from zero into routing_ and merged at close.
     void place_hottest(ExpertSource& experts) const {
         const RoutingProfile old = RoutingProfile::read(options_.routing_profile, n_run_, config_.n_expert);
@@ -2696,8 +2697,8 @@ private:
     }
 
     // Mapped, after a token's (or a prefill pass's) launches have finished:
-    // the experts it read from the RAM tier copied into the least recently
-    // used slots, and the table updated, on the compute stream, so before
+    // the experts it read from the RAM tier copied into the slots the
+    // policy gives up, and the table updated, on the compute stream, so before
     // the next token's launches.
     //
     // The copies overlap the next token: they go on the copy stream once
@@ -2835,8 +2836,8 @@ private:
         int layer, id, slot;
     };
     mutable std::vector<PendingCopy> pending_, candidates_;
-    // Each (layer, expert)'s uses (count_use), when some experts are not in
-    // VRAM: refresh_vram's admission (mapped), take_slot's eviction (copied).
+    // Each (layer, expert)'s uses (count_use), for the mapped tier's
+    // admission (refresh_vram); eviction counts in VramExperts' SlotCache.
     mutable std::vector<uint32_t> uses_;
     // --routing-profile: this run's uses of each (layer, expert), and how
     // many experts the file's profile placed in VRAM at load.

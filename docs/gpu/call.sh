@@ -29,6 +29,16 @@ gpu_setup() {
   [[ $STEPS == *l* ]] && llama_start
 }
 
+# A synth model made once in the call (kept by a warm device): preset file flags...
+synth() {
+  local preset=$1 f=$2; shift 2; local t0=$SECONDS
+  [ -f $f ] || { $BIN/moestream synth --preset $preset -o $f "$@" > $P/synth-$preset.log 2>&1
+                 echo "synth $preset exit $? after $((SECONDS - t0)) s"; }
+}
+
+# PROMPT: the 508-token English prompt (with the synth vocabulary) the runs read.
+english_prompt() { PROMPT=$D/prompt.txt; head -c 2200 bench/prompts/long.txt > $PROMPT; }
+
 # llama.cpp's llama-bench and llama-batched-bench: kept from a warm call, else from lcbin.txz, else
 # built from lc.txz in the background (183-200 s on 16 cores in run18; the
 # timed commands wait for it). A build is not sent back: its CUDA library

@@ -13,19 +13,13 @@ source docs/gpu/call.sh
 gpu_setup
 OLD=$BIN/moestream-old
 $OLD version | head -1
-synth() {  # preset file flags...
-  local preset=$1 f=$2; shift 2; local t0=$SECONDS
-  [ -f $f ] || { $BIN/moestream synth --preset $preset -o $f "$@" > $P/synth-$preset.log 2>&1
-                 echo "synth $preset exit $? after $((SECONDS - t0)) s"; }
-}
 ([[ $STEPS == *d* ]] && synth deepseek-v3 /tmp/dsv3r.gguf --layers 6 --type Q4_K_M
  [[ $STEPS == *[qm]* ]] && synth qwen3-30b-a3b /tmp/q30.gguf --type Q4_K_M
  [[ $STEPS == *g* ]] && synth gpt-oss-120b /tmp/gptoss.gguf --layers 12; true) &
 syn=$!
 [[ $STEPS == *t* ]] && gpu_tests_all
 wait $syn
-PROMPT=$D/prompt.txt
-head -c 2200 bench/prompts/long.txt > $PROMPT
+english_prompt
 if [[ $STEPS == *q* ]]; then
   M=/tmp/q30.gguf
   for r in 1 2; do

@@ -18,19 +18,13 @@ rm -rf /tmp/r20
 STEPS=${STEPS:-tldm}
 source docs/gpu/call.sh
 gpu_setup
-synth() {  # preset file flags...
-  local preset=$1 f=$2; shift 2; local t0=$SECONDS
-  [ -f $f ] || { $BIN/moestream synth --preset $preset -o $f "$@" > $P/synth-$preset.log 2>&1
-                 echo "synth $preset exit $? after $((SECONDS - t0)) s"; }
-}
 ([[ $STEPS == *d* ]] && synth deepseek-v3 /tmp/dsv3r.gguf --layers 6 --type Q4_K_M
  [[ $STEPS == *[mr]* ]] && synth qwen3-30b-a3b /tmp/q30.gguf --type Q4_K_M; true) &
 syn=$!
 [[ $STEPS == *t* ]] && gpu_tests_all
 wait $syn
 llama_wait
-PROMPT=$D/prompt.txt
-head -c 2200 bench/prompts/long.txt > $PROMPT  # 508 tokens with the synth vocabulary
+english_prompt
 if [[ $STEPS == *d* ]]; then
   M=/tmp/dsv3r.gguf
   [[ $STEPS == *l* ]] && lb llama_dsv3r_ncmoe6 -ncmoe 6

@@ -62,7 +62,8 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "holds fewer than a token's, else copy (the faster mode in every run measured on an H100, "
              "docs/gpu.md)");
     a.option("--gpu-host-share", &gpu_host_share, "auto|F",
-             "with --gpu-ram-tier cpu: the fraction of each layer's VRAM misses the host computes, in eighths "
+             "with --gpu-ram-tier cpu (and in --gpu-batch-host's batched passes): the fraction of each layer's "
+             "VRAM misses the host computes, in eighths "
              "(0 to 1; the rest are copied into VRAM, cached, and run there while the host works; with "
              "--gpu-prefetch on, the link's part is copied ahead from the previous layer's prediction and the host "
              "computes whatever is still missing); auto: a layer's misses split so that both sides finish "
@@ -72,6 +73,13 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "runs as decode steps where their measured time is less than a pass that copies the chunk's "
              "misses (until 8 steps are timed, chunks of up to 8 tokens run as steps, which times them; the measurement can split otherwise in another run: give a fraction for the same bits "
              "every run)");
+    a.option("--gpu-batch-host", &gpu_batch_host, "on|off",
+             "GPU with experts streamed (serve --parallel, bench serve): in a pass that decodes several "
+             "sequences at once, where the RAM tier holds every expert and the layer's experts fit the VRAM "
+             "cache, the host's cores (-t) compute the misses that the fewest sequences chose while the link "
+             "copies the others (on: split by times measured at start-up, or by --gpu-host-share; each "
+             "sequence's logits then equal its decoding alone within rounding); off: every miss copied "
+             "(bit for bit each sequence alone)");
     a.option("--gpu-activations", &gpu_activations, "q8|f32",
              "activations where quantized weights meet them on the GPU: q8, 8-bit as on the CPU; "
              "f32, float32 throughout (slower; the golden files' exact/ logits are its reference)");
@@ -157,6 +165,7 @@ SessionOptions SessionFlags::options() const {
                                      gpu_host_share + "'");
         g.host_share_eighths = int(std::lround(f * 8));
     }
+    g.batch_host = !choose("--gpu-batch-host", gpu_batch_host, "on", "off");
     g.float_activations = choose("--gpu-activations", gpu_activations, "q8", "f32");
     if (gpu_prefill != "tensor" && gpu_prefill != "pass" && gpu_prefill != "tokens")
         throw std::runtime_error("--gpu-prefill must be tensor, pass or tokens, not '" + gpu_prefill + "'");

@@ -28,6 +28,7 @@ struct SessionFlags {
     uint64_t gpu_mem = 0;
     std::string gpu_activations = "q8", gpu_ram_tier = "auto", gpu_prefill = "tensor", gpu_prefetch = "on";
     std::string gpu_host_share = "auto";
+    std::string gpu_batch_host = "on";
     std::string routing_profile;
     std::string gpu_prefill_attention = "tiles";
     bool gpu_profile = false;

@@ -349,6 +349,10 @@ void scale_by(float* x, int64_t n, const float* factor, Stream s, int rows = 1);
 // row t (width floats), for n tokens of k experts each.
 void weighted_rows(const float* x, const float* weights, int n, int k, int64_t width, float* out, Stream s);
 
+// dst row rows[i] = src row i (width floats each) for i < n: the host's
+// expert outputs of a batched pass put in the rows the pass combines.
+void scatter_rows(const float* src, const int32_t* rows, int n, int64_t width, float* dst, Stream s);
+
 // qk_norm_rope_store without the norms, for either RoPE: q's n_head heads
 // rotated in place, k's n_kv_head heads rotated into row *pos of k_cache and
 // v's copied into row *pos of v_cache; the first n_rot dims of each head

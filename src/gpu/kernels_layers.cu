@@ -37,6 +37,13 @@ __global__ void weighted_rows_kernel(const float* x, const float* weights, int k
     if (i < width) out[row * width + i] = weights[row] * x[(row / k) * width + i];
 }
 
+// blockIdx.y: the source row.
+__global__ void scatter_rows_kernel(const float* src, const int32_t* rows, int64_t width, float* dst) {
+    chain_start();
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, row = blockIdx.y;
+    if (i < width) dst[int64_t(rows[row]) * width + i] = src[row * width + i];
+}
+
 __global__ void add_sigmoid_gated_kernel(float* x, const float* y, const float* gate, int64_t n) {
     chain_start();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, row = blockIdx.y;
@@ -176,6 +183,12 @@ void scale_by(float* x, int64_t n, const float* factor, Stream s, int rows) {
 void weighted_rows(const float* x, const float* weights, int n, int k, int64_t width, float* out, Stream s) {
     launch("weighted_rows", weighted_rows_kernel, dim3(blocks(width, 256), unsigned(n * k)), 256, 0, native(s), x,
            weights, k, width, out);
+}
+
+void scatter_rows(const float* src, const int32_t* rows, int n, int64_t width, float* dst, Stream s) {
+    if (n < 1) return;
+    launch("scatter_rows", scatter_rows_kernel, dim3(blocks(width, 256), unsigned(n)), 256, 0, native(s), src, rows,
+           width, dst);
 }
 
 void add_sigmoid_gated(float* x, const float* y, const float* gate, int64_t n, Stream s, int rows) {

@@ -114,6 +114,7 @@ double chain_us(int, int) { absent(); }
 void add(float*, const float*, int64_t, Stream, int) { absent(); }
 void scale_by(float*, int64_t, const float*, Stream, int) { absent(); }
 void weighted_rows(const float*, const float*, int, int, int64_t, float*, Stream) { absent(); }
+void scatter_rows(const float*, const int32_t*, int, int64_t, float*, Stream) { absent(); }
 void add_sigmoid_gated(float*, const float*, const float*, int64_t, Stream, int) { absent(); }
 void rope_store(float*, const float*, const float*, int, int, int, int, bool, const float*, float*, float*,
                 const int32_t*, Stream, int, float* const*) {

@@ -110,12 +110,36 @@ struct PrefillRows {
     std::vector<int32_t> layer_ids, layer_count;
     ExpertGroups groups;        // a layer's (token, rank) pairs by expert
     std::vector<int32_t> miss;  // the copied tier: a group's experts not in VRAM
+    // The experts a layer's tiles run on the GPU, ascending: the layer's
+    // used experts, or, with a host part, those the host does not compute.
+    const int32_t* gpu_ids = nullptr;
+    int n_gpu_ids = 0;
+    // A batched pass's host part (GpuOptions::batch_host, set up by
+    // host_rows_alloc): the experts the host computes in the layer
+    // (ascending), those the GPU runs; the FFN input rows and routing
+    // weights brought to the host; each (token, rank) pair's input row,
+    // expert, weight, output and its row in `down`, for host_cap pairs.
+    std::vector<int32_t> host_used, gpu_used;
+    int n_host_used = 0;
+    int host_cap = 0;
+    float* host_xb = nullptr;          // pinned, cap x E
+    float* host_w = nullptr;           // pinned, cap x K
+    float* host_out = nullptr;         // pinned, host_cap x E
+    int32_t* host_out_rows = nullptr;  // pinned, host_cap
+    DeviceMemory host_rows;            // host_out's rows, then host_out_rows, on the device
+    std::vector<float> host_in, host_pair_w;
+    std::vector<int32_t> host_pair_ids;
+    MoeScratch host_moe;
     ~PrefillRows() {
         gpu::release_pinned(host_seq_caches);
         gpu::release_pinned(host_x);
         gpu::release_pinned(host_rope);
         gpu::release_pinned(host_ids);
         gpu::release_pinned(host_tiles);
+        gpu::release_pinned(host_xb);
+        gpu::release_pinned(host_w);
+        gpu::release_pinned(host_out);
+        gpu::release_pinned(host_out_rows);
     }
 };
 
@@ -535,6 +559,13 @@ public:
                     1e3 * cpu_seconds_ / double(tokens_), double(admitted_) / double(tokens_),
                     double(copied_misses_) / double(tokens_));
         }
+        if (batch_host_experts_ > 0) {
+            fprintf(stderr,
+                    "gpu: batched passes: the host computed %llu misses (%llu rows, %.2f s on its threads) while the "
+                    "link copied the others\n",
+                    (unsigned long long)batch_host_experts_, (unsigned long long)batch_host_rows_,
+                    batch_host_seconds_);
+        }
         if (predicted_ > 0) {
             fprintf(stderr,
                     "gpu: next-layer prediction: %.1f%% of %llu predicted experts chosen; %llu copied ahead, %.1f%% "
@@ -631,6 +662,13 @@ public:
         b["passes"] = batched_passes_;
         b["rows"] = batched_rows_;
         b["rows_per_pass"] = batched_passes_ > 0 ? double(batched_rows_) / double(batched_passes_) : 0.0;
+        // --gpu-batch-host: the misses of those passes the host computed
+        // (each expert once for all the rows that chose it), their rows, and
+        // the host's time on them (while the link copied the others).
+        b["host_part"] = batch_host_ready_;
+        b["host_experts"] = batch_host_experts_;
+        b["host_rows"] = batch_host_rows_;
+        b["host_seconds"] = batch_host_seconds_;
         g["batched_decode"] = b;
         g["ram_tier_pinned_bytes"] = pinned_bytes_;
         Json up = Json::object();
@@ -861,6 +899,7 @@ public:
         }
         pool_ = &pool;
         std::call_once(uploaded_, [&] { upload(experts); });
+        prepare_batch_host(experts);
         const TierCounts before = tier_counts();
         for (int i = 0; i < n; i++) {
             lead.prefill.seqs[size_t(i)] = static_cast<GpuState*>(states[i]);
@@ -1582,7 +1621,7 @@ private:
     // noted for refresh_vram. Returns the gate/up tiles (pair t * K + r
     // reads xb row t, writes hidden row t * K + r); *down gets the down
     // tiles (hidden row to the down output's row of the same number).
-    gpu::ExpertTiles cut_tiles(PrefillRows& b, int il, int n, gpu::ExpertTiles* down) const {
+    gpu::ExpertTiles cut_tiles(PrefillRows& b, int il, int n, gpu::ExpertTiles* down, bool host_part) const {
         const int K = config_.n_expert_used, X = config_.n_expert;
         const size_t tile_ints = 3 * max_tiles(b.cap), TK = size_t(b.cap) * size_t(K);
         int32_t* tiles = b.host_tiles;
@@ -1590,6 +1629,10 @@ private:
         int32_t* out_row = in_row + TK;
         ExpertGroups& g = b.groups;
         g.group(b.host_ids, n * K);
+        b.gpu_ids = g.used.data();
+        b.n_gpu_ids = g.n_used;
+        b.n_host_used = 0;
+        if (host_part && g.n_used < vram_.n_slots()) split_host_rows(b, il);
         for (int j = 0; j < n * K; j++) {
             // Llama 4: pair j reads its own weighted row (weighted_rows).
             in_row[j] = expert_layers_[size_t(il)].weight_input ? g.entries[size_t(j)] : g.entries[size_t(j)] / K;
@@ -1599,8 +1642,8 @@ private:
         const ExpertLayer& el = expert_layers_[size_t(il)];
         const int per = tensor_experts(il) ? gpu::kMmaTile : gpu::kExpertTile;  // pairs a tile
         if (mapped_) std::copy(g.used.begin(), g.used.begin() + g.n_used, b.layer_ids.begin() + ptrdiff_t(il) * X);
-        for (int u = 0; u < g.n_used; u++) {
-            const int e = g.used[size_t(u)], c = g.count[size_t(e)];
+        for (int u = 0; u < b.n_gpu_ids; u++) {
+            const int e = b.gpu_ids[u], c = g.count[size_t(e)];
             const bool hit = !mapped_ || vram_.visible(il, e);
             for (int j = 0; j < c; j += per) {
                 int32_t* t = tiles + 3 * n_tiles++;
@@ -1641,8 +1684,8 @@ private:
     void stream_tiles(PrefillRows& b, ExpertSource& experts, int il, int n_tiles,
                       const std::function<void(int, int)>& run) const {
         const ExpertLayer& el = expert_layers_[size_t(il)];
-        const int32_t* ids = b.groups.used.data();
-        const int n_ids = b.groups.n_used;
+        const int32_t* ids = b.gpu_ids;
+        const int n_ids = b.n_gpu_ids;
         const bool overlap = n_ids < vram_.n_slots();
         const int group = overlap ? std::min(kCopyGroup, experts.capacity())
                                   : std::min(vram_.n_slots(), experts.capacity());
@@ -1686,11 +1729,147 @@ private:
             run(tile, end - tile);
             tile = end;
             if (n_miss > 0) {
-                gpu::sync_event(copied_);  // the RAM tier's views are no longer read
+                // The RAM tier's views are no longer read; where it holds
+                // every expert they outlive the release (nothing is
+                // evicted), so the host goes on (to the next group, or to
+                // the host's part) while the link copies.
+                if (!ram_holds_all_) gpu::sync_event(copied_);
                 experts.release(il);
             }
             fill_seconds_ += now() - t0;
         }
+    }
+
+    // GpuOptions::batch_host, where upload() found it possible: the split's
+    // times measured at the first batched pass (a run of one sequence never
+    // pays for them, nor has its cache changed by their copies), unless
+    // decode's host part measured them at load.
+    void prepare_batch_host(ExpertSource& experts) const {
+        if (!batch_host_wanted_) return;
+        batch_host_wanted_ = false;
+        if (!split_measured_) measure_split(experts);
+        batch_host_ready_ = cpu_share_ >= 0 ? options_.host_share_eighths >= 0 : copy_expert_s_ > 0;
+    }
+
+    // Whether this pass has a host part (GpuOptions::batch_host): a batched
+    // pass of several sequences' steps, experts streamed by copies, the
+    // host's split measured at start-up; its buffers made for n rows.
+    bool batch_host_pass(PrefillRows& b, int n) const {
+        if (!decode_rows_ || !batch_host_ready_ || device_routed()) return false;
+        host_rows_alloc(b, n);
+        return true;
+    }
+
+    // The host part's buffers (PrefillRows' host_*): the FFN input and
+    // weight rows for the pass's cap tokens, made once; the pair buffers
+    // for n tokens' pairs, grown (to twice what they held at least) when a
+    // pass has more rows than any before.
+    void host_rows_alloc(PrefillRows& b, int n) const {
+        const int K = config_.n_expert_used;
+        const int64_t E = config_.n_embd;
+        if (!b.host_xb) {
+            b.host_xb = static_cast<float*>(gpu::alloc_pinned(size_t(b.cap) * size_t(E) * 4));
+            b.host_w = static_cast<float*>(gpu::alloc_pinned(size_t(b.cap) * size_t(K) * 4));
+            b.host_used.resize(size_t(config_.n_expert));
+            b.gpu_used.resize(size_t(config_.n_expert));
+        }
+        if (n * K <= b.host_cap) return;
+        const int cap = std::max(n * K, 2 * b.host_cap);
+        gpu::sync(compute_);  // the last pass's copies from the buffers replaced here are done
+        gpu::release_pinned(b.host_out);
+        gpu::release_pinned(b.host_out_rows);
+        b.host_out = nullptr;
+        b.host_out_rows = nullptr;
+        b.host_out = static_cast<float*>(gpu::alloc_pinned(size_t(cap) * size_t(E) * 4));
+        b.host_out_rows = static_cast<int32_t*>(gpu::alloc_pinned(size_t(cap) * 4));
+        b.host_rows = DeviceMemory(size_t(cap) * size_t(E) * 4 + size_t(cap) * 4);
+        b.host_in.resize(size_t(cap) * size_t(E));
+        b.host_pair_w.resize(size_t(cap));
+        b.host_pair_ids.resize(size_t(cap));
+        b.host_moe.init(expert_layers_, cap, 1);
+        b.host_cap = cap;
+    }
+
+    // A batched pass's layer il (its experts fit the VRAM cache): which of
+    // the misses the host computes, those chosen by the fewest rows first
+    // (ids ascending among equals), as many as --gpu-host-share's eighths
+    // or host_misses_rows over the times measured at start-up; they go to
+    // b.host_used, the layer's other experts to b.gpu_used for the tiles,
+    // both ascending. The split depends on the routing, the cache and the
+    // measured times alone: a given share gives the same bits every run.
+    void split_host_rows(PrefillRows& b, int il) const {
+        const ExpertGroups& g = b.groups;
+        int32_t* miss = b.host_used.data();
+        int n_miss = 0;
+        for (int u = 0; u < g.n_used; u++) {
+            if (!vram_.has(il, g.used[size_t(u)])) miss[n_miss++] = g.used[size_t(u)];
+        }
+        if (n_miss == 0) return;
+        std::stable_sort(miss, miss + n_miss, [&](int32_t a, int32_t c) { return g.count[size_t(a)] < g.count[size_t(c)]; });
+        int32_t* rows = b.gpu_used.data();  // scratch until the split is known
+        for (int i = 0; i < n_miss; i++) rows[i] = g.count[size_t(miss[i])];
+        const int h = cpu_share_ >= 0 ? (n_miss * cpu_share_ + 4) / 8
+                                      : host_misses_rows(rows, n_miss, copy_expert_s_, host_fixed_s_, host_expert_s_);
+        if (h == 0) return;
+        std::sort(miss, miss + h);
+        int n_gpu = 0;
+        for (int u = 0, i = 0; u < g.n_used; u++) {
+            const int32_t e = g.used[size_t(u)];
+            if (i < h && miss[i] == e) {
+                i++;
+            } else {
+                b.gpu_used[size_t(n_gpu++)] = e;
+            }
+        }
+        b.n_host_used = h;
+        b.gpu_ids = b.gpu_used.data();
+        b.n_gpu_ids = n_gpu;
+    }
+
+    // The host's part of a batched pass's layer il (split_host_rows' experts),
+    // once stream_tiles has queued the GPU's: each (token, rank) pair that
+    // chose one of them computed from the RAM tier by the host's cores
+    // (model/moe.cpp, each expert once over its rows) while the link copies
+    // and the GPU runs the others, unweighted (combine_experts weighs each
+    // row and adds the down bias; a weight_input layer's pair takes its
+    // weighted row, as the tiles do), then copied into the rows of `down`
+    // the tiles would have written.
+    void host_rows_part(PrefillRows& b, ExpertSource& experts, int il) const {
+        const ExpertGroups& g = b.groups;
+        const int K = config_.n_expert_used;
+        const int64_t E = config_.n_embd;
+        const ExpertLayer& el = expert_layers_[size_t(il)];
+        int m = 0;
+        for (int u = 0; u < b.n_host_used; u++) {
+            const int e = b.host_used[size_t(u)], c = g.count[size_t(e)];
+            for (int q = g.first[size_t(e)]; q < g.first[size_t(e)] + c; q++) {
+                const int j = g.entries[size_t(q)];
+                memcpy(b.host_in.data() + int64_t(m) * E, b.host_xb + int64_t(j / K) * E, size_t(E) * 4);
+                b.host_pair_ids[size_t(m)] = e;
+                b.host_pair_w[size_t(m)] = el.weight_input ? b.host_w[j] : 1.0f;
+                b.host_out_rows[m++] = j;
+            }
+            count_use(il, e, c);
+            hits_ += uint64_t(c - 1);
+            misses_++;
+        }
+        ExpertVectors vectors = expert_biases(ffn_[size_t(il)]);
+        vectors.down_bias = nullptr;
+        const double t0 = now();
+        const MoeCost cost = moe_forward(*pool_, experts, el, b.host_in.data(), m, b.host_pair_ids.data(),
+                                         b.host_pair_w.data(), 1, b.host_moe, b.host_out, {}, vectors);
+        const double took = now() - t0;
+        cpu_seconds_ += took;
+        batch_host_seconds_ += took;
+        cpu_bytes_ += cost.expert_bytes;
+        cpu_experts_ += uint64_t(b.n_host_used);
+        batch_host_experts_ += uint64_t(b.n_host_used);
+        batch_host_rows_ += uint64_t(m);
+        float* rows = b.host_rows.f32();
+        int32_t* at = reinterpret_cast<int32_t*>(rows + int64_t(b.host_cap) * E);
+        gpu::copy_to_device(rows, b.host_out, size_t(m) * size_t(E) * 4, compute_);
+        gpu::copy_to_device(at, b.host_out_rows, size_t(m) * 4, compute_);
+        gpu::scatter_rows(rows, at, m, E, b.down.f32(), compute_);
     }
 
     // n <= st.prefill.cap tokens through every layer at once, each token's
@@ -1837,9 +2016,14 @@ private:
             }
             mark(StageProfile::kRouter, m.router.bytes());
             gpu::copy_to_host(b.host_ids, ids, size_t(n * K) * 4, s);
+            const bool host_part = batch_host_pass(b, n);
+            if (host_part) {
+                gpu::copy_to_host(b.host_xb, xb, size_t(n * E) * 4, s);
+                gpu::copy_to_host(b.host_w, b.weights.f32(), size_t(n * K) * 4, s);
+            }
             gpu::sync(s);
             gpu::ExpertTiles down;
-            const gpu::ExpertTiles tiles = cut_tiles(b, il, n, &down);
+            const gpu::ExpertTiles tiles = cut_tiles(b, il, n, &down, host_part);
             mark(StageProfile::kTopK, 0);
             const ExpertLayer& el = expert_layers_[size_t(il)];
             const uint8_t* const* table = vram_.table(il);
@@ -1883,6 +2067,7 @@ private:
                 run_tiles(0, tiles.n_tiles);
             } else {
                 stream_tiles(b, experts, il, tiles.n_tiles, run_tiles);
+                if (b.n_host_used > 0) host_rows_part(b, experts, il);
             }
             // As token(): the routed sum into zeros, then the shared expert, then the residual.
             float* moe_out = m.shared.empty() ? x : b.moe_out.f32();
@@ -2511,6 +2696,7 @@ private:
                 }
                 measure_split(experts);
             }
+            batch_host_wanted_ = options_.batch_host;
         }
         if (!options_.routing_profile.empty() && !vram_.holds_all()) {
             place_hottest(experts);
@@ -2584,7 +2770,7 @@ private:
         filled_bytes_ = bytes;
     }
 
-    // --gpu-ram-tier cpu: the host's share of a layer's misses, in eighths,
+    // --gpu-ram-tier cpu and --gpu-batch-host: the host's share of a layer's misses, in eighths,
     // from --gpu-host-share or from two rates measured here on the first
     // MoE layer's experts: the host's threads running the CPU path's
     // moe_forward over n_expert_used experts for one token, and copies of
@@ -2622,13 +2808,17 @@ private:
             std::sort(host_s.begin(), host_s.end());
             median_s[side] = host_s[host_s.size() / 2];
         }
+        split_measured_ = true;
         host_expert_s_ = K > 1 ? std::max(median_s[1] - median_s[0], 0.0) / double(K - 1) : median_s[0];
         host_fixed_s_ = std::max(median_s[0] - host_expert_s_, 0.0);
         host_gbps_ = double(K) * double(el.expert_bytes()) / median_s[1] / 1e9;
-        // Copies: a warm-up group, then a timed one, each experts of this
-        // layer not yet in VRAM.
+        // Copies: a warm-up group, then up to three timed ones (the median
+        // rate: one group of 16 experts measured 28.7 to 46.6 GB/s on one
+        // H100 host, docs/gpu/run21), each of experts of this layer not yet
+        // in VRAM.
         const int group = std::min({2 * K, el.n_expert / 2, vram_.n_slots() / 4});
-        for (int pass = 0; pass < 2 && group > 0; pass++) {
+        std::vector<double> gbps;
+        for (int pass = 0; pass < 4 && group > 0; pass++) {
             int n = 0;
             for (int e = pass * group; e < el.n_expert && n < group; e++)
                 if (!vram_.has(il, e)) ids[size_t(n++)] = e;
@@ -2641,7 +2831,11 @@ private:
             }
             gpu::sync(copy_);
             experts.release(il);
-            if (pass == 1) copy_gbps_ = double(n) * double(el.expert_bytes()) / (now() - t0) / 1e9;
+            if (pass > 0) gbps.push_back(double(n) * double(el.expert_bytes()) / (now() - t0) / 1e9);
+        }
+        if (!gbps.empty()) {
+            std::sort(gbps.begin(), gbps.end());
+            copy_gbps_ = gbps[gbps.size() / 2];
         }
         vram_.upload_table(nullptr);
         gpu::sync(nullptr);
@@ -2657,10 +2851,10 @@ private:
         for (int n = 1; cpu_share_ < 0 && n <= K && used < int(sizeof split) - 16; n++)
             used += snprintf(split + used, sizeof split - size_t(used), " %d/%d", host_part(n), n);
         fprintf(stderr,
-                "gpu: the host computes %s of a layer's VRAM misses, the link copies the rest (measured: host %.0f us "
-                "a part + %.0f us an expert with %d threads, %.1f GB/s of expert weights for %d; copies %.1f GB/s, "
+                "gpu: %sthe host computes %s of a layer's VRAM misses, the link copies the rest (measured: host %.0f "
+                "us a part + %.0f us an expert with %d threads, %.1f GB/s of expert weights for %d; copies %.1f GB/s, "
                 "%.0f us an expert)%s\n",
-                split, host_fixed_s_ * 1e6, host_expert_s_ * 1e6, pool_->size(), host_gbps_, K, copy_gbps_,
+                !cpu_misses_ ? "in batched passes (--gpu-batch-host), " : "", split, host_fixed_s_ * 1e6, host_expert_s_ * 1e6, pool_->size(), host_gbps_, K, copy_gbps_,
                 double(el.expert_bytes()) / std::max(copy_gbps_, 1e-9) / 1e3,
                 admit_host_ ? "; the host's misses are then copied into VRAM for later tokens" : "");
     }
@@ -2915,6 +3109,13 @@ private:
     mutable uint64_t predicted_ = 0, predicted_right_ = 0, prefetch_copies_ = 0, prefetch_used_ = 0;
     mutable uint64_t copied_bytes_ = 0, bus_read_bytes_ = 0, hits_ = 0, misses_ = 0, tokens_ = 0;
     mutable uint64_t batched_passes_ = 0, batched_rows_ = 0;  // forward_batch's passes and their rows
+    // GpuOptions::batch_host: wanted (set at load where the RAM tier holds
+    // every expert and copies stream them), ready once the split is
+    // measured (prepare_batch_host); the batched passes' host part's
+    // experts, rows and seconds.
+    mutable bool batch_host_wanted_ = false, batch_host_ready_ = false, split_measured_ = false;
+    mutable uint64_t batch_host_experts_ = 0, batch_host_rows_ = 0;
+    mutable double batch_host_seconds_ = 0;
     // Decode steps' wall seconds and count (chunk_as_steps reads their
     // mean), and the tokens of chunks it sent through steps.
     mutable double step_seconds_ = 0;

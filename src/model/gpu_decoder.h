@@ -69,6 +69,25 @@ inline int host_misses(int n, double copy_s, double host_fixed_s, double host_s)
     return best;
 }
 
+// Of a batched pass's n misses in one layer (serve's steps of several
+// sequences: rows[i] rows chose miss i, rows ascending), how many the host
+// computes, the ones of fewest rows: h of them take host_fixed_s plus
+// host_s for each of their rows (taken as linear: the host's rate of a
+// single row is all that is measured, and a few rows of one expert cost it
+// less than that), the other n - h are copied in copy_s each, both sides at
+// once; h minimizes the later finish, ties to the link (host_misses' rule
+// where every miss has one row).
+inline int host_misses_rows(const int32_t* rows, int n, double copy_s, double host_fixed_s, double host_s) {
+    int best = 0;
+    double best_t = n * copy_s, host_t = host_fixed_s;
+    for (int h = 1; h <= n; h++) {
+        host_t += host_s * rows[h - 1];
+        const double t = std::max((n - h) * copy_s, host_t);
+        if (t < best_t) best = h, best_t = t;
+    }
+    return best;
+}
+
 // Issue 33's small chunks: whether a chunk of n tokens (a short prompt, a
 // chat's next turn, or n sequences' steps of one batch) costs less as n
 // decode steps than as one pass, under --gpu-ram-tier cpu. A pass copies
@@ -119,6 +138,14 @@ struct GpuOptions {
     // computes every miss left. Copies need a RAM tier that holds every
     // expert; otherwise the host computes them all.
     int host_share_eighths = -1;
+    // --gpu-batch-host on: in a batched pass of several sequences' steps
+    // (serve --parallel), where the RAM tier holds every expert and a
+    // layer's experts fit the VRAM cache, the host's cores compute the
+    // misses of fewest rows (host_misses_rows, by the times measured at
+    // start-up, or --gpu-host-share's eighths) while the link copies the
+    // rest; the rows are then equal to each sequence's decoding alone
+    // within rounding, not bit for bit. off: every miss copied.
+    bool batch_host = true;
     // --gpu-prefill tokens: a prompt token by token instead of each layer
     // over every token of a pass (slower: to compare).
     bool prefill_pass = true;

@@ -765,6 +765,24 @@ TEST(Kernels, WeightedRowsAndScaleBy) {
     EXPECT_EQ(rel_err(dy.get<float>(), want_y), 0.0);
 }
 
+// The host's expert rows of a batched pass put into the rows the pass
+// combines: rows it names take the source's, in any order; others keep
+// what they held.
+TEST(Kernels, ScatterRowsPutsEachRowWhereItIsNamed) {
+    SKIP_WITHOUT_GPU();
+    const int n = 3, dst_rows = 7;
+    const int64_t width = 300;
+    const std::vector<float> src = randoms(size_t(n * width), 81), before = randoms(size_t(dst_rows * width), 82);
+    const std::vector<int32_t> rows = {5, 0, 3};
+    DeviceBuffer ds(src), dr(rows), dd(before);
+    gpu::scatter_rows(ds.f(), static_cast<const int32_t*>(dr.p), n, width, dd.f(), nullptr);
+    std::vector<float> want = before;
+    for (int i = 0; i < n; i++) {
+        std::copy(src.begin() + i * width, src.begin() + (i + 1) * width, want.begin() + rows[size_t(i)] * width);
+    }
+    EXPECT_EQ(dd.get<float>(), want);
+}
+
 TEST(Kernels, SwigluMatchesOps) {
     SKIP_WITHOUT_GPU();
     const int64_t n = 3000;

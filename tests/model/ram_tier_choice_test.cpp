@@ -80,6 +80,33 @@ TEST(HostMisses, NeverMoreThanTheMissesAndNeverSlowerThanEitherSideAlone) {
     }
 }
 
+// --gpu-batch-host's rule for a batched pass's misses (host_misses_rows):
+// the host's time grows with the rows of the misses it takes.
+TEST(HostMissesRows, OneRowEachIsHostMissesRule) {
+    const int32_t ones[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    for (int n = 0; n <= 16; n++) {
+        for (double fixed : {0.0, 60e-6, 200e-6}) {
+            for (double host : {10e-6, 36e-6, 300e-6}) {
+                EXPECT_EQ(host_misses_rows(ones, n, 62e-6, fixed, host), host_misses(n, 62e-6, fixed, host))
+                    << n << " " << fixed << " " << host;
+            }
+        }
+    }
+}
+
+TEST(HostMissesRows, RowsMakeTheHostsMissesDearer) {
+    // 6 misses of 1, 1, 2, 2, 4, 8 rows; 60 us a copy, host 30 us a row
+    // after 20 us. h = 2: max(240, 80) = 240; h = 3: max(180, 140) = 180;
+    // h = 4: max(120, 200) = 200. So 3 (a single row each would take 4:
+    // max(120, 140) against h = 3's max(180, 110)).
+    const int32_t rows[6] = {1, 1, 2, 2, 4, 8};
+    EXPECT_EQ(host_misses_rows(rows, 6, 60e-6, 20e-6, 30e-6), 3);
+    EXPECT_EQ(host_misses(6, 60e-6, 20e-6, 30e-6), 4);
+    // The first miss alone costs the host more than copying all six: none.
+    const int32_t many[6] = {20, 20, 20, 20, 20, 20};
+    EXPECT_EQ(host_misses_rows(many, 6, 60e-6, 20e-6, 30e-6), 0);
+}
+
 // steps_beat_pass: where a chunk of n tokens costs less as decode steps
 // (the host taking its share of each step's misses) than as one pass that
 // copies the chunk's unique misses. Worked by hand for qwen3-30b-a3b's

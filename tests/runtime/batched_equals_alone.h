@@ -13,9 +13,12 @@
 namespace ms {
 
 // Decodes three sequences (the golden prompt, its first half, its reverse)
-// batched and alone, step by step, greedily; checks equal logits and
-// returns the batched golden-prompt sequence's tokens.
-inline std::vector<int32_t> batched_equals_alone(const golden::Case& g, Session& lead, int steps) {
+// batched and alone, step by step, greedily; checks equal logits (where
+// max_rel_l2 > 0: within that relative L2 of each other) and returns the
+// batched golden-prompt sequence's tokens. logits, where given, gets every
+// step's batched logits, sequence by sequence.
+inline std::vector<int32_t> batched_equals_alone(const golden::Case& g, Session& lead, int steps,
+                                                 double max_rel_l2 = 0, std::vector<float>* logits = nullptr) {
     std::vector<std::vector<int32_t>> prompts = {
         g.prompt, std::vector<int32_t>(g.prompt.begin(), g.prompt.begin() + ptrdiff_t(g.prompt.size() + 1) / 2),
         std::vector<int32_t>(g.prompt.rbegin(), g.prompt.rend())};
@@ -37,8 +40,14 @@ inline std::vector<int32_t> batched_equals_alone(const golden::Case& g, Session&
         Session::decode_batch(ptrs.data(), next.data(), int(next.size()));
         for (size_t i = 0; i < alone.size(); i++) {
             alone[i]->decode(next[i]);
-            EXPECT_EQ(std::memcmp(batched[i]->logits(), alone[i]->logits(), size_t(V) * 4), 0)
-                << "sequence " << i << " step " << step;
+            if (max_rel_l2 > 0) {
+                EXPECT_LE(golden::rel_l2(batched[i]->logits(), alone[i]->logits(), size_t(V)), max_rel_l2)
+                    << "sequence " << i << " step " << step;
+            } else {
+                EXPECT_EQ(std::memcmp(batched[i]->logits(), alone[i]->logits(), size_t(V) * 4), 0)
+                    << "sequence " << i << " step " << step;
+            }
+            if (logits) logits->insert(logits->end(), batched[i]->logits(), batched[i]->logits() + V);
             EXPECT_EQ(batched[i]->tokens(), alone[i]->tokens());
         }
     }

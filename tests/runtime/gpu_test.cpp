@@ -288,9 +288,64 @@ TEST_P(GpuStreaming, BatchedDecodeThroughFewSlotsMatchesAlone) {
         GpuOptions o;
         o.expert_bytes = few;
         o.map_ram_tier = mapped;
+        o.batch_host = false;  // every miss on the GPU, as each sequence alone
         auto lead = open_gpu(g.gguf, o, sidecar);
         batched_equals_alone(g, *lead, 6);
     }
+}
+
+// --gpu-batch-host: batched decode through one slot more than a layer has
+// experts (a step's experts of a layer fit them; not every expert does;
+// the RAM tier holds them all), the host computing half of each layer's
+// misses (--gpu-host-share 0.5)
+// while the link copies the others. Each sequence's logits are within the
+// golden bound of the same sequence decoded alone (every miss on the GPU),
+// the golden prompt's greedy tokens are the file's, a second run gives the
+// same bits (a fixed share), and the report counts the host's part.
+TEST_P(GpuStreaming, BatchedDecodeWithAHostPartMatchesAloneWithinRounding) {
+    const auto [name, few] = GetParam();
+    if (const std::string why = streaming_skip(name); !why.empty()) GTEST_SKIP() << why;
+    const golden::Case g = golden::load(name);
+    test::TempDir dir;
+    const std::string sidecar = packed_sidecar(g, dir);
+    uint64_t slot_bytes = 0;
+    int64_t n_expert = 0, all_experts = 0;
+    {
+        GpuOptions o;
+        o.expert_bytes = few;
+        auto s = open_gpu(g.gguf, o, sidecar);
+        s->prefill(std::vector<int32_t>(g.prompt.begin(), g.prompt.begin() + 1));
+        Json report = Json::object();
+        add_gpu_report(s->model(), &report);
+        slot_bytes = uint64_t(report.at("gpu").at("vram_tier").at("slot_bytes").as_int());
+        n_expert = s->model().config().n_expert;
+        for (const ExpertLayer& l : s->model().expert_layers()) all_experts += l.n_expert;
+    }
+    if (n_expert + 1 >= all_experts) GTEST_SKIP() << name << ": one layer's experts are nearly all of them";
+    const int steps = std::min<int>(6, int(g.greedy.size()));
+    std::vector<float> logits[2];  // each run's batched logits
+    for (int run = 0; run < 2; run++) {
+        GpuOptions o;
+        o.expert_bytes = uint64_t(n_expert + 1) * slot_bytes;
+        o.host_share_eighths = 4;
+        o.batch_host = true;
+        auto lead = open_gpu(g.gguf, o, sidecar);
+        const std::vector<int32_t> tokens = batched_equals_alone(g, *lead, steps, 2e-2, &logits[run]);
+        EXPECT_EQ(tokens, std::vector<int32_t>(g.greedy.begin(), g.greedy.begin() + steps));
+        Json report = Json::object();
+        add_gpu_report(lead->model(), &report);
+        const Json& b = report.at("gpu").at("batched_decode");
+        printf("%s run %d: %lld batched passes, host part %s: %lld experts, %lld rows\n", name, run,
+               (long long)b.at("passes").as_int(), b.at("host_part").as_bool() ? "on" : "off",
+               (long long)b.at("host_experts").as_int(), (long long)b.at("host_rows").as_int());
+        if (b.at("passes").as_int() > 0) {  // families whose steps batch (not Gated DeltaNet's)
+            EXPECT_TRUE(b.at("host_part").as_bool());
+            EXPECT_GT(b.at("host_experts").as_int(), 0);
+            EXPECT_GE(b.at("host_rows").as_int(), b.at("host_experts").as_int());
+        }
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    EXPECT_EQ(memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
 }
 
 // One golden case: the prompt (token by token where o.prefill_pass is off,

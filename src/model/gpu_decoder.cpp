@@ -1861,6 +1861,14 @@ private:
         const double took = now() - t0;
         cpu_seconds_ += took;
         batch_host_seconds_ += took;
+        // The host's time a row follows what its parts take now (its cores
+        // may be busier or idler than at the measurement: while llama.cpp
+        // built on them, the split measured there gave the host a share
+        // that then cost 0.81x copying, docs/gpu/run21/c1), a tenth a part.
+        if (cpu_share_ < 0) {
+            const double row_s = std::max(took - host_fixed_s_, 0.0) / double(m);
+            host_expert_s_ += 0.1 * (row_s - host_expert_s_);
+        }
         cpu_bytes_ += cost.expert_bytes;
         cpu_experts_ += uint64_t(b.n_host_used);
         batch_host_experts_ += uint64_t(b.n_host_used);

@@ -1805,7 +1805,10 @@ private:
             if (!vram_.has(il, g.used[size_t(u)])) miss[n_miss++] = g.used[size_t(u)];
         }
         if (n_miss == 0) return;
-        std::stable_sort(miss, miss + n_miss, [&](int32_t a, int32_t c) { return g.count[size_t(a)] < g.count[size_t(c)]; });
+        std::sort(miss, miss + n_miss, [&](int32_t a, int32_t c) {
+            const int32_t ra = g.count[size_t(a)], rc = g.count[size_t(c)];
+            return ra != rc ? ra < rc : a < c;  // no allocation, as stable_sort's buffer would be
+        });
         int32_t* rows = b.gpu_used.data();  // scratch until the split is known
         for (int i = 0; i < n_miss; i++) rows[i] = g.count[size_t(miss[i])];
         const int h = cpu_share_ >= 0 ? (n_miss * cpu_share_ + 4) / 8

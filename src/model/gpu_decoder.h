@@ -52,6 +52,25 @@ inline bool host_split_pays(bool ram_holds_all, int64_t vram_slots, int n_moe_la
     return vram_slots < int64_t(n_moe_layers) * top_k || largest_expert_bytes >= (uint64_t(8) << 20);
 }
 
+// Of a batched pass's n misses in one layer (serve's steps of several
+// sequences: rows[i] rows chose miss i, rows ascending), how many the host
+// computes, the ones of fewest rows: h of them take host_fixed_s plus
+// host_s for each of their rows (taken as linear: the host's rate of a
+// single row is all that is measured, and a few rows of one expert cost it
+// less than that), the other n - h are copied in copy_s each, both sides at
+// once; h minimizes the later finish, ties to the link (host_misses' rule
+// where every miss has one row; rows null: one row each).
+inline int host_misses_rows(const int32_t* rows, int n, double copy_s, double host_fixed_s, double host_s) {
+    int best = 0;
+    double best_t = n * copy_s, host_t = host_fixed_s;
+    for (int h = 1; h <= n; h++) {
+        host_t += host_s * (rows ? rows[h - 1] : 1);
+        const double t = std::max((n - h) * copy_s, host_t);
+        if (t < best_t) best = h, best_t = t;
+    }
+    return best;
+}
+
 // How many of a layer's n VRAM misses the host computes (the rest copied
 // into VRAM) under --gpu-host-share auto: the link copies each in copy_s;
 // the host computes h of them in host_fixed_s + h * host_s (waking its
@@ -60,32 +79,7 @@ inline bool host_split_pays(bool ram_holds_all, int64_t vram_slots, int n_moe_la
 // minimizes the later finish; ties go to the link, whose copies also stay
 // cached. The three times are measured at start-up (measure_split).
 inline int host_misses(int n, double copy_s, double host_fixed_s, double host_s) {
-    int best = 0;
-    double best_t = n * copy_s;
-    for (int h = 1; h <= n; h++) {
-        const double t = std::max((n - h) * copy_s, host_fixed_s + h * host_s);
-        if (t < best_t) best = h, best_t = t;
-    }
-    return best;
-}
-
-// Of a batched pass's n misses in one layer (serve's steps of several
-// sequences: rows[i] rows chose miss i, rows ascending), how many the host
-// computes, the ones of fewest rows: h of them take host_fixed_s plus
-// host_s for each of their rows (taken as linear: the host's rate of a
-// single row is all that is measured, and a few rows of one expert cost it
-// less than that), the other n - h are copied in copy_s each, both sides at
-// once; h minimizes the later finish, ties to the link (host_misses' rule
-// where every miss has one row).
-inline int host_misses_rows(const int32_t* rows, int n, double copy_s, double host_fixed_s, double host_s) {
-    int best = 0;
-    double best_t = n * copy_s, host_t = host_fixed_s;
-    for (int h = 1; h <= n; h++) {
-        host_t += host_s * rows[h - 1];
-        const double t = std::max((n - h) * copy_s, host_t);
-        if (t < best_t) best = h, best_t = t;
-    }
-    return best;
+    return host_misses_rows(nullptr, n, copy_s, host_fixed_s, host_s);
 }
 
 // Issue 33's small chunks: whether a chunk of n tokens (a short prompt, a

@@ -268,10 +268,20 @@ size_t attention_scratch_bytes(int n_head, int head_dim);
 // caches seq[2t] (k) and seq[2t + 1] (v); k_cache and v_cache are not read.
 // The same holds for seq in the KV writes below (qk_norm_rope_store,
 // rope_store, mla_rope_store: its one cache at seq[2t]).
+//
+// chosen set (DeepSeek sparse attention, fresh not set): row t attends to
+// the chosen.count[t] positions at chosen.pos[t * chosen.top_k ..] only
+// (indexer_select's), not to every position up to its own; window and
+// chunk are not read.
+struct Chosen {
+    const int32_t* pos = nullptr;
+    const int32_t* count = nullptr;
+    int top_k = 0;
+};
 void attention(const float* q, float* k_cache, float* v_cache, const int32_t* pos, int n_head, int n_kv_head,
                int head_dim, float scale, float* scratch, float* out, Stream s, void* act = nullptr,
                const FreshRow& fresh = {}, int n = 1, int window = 0, const float* sinks = nullptr,
-               int chunk = 0, float* const* seq = nullptr);
+               int chunk = 0, float* const* seq = nullptr, const Chosen& chosen = {});
 
 // Prefill attention of one sequence's n tokens at positions *pos .. *pos +
 // n - 1 (their k and v rows in the caches already), with attention's
@@ -382,6 +392,30 @@ void route_sigmoid_topk(const float* logits, const float* selection_bias, int n_
 void mla_rope_store(float* q, int n_head, int q_head, int q_rope_at, float* row, int row_width, int row_rope_at,
                     int n_rot, bool neox, const float* cos_sin, float* cache, const int32_t* pos, Stream s,
                     int n = 1, float* const* seq = nullptr);
+
+// DeepSeek sparse attention's lightning indexer (GLM-5, DeepSeek V3.2;
+// kernels_layers.cu), as model/dsa_indexer.cpp picks positions, for n rows
+// (one sequence's tokens at *pos .. *pos + n - 1, or with seq, row t at
+// pos[t] of the key cache seq[2t]; rows as in attention's seq).
+//
+// indexer_keys: each row's key k (head_dim floats, indexer.attn_k's) is
+// LayerNormed with no eps, weight k_norm and bias k_bias, its first n_rot
+// dims rotated (neox or adjacent pairs), and written into its position's
+// row of keys; each of q's n_head heads (head_dim floats, indexer.attn_q_b's)
+// is rotated the same; w's n_head head weights (indexer.proj's) are scaled
+// by 1 / sqrt(head_dim * n_head).
+void indexer_keys(float* q, const float* k, float* w, const float* k_norm, const float* k_bias, int n_head,
+                  int head_dim, int n_rot, bool neox, const float* cos_sin, float* keys, const int32_t* pos, Stream s,
+                  int n = 1, float* const* seq = nullptr);
+// indexer_select: row t's positions, ascending, into chosen[t * top_k ..]
+// and their count into count[t]: every position up to its own while there
+// are at most top_k, else the top_k by score(t, p) = sum_h w_h max(0, q_h .
+// key_p), ties to the earlier position. max_pos: the caches' rows (the
+// launch covers them all, so a captured graph serves any position);
+// scores: n x max_pos floats.
+void indexer_select(const float* q, const float* w, const float* keys, const int32_t* pos, int n_head, int head_dim,
+                    int top_k, int max_pos, float* scores, int32_t* chosen, int32_t* count, Stream s, int n = 1,
+                    float* const* seq = nullptr);
 
 // Gated attention (Qwen3.5, Qwen3-Next): the q matrix gives per head
 // [q | gate] (qg: n rows of 2 n_head head_dim). split_gated_q copies the

@@ -1261,14 +1261,17 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(cons
                                                                            int n_head, int n_kv_head, int head_dim,
                                                                            float scale, float* part,
                                                                            const FreshRow fresh, int window, int chunk,
-                                                                           float* const* seq) {
+                                                                           float* const* seq, const Chosen chosen) {
     chain_start();
     // Prefill: blockIdx.z is the token, at position *pos + blockIdx.z (or its sequence's pos[z]).
     const int n_pos = int(row_position(pos, seq, blockIdx.z, &k_cache, &v_cache)) + 1;
-    const int first = window > 0  ? max(0, n_pos - window)
-                      : chunk > 0 ? (n_pos - 1) - (n_pos - 1) % chunk
-                                  : 0;
-    const int span = n_pos - first;
+    // Sparse attention: the span is the row's chosen positions, in order.
+    const int32_t* picked = chosen.pos ? chosen.pos + int64_t(blockIdx.z) * chosen.top_k : nullptr;
+    const int first = picked ? 0
+                      : window > 0 ? max(0, n_pos - window)
+                      : chunk > 0  ? (n_pos - 1) - (n_pos - 1) % chunk
+                                   : 0;
+    const int span = picked ? chosen.count[blockIdx.z] : n_pos - first;
     const int h = blockIdx.x, split = blockIdx.y, S = gridDim.y, kvh = h / (n_head / n_kv_head);
     // Positions first + split, first + split + S, ...
     const int mine = span > split ? (span - split + S - 1) / S : 0;
@@ -1312,7 +1315,7 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(cons
     float mx = -INFINITY;
 #pragma unroll 4
     for (int j = warp; j < mine; j += n_warps) {
-        const int p = first + split + j * S;
+        const int p = picked ? picked[split + j * S] : first + split + j * S;
         const float* k = here && p == n_pos - 1 ? kp : kh + int64_t(p) * row;
         float s = 0;
         for (int i = lane; i < head_dim; i += 32) s += qs[i] * k[i];
@@ -1346,7 +1349,7 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(cons
         float acc = 0;
 #pragma unroll 4
         for (int j = grp; j < mine; j += groups) {
-            const int p = first + split + j * S;
+            const int p = picked ? picked[split + j * S] : first + split + j * S;
             acc += scores[j] * (here && p == n_pos - 1 ? vp[i] : vh[int64_t(p) * row + i]);
         }
         partial[grp * head_dim + i] = acc;
@@ -1648,17 +1651,17 @@ size_t attention_scratch_bytes(int n_head, int head_dim) {
 
 void attention(const float* q, float* k_cache, float* v_cache, const int32_t* pos, int n_head, int n_kv_head,
                int head_dim, float scale, float* scratch, float* out, Stream s, void* act, const FreshRow& fresh,
-               int n, int window, const float* sinks, int chunk, float* const* seq) {
+               int n, int window, const float* sinks, int chunk, float* const* seq, const Chosen& chosen) {
     if (head_dim > 1024) throw std::runtime_error("CUDA attention: head_dim > 1024");
-    if (n < 1 || n > 65535 || (n > 1 && fresh.k)) {
-        throw std::runtime_error("CUDA attention: 1 to 65535 tokens, one if fresh");
+    if (n < 1 || n > 65535 || (n > 1 && fresh.k) || (chosen.pos && fresh.k)) {
+        throw std::runtime_error("CUDA attention: 1 to 65535 tokens, one if fresh, none fresh with chosen positions");
     }
     if (fresh.k && (fresh.n_rot > head_dim || fresh.n_rot % 2 != 0)) {
         throw std::runtime_error("CUDA attention: n_rot even, <= head_dim");
     }
     const dim3 grid(unsigned(n_head), kAttentionSplits, unsigned(n));
     launch("attention", attention_split_kernel, grid, kAttentionThreads, attention_smem, native(s), q, k_cache, v_cache,
-           pos, n_head, n_kv_head, head_dim, scale, scratch, fresh, window, chunk, seq);
+           pos, n_head, n_kv_head, head_dim, scale, scratch, fresh, window, chunk, seq, chosen);
     const int64_t width = int64_t(n_head) * head_dim;
     const bool fused = act && 256 % head_dim == 0 && width % 256 == 0;
     const int per = fused ? 256 / head_dim : 1;

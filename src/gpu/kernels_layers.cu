@@ -1,14 +1,16 @@
 // The kernels of gpu.h that the families beyond qwen3moe's layer shape add
 // (model/gpu_decoder.cpp, driven by a DecoderSpec): biases, RoPE without
 // per-head norms (either pairing), sigmoid routing with a selection bias,
-// and the shared expert's sigmoid gate. Each follows the CPU's arithmetic
-// (ops/rope.cpp, model/moe.cpp, model/ffn_block.cpp) to float rounding.
+// the shared expert's sigmoid gate, and DeepSeek sparse attention's
+// indexer. Each follows the CPU's arithmetic (ops/rope.cpp, model/moe.cpp,
+// model/ffn_block.cpp, model/dsa_indexer.cpp) to float rounding.
 #include <cuda_runtime.h>
 
 #include <stdexcept>
 #include <string>
 
 #include "gpu/gpu.h"
+#include "gpu/block_sum.cuh"
 #include "gpu/launch.cuh"
 #include "gpu/warp_topk.cuh"
 #include "ops/gates.h"
@@ -160,6 +162,186 @@ __global__ void mla_rope_store_kernel(float* q, int n_head, int q_head, int q_ro
     for (int i = threadIdx.x; i < row_width; i += blockDim.x) dst[i] = row[i];
 }
 
+
+// The indexer's keys: blocks [0, n_head) rotate q's heads of row
+// blockIdx.y; block n_head LayerNorms the row's key (sums in double, as
+// ops/norm.cpp's layer_norm; no eps), rotates it into its position's row of
+// keys and scales the row's head weights.
+constexpr int kIndexerMaxDim = 1024;
+
+__global__ void indexer_keys_kernel(float* q, const float* k, float* w, const float* k_norm, const float* k_bias,
+                                    int n_head, int head_dim, int n_rot, bool neox, const float* cos_sin, float* keys,
+                                    const int32_t* pos, float* const* seq, float w_scale) {
+    chain_start();
+    const int64_t t = blockIdx.y;
+    float* unused = nullptr;
+    const int64_t at = row_position(pos, seq, t, &keys, &unused);
+    cos_sin += t * n_rot;
+    if (int(blockIdx.x) < n_head) {
+        float* v = q + (t * n_head + blockIdx.x) * head_dim;
+        rotate_pairs(v, v, n_rot, neox, cos_sin);
+        return;
+    }
+    __shared__ float row[kIndexerMaxDim];
+    __shared__ double part[32];
+    const float* src = k + t * head_dim;
+    double sum = 0;
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) sum += double(src[i]);
+    const float mean = float(block_sum(sum, part) / double(head_dim));
+    double sum2 = 0;
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+        const float d = __fsub_rn(src[i], mean);
+        row[i] = d;
+        sum2 += double(__fmul_rn(d, d));
+    }
+    const float scale = 1.0f / sqrtf(float(block_sum(sum2, part) / double(head_dim)));
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+        row[i] = __fadd_rn(__fmul_rn(__fmul_rn(row[i], scale), k_norm[i]), k_bias[i]);
+    }
+    __syncthreads();
+    rotate_pairs(row, row, n_rot, neox, cos_sin);
+    __syncthreads();
+    float* dst = keys + at * head_dim;
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) dst[i] = row[i];
+    for (int h = threadIdx.x; h < n_head; h += blockDim.x) w[t * n_head + h] *= w_scale;
+}
+
+__device__ __forceinline__ float lanes_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// The indexer's scores of row blockIdx.y at kScorePositions positions a
+// block (blockIdx.x): the row's query heads (padded a float, so the lanes,
+// one a head, read them from different banks) and head weights in shared
+// memory; a warp a position, its key row staged once for all the heads.
+// Blocks past the row's position return at once.
+constexpr int kScoreThreads = 256, kScorePositions = 256;
+
+__global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const float* q, const float* w,
+                                                                       const float* keys, const int32_t* pos,
+                                                                       float* const* seq, int n_head, int head_dim,
+                                                                       int max_pos, float* scores) {
+    chain_start();
+    const int64_t t = blockIdx.y;
+    float* kc = const_cast<float*>(keys);
+    float* unused = nullptr;
+    const int n_pos = int(row_position(pos, seq, t, &kc, &unused)) + 1;
+    const int p0 = int(blockIdx.x) * kScorePositions;
+    if (p0 >= n_pos) return;
+    extern __shared__ float sm[];
+    const int ld = head_dim + 1;
+    float* qs = sm;
+    float* ws = qs + n_head * ld;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+    float* kw = ws + n_head + warp * head_dim;
+    for (int i = threadIdx.x; i < n_head * head_dim; i += blockDim.x) {
+        qs[(i / head_dim) * ld + i % head_dim] = q[t * n_head * head_dim + i];
+    }
+    for (int h = threadIdx.x; h < n_head; h += blockDim.x) ws[h] = w[t * n_head + h];
+    __syncthreads();
+    const int p1 = min(p0 + kScorePositions, n_pos);
+    for (int p = p0 + warp; p < p1; p += n_warps) {
+        for (int i = lane; i < head_dim; i += 32) kw[i] = kc[int64_t(p) * head_dim + i];
+        __syncwarp();
+        float score = 0;
+        for (int h = lane; h < n_head; h += 32) {
+            const float* qh = qs + h * ld;
+            float dot = 0;
+            for (int i = 0; i < head_dim; i++) dot += qh[i] * kw[i];
+            score += ws[h] * fmaxf(dot, 0.0f);
+        }
+        score = lanes_sum(score);
+        if (lane == 0) scores[t * max_pos + p] = score + 0.0f;  // -0 as +0: one key for equal scores
+        __syncwarp();
+    }
+}
+
+// A score's bits as an unsigned key in the same order (larger float,
+// larger key).
+__device__ __forceinline__ uint32_t order_key(float f) {
+    const uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Row blockIdx.x's top_k positions: the top_k-th largest key found a byte
+// at a time from the top (a histogram of the keys that share the bytes
+// found so far), then every position above it and the earliest ones equal
+// to it written in position order: each thread takes a run of positions,
+// and the runs' counts before it give where its picks go.
+constexpr int kSelectThreads = 1024;
+
+__global__ void __launch_bounds__(kSelectThreads) indexer_topk_kernel(const float* scores, const int32_t* pos,
+                                                                      float* const* seq, int top_k, int max_pos,
+                                                                      int32_t* chosen, int32_t* count) {
+    chain_start();
+    const int64_t t = blockIdx.x;
+    float *unused_k = nullptr, *unused_v = nullptr;
+    const int n_pos = int(row_position(pos, seq, t, &unused_k, &unused_v)) + 1;
+    const int tid = threadIdx.x, nt = blockDim.x;
+    int32_t* out = chosen + t * top_k;
+    if (n_pos <= top_k) {
+        for (int i = tid; i < n_pos; i += nt) out[i] = i;
+        if (tid == 0) count[t] = n_pos;
+        return;
+    }
+    const float* row = scores + t * max_pos;
+    __shared__ uint32_t hist[256];
+    __shared__ uint32_t found, found_need;
+    uint32_t prefix = 0, mask = 0;
+    int need = top_k;  // the need-th largest of the keys under prefix
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = tid; i < 256; i += nt) hist[i] = 0;
+        __syncthreads();
+        for (int p = tid; p < n_pos; p += nt) {
+            const uint32_t key = order_key(row[p]);
+            if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        if (tid == 0) {
+            int above = 0, d = 255;
+            for (; d > 0 && above + int(hist[d]) < need; d--) above += int(hist[d]);
+            found = prefix | (uint32_t(d) << shift);
+            found_need = uint32_t(need - above);
+        }
+        __syncthreads();
+        prefix = found;
+        need = int(found_need);
+        mask |= 255u << shift;
+        __syncthreads();
+    }
+    // prefix: the top_k-th largest key; need: how many equal to it are in.
+    const int per = (n_pos + nt - 1) / nt, b = min(tid * per, n_pos), e = min(b + per, n_pos);
+    int above = 0, equal = 0;
+    for (int p = b; p < e; p++) {
+        const uint32_t key = order_key(row[p]);
+        above += key > prefix;
+        equal += key == prefix;
+    }
+    __shared__ int runs_above[kSelectThreads], runs_equal[kSelectThreads];
+    runs_above[tid] = above;
+    runs_equal[tid] = equal;
+    __syncthreads();
+    for (int o = 1; o < nt; o <<= 1) {  // inclusive sums over the threads
+        const int a = tid >= o ? runs_above[tid - o] : 0, q = tid >= o ? runs_equal[tid - o] : 0;
+        __syncthreads();
+        runs_above[tid] += a;
+        runs_equal[tid] += q;
+        __syncthreads();
+    }
+    int equal_before = runs_equal[tid] - equal;
+    int at = runs_above[tid] - above + min(equal_before, need);
+    for (int p = b; p < e; p++) {
+        const uint32_t key = order_key(row[p]);
+        if (key > prefix) {
+            out[at++] = p;
+        } else if (key == prefix) {
+            if (equal_before < need) out[at++] = p;
+            equal_before++;
+        }
+    }
+    if (tid == 0) count[t] = top_k;
+}
 }  // namespace
 
 void mla_rope_store(float* q, int n_head, int q_head, int q_rope_at, float* row, int row_width, int row_rope_at,
@@ -170,6 +352,39 @@ void mla_rope_store(float* q, int n_head, int q_head, int q_rope_at, float* row,
     }
     launch("mla_rope_store", mla_rope_store_kernel, dim3(unsigned(n_head + 1), unsigned(n)), 64, 0, native(s), q, n_head,
            q_head, q_rope_at, row, row_width, row_rope_at, n_rot, neox, cos_sin, cache, pos, seq);
+}
+
+void indexer_keys(float* q, const float* k, float* w, const float* k_norm, const float* k_bias, int n_head,
+                  int head_dim, int n_rot, bool neox, const float* cos_sin, float* keys, const int32_t* pos, Stream s,
+                  int n, float* const* seq) {
+    if (n_rot % 2 != 0 || n_rot > head_dim || head_dim > kIndexerMaxDim) {
+        throw std::runtime_error("CUDA indexer_keys: n_rot even, inside a head of at most 1024 dims");
+    }
+    launch("indexer_keys", indexer_keys_kernel, dim3(unsigned(n_head + 1), unsigned(n)), 128, 0, native(s), q, k, w,
+           k_norm, k_bias, n_head, head_dim, n_rot, neox, cos_sin, keys, pos, seq,
+           1.0f / sqrtf(float(head_dim) * float(n_head)));
+}
+
+void indexer_select(const float* q, const float* w, const float* keys, const int32_t* pos, int n_head, int head_dim,
+                    int top_k, int max_pos, float* scores, int32_t* chosen, int32_t* count, Stream s, int n,
+                    float* const* seq) {
+    if (top_k < 1 || top_k > max_pos) throw std::runtime_error("CUDA indexer_select: top_k in 1 .. positions");
+    const size_t smem =
+        size_t(n_head * (head_dim + 1) + n_head + (kScoreThreads / 32) * head_dim) * sizeof(float);
+    static size_t smem_allowed = 48 << 10;
+    if (smem > smem_allowed) {
+        if (cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) !=
+            cudaSuccess) {
+            cudaGetLastError();
+            throw std::runtime_error("CUDA indexer_select: " + std::to_string(n_head) + " heads of " +
+                                     std::to_string(head_dim) + " need more shared memory than the device has");
+        }
+        smem_allowed = smem;
+    }
+    launch("indexer_select", indexer_scores_kernel, dim3(blocks(max_pos, kScorePositions), unsigned(n)),
+           kScoreThreads, smem, native(s), q, w, keys, pos, seq, n_head, head_dim, max_pos, scores);
+    launch("indexer_select", indexer_topk_kernel, dim3(unsigned(n)), kSelectThreads, 0, native(s),
+           static_cast<const float*>(scores), pos, seq, top_k, max_pos, chosen, count);
 }
 
 void add(float* y, const float* b, int64_t n, Stream s, int rows) {

@@ -73,7 +73,7 @@ void rms_norm(const float*, const float*, int64_t, int64_t, float, float*, Strea
 void prepare_attention(int, int) { absent(); }
 size_t attention_scratch_bytes(int, int) { return 0; }
 void attention(const float*, float*, float*, const int32_t*, int, int, int, float, float*, float*, Stream, void*,
-               const FreshRow&, int, int, const float*, int, float* const*) {
+               const FreshRow&, int, int, const float*, int, float* const*, const Chosen&) {
     absent();
 }
 bool attention_tiled(const float*, const float*, const float*, const int32_t*, int, int, int, float, float*, Stream,
@@ -125,6 +125,14 @@ void route_sigmoid_topk(const float*, const float*, int, int, bool, float, int32
 }
 void mla_rope_store(float*, int, int, int, float*, int, int, int, bool, const float*, float*, const int32_t*, Stream,
                     int, float* const*) {
+    absent();
+}
+void indexer_keys(float*, const float*, float*, const float*, const float*, int, int, int, bool, const float*, float*,
+                  const int32_t*, Stream, int, float* const*) {
+    absent();
+}
+void indexer_select(const float*, const float*, const float*, const int32_t*, int, int, int, int, float*, int32_t*,
+                    int32_t*, Stream, int, float* const*) {
     absent();
 }
 void copy_rows(void*, size_t, const void*, size_t, size_t, size_t, Stream) { absent(); }

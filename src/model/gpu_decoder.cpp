@@ -49,8 +49,23 @@ private:
 // and its 8-bit rows, q, the compressed rows and their latent parts (normed
 // apart from their k_pe), the heads' q_nope and latent rows (and 8-bit), the
 // latent queries, the attention's rows, the heads' outputs (and 8-bit).
+// With DeepSeek sparse attention (alloc_indexer): the indexer's queries,
+// keys and head weights, the scores of score_rows tokens at a time, and each
+// token's chosen positions (top_k a token) and their count.
 struct MlaRows {
     DeviceMemory qa, qa8, q, ckv, c, qn, qn8, lat, lat8, qlat, att, o, o8;
+    DeviceMemory iq, ik, iw, scores, chosen, count;
+    int score_rows = 0;
+    void alloc_indexer(const IndexerShape& s, size_t tokens, int rows, int64_t n_ctx, int top_k) {
+        const size_t T = tokens, H = size_t(s.n_head), D = size_t(s.head_dim);
+        iq = DeviceMemory(T * H * D * 4);
+        ik = DeviceMemory(T * D * 4);
+        iw = DeviceMemory(T * H * 4);
+        score_rows = rows;
+        scores = DeviceMemory(size_t(rows) * size_t(n_ctx) * 4);
+        chosen = DeviceMemory(T * size_t(top_k) * 4);
+        count = DeviceMemory(T * 4);
+    }
     void alloc(const MlaShape& m, size_t tokens) {
         const size_t T = tokens, H = size_t(m.n_head);
         qa = DeviceMemory(T * size_t(std::max(m.q_lora, 1)) * 4);
@@ -155,6 +170,11 @@ public:
     DeviceMemory qg, dn_qkv, dn_conv, dn_z, dn_ba, dn_o, dn_o8;
     DeviceMemory kt, vt, xs, xs8, ones;  // as PrefillRows' for one token
     MlaRows mla;  // multi-head latent attention's, for one token
+    // DeepSeek sparse attention: per indexer layer n_ctx key rows of the
+    // indexer's head_dim floats; the positions a token attends to, at most
+    // (the model's top_k, or n_ctx when that is fewer).
+    DeviceMemory index_keys;
+    int top_k = 0;
     DeviceMemory att_part;  // attention's partial sums (gpu::attention_scratch_bytes)
     DeviceMemory x, xb, q, k, v, att, router, ids, weights, gate, hidden, logits;  // gate: gate | up
     // Dense and shared-expert FFNs: gate, up, their SwiGLU; the shared
@@ -198,30 +218,16 @@ public:
     }
 };
 
-// The GPU has no operation for DeepSeek sparse attention's indexer.
-const char kIndexer[] = "the sparse-attention indexer";
-
-// DecoderSpec families whose every file asks for an operation the GPU
-// lacks, and that operation: their spec functions always set it
-// (glm_dsa_spec requires the indexer's top_k > 0). missing_feature()
-// refuses them by name; gpu_architectures() is the other families.
-struct FamilyGap {
-    const char* arch;
-    const char* feature;
-};
-const FamilyGap kFamilyGaps[] = {{"glm-dsa", kIndexer}};
-
 // The first feature of `s` (or shape of `c`) the GPU forward has no
 // operation for, in a few words; empty when it covers them all.
 std::string missing_feature(const DecoderSpec& s, const ModelConfig& c) {
     auto any = [](const auto& v) { return std::any_of(v.begin(), v.end(), [](auto x) { return x != 0; }); };
-    for (const FamilyGap& g : kFamilyGaps) {
-        if (c.arch == g.arch) return g.feature;
-    }
     if (s.mla.kv_lora > 0 && (s.mla.row() > 1024 || s.mla.rope % 2 != 0)) {
         return "multi-head latent attention with rows over 1024 values or odd rope dims";
     }
-    if (s.indexer.top_k > 0) return kIndexer;  // any other family's file with an indexer
+    if (s.indexer.top_k > 0 && (s.indexer.head_dim > 1024 || s.rope.n_rot > s.indexer.head_dim)) {
+        return "a sparse-attention indexer with heads over 1024 dims or narrower than the rope";
+    }
     if (s.full_attention_interval > 0) {
         const DeltaNetShape& d = s.deltanet;
         if (d.head_v % 32 != 0 || d.head_v > 1024 || d.head_k > 4096) {
@@ -694,6 +700,14 @@ public:
         st->full_kv_bytes_per_token =
             mla() ? int64_t(n_kv_layers_) * mla_full_kv_bytes(mla_shape_, GgmlType::F32) : st->kv_bytes_per_token;
         if (mla()) st->mla.alloc(mla_shape_, 1);
+        if (n_indexer_ > 0) {
+            const IndexerShape& is = indexer_shape_;
+            st->top_k = int(std::min<int64_t>(is.top_k, o.n_ctx));
+            st->index_keys = DeviceMemory(size_t(n_indexer_) * size_t(o.n_ctx) * size_t(is.head_dim) * 4);
+            st->mla.alloc_indexer(is, 1, 1, o.n_ctx, st->top_k);
+            st->kv_bytes_per_token += int64_t(n_indexer_) * is.head_dim * 4;
+            st->full_kv_bytes_per_token += int64_t(n_indexer_) * is.head_dim * 4;
+        }
         if (n_deltanet_ > 0) {
             const DeltaNetShape& sh = deltanet_shape_;
             st->conv_state = DeviceMemory(size_t(n_deltanet_ * sh.conv_state_floats()) * 4);
@@ -767,7 +781,9 @@ public:
             st->cpu_moe.init(expert_layers_, 1, int(K));
             st->host_bytes += (3 * K + 2 * E) * 4 + st->cpu_moe.bytes();
         }
-        if (options_.prefill_pass && o.max_batch > 1) st->host_bytes += new_prefill_rows(st->prefill, o.max_batch);
+        if (options_.prefill_pass && o.max_batch > 1) {
+            st->host_bytes += new_prefill_rows(st->prefill, o.max_batch, o.n_ctx, st->top_k);
+        }
         return st;
     }
 
@@ -780,9 +796,10 @@ public:
         return d;
     }
 
-    // Rows for prefill passes of up to cap tokens; returns the pinned host
-    // bytes they take.
-    uint64_t new_prefill_rows(PrefillRows& b, int cap) const {
+    // Rows for prefill passes of up to cap tokens (of states of n_ctx
+    // positions, attending to top_k of them with sparse attention); returns
+    // the pinned host bytes they take.
+    uint64_t new_prefill_rows(PrefillRows& b, int cap, int64_t n_ctx, int top_k) const {
         const ModelConfig& c = config_;
         const size_t T = size_t(cap), E = size_t(c.n_embd), K = size_t(c.n_expert_used), F = size_t(spec_.n_ff_exp);
         const size_t FD = size_t(std::max(spec_.n_ff_dense, spec_.n_ff_shared)), R = size_t(rope_.n_rot);
@@ -803,6 +820,7 @@ public:
             const MlaShape& m = mla_shape_;
             const size_t H = size_t(m.n_head);
             b.mla.alloc(m, T);
+            if (n_indexer_ > 0) b.mla.alloc_indexer(indexer_shape_, T, std::min(cap, kAttentionRows), n_ctx, top_k);
             const size_t tiles = H * ((T + gpu::kExpertTile - 1) / gpu::kExpertTile);
             b.mla_tiles = DeviceMemory((3 * tiles + T * H) * 4);
             b.host_mla_tiles.resize(3 * tiles + T * H);
@@ -858,7 +876,8 @@ public:
         b.miss.resize(size_t(c.n_expert));
         size_t seq_bytes = 0;
         if (batches_sequences()) {
-            seq_bytes = size_t(n_kv_layers_) * 2 * T * sizeof(float*);
+            // Then each indexer layer's key caches, as a KV layer's.
+            seq_bytes = size_t(n_kv_layers_ + n_indexer_) * 2 * T * sizeof(float*);
             b.seq_caches = DeviceMemory(seq_bytes);
             b.host_seq_caches = static_cast<float**>(gpu::alloc_pinned(seq_bytes));
             b.seqs.resize(T);
@@ -1077,6 +1096,9 @@ private:
         const float *mla_q_a_norm, *mla_kv_a_norm;
         const uint8_t* const* mla_k_b;
         const uint8_t* const* mla_v_b;
+        // The layer's sparse-attention indexer's, where it has one.
+        const uint8_t *idx_wq_b, *idx_wk, *idx_proj;
+        const float *idx_k_norm, *idx_k_bias;
 
         // The expert kernels' biases and activation; ids: the routed ids
         // (decode), by which a streamed layer's slots find their bias rows.
@@ -1095,6 +1117,13 @@ private:
     // Layer il's rows of the KV caches (an attention layer's).
     float* k_rows(const GpuState& st, int il) const {
         return st.k_cache.f32() + int64_t(kv_layer_[size_t(il)]) * st.options.n_ctx * kv_row();
+    }
+    // Whether layer il has an indexer of its own (DeepSeek sparse attention;
+    // the others reuse the selection of the nearest earlier one), and its
+    // key rows.
+    bool indexed(int il) const { return !indexer_.empty() && indexer_slot_[size_t(il)] >= 0; }
+    float* index_rows(const GpuState& st, int il) const {
+        return st.index_keys.f32() + indexer_slot_[size_t(il)] * st.options.n_ctx * indexer_shape_.head_dim;
     }
     float* v_rows(const GpuState& st, int il) const {
         return st.v_cache.f32() + int64_t(kv_layer_[size_t(il)]) * st.options.n_ctx * config_.kv_dim();
@@ -1262,9 +1291,13 @@ private:
     // One token takes decode's launches; a pass (n > 1) their batched forms,
     // each row bit for bit decode's (the heads' k_b and v_b as expert tiles,
     // `heads`; the latent parts normed in a contiguous copy).
+    // DeepSeek sparse attention: the layer's indexer (keys from xb, queries
+    // from the normed compressed q) chooses each row's positions, or the
+    // nearest earlier indexer's choice, left in r, is reused; index_seq: the
+    // rows' key caches as seq gives their KV caches.
     void mla_layer(GpuState& st, int il, const MlaRows& r, float* att_part, float* x, int n, gpu::Act xb,
                    const float* cos_sin, const int32_t* pos, const gpu::ExpertTiles& heads,
-                   float* const* seq = nullptr) const {
+                   float* const* seq = nullptr, float* const* index_seq = nullptr) const {
         const ModelConfig& c = config_;
         const MlaShape& m = mla_shape_;
         const MlaLayer& l = mla_[size_t(il)];
@@ -1285,11 +1318,13 @@ private:
         } else {
             for (int i = 0; i < 2; i++) pass_matmul(types[i], w[i], rows[i], E, n, xb, y[i], s, false, 0);
         }
+        void* qa8 = !direct && act8(m.q_lora) ? r.qa8.data() : nullptr;
         if (!direct) {
-            void* qa8 = act8(m.q_lora) ? r.qa8.data() : nullptr;
             gpu::rms_norm(qa, d.mla_q_a_norm, n, m.q_lora, c.rms_eps, qa, s, qa8);
             rows_product(l.wq_b.type, d.mla_wq_b, H * QH, m.q_lora, n, {qa, qa8}, q, false);
         }
+        const bool sparse = !indexer_.empty();
+        if (indexed(il)) index_select(st, il, r, n, xb, {qa, qa8}, cos_sin, pos, index_seq);
         if (n == 1) {
             gpu::rms_norm(row, d.mla_kv_a_norm, 1, L, c.rms_eps, row, s);
         } else {
@@ -1324,13 +1359,56 @@ private:
         float* att = r.att.f32();
         for (int a0 = 0; a0 < n; a0 += kAttentionRows) {
             const int na = std::min(kAttentionRows, n - a0);
+            const gpu::Chosen chosen = sparse ? gpu::Chosen{reinterpret_cast<const int32_t*>(r.chosen.data()) +
+                                                                int64_t(a0) * st.top_k,
+                                                            reinterpret_cast<const int32_t*>(r.count.data()) + a0,
+                                                            st.top_k}
+                                              : gpu::Chosen{};
             gpu::attention(qlat + int64_t(a0) * H * R, cache, cache, pos + a0, int(H), 1, int(R), m.scale, att_part,
-                           att + int64_t(a0) * H * R, s, nullptr, {}, na, 0, nullptr, 0, seq ? seq + 2 * a0 : nullptr);
+                           att + int64_t(a0) * H * R, s, nullptr, {}, na, 0, nullptr, 0, seq ? seq + 2 * a0 : nullptr,
+                           chosen);
         }
         gpu::copy_rows(lat, size_t(L) * 4, att, size_t(R) * 4, size_t(L) * 4, HN, s);
         float* o = r.o.f32();
         heads_product(l.wv_b, d.mla_v_b, m.v, L, {lat, quantize(lat, int64_t(HN), L, r.lat8.data())}, o);
         rows_product(l.wo.type, d.wo, E, H * m.v, n, {o, quantize(o, n, H * m.v, r.o8.data())}, x, true);
+    }
+
+    // Layer il's indexer over n rows (xb: their normed inputs, qa: their
+    // normed compressed queries): keys into its cache, each row's chosen
+    // positions into r (model/dsa_indexer.cpp's indexer_select), the scores
+    // of r.score_rows rows at a time.
+    void index_select(GpuState& st, int il, const MlaRows& r, int n, gpu::Act xb, gpu::Act qa, const float* cos_sin,
+                      const int32_t* pos, float* const* index_seq) const {
+        const IndexerShape& is = indexer_shape_;
+        const IndexerLayer& l = indexer_[size_t(il)];
+        const DeviceLayer& d = device_[size_t(il)];
+        const gpu::Stream s = compute_;
+        const int64_t E = config_.n_embd, H = is.n_head, D = is.head_dim;
+        float* iq = r.iq.f32();
+        float* ik = r.ik.f32();
+        float* iw = r.iw.f32();
+        const GgmlType types[2] = {l.wk.type, l.proj.type};
+        const void* w[2] = {d.idx_wk, d.idx_proj};
+        const int64_t rows[2] = {D, H};
+        float* y[2] = {ik, iw};
+        if (n == 1) {
+            gpu::matvec_multi(2, types, w, rows, E, xb, y, s);
+        } else {
+            for (int i = 0; i < 2; i++) pass_matmul(types[i], w[i], rows[i], E, n, xb, y[i], s, false, 0);
+        }
+        rows_product(l.wq_b.type, d.idx_wq_b, H * D, mla_shape_.q_lora, n, qa, iq, false);
+        float* keys = index_rows(st, il);
+        gpu::indexer_keys(iq, ik, iw, d.idx_k_norm, d.idx_k_bias, int(H), int(D), rope_.n_rot, rope_.neox, cos_sin,
+                          keys, pos, s, n, index_seq);
+        int32_t* chosen = reinterpret_cast<int32_t*>(r.chosen.data());
+        int32_t* count = reinterpret_cast<int32_t*>(r.count.data());
+        for (int a0 = 0; a0 < n; a0 += r.score_rows) {
+            const int na = std::min(r.score_rows, n - a0);
+            gpu::indexer_select(iq + a0 * H * D, iw + a0 * H, keys, pos + a0, int(H), int(D), st.top_k,
+                                int(st.options.n_ctx), r.scores.f32(), chosen + int64_t(a0) * st.top_k, count + a0, s,
+                                na, index_seq ? index_seq + 2 * a0 : nullptr);
+        }
     }
 
     // Positions into q and k for n tokens where the q/k norms are not per
@@ -1911,19 +1989,24 @@ private:
             host_pos[t] = int32_t(p);
             host_temp[t] = attention_temperature(spec_.temperature, p);
         }
-        // Each KV layer's 2n cache pointers (gpu.h's seq), in one copy.
+        // Each KV layer's 2n cache pointers (gpu.h's seq), then each
+        // indexer layer's (its key caches twice), in one copy.
         float* const* layer_seqs = nullptr;
         if (seqs) {
             float** h = b.host_seq_caches;
             for (int il = 0; il < n_run_; il++) {
                 const int kl = kv_layer_[size_t(il)];
-                if (kl < 0) continue;
-                for (int t = 0; t < n; t++) {
+                const int64_t xl = indexed(il) ? n_kv_layers_ + indexer_slot_[size_t(il)] : -1;
+                for (int t = 0; t < n && kl >= 0; t++) {
                     h[(int64_t(kl) * n + t) * 2] = k_rows(*seqs[t], il);
                     h[(int64_t(kl) * n + t) * 2 + 1] = mla() ? k_rows(*seqs[t], il) : v_rows(*seqs[t], il);
                 }
+                for (int t = 0; t < n && xl >= 0; t++) {
+                    h[(xl * n + t) * 2] = h[(xl * n + t) * 2 + 1] = index_rows(*seqs[t], il);
+                }
             }
-            gpu::copy_to_device(b.seq_caches.data(), h, size_t(n_kv_layers_) * 2 * size_t(n) * sizeof(float*), s);
+            gpu::copy_to_device(b.seq_caches.data(), h,
+                                size_t(n_kv_layers_ + n_indexer_) * 2 * size_t(n) * sizeof(float*), s);
             layer_seqs = reinterpret_cast<float* const*>(b.seq_caches.data());
         }
         float* x = b.x.f32();
@@ -1957,7 +2040,9 @@ private:
                                n, {xb, xb8}, x);
                 mark(StageProfile::kAttention, deltanet_[size_t(il)].weight_bytes());
             } else if (mla()) {
-                mla_layer(st, il, b.mla, b.att_part.f32(), x, n, {xb, xb8}, cos_sin, pos, head_tiles, seq);
+                float* const* index_seq =
+                    seqs && indexed(il) ? layer_seqs + (n_kv_layers_ + indexer_slot_[size_t(il)]) * 2 * n : nullptr;
+                mla_layer(st, il, b.mla, b.att_part.f32(), x, n, {xb, xb8}, cos_sin, pos, head_tiles, seq, index_seq);
                 mark(StageProfile::kAttention, mla_[size_t(il)].weight_bytes());
             } else {
                 float* kc = k_rows(st, il);
@@ -2481,7 +2566,12 @@ private:
     std::vector<const Tensor*> mla_tensors(int il) const {
         if (!mla()) return {};
         const MlaLayer& l = mla_[size_t(il)];
-        return {&l.wq, &l.wq_a, &l.q_a_norm, &l.wq_b, &l.wkv_a, &l.kv_a_norm, &l.wk_b, &l.wv_b, &l.wo};
+        std::vector<const Tensor*> t = {&l.wq, &l.wq_a, &l.q_a_norm, &l.wq_b, &l.wkv_a, &l.kv_a_norm, &l.wk_b, &l.wv_b, &l.wo};
+        if (indexed(il)) {
+            const IndexerLayer& x = indexer_[size_t(il)];
+            t.insert(t.end(), {&x.wq_b, &x.wk, &x.proj, &x.k_norm, &x.k_norm_bias});
+        }
+        return t;
     }
 
     // Layer il's Gated DeltaNet tensors (none where it attends).
@@ -2566,6 +2656,14 @@ private:
                 const uint8_t* kb = to_device(l.wk_b);
                 const uint8_t* vb = to_device(l.wv_b);
                 d.wo = to_device(l.wo);
+                if (indexed(il)) {
+                    const IndexerLayer& x = indexer_[size_t(il)];
+                    d.idx_wq_b = to_device(x.wq_b);
+                    d.idx_wk = to_device(x.wk);
+                    d.idx_proj = to_device(x.proj);
+                    d.idx_k_norm = f32(x.k_norm);
+                    d.idx_k_bias = f32(x.k_norm_bias);
+                }
                 for (int h = 0; h < ms.n_head; h++) {
                     head_tables.push_back(kb + size_t(h) * size_t(ms.kv_lora) * row_bytes(l.wk_b.type, ms.nope));
                 }
@@ -3146,10 +3244,7 @@ private:
 
 std::vector<std::string> gpu_architectures() {
     std::vector<std::string> out;
-    for (const std::string& a : Model::decoder_architectures()) {
-        if (std::none_of(std::begin(kFamilyGaps), std::end(kFamilyGaps), [&](const FamilyGap& g) { return a == g.arch; }))
-            out.push_back(a);
-    }
+    for (const std::string& a : Model::decoder_architectures()) out.push_back(a);
     return out;
 }
 

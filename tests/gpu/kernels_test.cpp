@@ -929,6 +929,127 @@ TEST(Kernels, MlaRopeStoreMatchesOps) {
     }
 }
 
+// DeepSeek sparse attention's indexer keys for three tokens: each key
+// LayerNormed (no eps) and roped into its cache row, the queries' heads
+// roped, the head weights scaled, against ops' layer_norm and rope_apply.
+TEST(Kernels, IndexerKeysMatchOps) {
+    SKIP_WITHOUT_GPU();
+    const int H = 4, D = 64, n_rot = 32, n = 3, pos0 = 5;
+    for (bool neox : {false, true}) {
+        const Rope rope{n_rot, 1e6f, neox};
+        std::vector<float> q = randoms(size_t(n * H * D), 1), k = randoms(size_t(n * D), 2, 3.0f),
+                           w = randoms(size_t(n * H), 3), norm = randoms(size_t(D), 4), bias = randoms(size_t(D), 5),
+                           cs(size_t(n * n_rot));
+        for (int t = 0; t < n; t++) rope_angles(rope, pos0 + t, cs.data() + t * n_rot);
+        DeviceBuffer dq(q), dk(k), dw(w), dnorm(norm), dbias(bias), dcs(cs), dpos(std::vector<int32_t>{pos0}),
+            keys(size_t((pos0 + n) * D) * 4);
+        gpu::indexer_keys(dq.f(), dk.f(), dw.f(), dnorm.f(), dbias.f(), H, D, n_rot, neox, dcs.f(), keys.f(),
+                          static_cast<const int32_t*>(dpos.p), nullptr, n);
+        std::vector<float> want_k(size_t(n * D));
+        for (int t = 0; t < n; t++) {
+            layer_norm(k.data() + t * D, norm.data(), bias.data(), D, 0.0f, want_k.data() + t * D);
+            rope_apply(rope, cs.data() + t * n_rot, want_k.data() + t * D, 1, D);
+            rope_apply(rope, cs.data() + t * n_rot, q.data() + t * H * D, H, D);
+        }
+        for (float& x : w) x *= 1.0f / std::sqrt(float(D * H));
+        const std::vector<float> got = keys.get<float>();
+        EXPECT_LT(rel_err(std::vector<float>(got.begin() + pos0 * D, got.end()),
+                          std::vector<double>(want_k.begin(), want_k.end())),
+                  1e-6)
+            << neox;
+        EXPECT_LT(rel_err(dq.get<float>(), std::vector<double>(q.begin(), q.end())), 1e-6) << neox;
+        EXPECT_LT(rel_err(dw.get<float>(), std::vector<double>(w.begin(), w.end())), 1e-6) << neox;
+    }
+}
+
+// The indexer's choice for three tokens over a cache where many keys repeat
+// (equal scores, bit for bit, so ties are met): the scores against a double
+// reference; the chosen positions exactly those the CPU's rule picks from
+// those scores (the top_k by score, ties to the earlier position, in
+// position order; every position while there are at most top_k).
+TEST(Kernels, IndexerSelectMatchesTheCpuRule) {
+    SKIP_WITHOUT_GPU();
+    const int H = 8, D = 64, n = 3;
+    for (const auto& [n_pos0, top_k] : {std::pair{4, 8}, std::pair{300, 8}, std::pair{5000, 2048}, std::pair{700, 64}}) {
+        const int max_pos = n_pos0 + n + 7;
+        std::vector<float> q = randoms(size_t(n * H * D), 11), w = randoms(size_t(n * H), 12),
+                           base = randoms(size_t(97 * D), 13), keys(size_t(max_pos * D));
+        for (int p = 0; p < max_pos; p++) std::copy_n(base.data() + (p % 97) * D, D, keys.data() + p * D);
+        DeviceBuffer dq(q), dw(w), dkeys(keys), dpos(std::vector<int32_t>{n_pos0 - 1}),
+            scores(size_t(n * max_pos) * 4), chosen(size_t(n * top_k) * 4), count(size_t(n) * 4);
+        gpu::indexer_select(dq.f(), dw.f(), dkeys.f(), static_cast<const int32_t*>(dpos.p), H, D, top_k, max_pos,
+                            scores.f(), static_cast<int32_t*>(chosen.p), static_cast<int32_t*>(count.p), nullptr, n);
+        const std::vector<float> sc = scores.get<float>();
+        const std::vector<int32_t> got = chosen.get<int32_t>(), got_n = count.get<int32_t>();
+        for (int t = 0; t < n; t++) {
+            const int n_pos = n_pos0 + t;
+            std::vector<int32_t> want(static_cast<size_t>(n_pos));
+            for (int p = 0; p < n_pos; p++) want[size_t(p)] = p;
+            if (n_pos > top_k) {
+                const float* row = sc.data() + size_t(t) * max_pos;
+                std::vector<double> ref(static_cast<size_t>(n_pos));
+                for (int p = 0; p < n_pos; p++) {
+                    double s = 0;
+                    for (int h = 0; h < H; h++) {
+                        double d = 0;
+                        for (int i = 0; i < D; i++) d += double(q[size_t((t * H + h) * D + i)]) * keys[size_t(p * D + i)];
+                        s += double(w[size_t(t * H + h)]) * std::max(d, 0.0);
+                    }
+                    ref[size_t(p)] = s;
+                }
+                EXPECT_LT(rel_err(std::vector<float>(row, row + n_pos), ref), 1e-5) << n_pos;
+                std::sort(want.begin(), want.end(), [&](int32_t a, int32_t b) {
+                    return row[a] > row[b] || (row[a] == row[b] && a < b);
+                });
+                want.resize(size_t(top_k));
+                std::sort(want.begin(), want.end());
+            }
+            ASSERT_EQ(got_n[size_t(t)], int32_t(want.size())) << n_pos << " positions, top " << top_k;
+            EXPECT_EQ(std::vector<int32_t>(got.begin() + t * top_k, got.begin() + t * top_k + got_n[size_t(t)]), want)
+                << n_pos << " positions, top " << top_k;
+        }
+    }
+}
+
+// Attention over chosen positions (sparse attention's) against the double
+// reference over those positions' rows gathered in order, two tokens with
+// their own choices in one launch.
+TEST(Kernels, AttentionOverChosenPositions) {
+    SKIP_WITHOUT_GPU();
+    const int n_head = 4, hd = 96, n_pos = 600, top_k = 40, n = 2;
+    const std::vector<float> q = randoms(size_t(n * n_head * hd), 21), k = randoms(size_t(n_pos + 1) * hd, 22);
+    std::vector<int32_t> chosen(size_t(n * top_k));
+    const std::vector<int32_t> counts = {top_k, 17};
+    std::mt19937 rng(23);
+    for (int t = 0; t < n; t++) {
+        std::vector<int32_t> all(size_t(n_pos + t));
+        for (size_t i = 0; i < all.size(); i++) all[i] = int32_t(i);
+        std::shuffle(all.begin(), all.end(), rng);
+        std::sort(all.begin(), all.begin() + counts[size_t(t)]);
+        std::copy_n(all.begin(), counts[size_t(t)], chosen.begin() + t * top_k);
+    }
+    const float scale = 1.0f / std::sqrt(float(hd));
+    DeviceBuffer dq(q), dk(k), dout(size_t(n * n_head * hd) * 4), dpos(std::vector<int32_t>{n_pos - 1, n_pos}),
+        dchosen(chosen), dcount(counts), scratch(size_t(n) * gpu::attention_scratch_bytes(n_head, hd));
+    gpu::prepare_attention(n_pos + 1, hd);
+    gpu::attention(dq.f(), dk.f(), dk.f(), static_cast<const int32_t*>(dpos.p), n_head, 1, hd, scale, scratch.f(),
+                   dout.f(), nullptr, nullptr, {}, n, 0, nullptr, 0, nullptr,
+                   {static_cast<const int32_t*>(dchosen.p), static_cast<const int32_t*>(dcount.p), top_k});
+    const std::vector<float> out = dout.get<float>();
+    for (int t = 0; t < n; t++) {
+        std::vector<float> rows;
+        for (int j = 0; j < counts[size_t(t)]; j++) {
+            const float* r = k.data() + size_t(chosen[size_t(t * top_k + j)]) * hd;
+            rows.insert(rows.end(), r, r + hd);
+        }
+        const std::vector<float> qt(q.begin() + t * n_head * hd, q.begin() + (t + 1) * n_head * hd);
+        const std::vector<double> ref = reference_attention(qt, rows, rows, n_head, 1, hd, scale, 0, counts[size_t(t)]);
+        EXPECT_LT(rel_err(std::vector<float>(out.begin() + t * n_head * hd, out.begin() + (t + 1) * n_head * hd), ref),
+                  1e-5)
+            << "token " << t;
+    }
+}
+
 TEST(Kernels, BiasAndSigmoidGatedAddMatchCpu) {
     SKIP_WITHOUT_GPU();
     const int64_t n = 1000;

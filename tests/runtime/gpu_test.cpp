@@ -32,8 +32,9 @@ namespace ms {
 namespace {
 
 // The golden families whose DecoderSpec features all have GPU operations.
-const char* const kCovered[] = {"qwen3moe",  "olmoe",     "qwen2moe",  "mixtral",   "glm4moe",        "minimax-m2",
-                                "gpt-oss",   "qwen35moe", "qwen3next", "deepseek3", "deepseek2-lite", "llama4"};
+const char* const kCovered[] = {"qwen3moe",  "olmoe",     "qwen2moe",  "mixtral",        "glm4moe",
+                                "minimax-m2", "gpt-oss",  "qwen35moe", "qwen3next",      "deepseek3",
+                                "deepseek2-lite", "llama4", "glm-dsa"};
 
 // Their files of types the kernels take (F32, F16, BF16, Q8_0, the K-quants
 // but Q2_K and Q3_K, and MXFP4 experts beside Q8_0).
@@ -197,7 +198,6 @@ TEST(GpuOpen, CoversSpecFamiliesAndNamesWhatOthersLack) {
         }
     }
     const std::pair<const char*, const char*> refused[] = {
-        {"glm-dsa", "sparse-attention indexer"},
         {"gemma4", "a forward pass of its own"},
         {"deepseek4", "a forward pass of its own"},
     };
@@ -221,7 +221,7 @@ TEST(GpuOpen, ArchitectureListIsTheFamiliesTaken) {
         if (!std::filesystem::exists(gguf)) GTEST_SKIP() << gguf << " is not here";
         taken.insert(GgufFile::open(gguf).require_string("general.architecture"));
     }
-    for (const char* f : {"glm-dsa", "gemma4", "deepseek4"}) {
+    for (const char* f : {"gemma4", "deepseek4"}) {
         const std::string gguf = golden::models_dir() + "/" + f + "-F32.gguf";
         if (std::filesystem::exists(gguf)) refused.insert(GgufFile::open(gguf).require_string("general.architecture"));
     }
@@ -593,7 +593,8 @@ INSTANTIATE_TEST_SUITE_P(Files, GpuStreaming,
                                            std::pair<const char*, uint64_t>{"gpt-oss-MXFP4_MOE", uint64_t(32) << 10},
                                            std::pair<const char*, uint64_t>{"qwen35moe-Q8_0", uint64_t(56) << 10},
                                            std::pair<const char*, uint64_t>{"deepseek3-Q8_0", uint64_t(96) << 10},
-                                           std::pair<const char*, uint64_t>{"llama4-Q8_0", uint64_t(32) << 10}),
+                                           std::pair<const char*, uint64_t>{"llama4-Q8_0", uint64_t(32) << 10},
+                                           std::pair<const char*, uint64_t>{"glm-dsa-Q8_0", uint64_t(24) << 10}),
                          [](const auto& i) { return golden::identifier(i.param.first); });
 
 }  // namespace

@@ -1363,6 +1363,118 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(cons
     }
 }
 
+// Decode attention where every query head reads the one KV head (multi-head
+// latent attention's compressed rows: n_kv_head 1, rows of kv_lora + rope
+// values): attention_split_kernel's splits and partial sums, but a block
+// takes kSharedHeads query heads of the split at once, so each row it
+// reads serves them all (a block a head read every row once a head: at 64
+// heads, 64 times the cache's bytes through L2). The values are the rows'
+// first dims (k_cache is v_cache). Rows come kSharedRows at a time into
+// shared memory; warp g scores head g's query (held in its lanes' registers) against them
+// and keeps the head's running maximum and sum, the softmax online; every
+// thread then adds the rows, weighed, into its slice of each head's values.
+constexpr int kSharedHeads = 8, kSharedRows = 8, kSharedSlots = 1024 / kAttentionThreads;
+
+__global__ void __launch_bounds__(kAttentionThreads) attention_shared_kv_kernel(const float* q, float* k_cache,
+                                                                               float* v_cache, const int32_t* pos,
+                                                                               int n_head, int heads, int head_dim,
+                                                                               float scale, float* part, int window,
+                                                                               int chunk, float* const* seq,
+                                                                               const Chosen chosen) {
+    chain_start();
+    const int n_pos = int(row_position(pos, seq, blockIdx.z, &k_cache, &v_cache)) + 1;
+    const int32_t* picked = chosen.pos ? chosen.pos + int64_t(blockIdx.z) * chosen.top_k : nullptr;
+    const int first = picked ? 0
+                      : window > 0 ? max(0, n_pos - window)
+                      : chunk > 0  ? (n_pos - 1) - (n_pos - 1) % chunk
+                                   : 0;
+    const int span = picked ? chosen.count[blockIdx.z] : n_pos - first;
+    const int h0 = int(blockIdx.x) * heads, split = blockIdx.y, S = gridDim.y;
+    const int mine = span > split ? (span - split + S - 1) / S : 0;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    auto out_of = [&](int g) { return part + ((int64_t(blockIdx.z) * n_head + h0 + g) * S + split) * (head_dim + 2); };
+    if (mine == 0) {
+        if (threadIdx.x < heads) out_of(threadIdx.x)[0] = -INFINITY, out_of(threadIdx.x)[1] = 0;
+        return;
+    }
+    extern __shared__ float smem[];
+    float* rows = smem;                                // kSharedRows x head_dim
+    float* probs = rows + kSharedRows * head_dim;      // heads x kSharedRows
+    float* factor = probs + kSharedHeads * kSharedRows;  // heads: each chunk's rescale
+    // Warp g's query, a lane's dims lane, lane + 32, ...
+    float qr[1024 / 32];
+    const bool scorer = warp < heads;
+    if (scorer) {
+        const float* qh = q + (int64_t(blockIdx.z) * n_head + h0 + warp) * head_dim;
+#pragma unroll
+        for (int k = 0; k < 1024 / 32; k++) qr[k] = lane + 32 * k < head_dim ? qh[lane + 32 * k] : 0.0f;
+    }
+    float m = -INFINITY, l = 0;  // warp g's head's, the same in every lane
+    float acc[kSharedHeads][kSharedSlots];
+#pragma unroll
+    for (int g = 0; g < kSharedHeads; g++) {
+#pragma unroll
+        for (int k = 0; k < kSharedSlots; k++) acc[g][k] = 0;
+    }
+    for (int j0 = 0; j0 < mine; j0 += kSharedRows) {
+        const int nc = min(kSharedRows, mine - j0);
+        for (int i = threadIdx.x; i < nc * head_dim; i += blockDim.x) {
+            const int c = i / head_dim, d = i % head_dim, j = j0 + c;
+            const int p = picked ? picked[split + j * S] : first + split + j * S;
+            rows[i] = k_cache[int64_t(p) * head_dim + d];
+        }
+        __syncthreads();
+        if (scorer) {
+            float sc = -INFINITY;  // lane c's: row c's score
+            for (int c = 0; c < nc; c++) {
+                const float* r = rows + c * head_dim;
+                float d = 0;
+#pragma unroll
+                for (int k = 0; k < 1024 / 32; k++) {
+                    if (lane + 32 * k < head_dim) d += qr[k] * r[lane + 32 * k];
+                }
+                d = warp_sum(d) * scale;
+                if (lane == c) sc = d;
+            }
+            float mx = sc;
+            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            const float m_new = fmaxf(m, mx);
+            const float f = expf(m - m_new);  // 0 at the first chunk (m is -inf)
+            const float e = lane < nc ? expf(sc - m_new) : 0.0f;
+            l = l * f + warp_sum(e);
+            m = m_new;
+            if (lane < kSharedRows) probs[warp * kSharedRows + lane] = e;
+            if (lane == 0) factor[warp] = f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int g = 0; g < kSharedHeads; g++) {
+            if (g >= heads) break;
+            const float f = factor[g];
+#pragma unroll
+            for (int k = 0; k < kSharedSlots; k++) {
+                const int i = threadIdx.x + k * kAttentionThreads;
+                if (i >= head_dim) break;
+                float a = acc[g][k] * f;
+                for (int c = 0; c < nc; c++) a += probs[g * kSharedRows + c] * rows[c * head_dim + i];
+                acc[g][k] = a;
+            }
+        }
+        __syncthreads();  // rows are loaded again
+    }
+    if (scorer && lane == 0) out_of(warp)[0] = m, out_of(warp)[1] = l;
+#pragma unroll
+    for (int g = 0; g < kSharedHeads; g++) {
+        if (g >= heads) break;
+        float* out = out_of(g);
+#pragma unroll
+        for (int k = 0; k < kSharedSlots; k++) {
+            const int i = threadIdx.x + k * kAttentionThreads;
+            if (i < head_dim) out[2 + i] = acc[g][k];
+        }
+    }
+}
+
 // A block a run of 256 / head_dim heads when act is given (a thread a value:
 // the 256 values one Q8_K block holds, written 8-bit too, as quantize_act
 // would, so the output matrix reads them without a launch of its own), else
@@ -1659,9 +1771,30 @@ void attention(const float* q, float* k_cache, float* v_cache, const int32_t* po
     if (fresh.k && (fresh.n_rot > head_dim || fresh.n_rot % 2 != 0)) {
         throw std::runtime_error("CUDA attention: n_rot even, <= head_dim");
     }
-    const dim3 grid(unsigned(n_head), kAttentionSplits, unsigned(n));
-    launch("attention", attention_split_kernel, grid, kAttentionThreads, attention_smem, native(s), q, k_cache, v_cache,
-           pos, n_head, n_kv_head, head_dim, scale, scratch, fresh, window, chunk, seq, chosen);
+    // Multi-head latent attention (one KV head whose rows are also the
+    // values): kSharedHeads query heads a block, each row read once for them.
+    const int heads = std::min(n_head, kSharedHeads);
+    if (n_kv_head == 1 && k_cache == v_cache && !fresh.k && n_head % heads == 0) {
+        const size_t smem =
+            (size_t(kSharedRows) * size_t(head_dim) + kSharedHeads * kSharedRows + kSharedHeads) * sizeof(float);
+        static size_t allowed = 48 << 10;
+        if (smem > allowed) {
+            if (cudaFuncSetAttribute(attention_shared_kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     int(smem)) != cudaSuccess) {
+                cudaGetLastError();
+                throw std::runtime_error("CUDA attention: rows of " + std::to_string(head_dim) +
+                                         " need more shared memory than the device has");
+            }
+            allowed = smem;
+        }
+        launch("attention", attention_shared_kv_kernel, dim3(unsigned(n_head / heads), kAttentionSplits, unsigned(n)),
+               kAttentionThreads, smem, native(s), q, k_cache, v_cache, pos, n_head, heads, head_dim, scale, scratch,
+               window, chunk, seq, chosen);
+    } else {
+        const dim3 grid(unsigned(n_head), kAttentionSplits, unsigned(n));
+        launch("attention", attention_split_kernel, grid, kAttentionThreads, attention_smem, native(s), q, k_cache,
+               v_cache, pos, n_head, n_kv_head, head_dim, scale, scratch, fresh, window, chunk, seq, chosen);
+    }
     const int64_t width = int64_t(n_head) * head_dim;
     const bool fused = act && 256 % head_dim == 0 && width % 256 == 0;
     const int per = fused ? 256 / head_dim : 1;

@@ -216,7 +216,7 @@ __device__ __forceinline__ float lanes_sum(float v) {
 // one a head, read them from different banks) and head weights in shared
 // memory; a warp a position, its key row staged once for all the heads.
 // Blocks past the row's position return at once.
-constexpr int kScoreThreads = 256, kScorePositions = 256;
+constexpr int kScoreThreads = 256, kScorePositions = 64;
 
 __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const float* q, const float* w,
                                                                        const float* keys, const int32_t* pos,
@@ -266,7 +266,8 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 
 // Row blockIdx.x's top_k positions: the top_k-th largest key found a byte
 // at a time from the top (a histogram of the keys that share the bytes
-// found so far), then every position above it and the earliest ones equal
+// found so far; the first warp finds the byte, a lane eight values of it),
+// then every position above it and the earliest ones equal
 // to it written in position order: each thread takes a run of positions,
 // and the runs' counts before it give where its picks go.
 constexpr int kSelectThreads = 1024;
@@ -298,11 +299,24 @@ __global__ void __launch_bounds__(kSelectThreads) indexer_topk_kernel(const floa
             if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
         }
         __syncthreads();
-        if (tid == 0) {
-            int above = 0, d = 255;
-            for (; d > 0 && above + int(hist[d]) < need; d--) above += int(hist[d]);
-            found = prefix | (uint32_t(d) << shift);
-            found_need = uint32_t(need - above);
+        if (tid < 32) {
+            // Lane l holds the byte's values 255 - 8l down to 248 - 8l, and
+            // the count of keys above its first from the lanes before it.
+            int count[8], own = 0;
+#pragma unroll
+            for (int k = 0; k < 8; k++) own += count[k] = int(hist[255 - 8 * tid - k]);
+            int upto = own;
+            for (int o = 1; o < 32; o <<= 1) {
+                const int v = __shfl_up_sync(0xffffffffu, upto, o);
+                if (tid >= o) upto += v;
+            }
+            int above = upto - own;
+            if (above < need && need <= upto) {  // one lane: the byte is among its values
+                int k = 0;
+                for (; k < 7 && above + count[k] < need; k++) above += count[k];
+                found = prefix | (uint32_t(255 - 8 * tid - k) << shift);
+                found_need = uint32_t(need - above);
+            }
         }
         __syncthreads();
         prefix = found;

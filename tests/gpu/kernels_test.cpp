@@ -622,6 +622,34 @@ TEST(Kernels, AttentionMatchesDoubleReference) {
     }
 }
 
+// Multi-head latent attention's shape (one KV head whose rows are also the
+// values, rows of 576, 16 query heads: several heads a block): against the
+// double reference, and three tokens in one launch bit for bit three
+// launches of one.
+TEST(Kernels, AttentionOverSharedRowsMatchesDoubleReference) {
+    SKIP_WITHOUT_GPU();
+    const int n_head = 16, hd = 576, n_pos = 3000, n = 3;
+    const std::vector<float> q = randoms(size_t(n * n_head * hd), 31), k = randoms(size_t(n_pos + n) * hd, 32);
+    const float scale = 1.0f / std::sqrt(192.0f);
+    gpu::prepare_attention(n_pos + n, hd);
+    DeviceBuffer dq(q), dk(k), dout(size_t(n * n_head * hd) * 4), dpos(std::vector<int32_t>{n_pos - 1}),
+        scratch(size_t(n) * gpu::attention_scratch_bytes(n_head, hd));
+    gpu::attention(dq.f(), dk.f(), dk.f(), static_cast<const int32_t*>(dpos.p), n_head, 1, hd, scale, scratch.f(),
+                   dout.f(), nullptr, nullptr, {}, n);
+    const std::vector<float> all = dout.get<float>();
+    for (int t = 0; t < n; t++) {
+        const std::vector<float> qt(q.begin() + t * n_head * hd, q.begin() + (t + 1) * n_head * hd);
+        DeviceBuffer one_q(qt), one_out(size_t(n_head * hd) * 4), one_pos(std::vector<int32_t>{n_pos - 1 + t});
+        gpu::attention(one_q.f(), dk.f(), dk.f(), static_cast<const int32_t*>(one_pos.p), n_head, 1, hd, scale,
+                       scratch.f(), one_out.f(), nullptr);
+        const std::vector<float> one = one_out.get<float>();
+        const std::vector<float> row(all.begin() + t * n_head * hd, all.begin() + (t + 1) * n_head * hd);
+        EXPECT_EQ(memcmp(one.data(), row.data(), one.size() * 4), 0) << "token " << t;
+        const std::vector<double> ref = reference_attention(qt, k, k, n_head, 1, hd, scale, 0, n_pos + t);
+        EXPECT_LT(rel_err(one, ref), 1e-5) << "token " << t;
+    }
+}
+
 // gpt-oss's attention: a sliding window and a sink logit a head, against
 // the double reference; and n tokens in one launch against one launch a
 // token, bit for bit.

@@ -1256,6 +1256,30 @@ __device__ void norm_rope_head(float* h, const float* w, int head_dim, int n_rot
 // logit's) and divides. A sliding window deals out only its positions.
 constexpr int kAttentionThreads = 256, kAttentionSplits = 16;
 
+// The positions row z of an attention launch attends to: n_pos, one past
+// its own; the span of them from `first` on (a window's, a chunk's, or all
+// of them), or with a choice (sparse attention) its chosen positions,
+// `picked`, in order. j-th position of the span: at(j).
+struct RowSpan {
+    int n_pos, first, span;
+    const int32_t* picked;
+    __device__ int at(int j) const { return picked ? picked[j] : first + j; }
+};
+
+__device__ __forceinline__ RowSpan row_span(const int32_t* pos, float* const* seq, int64_t z, float** k_cache,
+                                            float** v_cache, int window, int chunk, const Chosen& chosen) {
+    RowSpan r;
+    // Prefill: z is the token, at position *pos + z (or its sequence's pos[z]).
+    r.n_pos = int(row_position(pos, seq, z, k_cache, v_cache)) + 1;
+    r.picked = chosen.pos ? chosen.pos + z * chosen.top_k : nullptr;
+    r.first = r.picked     ? 0
+              : window > 0 ? max(0, r.n_pos - window)
+              : chunk > 0  ? (r.n_pos - 1) - (r.n_pos - 1) % chunk
+                           : 0;
+    r.span = r.picked ? chosen.count[z] : r.n_pos - r.first;
+    return r;
+}
+
 __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(const float* q, float* k_cache,
                                                                            float* v_cache, const int32_t* pos,
                                                                            int n_head, int n_kv_head, int head_dim,
@@ -1263,15 +1287,8 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(cons
                                                                            const FreshRow fresh, int window, int chunk,
                                                                            float* const* seq, const Chosen chosen) {
     chain_start();
-    // Prefill: blockIdx.z is the token, at position *pos + blockIdx.z (or its sequence's pos[z]).
-    const int n_pos = int(row_position(pos, seq, blockIdx.z, &k_cache, &v_cache)) + 1;
-    // Sparse attention: the span is the row's chosen positions, in order.
-    const int32_t* picked = chosen.pos ? chosen.pos + int64_t(blockIdx.z) * chosen.top_k : nullptr;
-    const int first = picked ? 0
-                      : window > 0 ? max(0, n_pos - window)
-                      : chunk > 0  ? (n_pos - 1) - (n_pos - 1) % chunk
-                                   : 0;
-    const int span = picked ? chosen.count[blockIdx.z] : n_pos - first;
+    const RowSpan rs = row_span(pos, seq, blockIdx.z, &k_cache, &v_cache, window, chunk, chosen);
+    const int n_pos = rs.n_pos, span = rs.span;
     const int h = blockIdx.x, split = blockIdx.y, S = gridDim.y, kvh = h / (n_head / n_kv_head);
     // Positions first + split, first + split + S, ...
     const int mine = span > split ? (span - split + S - 1) / S : 0;
@@ -1315,7 +1332,7 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(cons
     float mx = -INFINITY;
 #pragma unroll 4
     for (int j = warp; j < mine; j += n_warps) {
-        const int p = picked ? picked[split + j * S] : first + split + j * S;
+        const int p = rs.at(split + j * S);
         const float* k = here && p == n_pos - 1 ? kp : kh + int64_t(p) * row;
         float s = 0;
         for (int i = lane; i < head_dim; i += 32) s += qs[i] * k[i];
@@ -1349,7 +1366,7 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(cons
         float acc = 0;
 #pragma unroll 4
         for (int j = grp; j < mine; j += groups) {
-            const int p = picked ? picked[split + j * S] : first + split + j * S;
+            const int p = rs.at(split + j * S);
             acc += scores[j] * (here && p == n_pos - 1 ? vp[i] : vh[int64_t(p) * row + i]);
         }
         partial[grp * head_dim + i] = acc;
@@ -1382,13 +1399,8 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_shared_kv_kernel(
                                                                                int chunk, float* const* seq,
                                                                                const Chosen chosen) {
     chain_start();
-    const int n_pos = int(row_position(pos, seq, blockIdx.z, &k_cache, &v_cache)) + 1;
-    const int32_t* picked = chosen.pos ? chosen.pos + int64_t(blockIdx.z) * chosen.top_k : nullptr;
-    const int first = picked ? 0
-                      : window > 0 ? max(0, n_pos - window)
-                      : chunk > 0  ? (n_pos - 1) - (n_pos - 1) % chunk
-                                   : 0;
-    const int span = picked ? chosen.count[blockIdx.z] : n_pos - first;
+    const RowSpan rs = row_span(pos, seq, blockIdx.z, &k_cache, &v_cache, window, chunk, chosen);
+    const int span = rs.span;
     const int h0 = int(blockIdx.x) * heads, split = blockIdx.y, S = gridDim.y;
     const int mine = span > split ? (span - split + S - 1) / S : 0;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -1420,7 +1432,7 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_shared_kv_kernel(
         const int nc = min(kSharedRows, mine - j0);
         for (int i = threadIdx.x; i < nc * head_dim; i += blockDim.x) {
             const int c = i / head_dim, d = i % head_dim, j = j0 + c;
-            const int p = picked ? picked[split + j * S] : first + split + j * S;
+            const int p = rs.at(split + j * S);
             rows[i] = k_cache[int64_t(p) * head_dim + d];
         }
         __syncthreads();

@@ -217,6 +217,7 @@ struct PlannedTensor {
     std::vector<uint8_t> recency;     // QkRecency: 1 for the dims of a head that carry position
     float value = INFINITY;           // CarrierMax, QkRecency: the designed value (infinity: the largest)
     bool pure = false;                // QkRecency: the rest of the tensor near zero
+    int own_rows = 0;                 // rows [carrier, carrier + own_rows) of each matrix exact zeros
     std::vector<float> values;        // SynthFill::Values
 };
 
@@ -276,6 +277,7 @@ Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal
             pt.recency = t.recency;
             pt.value = t.value;
             pt.pure = t.pure;
+            pt.own_rows = t.own_rows;
         }
     } else {
         const int64_t E = s.n_embd, F = s.expert_ffn, Q = int64_t(s.n_head) * s.head_dim,
@@ -417,6 +419,14 @@ void apply_design(const PlannedTensor& t, const ElementCodec* codec, const Chunk
         uint8_t* block = out + b * block_bytes;
         // Near-zero targets alternate in sign so what is left of them cancels.
         auto tiny = [&](int64_t col) { return (int64_t(row) + col) % 2 ? 1e-9f : -1e-9f; };
+        if (t.own_rows > 0) {
+            const int64_t r = int64_t(row % uint64_t(t.ne[1]));
+            if (r >= t.carrier && r < t.carrier + t.own_rows) {
+                memset(block, 0, block_bytes);
+                continue;
+            }
+        }
+        if (t.design == SynthDesign::None) continue;
         if (t.design == SynthDesign::RowsClear) {
             // A quantized zero is not exact (Q4_K's nearest are half a step
             // off), and what is left, times the token's own values, would
@@ -512,14 +522,14 @@ void generate_chunk(const SynthSpec& s, const Plan& p, const Chunk& c, size_t ch
             for (uint64_t k = 0; k < 4 && i + k < c.n_blocks; ++k)
                 memcpy(out + 2 * (i + k), &t.f16_table[(r >> (16 * k)) & 4095], 2);
         }
-        if (t.design != SynthDesign::None) apply_design(t, nullptr, c, out);
+        if (t.design != SynthDesign::None || t.own_rows > 0) apply_design(t, nullptr, c, out);
         return;
     }
     fill_from_pool(p.pool, rng, out, c.bytes);
     const size_t bs = type_traits(t.type).type_size;
     const BlockHeader& h = t.header;
     for (uint64_t b = 0; b < c.n_blocks; ++b) memcpy(out + b * bs + h.offset, h.bytes, h.size);
-    if (t.design != SynthDesign::None) apply_design(t, p.codecs[c.tensor].get(), c, out);
+    if (t.design != SynthDesign::None || t.own_rows > 0) apply_design(t, p.codecs[c.tensor].get(), c, out);
 }
 
 // Bounded hand-off of generated chunks from the generator thread to the
@@ -804,6 +814,13 @@ void validate_spec(const SynthSpec& s) {
     need(std::isfinite(s.router_fade) && s.router_fade >= 0 && s.router_fade <= 64, "--router-fade must be 0..64");
     for (double b : s.router_bands)
         need(std::isfinite(b) && b >= 0 && b <= 8, "--router-bands must be three scales of 0..8");
+    for (double w : s.router_own)
+        need(std::isfinite(w) && w >= 0 && w <= 64, "--router-own must be three weights of 0..64");
+    need(s.router_own == std::array<double, 3>{0, 0, 0} || s.arch == "gpt-oss" || s.arch == "llama" ||
+             s.arch == "glm4moe" || s.arch == "llama4" || s.arch == "minimax-m2",
+         "--router-own is for the families with position-only attention (gpt-oss, mixtral, glm-4.5-air, llama4, "
+         "minimax-m2)");
+    need(!s.router_steady_gate || s.arch == "qwen35moe", "--router-gate is for the qwen3.5 presets");
     if (s.arch != "qwen3moe") validate_family(s);
 }
 
@@ -1029,6 +1046,10 @@ SynthResult write_synth_model(const SynthSpec& spec, const std::string& path,
     if (spec.router_bands != SynthSpec{}.router_bands)
         w.set_f32s("moestream.synth.router_bands",
                    {float(spec.router_bands[0]), float(spec.router_bands[1]), float(spec.router_bands[2])});
+    if (spec.router_own != SynthSpec{}.router_own)
+        w.set_f32s("moestream.synth.router_own",
+                   {float(spec.router_own[0]), float(spec.router_own[1]), float(spec.router_own[2])});
+    if (spec.router_steady_gate) w.set_string("moestream.synth.router_gate", "steady");
     std::vector<float> popularity;
     for (int l = 0; l < spec.n_layer; ++l)
         for (int e = 0; e < spec.n_expert; ++e)

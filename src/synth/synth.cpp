@@ -626,8 +626,12 @@ const std::vector<SynthSpec>& presets() {
          .tokenizer = "llama", .n_vocab = 32000,
          // Fitted to the Mixtral paper's repetition of consecutive tokens'
          // experts at layers 0, 15 and 31 (docs/routing.md): flat popularity
-         // (its near-uniform loads), little locality, fading slowly.
-         .router_skew = 0, .router_locality = 1.0, .router_fade = 0.12},
+         // (its near-uniform loads), little locality, fading slowly, a sharp
+         // window (more reuse for the same loads); most of it written in the
+         // middle third, whose context the last third's routers see through
+         // the token's own channels, weighed 13.
+         .router_skew = 0, .router_locality = 1.0, .router_sharpness = 2.0, .router_fade = 0.12,
+         .router_bands = {0.25, 3.0, 0.1}, .router_own = {1.0, 1.0, 13.0}},
         // gpt-oss-120b ships its experts in MXFP4, the rest in 8 bits.
         {.preset = "gpt-oss-120b", .arch = "gpt-oss", .n_layer = 36, .n_expert = 128, .n_expert_used = 4,
          .n_embd = 2880, .expert_ffn = 2880, .n_head = 64, .n_head_kv = 8, .head_dim = 64, .context = 131072,
@@ -674,8 +678,10 @@ const std::vector<SynthSpec>& presets() {
          .rope_base = 1e7, .rope_dim = 64, .n_shared = 1, .full_attention_interval = 4, .ssm_k_heads = 16,
          .ssm_v_heads = 32, .ssm_head_dim = 128,
          // Fitted to the 90 % coverage and LRU rate of a model of this shape
-         // (Ornith-1.5-35B-A3B; docs/routing.md).
-         .router_skew = 1.0, .router_locality = 6.0, .router_sharpness = 0.5},
+         // (Ornith-1.5-35B-A3B) and GLM-5.x's reuse (docs/routing.md): the
+         // DeltaNet layers' output gate the same for every token, so their
+         // context reaches the routers; flat popularity.
+         .router_skew = 0, .router_locality = 2.0, .router_sharpness = 0.5, .router_steady_gate = true},
         // GLM-5 (744B-A40B, colibri's target): DeepSeek V3's MLA (q rank 2048,
         // KV rank 512, 128 + 64 rope dims for q/k, 256 for v, 64 heads) with a
         // lightning indexer in every layer (32 heads x 128, top 2048), 3 dense

@@ -16,7 +16,7 @@
 namespace ms {
 
 int cmd_synth(int argc, char** argv) {
-    std::string preset = "tiny", out, type, vocab, bands;
+    std::string preset = "tiny", out, type, vocab, bands, own, gate;
     int layers = 0, experts = 0, experts_used = 0, n_embd = 0, ffn = 0, heads = 0, kv_heads = 0, head_dim = 0;
     int64_t context = 0, seed = 1;
     double skew = -1, locality = -1, sharpness = -1, fade = -1;
@@ -92,6 +92,18 @@ int cmd_synth(int argc, char** argv) {
     args.option("--router-bands", &bands, "A,B,C",
                 "the locality's scale in the first, middle and last third of the layers, on top of the fade "
                 "(default: the preset's, 1,1,1 unless its fit needed another depth profile: docs/routing.md)");
+    args.option("--router-own", &own, "A,B,C",
+                "keep n_embd/16 residual channels that no layer writes, so they hold each token's embedding "
+                "alone, and weigh them A, B and C in the first, middle and last third's routers (and experts): "
+                "above 1 a third's routers see less of the context that earlier layers wrote, which its own "
+                "locality cannot take back; 0,0,0 keeps no such channels (families with position-only "
+                "attention: gpt-oss, mixtral, glm-4.5-air, llama4, minimax-m2; default: the preset's, 0,0,0 "
+                "unless its fit needed it: docs/routing.md)");
+    args.option("--router-gate", &gate, "token|steady",
+                "qwen3.5 presets: the Gated DeltaNet layers' output gate reads each token's own residual "
+                "(token) or the carrier alone, the same for every token (steady), so the context their "
+                "state holds reaches the routers instead of being masked token by token (default: the "
+                "preset's, steady for qwen3.5-35b-a3b: docs/routing.md)");
     args.option("--seed", &seed, "N", "random seed (same seed and flags give the same file)");
     args.flag("--dry-run", &dry_run,
               "write nothing: print what the file would hold (bytes in all, resident bytes, routed expert bytes, "
@@ -116,17 +128,22 @@ int cmd_synth(int argc, char** argv) {
     if (locality >= 0) s.router_locality = locality;
     if (sharpness >= 0) s.router_sharpness = sharpness;
     if (fade >= 0) s.router_fade = fade;
-    if (!bands.empty()) {
-        std::istringstream in(bands);
+    // Three comma-separated numbers into a per-third setting.
+    auto thirds = [](const std::string& text, const char* flag, std::array<double, 3>& to) {
+        std::istringstream in(text);
         std::string part;
         for (size_t i = 0; i < 3; i++) {
             char* end = nullptr;
             if (!std::getline(in, part, ',') || part.empty() ||
-                (s.router_bands[i] = std::strtod(part.c_str(), &end), *end != '\0'))
-                throw std::runtime_error("--router-bands takes three scales, A,B,C");
+                (to[i] = std::strtod(part.c_str(), &end), *end != '\0'))
+                throw std::runtime_error(std::string(flag) + " takes three numbers, A,B,C");
         }
-        if (std::getline(in, part, ',')) throw std::runtime_error("--router-bands takes three scales, A,B,C");
-    }
+        if (std::getline(in, part, ',')) throw std::runtime_error(std::string(flag) + " takes three numbers, A,B,C");
+    };
+    if (!bands.empty()) thirds(bands, "--router-bands", s.router_bands);
+    if (!own.empty()) thirds(own, "--router-own", s.router_own);
+    if (gate == "steady" || gate == "token") s.router_steady_gate = gate == "steady";
+    else if (!gate.empty()) throw std::runtime_error("--router-gate takes token or steady");
     s.seed = uint64_t(seed);
     validate_spec(s);
     if (dry_run) {

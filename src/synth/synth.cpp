@@ -217,6 +217,7 @@ struct PlannedTensor {
     std::vector<uint8_t> recency;     // QkRecency: 1 for the dims of a head that carry position
     float value = INFINITY;           // CarrierMax, QkRecency: the designed value (infinity: the largest)
     bool pure = false;                // QkRecency: the rest of the tensor near zero
+    int own_rows = 0;                 // rows [carrier, carrier + own_rows) of each matrix exact zeros
     std::vector<float> values;        // SynthFill::Values
 };
 
@@ -276,6 +277,7 @@ Plan make_plan(const SynthSpec& s, int64_t n_vocab, const RouterCalibration& cal
             pt.recency = t.recency;
             pt.value = t.value;
             pt.pure = t.pure;
+            pt.own_rows = t.own_rows;
         }
     } else {
         const int64_t E = s.n_embd, F = s.expert_ffn, Q = int64_t(s.n_head) * s.head_dim,
@@ -417,6 +419,14 @@ void apply_design(const PlannedTensor& t, const ElementCodec* codec, const Chunk
         uint8_t* block = out + b * block_bytes;
         // Near-zero targets alternate in sign so what is left of them cancels.
         auto tiny = [&](int64_t col) { return (int64_t(row) + col) % 2 ? 1e-9f : -1e-9f; };
+        if (t.own_rows > 0) {
+            const int64_t r = int64_t(row % uint64_t(t.ne[1]));
+            if (r >= t.carrier && r < t.carrier + t.own_rows) {
+                memset(block, 0, block_bytes);
+                continue;
+            }
+        }
+        if (t.design == SynthDesign::None) continue;
         if (t.design == SynthDesign::RowsClear) {
             // A quantized zero is not exact (Q4_K's nearest are half a step
             // off), and what is left, times the token's own values, would
@@ -512,14 +522,14 @@ void generate_chunk(const SynthSpec& s, const Plan& p, const Chunk& c, size_t ch
             for (uint64_t k = 0; k < 4 && i + k < c.n_blocks; ++k)
                 memcpy(out + 2 * (i + k), &t.f16_table[(r >> (16 * k)) & 4095], 2);
         }
-        if (t.design != SynthDesign::None) apply_design(t, nullptr, c, out);
+        if (t.design != SynthDesign::None || t.own_rows > 0) apply_design(t, nullptr, c, out);
         return;
     }
     fill_from_pool(p.pool, rng, out, c.bytes);
     const size_t bs = type_traits(t.type).type_size;
     const BlockHeader& h = t.header;
     for (uint64_t b = 0; b < c.n_blocks; ++b) memcpy(out + b * bs + h.offset, h.bytes, h.size);
-    if (t.design != SynthDesign::None) apply_design(t, p.codecs[c.tensor].get(), c, out);
+    if (t.design != SynthDesign::None || t.own_rows > 0) apply_design(t, p.codecs[c.tensor].get(), c, out);
 }
 
 // Bounded hand-off of generated chunks from the generator thread to the
@@ -616,8 +626,12 @@ const std::vector<SynthSpec>& presets() {
          .tokenizer = "llama", .n_vocab = 32000,
          // Fitted to the Mixtral paper's repetition of consecutive tokens'
          // experts at layers 0, 15 and 31 (docs/routing.md): flat popularity
-         // (its near-uniform loads), little locality, fading slowly.
-         .router_skew = 0, .router_locality = 1.0, .router_fade = 0.12},
+         // (its near-uniform loads), little locality, fading slowly, a sharp
+         // window (more reuse for the same loads); most of it written in the
+         // middle third, whose context the last third's routers see through
+         // the token's own channels, weighed 13.
+         .router_skew = 0, .router_locality = 1.0, .router_sharpness = 2.0, .router_fade = 0.12,
+         .router_bands = {0.25, 3.0, 0.1}, .router_own = {1.0, 1.0, 13.0}},
         // gpt-oss-120b ships its experts in MXFP4, the rest in 8 bits.
         {.preset = "gpt-oss-120b", .arch = "gpt-oss", .n_layer = 36, .n_expert = 128, .n_expert_used = 4,
          .n_embd = 2880, .expert_ffn = 2880, .n_head = 64, .n_head_kv = 8, .head_dim = 64, .context = 131072,
@@ -664,8 +678,10 @@ const std::vector<SynthSpec>& presets() {
          .rope_base = 1e7, .rope_dim = 64, .n_shared = 1, .full_attention_interval = 4, .ssm_k_heads = 16,
          .ssm_v_heads = 32, .ssm_head_dim = 128,
          // Fitted to the 90 % coverage and LRU rate of a model of this shape
-         // (Ornith-1.5-35B-A3B; docs/routing.md).
-         .router_skew = 1.0, .router_locality = 6.0, .router_sharpness = 0.5},
+         // (Ornith-1.5-35B-A3B) and GLM-5.x's reuse (docs/routing.md): the
+         // DeltaNet layers' output gate the same for every token, so their
+         // context reaches the routers; flat popularity.
+         .router_skew = 0, .router_locality = 2.0, .router_sharpness = 0.5, .router_steady_gate = true},
         // GLM-5 (744B-A40B, colibri's target): DeepSeek V3's MLA (q rank 2048,
         // KV rank 512, 128 + 64 rope dims for q/k, 256 for v, 64 heads) with a
         // lightning indexer in every layer (32 heads x 128, top 2048), 3 dense
@@ -804,6 +820,13 @@ void validate_spec(const SynthSpec& s) {
     need(std::isfinite(s.router_fade) && s.router_fade >= 0 && s.router_fade <= 64, "--router-fade must be 0..64");
     for (double b : s.router_bands)
         need(std::isfinite(b) && b >= 0 && b <= 8, "--router-bands must be three scales of 0..8");
+    for (double w : s.router_own)
+        need(std::isfinite(w) && w >= 0 && w <= 64, "--router-own must be three weights of 0..64");
+    need(s.router_own == std::array<double, 3>{0, 0, 0} || s.arch == "gpt-oss" || s.arch == "llama" ||
+             s.arch == "glm4moe" || s.arch == "llama4" || s.arch == "minimax-m2",
+         "--router-own is for the families with position-only attention (gpt-oss, mixtral, glm-4.5-air, llama4, "
+         "minimax-m2)");
+    need(!s.router_steady_gate || s.arch == "qwen35moe", "--router-gate is for the qwen3.5 presets");
     if (s.arch != "qwen3moe") validate_family(s);
 }
 
@@ -1029,6 +1052,10 @@ SynthResult write_synth_model(const SynthSpec& spec, const std::string& path,
     if (spec.router_bands != SynthSpec{}.router_bands)
         w.set_f32s("moestream.synth.router_bands",
                    {float(spec.router_bands[0]), float(spec.router_bands[1]), float(spec.router_bands[2])});
+    if (spec.router_own != SynthSpec{}.router_own)
+        w.set_f32s("moestream.synth.router_own",
+                   {float(spec.router_own[0]), float(spec.router_own[1]), float(spec.router_own[2])});
+    if (spec.router_steady_gate) w.set_string("moestream.synth.router_gate", "steady");
     std::vector<float> popularity;
     for (int l = 0; l < spec.n_layer; ++l)
         for (int e = 0; e < spec.n_expert; ++e)

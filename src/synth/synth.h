@@ -104,6 +104,23 @@ struct SynthSpec {
     // profile the fade cannot give, such as Mixtral's repetition peaking in
     // its middle layers. A --layers cut splits its own layers in thirds.
     std::array<double, 3> router_bands = {1.0, 1.0, 1.0};
+    // The weight the routers (and experts) of each third give the token's
+    // own channels: n_embd / 16 residual channels after the carrier that no
+    // layer writes (attn_output's and every ffn_down's rows there exact
+    // zeros), so they hold the token's embedding alone. Above 1 a third's
+    // routers see less of the context that the layers before it wrote into
+    // the residual, which their own locality cannot take back (Mixtral's
+    // last third). All 0, the default: no such channels. Families with
+    // position-only attention (gpt-oss, Mixtral, GLM-4.5, Llama 4,
+    // MiniMax-M2).
+    std::array<double, 3> router_own = {0.0, 0.0, 0.0};
+    // qwen35moe: the Gated DeltaNet layers' output gate silu(z) reads the
+    // carrier alone, so z is the same large positive value for every token
+    // (up to its residual's RMS) instead of one drawn from each token's own
+    // residual, whose silu keeps about a tenth of the correlation between
+    // consecutive tokens' context (docs/routing.md, qwen3.5-35b-a3b). The
+    // locality knob then sets how much context the routers see.
+    bool router_steady_gate = false;
     uint64_t seed = 1;
 };
 

@@ -37,6 +37,7 @@ struct SynthTensor {
     std::vector<uint8_t> recency = {};
     float value = INFINITY;  // CarrierMax, QkRecency: the designed value (infinity: the type's largest)
     bool pure = false;       // QkRecency: every other element of the tensor near zero
+    int own_rows = 0;        // rows [carrier, carrier + own_rows) of each matrix exact zeros, whatever the design
 };
 
 // Architectures synth writes besides qwen3moe: llama (Mixtral), gpt-oss,

@@ -33,11 +33,13 @@ double recency_norm_weight(int head_dim, double attn_scale) {
     return std::sqrt(recency_score() / (double(head_dim) * attn_scale));
 }
 
-double layer_band_scale(const SynthSpec& s, int layer) {
+int band_of(const SynthSpec& s, int layer) {
     // Thirds as docs/routing.md's tables cut them, the longer ones last
     // (32 layers: 0-9, 10-20, 21-31).
-    return s.router_bands[size_t(std::clamp((3 * layer + 2) / std::max(s.n_layer, 1), 0, 2))];
+    return std::clamp((3 * layer + 2) / std::max(s.n_layer, 1), 0, 2);
 }
+
+double layer_band_scale(const SynthSpec& s, int layer) { return s.router_bands[size_t(band_of(s, layer))]; }
 
 double layer_locality(const SynthSpec& s, int layer) {
     return s.router_locality / std::sqrt(1.0 + s.router_fade * layer) * layer_band_scale(s, layer);
@@ -211,6 +213,7 @@ void design_plain_attention(const SynthSpec& s, std::vector<SynthTensor>& ts, co
                         ? INFINITY
                         : float(pure_recency_qk(at_weights, n_rec, o.attn_scale) / (J * kCarrierValue * gain));
     const double gain_sharpness = o.sharpness_in_gain ? std::sqrt(s.router_sharpness) : 1.0;
+    const int own = s.router_own != std::array<double, 3>{0, 0, 0} ? int(E / 16) : 0;
     const std::vector<float> qk = recency_norm(
         rec, float(recency_norm_weight(s.head_dim, o.attn_scale) * std::sqrt(s.router_sharpness)));
     for (SynthTensor& t : ts) {
@@ -236,8 +239,12 @@ void design_plain_attention(const SynthSpec& s, std::vector<SynthTensor>& ts, co
         } else if (o.clear_carrier_rows && n.rfind("ffn_down", 0) == 0 && t.ne.size() >= 2) {
             t.design = SynthDesign::RowsClear;
         } else if (n == o.ffn_norm + ".weight") {
-            set_values(t, carrier_split(E, J, 0.0f, 1.0f));
+            std::vector<float> w = carrier_split(E, J, 0.0f, 1.0f);
+            if (own > 0) std::fill(w.begin() + J, w.begin() + J + own, float(s.router_own[size_t(band_of(s, l))]));
+            set_values(t, std::move(w));
         }
+        if (own > 0 && (n == "attn_output.weight" || (n.rfind("ffn_down", 0) == 0 && t.ne.size() >= 2)))
+            t.own_rows = own;
     }
 }
 
@@ -405,6 +412,8 @@ void design_qwen35(const SynthSpec& s, std::vector<SynthTensor>& ts) {
         else if (n == "attn_q.weight") mark_recency(t, q_rows);
         else if (n == "attn_k.weight") mark_recency(t, rec);
         else if (n == "attn_q_norm.weight" || n == "attn_k_norm.weight") set_values(t, qk);
+        else if (s.router_steady_gate && n == "attn_gate.weight")
+            mark_recency(t, {kRowRecency}, INFINITY, true);  // every row the carrier alone: z the same for all
         else if (n == "attn_v.weight" || n == "attn_qkv.weight" || n == "attn_gate.weight" ||
                  n == "ssm_beta.weight" || n == "ssm_alpha.weight")
             t.design = SynthDesign::CarrierZero;

@@ -63,6 +63,9 @@ double recency_score();
 // scores are multiplied by attn_scale that gives recency_score().
 double recency_norm_weight(int head_dim, double attn_scale);
 
+// The third of the layers (0, 1, 2) that holds `layer`.
+int band_of(const SynthSpec& s, int layer);
+
 // s.router_bands' scale of the third of the layers that holds `layer`.
 double layer_band_scale(const SynthSpec& s, int layer);
 

@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "quant/dequant.h"
 #include "../model/golden_model.h"
 #include "synth/synth.h"
 #include "synth/synth_families.h"
+#include "synth/synth_routing.h"
 #include "ops/thread_pool.h"
 
 using namespace ms;
@@ -62,6 +64,29 @@ SynthSpec shrink(SynthSpec s) {
     return s;
 }
 
+// Row r of a 2-D (or stacked 3-D) tensor, dequantized.
+std::vector<float> row_of(const GgufFile& f, const GgufTensor& t, int64_t r) {
+    std::vector<uint8_t> raw(t.row_bytes());
+    f.read(t.split, t.offset + uint64_t(r) * t.row_bytes(), raw.data(), raw.size());
+    std::vector<float> y(size_t(t.ne[0]));
+    EXPECT_TRUE(dequantize_row(t.type, raw.data(), y.data(), t.ne[0])) << t.name;
+    return y;
+}
+
+bool all_zero(const std::vector<float>& v) {
+    return std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; });
+}
+
+std::vector<float> f32_tensor(const GgufFile& f, const std::string& name) {
+    const GgufTensor* t = f.tensor(name);
+    EXPECT_NE(t, nullptr) << name;
+    if (!t) return {};
+    EXPECT_EQ(t->type, GgmlType::F32) << name;
+    std::vector<float> v(size_t(t->n_elements()));
+    f.read_tensor(*t, v.data());
+    return v;
+}
+
 }  // namespace
 
 // --router-bands scales the locality by thirds of the layers as
@@ -69,6 +94,7 @@ SynthSpec shrink(SynthSpec s) {
 // of the fade; the default leaves the fade's value exactly.
 TEST(SynthFamilies, RouterBandsScaleTheLocalityByThirds) {
     SynthSpec s = synth_preset("mixtral-8x7b");
+    s.router_bands = {1.0, 1.0, 1.0};
     const double fade = s.router_locality / std::sqrt(1.0 + s.router_fade * 9);
     EXPECT_EQ(layer_locality(s, 9), fade);
     s.router_bands = {0.5, 2.0, 3.0};
@@ -184,5 +210,97 @@ TEST(SynthFamilies, BadFamilySizesAreRefused) {
     EXPECT_THROW(validate_spec(s), std::runtime_error);
     s = synth_preset("glm-4.5-air");
     s.arch = "falcon";
+    EXPECT_THROW(validate_spec(s), std::runtime_error);
+}
+
+// --router-own: the token's own channels (n_embd / 16 after the carrier) are
+// written by no layer, so the residual holds the embedding alone there:
+// attn_output's rows and every expert's ffn_down rows for them dequantize
+// to exact zeros (the rows beside them do not), and each third's ffn_norm
+// weighs them as asked. Without the knob the same rows are random.
+TEST(SynthFamilies, RouterOwnChannelsAreWrittenByNoLayer) {
+    for (const bool own : {true, false}) {
+        SCOPED_TRACE(own ? "own channels" : "none");
+        SynthSpec s = shrink(synth_preset("mixtral-8x7b"));
+        s.n_layer = 3;  // one layer a third
+        s.router_own = own ? std::array<double, 3>{1.0, 2.0, 13.0} : std::array<double, 3>{0, 0, 0};
+        const std::string path = "/tmp/moestream-synth-families-" + std::to_string(getpid()) + "-own.gguf";
+        write_synth_model(s, path, nullptr);
+        {
+            const GgufFile f = GgufFile::open(path);
+            const int64_t J = carrier_channels(s.n_embd), T = s.n_embd / 16;
+            for (int il = 0; il < s.n_layer; il++) {
+                SCOPED_TRACE(il);
+                const std::string b = "blk." + std::to_string(il) + ".";
+                for (const char* name : {"attn_output.weight", "ffn_down_exps.weight"}) {
+                    const GgufTensor* t = f.tensor(b + name);
+                    ASSERT_NE(t, nullptr) << name;
+                    const int64_t per_matrix = t->ne[1], matrices = t->n_elements() / (t->ne[0] * t->ne[1]);
+                    for (int64_t m = 0; m < matrices; m++) {
+                        for (int64_t r = J; r < J + T; r++)
+                            EXPECT_EQ(all_zero(row_of(f, *t, m * per_matrix + r)), own) << name << " row " << r;
+                        EXPECT_FALSE(all_zero(row_of(f, *t, m * per_matrix + J + T))) << name;
+                    }
+                }
+                const std::vector<float> norm = f32_tensor(f, b + "ffn_norm.weight");
+                ASSERT_EQ(int64_t(norm.size()), s.n_embd);
+                for (int64_t c = J; c < J + T; c++) EXPECT_EQ(norm[size_t(c)], own ? float(s.router_own[size_t(il)]) : 1.0f);
+                EXPECT_EQ(norm[size_t(J + T)], 1.0f);
+            }
+        }
+        unlink(path.c_str());
+    }
+    SynthSpec s = synth_preset("deepseek-v3");
+    s.router_own = {1, 1, 2};
+    EXPECT_THROW(validate_spec(s), std::runtime_error);  // MLA has no such design
+}
+
+// --router-gate steady: every row of a Gated DeltaNet layer's attn_gate
+// reads the carrier's columns at one positive value and, beyond them, no
+// more than the residues a quantized zero leaves in the carrier's block
+// (zero bytes past it), so z = attn_gate . x is about one value for every
+// channel, set by the carrier, whatever the token. With token gates the
+// rows are the token's own (random, and blind to the carrier).
+TEST(SynthFamilies, SteadyGateReadsTheCarrierAlone) {
+    for (const bool steady : {true, false}) {
+        SCOPED_TRACE(steady ? "steady" : "token");
+        SynthSpec s = shrink(synth_preset("qwen3.5-35b-a3b"));
+        s.router_steady_gate = steady;
+        const std::string path = "/tmp/moestream-synth-families-" + std::to_string(getpid()) + "-gate.gguf";
+        write_synth_model(s, path, nullptr);
+        {
+            const GgufFile f = GgufFile::open(path);
+            const int64_t J = carrier_channels(s.n_embd);
+            int deltanet = 0;
+            for (int il = 0; il < s.n_layer; il++) {
+                const GgufTensor* t = f.tensor("blk." + std::to_string(il) + ".attn_gate.weight");
+                if (!t) continue;  // a gated-attention layer
+                deltanet++;
+                const std::vector<float> first = row_of(f, *t, 0);
+                if (steady) {
+                    const float carrier = first[0];
+                    ASSERT_GT(carrier, 0.0f);
+                    for (int64_t r = 0; r < t->ne[1]; r++) {
+                        const std::vector<float> row = row_of(f, *t, r);
+                        double rest = 0;  // the sum of squares of the weights on the token's own channels
+                        for (int64_t c = 0; c < t->ne[0]; c++) {
+                            if (c < J) ASSERT_EQ(row[size_t(c)], carrier) << r << ", " << c;
+                            else rest += double(row[size_t(c)]) * row[size_t(c)];
+                        }
+                        // Over independent unit-RMS channels the token's own part of z has std
+                        // sqrt(rest): under a tenth of the carrier's part even at a normed carrier of 1.
+                        ASSERT_LT(std::sqrt(rest), 0.1 * carrier * J) << r;
+                    }
+                } else {
+                    EXPECT_NE(row_of(f, *t, 1), first);
+                    EXPECT_FALSE(all_zero(std::vector<float>(first.begin() + J, first.end())));
+                }
+            }
+            EXPECT_GT(deltanet, 0);
+        }
+        unlink(path.c_str());
+    }
+    SynthSpec s = synth_preset("mixtral-8x7b");
+    s.router_steady_gate = true;
     EXPECT_THROW(validate_spec(s), std::runtime_error);
 }

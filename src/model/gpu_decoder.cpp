@@ -705,8 +705,7 @@ public:
             st->top_k = int(std::min<int64_t>(is.top_k, o.n_ctx));
             st->index_keys = DeviceMemory(size_t(n_indexer_) * size_t(o.n_ctx) * size_t(is.head_dim) * 4);
             st->mla.alloc_indexer(is, 1, 1, o.n_ctx, st->top_k);
-            st->kv_bytes_per_token += int64_t(n_indexer_) * is.head_dim * 4;
-            st->full_kv_bytes_per_token += int64_t(n_indexer_) * is.head_dim * 4;
+            st->kv_bytes_per_token += int64_t(n_indexer_) * is.head_dim * 4;  // full K/V: without them, as the CPU's
         }
         if (n_deltanet_ > 0) {
             const DeltaNetShape& sh = deltanet_shape_;

@@ -1380,9 +1380,10 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_split_kernel(cons
     }
 }
 
-// Decode attention where every query head reads the one KV head (multi-head
-// latent attention's compressed rows: n_kv_head 1, rows of kv_lora + rope
-// values): attention_split_kernel's splits and partial sums, but a block
+// Decode attention where every query head reads the one KV head over
+// chosen positions (sparse multi-head latent attention's compressed rows:
+// n_kv_head 1, rows of kv_lora + rope values): attention_split_kernel's
+// splits and partial sums, but a block
 // takes kSharedHeads query heads of the split at once, so each row it
 // reads serves them all (a block a head read every row once a head: at 64
 // heads, 64 times the cache's bytes through L2). The values are the rows'
@@ -1783,10 +1784,14 @@ void attention(const float* q, float* k_cache, float* v_cache, const int32_t* po
     if (fresh.k && (fresh.n_rot > head_dim || fresh.n_rot % 2 != 0)) {
         throw std::runtime_error("CUDA attention: n_rot even, <= head_dim");
     }
-    // Multi-head latent attention (one KV head whose rows are also the
-    // values): kSharedHeads query heads a block, each row read once for them.
+    // Sparse multi-head latent attention (glm-dsa: chosen positions of one
+    // KV head whose rows are also the values): kSharedHeads query heads a
+    // block, each row read once for them. Only there: its loads of a chunk
+    // run one after another (193 us for 2,048 rows of 576 at 64 heads on
+    // an H100, docs/gpu.md "Twenty-second session"), and against the block
+    // a head over every position (DeepSeek V2/V3) it was not measured.
     const int heads = std::min(n_head, kSharedHeads);
-    if (n_kv_head == 1 && k_cache == v_cache && !fresh.k && n_head % heads == 0) {
+    if (chosen.pos && n_kv_head == 1 && k_cache == v_cache && !fresh.k && n_head % heads == 0) {
         const size_t smem =
             (size_t(kSharedRows) * size_t(head_dim) + kSharedHeads * kSharedRows + kSharedHeads) * sizeof(float);
         static size_t allowed = 48 << 10;

@@ -623,9 +623,10 @@ TEST(Kernels, AttentionMatchesDoubleReference) {
 }
 
 // Multi-head latent attention's shape (one KV head whose rows are also the
-// values, rows of 576, 16 query heads: several heads a block): against the
-// double reference, and three tokens in one launch bit for bit three
-// launches of one.
+// values, rows of 576, 16 query heads), over every position (a block a
+// head): against the double reference, and three tokens in one launch bit
+// for bit three launches of one. (Over chosen positions, several heads a
+// block: AttentionOverChosenPositions.)
 TEST(Kernels, AttentionOverSharedRowsMatchesDoubleReference) {
     SKIP_WITHOUT_GPU();
     const int n_head = 16, hd = 576, n_pos = 3000, n = 3;

@@ -1,9 +1,20 @@
-// A block-wide sum that gives the same bits on every run (norms, and the
-// DeltaNet kernels' head norms), shared by the CUDA kernel files.
+// Warp-wide sum and maximum, and a block-wide sum that gives the same bits
+// on every run (norms, and the DeltaNet kernels' head norms), shared by
+// the CUDA kernel files.
 #pragma once
 #include <cuda_runtime.h>
 
 namespace ms::gpu {
+
+// Every lane's v summed (maximum taken) over the warp, returned to every lane.
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
 
 // The sum over the block (at most 32 warps, every thread taking part) of
 // every thread's `sum`, in double, warps' partial sums added in a fixed tree

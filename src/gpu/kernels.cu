@@ -41,10 +41,6 @@ __device__ __forceinline__ float small_float(uint32_t q, float bias = 0.0f) {
     return __int_as_float(0x4B000000u | q) - (8388608.0f + bias);
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 // One lane's share of a block of weights: the 8 lanes p = lane % 8 of a
 // lane group split each block (kWeights weights, kBytes bytes) of a row.
@@ -1396,11 +1392,10 @@ constexpr int kSharedHeads = 8, kSharedRows = 8, kSharedSlots = 1024 / kAttentio
 __global__ void __launch_bounds__(kAttentionThreads) attention_shared_kv_kernel(const float* q, float* k_cache,
                                                                                float* v_cache, const int32_t* pos,
                                                                                int n_head, int heads, int head_dim,
-                                                                               float scale, float* part, int window,
-                                                                               int chunk, float* const* seq,
-                                                                               const Chosen chosen) {
+                                                                               float scale, float* part,
+                                                                               float* const* seq, const Chosen chosen) {
     chain_start();
-    const RowSpan rs = row_span(pos, seq, blockIdx.z, &k_cache, &v_cache, window, chunk, chosen);
+    const RowSpan rs = row_span(pos, seq, blockIdx.z, &k_cache, &v_cache, 0, 0, chosen);
     const int span = rs.span;
     const int h0 = int(blockIdx.x) * heads, split = blockIdx.y, S = gridDim.y;
     const int mine = span > split ? (span - split + S - 1) / S : 0;
@@ -1449,9 +1444,7 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_shared_kv_kernel(
                 d = warp_sum(d) * scale;
                 if (lane == c) sc = d;
             }
-            float mx = sc;
-            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            const float m_new = fmaxf(m, mx);
+            const float m_new = fmaxf(m, warp_max(sc));
             const float f = expf(m - m_new);  // 0 at the first chunk (m is -inf)
             const float e = lane < nc ? expf(sc - m_new) : 0.0f;
             l = l * f + warp_sum(e);
@@ -1792,21 +1785,13 @@ void attention(const float* q, float* k_cache, float* v_cache, const int32_t* po
     // a head over every position (DeepSeek V2/V3) it was not measured.
     const int heads = std::min(n_head, kSharedHeads);
     if (chosen.pos && n_kv_head == 1 && k_cache == v_cache && !fresh.k && n_head % heads == 0) {
+        // At most 8 rows of 1,024 floats and the heads' weights: under the
+        // 48 KiB every launch may take.
         const size_t smem =
             (size_t(kSharedRows) * size_t(head_dim) + kSharedHeads * kSharedRows + kSharedHeads) * sizeof(float);
-        static size_t allowed = 48 << 10;
-        if (smem > allowed) {
-            if (cudaFuncSetAttribute(attention_shared_kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     int(smem)) != cudaSuccess) {
-                cudaGetLastError();
-                throw std::runtime_error("CUDA attention: rows of " + std::to_string(head_dim) +
-                                         " need more shared memory than the device has");
-            }
-            allowed = smem;
-        }
         launch("attention", attention_shared_kv_kernel, dim3(unsigned(n_head / heads), kAttentionSplits, unsigned(n)),
                kAttentionThreads, smem, native(s), q, k_cache, v_cache, pos, n_head, heads, head_dim, scale, scratch,
-               window, chunk, seq, chosen);
+               seq, chosen);
     } else {
         const dim3 grid(unsigned(n_head), kAttentionSplits, unsigned(n));
         launch("attention", attention_split_kernel, grid, kAttentionThreads, attention_smem, native(s), q, k_cache,

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "gpu/block_sum.cuh"
 #include "gpu/gpu.h"
 #include "gpu/launch.cuh"
 
@@ -25,14 +26,6 @@ namespace {
 // lane a position for the scores, a lane a set of dims for the values).
 constexpr int kThreads = 256, kWarps = kThreads / 32, kRows = 64, kRowsPerWarp = kRows / kWarps, kTile = 32;
 
-__device__ __forceinline__ float lanes_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ float lanes_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
 
 // The first position a query at p attends to.
 __device__ __forceinline__ int first_position(int p, int window, int chunk) {
@@ -109,11 +102,11 @@ __global__ void __launch_bounds__(kThreads) attention_tiled_kernel(const float* 
 #pragma unroll
         for (int j = 0; j < kRowsPerWarp; j++) {
             const float s = p >= first[j] && p <= last[j] ? dot[j] * scale : -INFINITY;
-            const float mx = fmaxf(m[j], lanes_max(s));
+            const float mx = fmaxf(m[j], warp_max(s));
             // No position of this row yet (all -inf): nothing to rescale.
             const float keep = mx == -INFINITY ? 1.0f : expf(m[j] - mx);
             const float e = s == -INFINITY ? 0.0f : expf(s - mx);
-            l[j] = l[j] * keep + lanes_sum(e);
+            l[j] = l[j] * keep + warp_sum(e);
             m[j] = mx;
 #pragma unroll
             for (int c = 0; c < DPL; c++) acc[j][c] *= keep;

@@ -206,10 +206,6 @@ __global__ void indexer_keys_kernel(float* q, const float* k, float* w, const fl
     for (int h = threadIdx.x; h < n_head; h += blockDim.x) w[t * n_head + h] *= w_scale;
 }
 
-__device__ __forceinline__ float lanes_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 // The indexer's scores of row blockIdx.y at kScorePositions positions a
 // block (blockIdx.x): the row's query heads (padded a float, so the lanes,
@@ -251,7 +247,7 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const flo
             for (int i = 0; i < head_dim; i++) dot += qh[i] * kw[i];
             score += ws[h] * fmaxf(dot, 0.0f);
         }
-        score = lanes_sum(score);
+        score = warp_sum(score);
         if (lane == 0) scores[t * max_pos + p] = score + 0.0f;  // -0 as +0: one key for equal scores
         __syncwarp();
     }

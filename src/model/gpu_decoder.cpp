@@ -1269,6 +1269,17 @@ private:
         return {dev, n_tiles, dev + tile_ints, dev + tile_ints};
     }
 
+    // k matrices over the same n rows of x (y[i] = w[i] . x): one token as
+    // decode's one matvec_multi launch, a pass as a matmul each.
+    void rows_products(int k, const GgmlType* types, const void* const* w, const int64_t* rows, int64_t cols, int n,
+                       gpu::Act x, float* const* y) const {
+        if (n == 1) {
+            gpu::matvec_multi(k, types, w, rows, cols, x, y, compute_);
+        } else {
+            for (int i = 0; i < k; i++) pass_matmul(types[i], w[i], rows[i], cols, n, x, y[i], compute_, false, 0);
+        }
+    }
+
     // y = w . x over n rows: one token as decode's matvec, a pass as the
     // matmul that gives each row matvec's bits.
     void rows_product(GgmlType t, const void* w, int64_t rows, int64_t cols, int n, gpu::Act x, float* y,
@@ -1312,11 +1323,7 @@ private:
         const void* w[2] = {direct ? d.mla_wq : d.mla_wq_a, d.mla_wkv_a};
         const int64_t rows[2] = {direct ? H * QH : m.q_lora, R};
         float* y[2] = {direct ? q : qa, row};
-        if (n == 1) {
-            gpu::matvec_multi(2, types, w, rows, E, xb, y, s);
-        } else {
-            for (int i = 0; i < 2; i++) pass_matmul(types[i], w[i], rows[i], E, n, xb, y[i], s, false, 0);
-        }
+        rows_products(2, types, w, rows, E, n, xb, y);
         void* qa8 = !direct && act8(m.q_lora) ? r.qa8.data() : nullptr;
         if (!direct) {
             gpu::rms_norm(qa, d.mla_q_a_norm, n, m.q_lora, c.rms_eps, qa, s, qa8);
@@ -1391,11 +1398,7 @@ private:
         const void* w[2] = {d.idx_wk, d.idx_proj};
         const int64_t rows[2] = {D, H};
         float* y[2] = {ik, iw};
-        if (n == 1) {
-            gpu::matvec_multi(2, types, w, rows, E, xb, y, s);
-        } else {
-            for (int i = 0; i < 2; i++) pass_matmul(types[i], w[i], rows[i], E, n, xb, y[i], s, false, 0);
-        }
+        rows_products(2, types, w, rows, E, n, xb, y);
         rows_product(l.wq_b.type, d.idx_wq_b, H * D, mla_shape_.q_lora, n, qa, iq, false);
         float* keys = index_rows(st, il);
         gpu::indexer_keys(iq, ik, iw, d.idx_k_norm, d.idx_k_bias, int(H), int(D), rope_.n_rot, rope_.neox, cos_sin,

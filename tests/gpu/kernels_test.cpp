@@ -1042,40 +1042,45 @@ TEST(Kernels, IndexerSelectMatchesTheCpuRule) {
 
 // Attention over chosen positions (sparse attention's) against the double
 // reference over those positions' rows gathered in order, two tokens with
-// their own choices in one launch.
+// their own choices in one launch: the golden files' shape (4 heads, rows
+// of 96) and GLM-5's (rows of 576; 16 heads, so eight a block).
 TEST(Kernels, AttentionOverChosenPositions) {
     SKIP_WITHOUT_GPU();
-    const int n_head = 4, hd = 96, n_pos = 600, top_k = 40, n = 2;
-    const std::vector<float> q = randoms(size_t(n * n_head * hd), 21), k = randoms(size_t(n_pos + 1) * hd, 22);
-    std::vector<int32_t> chosen(size_t(n * top_k));
-    const std::vector<int32_t> counts = {top_k, 17};
-    std::mt19937 rng(23);
-    for (int t = 0; t < n; t++) {
-        std::vector<int32_t> all(size_t(n_pos + t));
-        for (size_t i = 0; i < all.size(); i++) all[i] = int32_t(i);
-        std::shuffle(all.begin(), all.end(), rng);
-        std::sort(all.begin(), all.begin() + counts[size_t(t)]);
-        std::copy_n(all.begin(), counts[size_t(t)], chosen.begin() + t * top_k);
-    }
-    const float scale = 1.0f / std::sqrt(float(hd));
-    DeviceBuffer dq(q), dk(k), dout(size_t(n * n_head * hd) * 4), dpos(std::vector<int32_t>{n_pos - 1, n_pos}),
-        dchosen(chosen), dcount(counts), scratch(size_t(n) * gpu::attention_scratch_bytes(n_head, hd));
-    gpu::prepare_attention(n_pos + 1, hd);
-    gpu::attention(dq.f(), dk.f(), dk.f(), static_cast<const int32_t*>(dpos.p), n_head, 1, hd, scale, scratch.f(),
-                   dout.f(), nullptr, nullptr, {}, n, 0, nullptr, 0, nullptr,
-                   {static_cast<const int32_t*>(dchosen.p), static_cast<const int32_t*>(dcount.p), top_k});
-    const std::vector<float> out = dout.get<float>();
-    for (int t = 0; t < n; t++) {
-        std::vector<float> rows;
-        for (int j = 0; j < counts[size_t(t)]; j++) {
-            const float* r = k.data() + size_t(chosen[size_t(t * top_k + j)]) * hd;
-            rows.insert(rows.end(), r, r + hd);
+    for (const auto& [n_head, hd] : {std::pair{4, 96}, std::pair{16, 576}}) {
+        const int n_pos = 600, top_k = 40, n = 2;
+        const std::vector<float> q = randoms(size_t(n * n_head * hd), 21), k = randoms(size_t(n_pos + 1) * hd, 22);
+        std::vector<int32_t> chosen(size_t(n * top_k));
+        const std::vector<int32_t> counts = {top_k, 17};
+        std::mt19937 rng(23);
+        for (int t = 0; t < n; t++) {
+            std::vector<int32_t> all(size_t(n_pos + t));
+            for (size_t i = 0; i < all.size(); i++) all[i] = int32_t(i);
+            std::shuffle(all.begin(), all.end(), rng);
+            std::sort(all.begin(), all.begin() + counts[size_t(t)]);
+            std::copy_n(all.begin(), counts[size_t(t)], chosen.begin() + t * top_k);
         }
-        const std::vector<float> qt(q.begin() + t * n_head * hd, q.begin() + (t + 1) * n_head * hd);
-        const std::vector<double> ref = reference_attention(qt, rows, rows, n_head, 1, hd, scale, 0, counts[size_t(t)]);
-        EXPECT_LT(rel_err(std::vector<float>(out.begin() + t * n_head * hd, out.begin() + (t + 1) * n_head * hd), ref),
-                  1e-5)
-            << "token " << t;
+        const float scale = 1.0f / std::sqrt(float(hd));
+        DeviceBuffer dq(q), dk(k), dout(size_t(n * n_head * hd) * 4), dpos(std::vector<int32_t>{n_pos - 1, n_pos}),
+            dchosen(chosen), dcount(counts), scratch(size_t(n) * gpu::attention_scratch_bytes(n_head, hd));
+        gpu::prepare_attention(n_pos + 1, hd);
+        gpu::attention(dq.f(), dk.f(), dk.f(), static_cast<const int32_t*>(dpos.p), n_head, 1, hd, scale,
+                       scratch.f(), dout.f(), nullptr, nullptr, {}, n, 0, nullptr, 0, nullptr,
+                       {static_cast<const int32_t*>(dchosen.p), static_cast<const int32_t*>(dcount.p), top_k});
+        const std::vector<float> out = dout.get<float>();
+        for (int t = 0; t < n; t++) {
+            std::vector<float> rows;
+            for (int j = 0; j < counts[size_t(t)]; j++) {
+                const float* r = k.data() + size_t(chosen[size_t(t * top_k + j)]) * hd;
+                rows.insert(rows.end(), r, r + hd);
+            }
+            const std::vector<float> qt(q.begin() + t * n_head * hd, q.begin() + (t + 1) * n_head * hd);
+            const std::vector<double> ref =
+                reference_attention(qt, rows, rows, n_head, 1, hd, scale, 0, counts[size_t(t)]);
+            EXPECT_LT(rel_err(std::vector<float>(out.begin() + t * n_head * hd, out.begin() + (t + 1) * n_head * hd),
+                              ref),
+                      1e-5)
+                << n_head << " heads of " << hd << ", token " << t;
+        }
     }
 }
 

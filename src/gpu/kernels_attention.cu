@@ -8,8 +8,21 @@
 // cache is read once a block of tokens. Float32 throughout; the sums run in
 // another order than the decode kernel's, so it is within rounding of it,
 // not bit for bit (the tensor-core prefill's contract).
+//
+// Multi-head latent attention's prompts (attention_tiled_shared): every
+// query head reads the same compressed rows, so a block takes 64 query rows
+// (heads of a token, or tokens x heads) and walks the positions 32 at a
+// time on tensor cores: the rows converted to f16 in shared memory (the
+// tile after them copied in meanwhile with cp.async), scores and the
+// weighted sums of the values by mma.sync m16n8k16 (f16 x f16 -> f32), the
+// softmax online in float32. f16 and not bf16: 11 bits of mantissa against
+// 8, and the CPU's default KV cache already rounds rows to f16. The float32
+// kernel above would do 4x the FLOPs of a GQA head here on FP32 units (rows
+// of 576 against 128), which is why MLA prompts kept the decode kernel.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <stdexcept>
 #include <string>
 
@@ -168,7 +181,264 @@ void launch_tiled(const float* q, const float* k_cache, const float* v_cache, co
            n_head, n_kv_head, scale, out, n, per, window, chunk, sinks);
 }
 
+// The shared-rows kernel's geometry: 8 warps, 64 query rows (4 groups of
+// 16, each group's value dims split between two warps), tiles of 32
+// positions.
+constexpr int kMlaThreads = 256, kMlaRows = 64, kMlaTile = 32, kScoreStride = kMlaTile + 8;
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+    return uint32_t(__cvta_generic_to_shared(p));
+}
+
+// Four 8x8 matrices of halves (lanes 8i..8i+7 give matrix i's row
+// addresses); .trans: each transposed on the way.
+__device__ __forceinline__ void load_matrices(uint32_t (&r)[4], uint32_t address) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address)
+                 : "memory");
+}
+__device__ __forceinline__ void load_matrices_transposed(uint32_t (&r)[4], uint32_t address) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address)
+                 : "memory");
+}
+
+// d (16 x 8, float) += a (16 x 16, f16, row-major) . b (16 x 8, f16).
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t half_pair(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// 16 bytes from global to shared memory without passing registers; zeros
+// where !valid.
+__device__ __forceinline__ void copy_async(uint32_t to, const void* from, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to), "l"(from), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void copy_async_wait() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// NT: n-tiles of 8 value dims a warp (values 16 NT wide). Block b (the last
+// first: later tokens attend to more positions) takes tokens_per_block
+// tokens from t0 and heads [h0, h0 + min(n_head, 64)); row r is token t0 +
+// r / Hb, head h0 + r % Hb. Dense: positions 0 .. the row's own; chosen:
+// the token's chosen positions (one token a block).
+template <int NT>
+__global__ void __launch_bounds__(kMlaThreads, 1)
+    attention_shared_tiled_kernel(const float* q, const float* rows, const int32_t* pos, int n_head, int k_dim,
+                                  float scale, float* out, int n, int tokens_per_block, int head_blocks,
+                                  const int32_t* chosen, const int32_t* count, int top_k) {
+    constexpr int DV = 16 * NT;
+    const int QS = k_dim + 8;  // halves a shared row: rows an odd number of 16 bytes apart, ldmatrix conflict-free
+    const int K4 = k_dim / 4;
+    extern __shared__ float4 smem4[];
+    float* stage = reinterpret_cast<float*>(smem4);                 // kMlaTile x k_dim floats, the next tile
+    __half* ks = reinterpret_cast<__half*>(stage + kMlaTile * k_dim);  // kMlaTile x QS: this tile
+    __half* qs = ks + kMlaTile * QS;                                 // kMlaRows x QS
+    float* ss = reinterpret_cast<float*>(qs + kMlaRows * QS);        // kMlaRows x kScoreStride: scores
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, group = warp % 4, half = warp / 4;
+    const int g = lane / 4, t4 = lane % 4;
+    const int Hb = min(n_head, kMlaRows);
+    const int b = int(gridDim.x - 1 - blockIdx.x);
+    const int t0 = b / head_blocks * tokens_per_block, h0 = b % head_blocks * kMlaRows;
+    const int tokens = min(tokens_per_block, n - t0);
+    chain_start();
+    const int p0 = *pos;
+    auto row_ok = [&](int r) { return r / Hb < tokens && h0 + r % Hb < n_head; };
+    for (int i = threadIdx.x; i < kMlaRows * K4; i += kMlaThreads) {
+        const int r = i / K4, d = (i % K4) * 4;
+        float4 v = make_float4(0, 0, 0, 0);
+        if (row_ok(r)) v = *reinterpret_cast<const float4*>(q + (int64_t(t0 + r / Hb) * n_head + h0 + r % Hb) * k_dim + d);
+        __half2* to = reinterpret_cast<__half2*>(qs + r * QS + d);
+        to[0] = __floats2half2_rn(v.x, v.y);
+        to[1] = __floats2half2_rn(v.z, v.w);
+    }
+    const int32_t* sel = chosen ? chosen + int64_t(t0) * top_k : nullptr;
+    const int n_pos = sel ? count[t0] : p0 + t0 + tokens;  // the block's positions (chosen: indices into sel)
+    // This thread's two rows (g and g + 8 of its group): the last position
+    // each attends to (dense), -1 for rows past the block's.
+    int last[2];
+    for (int x = 0; x < 2; x++) {
+        const int r = group * 16 + g + 8 * x;
+        last[x] = !row_ok(r) ? -1 : sel ? INT_MAX : p0 + t0 + r / Hb;
+    }
+    auto load_tile = [&](int base) {
+        for (int i = threadIdx.x; i < kMlaTile * K4; i += kMlaThreads) {
+            const int j = i / K4, d = (i % K4) * 4, idx = base + j;
+            const bool ok = idx < n_pos;
+            const int64_t p = !ok ? 0 : sel ? sel[idx] : idx;
+            copy_async(shared_address(stage + j * k_dim + d), rows + p * k_dim + d, ok);
+        }
+        copy_async_commit();
+    };
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0;
+    const float scale2 = scale * 1.44269504088896341f;  // scores in base 2: exp2f
+    const int K16 = k_dim / 16;
+    // Lanes' ldmatrix rows: q (group's 16 rows, dims 0/8), k (positions
+    // half*16 + 0..15, dims 0/8), v (positions 0..15, the half's dims).
+    const uint32_t qa = shared_address(qs + (group * 16 + lane % 16) * QS + (lane / 16) * 8);
+    const uint32_t kb = shared_address(ks + (half * 16 + (lane / 16) * 8 + lane % 8) * QS + (lane / 8) % 2 * 8);
+    const uint32_t vb = shared_address(ks + ((lane / 8) % 2 * 8 + lane % 8) * QS + half * (DV / 2) + (lane / 16) * 8);
+    load_tile(0);
+    for (int base = 0; base < n_pos; base += kMlaTile) {
+        copy_async_wait();
+        __syncthreads();  // the stage holds this tile; every warp is done with the last one's ks and ss
+        for (int i = threadIdx.x; i < kMlaTile * K4; i += kMlaThreads) {
+            const int j = i / K4, d = (i % K4) * 4;
+            const float4 v = *reinterpret_cast<const float4*>(stage + j * k_dim + d);
+            __half2* to = reinterpret_cast<__half2*>(ks + j * QS + d);
+            to[0] = __floats2half2_rn(v.x, v.y);
+            to[1] = __floats2half2_rn(v.z, v.w);
+        }
+        __syncthreads();
+        if (base + kMlaTile < n_pos) load_tile(base + kMlaTile);
+        // Scores: the group's rows against the half's 16 positions, even
+        // and odd k-steps in two chains.
+        float c0[2][4] = {}, c1[2][4] = {};
+        int kk = 0;
+        for (; kk + 1 < K16; kk += 2) {
+            uint32_t a[4], bk[4], a1[4], bk1[4];
+            load_matrices(a, qa + kk * 32);
+            load_matrices(bk, kb + kk * 32);
+            load_matrices(a1, qa + kk * 32 + 32);
+            load_matrices(bk1, kb + kk * 32 + 32);
+            mma_f16(c0[0], a, bk[0], bk[1]);
+            mma_f16(c0[1], a, bk[2], bk[3]);
+            mma_f16(c1[0], a1, bk1[0], bk1[1]);
+            mma_f16(c1[1], a1, bk1[2], bk1[3]);
+        }
+        if (kk < K16) {
+            uint32_t a[4], bk[4];
+            load_matrices(a, qa + kk * 32);
+            load_matrices(bk, kb + kk * 32);
+            mma_f16(c0[0], a, bk[0], bk[1]);
+            mma_f16(c0[1], a, bk[2], bk[3]);
+        }
+        float* srow = ss + (group * 16 + g) * kScoreStride + half * 16 + 2 * t4;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            *reinterpret_cast<float2*>(srow + j * 8) = make_float2(c0[j][0] + c1[j][0], c0[j][1] + c1[j][1]);
+            *reinterpret_cast<float2*>(srow + 8 * kScoreStride + j * 8) =
+                make_float2(c0[j][2] + c1[j][2], c0[j][3] + c1[j][3]);
+        }
+        __syncthreads();
+        // Softmax over the tile's 32 positions: this thread's 8 of each of
+        // its two rows (the columns of the A fragments below); the quad of
+        // lanes sharing a row reduces. Both warps of a group compute the
+        // same values.
+        uint32_t pa[2][4];  // P's A fragments for positions 0-15 and 16-31
+#pragma unroll
+        for (int x = 0; x < 2; x++) {
+            const float* sr = ss + (group * 16 + g + 8 * x) * kScoreStride;
+            float s[8];
+            float mx = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const int col = (i / 4) * 16 + (i / 2 % 2) * 8 + 2 * t4 + i % 2, idx = base + col;
+                const bool ok = idx < n_pos && (sel ? last[x] >= 0 : idx <= last[x]);
+                s[i] = ok ? sr[col] * scale2 : -INFINITY;
+                mx = fmaxf(mx, s[i]);
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float top = fmaxf(m[x], mx);
+            const float keep = top == -INFINITY ? 1.0f : exp2f(m[x] - top);
+            float sum = 0;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                s[i] = s[i] == -INFINITY ? 0.0f : exp2f(s[i] - top);
+                sum += s[i];
+            }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            l[x] = l[x] * keep + sum;
+            m[x] = top;
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                acc[j][2 * x] *= keep;
+                acc[j][2 * x + 1] *= keep;
+            }
+#pragma unroll
+            for (int k2 = 0; k2 < 2; k2++) {
+                pa[k2][x] = half_pair(s[k2 * 4], s[k2 * 4 + 1]);          // row g (+8), columns 2t4, +1
+                pa[k2][2 + x] = half_pair(s[k2 * 4 + 2], s[k2 * 4 + 3]);  // columns 8 + 2t4, +1
+            }
+        }
+        // Values: acc += P . V over the half's dims, two n-tiles an ldmatrix.
+#pragma unroll
+        for (int k2 = 0; k2 < 2; k2++) {
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                uint32_t bv[4];
+                load_matrices_transposed(bv, vb + (k2 * 16 * QS + np * 16) * 2);
+                mma_f16(acc[2 * np], pa[k2], bv[0], bv[1]);
+                mma_f16(acc[2 * np + 1], pa[k2], bv[2], bv[3]);
+            }
+        }
+    }
+#pragma unroll
+    for (int x = 0; x < 2; x++) {
+        const int r = group * 16 + g + 8 * x;
+        if (!row_ok(r)) continue;
+        const float inv = 1.0f / l[x];
+        float* o = out + (int64_t(t0 + r / Hb) * n_head + h0 + r % Hb) * DV + half * (DV / 2) + 2 * t4;
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            *reinterpret_cast<float2*>(o + j * 8) = make_float2(acc[j][2 * x] * inv, acc[j][2 * x + 1] * inv);
+        }
+    }
+}
+
+template <int NT>
+void launch_shared_tiled(const float* q, const float* rows, const int32_t* pos, int n_head, int k_dim, float scale,
+                         float* out, Stream s, int n, const Chosen& chosen) {
+    const size_t QS = size_t(k_dim) + 8;
+    const size_t smem = size_t(kMlaTile) * k_dim * 4 + (size_t(kMlaTile) + kMlaRows) * QS * 2 +
+                        size_t(kMlaRows) * kScoreStride * 4;
+    static size_t sized = 0;  // the kernel's shared memory limit, raised as shapes need
+    if (smem > sized) {
+        if (cudaFuncSetAttribute(attention_shared_tiled_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 int(smem)) != cudaSuccess) {
+            cudaGetLastError();
+            throw std::runtime_error("CUDA attention_tiled_shared: " + std::to_string(smem) +
+                                     " bytes of shared memory a block are more than the device has");
+        }
+        sized = smem;
+    }
+    const int head_blocks = (n_head + kMlaRows - 1) / kMlaRows;
+    const int tokens_per_block = chosen.pos || n_head >= kMlaRows ? 1 : kMlaRows / n_head;
+    const unsigned grid = unsigned((n + tokens_per_block - 1) / tokens_per_block * head_blocks);
+    launch("attention_tiled_shared", attention_shared_tiled_kernel<NT>, dim3(grid), kMlaThreads, smem, native(s), q,
+           rows, pos, n_head, k_dim, scale, out, n, tokens_per_block, head_blocks, chosen.pos, chosen.count,
+           chosen.top_k);
+}
+
 }  // namespace
+
+bool attention_tiled_shared(const float* q, const float* rows, const int32_t* pos, int n_head, int k_dim, int v_dim,
+                            float scale, float* out, Stream s, int n, const Chosen& chosen) {
+    if (n < 1 || n_head < 1 || k_dim % 16 != 0 || v_dim > k_dim || k_dim > 640) return false;
+    switch (v_dim) {
+        case 32: launch_shared_tiled<2>(q, rows, pos, n_head, k_dim, scale, out, s, n, chosen); break;
+        case 64: launch_shared_tiled<4>(q, rows, pos, n_head, k_dim, scale, out, s, n, chosen); break;
+        case 128: launch_shared_tiled<8>(q, rows, pos, n_head, k_dim, scale, out, s, n, chosen); break;
+        case 256: launch_shared_tiled<16>(q, rows, pos, n_head, k_dim, scale, out, s, n, chosen); break;
+        case 512: launch_shared_tiled<32>(q, rows, pos, n_head, k_dim, scale, out, s, n, chosen); break;
+        default: return false;
+    }
+    return true;
+}
 
 bool attention_tiled(const float* q, const float* k_cache, const float* v_cache, const int32_t* pos, int n_head,
                      int n_kv_head, int head_dim, float scale, float* out, Stream s, void* act, int n, int window,

@@ -1434,7 +1434,9 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_shared_kv_kernel(
         __syncthreads();
         if (scorer) {
             float sc = -INFINITY;  // lane c's: row c's score
-            for (int c = 0; c < nc; c++) {
+#pragma unroll
+            for (int c = 0; c < kSharedRows; c++) {
+                if (c >= nc) continue;
                 const float* r = rows + c * head_dim;
                 float d = 0;
 #pragma unroll
@@ -1453,17 +1455,21 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_shared_kv_kernel(
             if (lane == 0) factor[warp] = f;
         }
         __syncthreads();
+        // Fixed bounds and guards, no break: acc stays in registers.
 #pragma unroll
         for (int g = 0; g < kSharedHeads; g++) {
-            if (g >= heads) break;
-            const float f = factor[g];
+            const float f = g < heads ? factor[g] : 0.0f;
 #pragma unroll
             for (int k = 0; k < kSharedSlots; k++) {
                 const int i = threadIdx.x + k * kAttentionThreads;
-                if (i >= head_dim) break;
-                float a = acc[g][k] * f;
-                for (int c = 0; c < nc; c++) a += probs[g * kSharedRows + c] * rows[c * head_dim + i];
-                acc[g][k] = a;
+                if (g < heads && i < head_dim) {
+                    float a = acc[g][k] * f;
+#pragma unroll
+                    for (int c = 0; c < kSharedRows; c++) {
+                        if (c < nc) a += probs[g * kSharedRows + c] * rows[c * head_dim + i];
+                    }
+                    acc[g][k] = a;
+                }
             }
         }
         __syncthreads();  // rows are loaded again
@@ -1471,12 +1477,10 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_shared_kv_kernel(
     if (scorer && lane == 0) out_of(warp)[0] = m, out_of(warp)[1] = l;
 #pragma unroll
     for (int g = 0; g < kSharedHeads; g++) {
-        if (g >= heads) break;
-        float* out = out_of(g);
 #pragma unroll
         for (int k = 0; k < kSharedSlots; k++) {
             const int i = threadIdx.x + k * kAttentionThreads;
-            if (i < head_dim) out[2 + i] = acc[g][k];
+            if (g < heads && i < head_dim) out_of(g)[2 + i] = acc[g][k];
         }
     }
 }

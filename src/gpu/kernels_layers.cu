@@ -243,9 +243,15 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(const flo
         float score = 0;
         for (int h = lane; h < n_head; h += 32) {
             const float* qh = qs + h * ld;
-            float dot = 0;
-            for (int i = 0; i < head_dim; i++) dot += qh[i] * kw[i];
-            score += ws[h] * fmaxf(dot, 0.0f);
+            // Four chains, so the shared loads of one overlap the others' sums.
+            float dot[4] = {0, 0, 0, 0};
+            int i = 0;
+            for (; i + 4 <= head_dim; i += 4) {
+#pragma unroll
+                for (int u = 0; u < 4; u++) dot[u] += qh[i + u] * kw[i + u];
+            }
+            for (; i < head_dim; i++) dot[0] += qh[i] * kw[i];
+            score += ws[h] * fmaxf((dot[0] + dot[1]) + (dot[2] + dot[3]), 0.0f);
         }
         score = warp_sum(score);
         if (lane == 0) scores[t * max_pos + p] = score + 0.0f;  // -0 as +0: one key for equal scores

@@ -1426,10 +1426,20 @@ __global__ void __launch_bounds__(kAttentionThreads) attention_shared_kv_kernel(
     }
     for (int j0 = 0; j0 < mine; j0 += kSharedRows) {
         const int nc = min(kSharedRows, mine - j0);
-        for (int i = threadIdx.x; i < nc * head_dim; i += blockDim.x) {
-            const int c = i / head_dim, d = i % head_dim, j = j0 + c;
-            const int p = rs.at(split + j * S);
-            rows[i] = k_cache[int64_t(p) * head_dim + d];
+        // A row a warp, each lane's loads of it all in flight before any
+        // store waits for them (an element a thread at a time put each
+        // load's latency, twice with the chosen position's, in series).
+        for (int c = warp; c < nc; c += int(blockDim.x) / 32) {
+            const float* src = k_cache + int64_t(rs.at(split + (j0 + c) * S)) * head_dim;
+            float v[1024 / 32];
+#pragma unroll
+            for (int k = 0; k < 1024 / 32; k++) {
+                if (lane + 32 * k < head_dim) v[k] = src[lane + 32 * k];
+            }
+#pragma unroll
+            for (int k = 0; k < 1024 / 32; k++) {
+                if (lane + 32 * k < head_dim) rows[c * head_dim + lane + 32 * k] = v[k];
+            }
         }
         __syncthreads();
         if (scorer) {

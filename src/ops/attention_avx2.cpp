@@ -18,7 +18,9 @@ using Idx = __m256i;
 constexpr int kLanes = 8;
 constexpr int kAcc = 8;  // accumulators, of the 16 ymm registers
 constexpr int kPrefetchRows = 16;
-constexpr int kMixRows = 64;  // of up to 512 bytes: 32 KiB, within L1
+constexpr int kMixRows = 64;  // rows in a value run, at most
+constexpr int kMixHeads = 4;  // a value pass's heads: 4 x 2 vectors, half the broadcasts of 8 x 1
+constexpr int kMixBytes = 16384;  // a run, and the next one prefetched: 32 KiB, within L1
 
 inline Vec vzero() { return _mm256_setzero_ps(); }
 inline Vec vset1(float x) { return _mm256_set1_ps(x); }

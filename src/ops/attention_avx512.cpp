@@ -23,7 +23,9 @@ using Idx = __m512i;
 constexpr int kLanes = 16;
 constexpr int kAcc = 16;  // accumulators, of the 32 zmm registers
 constexpr int kPrefetchRows = 16;
-constexpr int kMixRows = 64;  // of up to 512 bytes: 32 KiB, within L1
+constexpr int kMixRows = 64;  // rows in a value run, at most
+constexpr int kMixHeads = 8;  // a value pass's heads: 8 x 2 vectors of the 16 accumulators
+constexpr int kMixBytes = 16384;  // a run, and the next one prefetched: 32 KiB, within L1
 
 inline Vec vzero() { return _mm512_setzero_ps(); }
 inline Vec vset1(float x) { return _mm512_set1_ps(x); }

@@ -41,7 +41,6 @@ __device__ __forceinline__ float small_float(uint32_t q, float bias = 0.0f) {
     return __int_as_float(0x4B000000u | q) - (8388608.0f + bias);
 }
 
-
 // One lane's share of a block of weights: the 8 lanes p = lane % 8 of a
 // lane group split each block (kWeights weights, kBytes bytes) of a row.
 // load() reads the lane's activations once, dot() uses them with one row's

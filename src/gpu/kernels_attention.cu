@@ -26,7 +26,6 @@ namespace {
 // lane a position for the scores, a lane a set of dims for the values).
 constexpr int kThreads = 256, kWarps = kThreads / 32, kRows = 64, kRowsPerWarp = kRows / kWarps, kTile = 32;
 
-
 // The first position a query at p attends to.
 __device__ __forceinline__ int first_position(int p, int window, int chunk) {
     return window > 0 ? max(0, p - window + 1) : chunk > 0 ? p - p % chunk : 0;

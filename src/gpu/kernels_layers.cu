@@ -162,7 +162,6 @@ __global__ void mla_rope_store_kernel(float* q, int n_head, int q_head, int q_ro
     for (int i = threadIdx.x; i < row_width; i += blockDim.x) dst[i] = row[i];
 }
 
-
 // The indexer's keys: blocks [0, n_head) rotate q's heads of row
 // blockIdx.y; block n_head LayerNorms the row's key (sums in double, as
 // ops/norm.cpp's layer_norm; no eps), rotates it into its position's row of
@@ -205,7 +204,6 @@ __global__ void indexer_keys_kernel(float* q, const float* k, float* w, const fl
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) dst[i] = row[i];
     for (int h = threadIdx.x; h < n_head; h += blockDim.x) w[t * n_head + h] *= w_scale;
 }
-
 
 // The indexer's scores of row blockIdx.y at kScorePositions positions a
 // block (blockIdx.x): the row's query heads (padded a float, so the lanes,

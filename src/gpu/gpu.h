@@ -295,6 +295,18 @@ bool attention_tiled(const float* q, const float* k_cache, const float* v_cache,
                      int n_kv_head, int head_dim, float scale, float* out, Stream s, void* act, int n, int window = 0,
                      const float* sinks = nullptr, int chunk = 0);
 
+// Multi-head latent attention's prompt (kernels_attention.cu): n tokens at
+// positions *pos .. *pos + n - 1, n_head query heads of k_dim (q: n x
+// n_head rows) over one cache of rows of k_dim (keys; their first v_dim,
+// values), causal or each token's chosen positions; out: n x n_head rows
+// of v_dim. On tensor cores, each operand split into two f16 halves:
+// within float32 rounding of attention(), not its bits. False, with nothing
+// launched, for a shape it does not take (k_dim not a multiple of 16 or
+// above 576; v_dim other than 32, 64, 128, 256 or 512) or a device without
+// the 227 KiB of shared memory a block that rows of 576 need.
+bool attention_tiled_shared(const float* q, const float* rows, const int32_t* pos, int n_head, int k_dim, int v_dim,
+                            float scale, float* out, Stream s, int n, const Chosen& chosen = {});
+
 // Per head: q's n_head heads RMS-normed with q_norm and NeoX-rotated in
 // place; k's n_kv_head heads normed with k_norm and rotated into row *pos of
 // k_cache, v's heads copied into row *pos of v_cache (rows of n_kv_head *

@@ -80,6 +80,10 @@ bool attention_tiled(const float*, const float*, const float*, const int32_t*, i
                      void*, int, int, const float*, int) {
     absent();
 }
+bool attention_tiled_shared(const float*, const float*, const int32_t*, int, int, int, float, float*, Stream, int,
+                            const Chosen&) {
+    absent();
+}
 void capture_begin(Stream) { absent(); }
 Graph capture_end(Stream) { absent(); }
 void launch(Graph, Stream) { absent(); }

@@ -1363,7 +1363,16 @@ private:
         // The rows are keys and (their first L values) values: each head's
         // output row is R wide, of which the first L are the latent output.
         float* att = r.att.f32();
-        for (int a0 = 0; a0 < n; a0 += kAttentionRows) {
+        // A prompt's pass on tensor cores (within rounding of decoding):
+        // every head and token in tiles, latent outputs straight into lat.
+        const bool tiled =
+            n > 1 && options_.prefill_tensor_cores && options_.prefill_attention_tiles && !decode_rows_ && !seq &&
+            gpu::attention_tiled_shared(
+                qlat, cache, pos, int(H), int(R), int(L), m.scale, lat, s, n,
+                sparse ? gpu::Chosen{reinterpret_cast<const int32_t*>(r.chosen.data()),
+                                     reinterpret_cast<const int32_t*>(r.count.data()), st.top_k}
+                       : gpu::Chosen{});
+        for (int a0 = 0; !tiled && a0 < n; a0 += kAttentionRows) {
             const int na = std::min(kAttentionRows, n - a0);
             const gpu::Chosen chosen = sparse ? gpu::Chosen{reinterpret_cast<const int32_t*>(r.chosen.data()) +
                                                                 int64_t(a0) * st.top_k,
@@ -1374,7 +1383,7 @@ private:
                            att + int64_t(a0) * H * R, s, nullptr, {}, na, 0, nullptr, 0, seq ? seq + 2 * a0 : nullptr,
                            chosen);
         }
-        gpu::copy_rows(lat, size_t(L) * 4, att, size_t(R) * 4, size_t(L) * 4, HN, s);
+        if (!tiled) gpu::copy_rows(lat, size_t(L) * 4, att, size_t(R) * 4, size_t(L) * 4, HN, s);
         float* o = r.o.f32();
         heads_product(l.wv_b, d.mla_v_b, m.v, L, {lat, quantize(lat, int64_t(HN), L, r.lat8.data())}, o);
         rows_product(l.wo.type, d.wo, E, H * m.v, n, {o, quantize(o, n, H * m.v, r.o8.data())}, x, true);

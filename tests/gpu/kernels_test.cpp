@@ -728,6 +728,75 @@ TEST(Kernels, AttentionChunks) {
     EXPECT_TRUE(same_bits(out.get<float>(), out1.get<float>()));
 }
 
+// Multi-head latent attention's prompt on tensor cores: n tokens after pos0
+// cached rows, every head over one cache whose rows are keys and (their
+// first v_dim) values, against the double reference: causal, and over each
+// token's chosen positions. Shapes: the golden files' (4 heads, rows of 48
+// or 96), DeepSeek V3's (128 heads, rows of 576, values 512: two blocks a
+// token) and 16 and 96 heads (tokens sharing a block; a block part empty).
+// Each operand is split into two f16 halves and each product takes three
+// MMAs, so the bound is near float32's: one f16 MMA a product gave some
+// 1e-3 here, which is what moved the golden deepseek3 file's logits.
+TEST(Kernels, AttentionTiledSharedMatchesDoubleReference) {
+    SKIP_WITHOUT_GPU();
+    struct Shape {
+        int n_head, k_dim, v_dim, pos0, n, top_k;  // top_k 0: causal
+    };
+    for (const Shape& c : {Shape{4, 48, 32, 0, 70, 0}, Shape{4, 96, 64, 9, 50, 16}, Shape{128, 576, 512, 37, 40, 0},
+                           Shape{16, 576, 512, 0, 45, 0}, Shape{96, 576, 512, 300, 5, 0},
+                           Shape{64, 576, 512, 100, 9, 64}, Shape{8, 160, 128, 3, 33, 0}}) {
+        const int rows = c.pos0 + c.n;
+        const int64_t Q = int64_t(c.n_head) * c.k_dim;
+        const float scale = 1.0f / std::sqrt(float(c.k_dim));
+        const std::vector<float> q = randoms(size_t(c.n * Q), 41, 2.0f), k = randoms(size_t(rows) * c.k_dim, 42, 2.0f);
+        // Chosen: each token's top_k (or all, where fewer) of its positions,
+        // in position order.
+        std::vector<int32_t> chosen(size_t(c.n) * size_t(std::max(c.top_k, 1))), counts(size_t(c.n));
+        std::mt19937 rng(43);
+        for (int t = 0; c.top_k > 0 && t < c.n; t++) {
+            std::vector<int32_t> all(size_t(c.pos0 + t + 1));
+            for (size_t i = 0; i < all.size(); i++) all[i] = int32_t(i);
+            std::shuffle(all.begin(), all.end(), rng);
+            counts[size_t(t)] = std::min(c.top_k, int(all.size()));
+            std::sort(all.begin(), all.begin() + counts[size_t(t)]);
+            std::copy_n(all.begin(), counts[size_t(t)], chosen.begin() + int64_t(t) * c.top_k);
+        }
+        DeviceBuffer dq(q), dk(k), dpos(std::vector<int32_t>{c.pos0}), dchosen(chosen), dcount(counts),
+            out(size_t(c.n) * c.n_head * c.v_dim * 4);
+        const gpu::Chosen ch = c.top_k > 0 ? gpu::Chosen{static_cast<const int32_t*>(dchosen.p),
+                                                        static_cast<const int32_t*>(dcount.p), c.top_k}
+                                           : gpu::Chosen{};
+        ASSERT_TRUE(gpu::attention_tiled_shared(dq.f(), dk.f(), static_cast<const int32_t*>(dpos.p), c.n_head,
+                                                c.k_dim, c.v_dim, scale, out.f(), nullptr, c.n, ch));
+        const std::vector<float> got = out.get<float>();
+        std::vector<double> ref;
+        for (int t = 0; t < c.n; t++) {
+            const std::vector<float> qt(q.begin() + t * Q, q.begin() + (t + 1) * Q);
+            std::vector<float> kr;
+            int n_pos = c.pos0 + t + 1;
+            if (c.top_k > 0) {
+                n_pos = counts[size_t(t)];
+                for (int j = 0; j < n_pos; j++) {
+                    const float* r = k.data() + size_t(chosen[size_t(t * c.top_k + j)]) * c.k_dim;
+                    kr.insert(kr.end(), r, r + c.k_dim);
+                }
+            }
+            const std::vector<float>& keys = c.top_k > 0 ? kr : k;
+            const std::vector<double> r = reference_attention(qt, keys, keys, c.n_head, 1, c.k_dim, scale, 0, n_pos);
+            for (int h = 0; h < c.n_head; h++) {
+                ref.insert(ref.end(), r.begin() + int64_t(h) * c.k_dim, r.begin() + int64_t(h) * c.k_dim + c.v_dim);
+            }
+        }
+        EXPECT_LT(rel_err(got, ref), 2e-5) << c.n_head << " heads of " << c.k_dim << "/" << c.v_dim << ", " << c.n
+                                           << " tokens after " << c.pos0 << ", top " << c.top_k;
+    }
+    DeviceBuffer b(size_t(4096));
+    EXPECT_FALSE(gpu::attention_tiled_shared(b.f(), b.f(), nullptr, 4, 40, 32, 1.0f, b.f(), nullptr, 1));
+    EXPECT_FALSE(gpu::attention_tiled_shared(b.f(), b.f(), nullptr, 4, 576, 96, 1.0f, b.f(), nullptr, 1));
+    EXPECT_FALSE(gpu::attention_tiled_shared(b.f(), b.f(), nullptr, 4, 1024, 512, 1.0f, b.f(), nullptr, 1));
+    EXPECT_FALSE(gpu::attention_tiled_shared(b.f(), b.f(), nullptr, 4, 592, 512, 1.0f, b.f(), nullptr, 1));
+}
+
 // Prefill attention in tiles: n tokens after pos0 cached positions, each
 // against the double reference over its own positions (causal, windows,
 // chunks, sinks), across head sizes and query heads a KV head (1 to 64:

@@ -1,0 +1,58 @@
+#!/bin/bash
+# Twenty-fourth session: issue 34's MLA prompts on tensor cores in the split
+# form (gpu::attention_tiled_shared, each operand as two f16 halves, three
+# MMAs a product), against the decode kernel's attention in prompt passes
+# (the same binary with --gpu-prefill-attention decode, which is main's path
+# before the change) and llama.cpp CUDA.
+# STEPS (letters; the order of running is fixed):
+#  k  gpu_kernels_test's attention tests first (a quick verdict);
+#  t  gpu_kernels_test and runtime_gpu_test (all);
+#  b  kbench: the kernel alone, 512 tokens of 128 heads after 0 and 3,584;
+#  l  llama.cpp built in the background;
+#  d  deepseek-v3 --layers 6 Q4_K_M resident: bench model -p 512,4096 -n 0
+#     -r 3, tiles and decode, then llama-bench -p 512,4096 -n 0 -r 3;
+#  g  the glm-5 preset cut to 6 layers and 32 experts (as run22/23) the same.
+D=.gpuwork/h24
+P=/tmp/r24/${NAME:-c1}
+rm -rf $P
+STEPS=${STEPS:-ktbldg}
+source docs/gpu/call.sh
+gpu_setup
+[[ $STEPS == *d* ]] && { synth deepseek-v3 /tmp/dsv3.gguf --layers 6 --type Q4_K_M & syn1=$!; }
+[[ $STEPS == *g* ]] && { synth glm-5 /tmp/g5.gguf --layers 6 --experts 32 --type Q4_K_M & syn2=$!; }
+if [[ $STEPS == *k* ]]; then
+  echo "== attention kernel tests"
+  (cd $BIN && timeout 60 ./gpu_kernels_test --gtest_filter='*Attention*' > $P/attention_tests.log 2>&1; echo "exit $?")
+  grep -E "^\[  PASSED|^\[  FAILED|^\[       OK|Failure|rel_err|Expected|Which is|heads of" $P/attention_tests.log | head -40
+fi
+[[ $STEPS == *t* ]] && gpu_tests_all
+[[ $STEPS == *t* ]] && grep -E "^(deepseek|glm)|FAILED" $P/runtime_gpu_test.log | head -30
+[[ $STEPS == *b* ]] && { (cd $BIN && timeout 60 ./kbench > $P/kbench.txt 2>&1; echo "kbench exit $?"); cat $P/kbench.txt; }
+bench() {  # name model: tiles and decode, then llama-bench
+  local name=$1 M=$2 v
+  for v in tiles decode; do
+    local t0=$SECONDS
+    [ $(left) -lt 60 ] && { echo "== $name $v: skipped, $(left) s left"; continue; }
+    timeout $(( $(left) - 30 )) $BIN/moestream bench model -m $M -p 512,4096 -n 0 -r 3 -t 16 --gpu auto \
+      --run-args "--io buffered --mem 80G --gpu-prefill-attention $v" --json $P/${name}_$v.json \
+      > $P/${name}_$v.md 2> $P/${name}_$v.err
+    echo "== $name $v: exit $? after $((SECONDS - t0)) s"; cat $P/${name}_$v.md; tail -2 $P/${name}_$v.err
+  done
+  if [[ $STEPS == *l* ]]; then
+    llama_wait
+    local t0=$SECONDS
+    [ $(left) -lt 40 ] && { echo "== $name llama: skipped"; return; }
+    timeout $(( $(left) - 10 )) $LCB/bin/llama-bench -m $M -ngl 99 -fa 1 -t 16 -p 512,4096 -n 0 -r 3 -o json \
+      > $P/${name}_llama.json 2> $P/${name}_llama.err
+    echo "== $name llama-bench: exit $? after $((SECONDS - t0)) s"
+    python3 -c "
+import json, statistics
+for r in json.load(open('$P/${name}_llama.json')):
+    s = r.get('samples_ts') or [r['avg_ts']]
+    print('  n_prompt %4d: median %9.2f tok/s of %s' % (r['n_prompt'], statistics.median(s), ' '.join('%.2f' % x for x in s)))" \
+      || tail -3 $P/${name}_llama.err
+  fi
+}
+[[ $STEPS == *d* ]] && { wait $syn1; bench dsv3 /tmp/dsv3.gguf; }
+[[ $STEPS == *g* ]] && { wait $syn2; bench glm5 /tmp/g5.gguf; }
+echo "end at $SECONDS s"

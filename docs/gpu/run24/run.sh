@@ -11,15 +11,21 @@
 #  l  llama.cpp built in the background;
 #  d  deepseek-v3 --layers 6 Q4_K_M resident: bench model -p 512,4096 -n 0
 #     -r 3, tiles and decode, then llama-bench -p 512,4096 -n 0 -r 3;
-#  g  the glm-5 preset cut to 6 layers and 32 experts (as run22/23) the same.
+#  g  the glm-5 preset cut to 6 layers and 32 experts (as run22/23) the same;
+#  q  where qwen3-30b-a3b's prompt time goes (issue 34: pp512 0.64x
+#     llama.cpp, never profiled): resident, random prompts as llama-bench's,
+#     512 and 4,096 tokens without (time to first token) and with
+#     --gpu-profile (kernels one by one, the prefill stage split), then
+#     llama-bench -p 512,4096 -n 0.
 D=.gpuwork/h24
 P=/tmp/r24/${NAME:-c1}
 rm -rf $P
-STEPS=${STEPS:-ktbldg}
+STEPS=${STEPS:-ktbldgq}
 source docs/gpu/call.sh
 gpu_setup
 [[ $STEPS == *d* ]] && { synth deepseek-v3 /tmp/dsv3.gguf --layers 6 --type Q4_K_M & syn1=$!; }
 [[ $STEPS == *g* ]] && { synth glm-5 /tmp/g5.gguf --layers 6 --experts 32 --type Q4_K_M & syn2=$!; }
+[[ $STEPS == *q* ]] && { synth qwen3-30b-a3b /tmp/q30.gguf --type Q4_K_M & syn3=$!; }
 if [[ $STEPS == *k* ]]; then
   echo "== attention kernel tests"
   (cd $BIN && timeout 60 ./gpu_kernels_test --gtest_filter='*Attention*' > $P/attention_tests.log 2>&1; echo "exit $?")
@@ -55,4 +61,22 @@ for r in json.load(open('$P/${name}_llama.json')):
 }
 [[ $STEPS == *d* ]] && { wait $syn1; bench dsv3 /tmp/dsv3.gguf; }
 [[ $STEPS == *g* ]] && { wait $syn2; bench glm5 /tmp/g5.gguf; }
+prun() {  # name, flags...: one run of qwen3-30b-a3b
+  local name=$1; shift; local t0=$SECONDS
+  [ $(left) -lt 40 ] && { echo "== $name: skipped"; return; }
+  timeout $(( $(left) - 8 )) $BIN/moestream run -m /tmp/q30.gguf -n 1 --ignore-eos --temp 0 --draft off --mem 60G \
+    -c 8192 --io buffered -t 16 --gpu auto --seed 3 --report $P/$name.json "$@" > $P/$name.txt 2> $P/$name.err
+  echo "== $name: exit $? after $((SECONDS - t0)) s: $*"
+  grep -E "^prefill:|profile|^  .* us .*%" $P/$name.err | head -24
+}
+if [[ $STEPS == *q* ]]; then
+  wait $syn3
+  prun ttft512 --random-prompt 512
+  prun ttft4096 --random-prompt 4096
+  prun ttft4096b --random-prompt 4096
+  prun prof512 --random-prompt 512 --gpu-profile
+  prun prof4096 --random-prompt 4096 --gpu-profile
+  M=/tmp/q30.gguf
+  [[ $STEPS == *l* ]] && LBR=3 lb q30_llama_pp -p 512,4096 -n 0
+fi
 echo "end at $SECONDS s"

@@ -92,6 +92,11 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "with --gpu-prefill tensor: a prompt's attention in tiles that read the KV cache once for a block "
              "of tokens and query heads (tiles, the default: equal to decoding within rounding), or by the "
              "decode kernel, a launch a run of 64 tokens (decode: slower, 3.3x at 4,096 tokens on an H100)");
+    a.option("--gpu-prefill-mla", &gpu_prefill_mla, "decode|tiles",
+             "with --gpu-prefill tensor: multi-head latent attention's prompts (DeepSeek V2/V3, Kimi K2, GLM-5) by "
+             "the decode kernel, a launch a run of 64 tokens (decode, the default), or in tiles on tensor cores with "
+             "each operand split into two f16 halves (tiles: experimental, not yet run on a device; needs 227 KiB "
+             "of shared memory a block, else the decode kernel runs)");
     a.option("--routing-profile", &routing_profile, "FILE",
              "GPU with experts streamed: a file of how often each expert was chosen; read at load to copy the "
              "hottest experts into VRAM first (a restart does not start cold), and this run's uses merged into it "
@@ -172,6 +177,7 @@ SessionOptions SessionFlags::options() const {
     g.prefill_pass = gpu_prefill != "tokens";
     g.prefill_tensor_cores = gpu_prefill == "tensor";
     g.prefill_attention_tiles = choose("--gpu-prefill-attention", gpu_prefill_attention, "decode", "tiles");
+    g.prefill_mla_tiles = choose("--gpu-prefill-mla", gpu_prefill_mla, "decode", "tiles");
     g.prefetch_next_layer = !choose("--gpu-prefetch", gpu_prefetch, "on", "off");
     g.profile = gpu_profile;
     g.routing_profile = routing_profile;
@@ -277,6 +283,7 @@ Json SessionFlags::report_json(const char* command, const Session& s) const {
     settings["gpu_activations"] = gpu_activations;
     settings["gpu_prefill"] = gpu_prefill;
     settings["gpu_prefill_attention"] = gpu_prefill_attention;
+    settings["gpu_prefill_mla"] = gpu_prefill_mla;
     settings["gpu_prefetch"] = gpu_prefetch;
     settings["routing_profile"] = routing_profile;
     settings["parallel"] = parallel;

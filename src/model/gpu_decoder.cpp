@@ -1363,10 +1363,11 @@ private:
         // The rows are keys and (their first L values) values: each head's
         // output row is R wide, of which the first L are the latent output.
         float* att = r.att.f32();
-        // A prompt's pass on tensor cores (within rounding of decoding):
-        // every head and token in tiles, latent outputs straight into lat.
+        // --gpu-prefill-mla tiles: a prompt's pass on tensor cores (within
+        // float32 rounding of decoding), every head and token in tiles,
+        // latent outputs straight into lat.
         const bool tiled =
-            n > 1 && options_.prefill_tensor_cores && options_.prefill_attention_tiles && !decode_rows_ && !seq &&
+            n > 1 && options_.prefill_tensor_cores && options_.prefill_mla_tiles && !decode_rows_ && !seq &&
             gpu::attention_tiled_shared(
                 qlat, cache, pos, int(H), int(R), int(L), m.scale, lat, s, n,
                 sparse ? gpu::Chosen{reinterpret_cast<const int32_t*>(r.chosen.data()),

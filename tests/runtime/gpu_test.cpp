@@ -61,7 +61,7 @@ class GpuGolden : public ::testing::TestWithParam<std::string> {};
 // the reference: its float32-activation run (exact/, bound 1e-3) when
 // `exact`, else the file's own logits (2e-2 where weights are quantized,
 // 1e-3 for F32). float_activations: --gpu-activations f32.
-void check_golden(const std::string& name, bool exact, bool float_activations = false) {
+void check_golden(const std::string& name, bool exact, bool float_activations = false, bool mla_tiles = false) {
     const std::string base = golden::models_dir() + "/" + name;
     if (!std::filesystem::exists(base + ".gguf")) GTEST_SKIP() << base << ".gguf is not here";
     const golden::Case g = golden::load(name);
@@ -73,6 +73,7 @@ void check_golden(const std::string& name, bool exact, bool float_activations = 
     const double bound = exact || is_type(name, "F32") ? 1e-3 : 2e-2;
     GpuOptions o;
     o.float_activations = float_activations;
+    o.prefill_mla_tiles = mla_tiles;
     auto s = open_gpu(g.gguf, o);
     ASSERT_EQ(s->backend().rfind("GPU", 0), 0u) << s->backend();
     const int64_t V = g.n_vocab;
@@ -111,13 +112,25 @@ TEST_P(GpuGolden, FloatActivationsMatchExact) {
     check_golden(GetParam(), true, true);
 }
 
+// --gpu-prefill-mla tiles (multi-head latent attention's prompts on
+// tensor cores, split f16): the same references and bounds as the two
+// tests above, 8-bit and float32 activations. Families without MLA take
+// the same path as the default, so they pass as those do.
+TEST_P(GpuGolden, MlaPromptTilesWithinGoldenBounds) {
+    std::string why;
+    if (!gpu::available(&why)) GTEST_SKIP() << why;
+    check_golden(GetParam(), is_type(GetParam(), "F16") || is_type(GetParam(), "BF16"), false, true);
+    check_golden(GetParam(), true, true, true);
+}
+
 // A prompt prefilled in one pass (every token through each layer at once)
 // against token by token (--gpu-prefill tokens): with decode's kernels
 // (--gpu-prefill pass) the same logits, bit for bit, at every position;
-// on tensor cores (the default), with the decode kernel's attention or in
-// tiles, the same within the golden bound of the file (2e-2 where its
-// weights are quantized and meet 8-bit rows, 1e-3 for F32); all the same
-// greedy text after them.
+// on tensor cores (the default), with the decode kernel's attention, in
+// tiles, or with MLA prompts in tiles too (--gpu-prefill-mla), the same
+// within the golden bound of the file (2e-2 where its weights are
+// quantized and meet 8-bit rows, 1e-3 for F32); all the same greedy text
+// after them.
 TEST_P(GpuGolden, PrefillPassMatchesTokenByToken) {
     std::string why;
     if (!gpu::available(&why)) GTEST_SKIP() << why;
@@ -126,12 +139,13 @@ TEST_P(GpuGolden, PrefillPassMatchesTokenByToken) {
     const golden::Case g = golden::load(GetParam());
     std::vector<std::vector<float>> logits;
     std::vector<std::vector<int32_t>> text;
-    enum Mode { Tokens, Pass, Tensor, Tiles };
-    for (const Mode m : {Tokens, Pass, Tensor, Tiles}) {
+    enum Mode { Tokens, Pass, Tensor, Tiles, MlaTiles };
+    for (const Mode m : {Tokens, Pass, Tensor, Tiles, MlaTiles}) {
         GpuOptions o;
         o.prefill_pass = m != Tokens;
-        o.prefill_tensor_cores = m == Tensor || m == Tiles;
-        o.prefill_attention_tiles = m == Tiles;  // Tensor: the decode kernel
+        o.prefill_tensor_cores = m == Tensor || m == Tiles || m == MlaTiles;
+        o.prefill_attention_tiles = m == Tiles || m == MlaTiles;  // Tensor: the decode kernel
+        o.prefill_mla_tiles = m == MlaTiles;
         auto s = open_gpu(g.gguf, o);
         logits.emplace_back(g.prompt.size() * size_t(g.n_vocab));
         s->prefill_all(g.prompt, logits.back().data());
@@ -155,6 +169,11 @@ TEST_P(GpuGolden, PrefillPassMatchesTokenByToken) {
            tiles);
     EXPECT_LE(tiles, bound);
     EXPECT_EQ(text[Tiles], text[Tokens]);
+    // --gpu-prefill-mla tiles as well: the same bound.
+    const double mla = golden::rel_l2(logits[MlaTiles].data(), logits[Tokens].data(), logits[Tokens].size());
+    printf("%s: tensor-core prefill with MLA prompts in tiles against token by token: %.3g\n", GetParam().c_str(), mla);
+    EXPECT_LE(mla, bound);
+    EXPECT_EQ(text[MlaTiles], text[Tokens]);
 }
 
 // Three sequences at different positions decoded together

@@ -1,9 +1,9 @@
 #!/bin/bash
 # Twenty-fourth session: issue 34's MLA prompts on tensor cores in the split
 # form (gpu::attention_tiled_shared, each operand as two f16 halves, three
-# MMAs a product), against the decode kernel's attention in prompt passes
-# (the same binary with --gpu-prefill-attention decode, which is main's path
-# before the change) and llama.cpp CUDA.
+# MMAs a product; opt-in: --gpu-prefill-mla tiles), against the decode
+# kernel's attention in MLA prompt passes (the same binary with
+# --gpu-prefill-mla decode, the default) and llama.cpp CUDA.
 # STEPS (letters; the order of running is fixed):
 #  k  gpu_kernels_test's attention tests first (a quick verdict);
 #  t  gpu_kernels_test and runtime_gpu_test (all);
@@ -40,7 +40,7 @@ bench() {  # name model: tiles and decode, then llama-bench
     local t0=$SECONDS
     [ $(left) -lt 60 ] && { echo "== $name $v: skipped, $(left) s left"; continue; }
     timeout $(( $(left) - 30 )) $BIN/moestream bench model -m $M -p 512,4096 -n 0 -r 3 -t 16 --gpu auto \
-      --run-args "--io buffered --mem 80G --gpu-prefill-attention $v" --json $P/${name}_$v.json \
+      --run-args "--io buffered --mem 80G --gpu-prefill-mla $v" --json $P/${name}_$v.json \
       > $P/${name}_$v.md 2> $P/${name}_$v.err
     echo "== $name $v: exit $? after $((SECONDS - t0)) s"; cat $P/${name}_$v.md; tail -2 $P/${name}_$v.err
   done

@@ -71,12 +71,13 @@ run() {
 }
 
 # llama-bench on $M: name, flags... Each repetition's tok/s is in the JSON's
-# samples_ts: the median is read from there.
+# samples_ts: the median is read from there. LBARGS replaces the tests
+# (-p 512 -n 128): llama-bench appends a repeated -p or -n to the list.
 lb() {
   local name=$1; shift; local t0=$SECONDS
   llama_wait
   [ $(left) -lt 50 ] && { echo "== $name: skipped, $(left) s left"; return; }
-  timeout $(( $(left) - 8 )) $LCB/bin/llama-bench -m $M -ngl 99 -fa 1 -t 16 -p 512 -n 128 -r ${LBR:-3} -o json "$@" \
+  timeout $(( $(left) - 8 )) $LCB/bin/llama-bench -m $M -ngl 99 -fa 1 -t 16 ${LBARGS:--p 512 -n 128} -r ${LBR:-3} -o json "$@" \
     > $P/$name.json 2> $P/$name.err
   echo "== $name: exit $? after $((SECONDS - t0)) s: $*"
   python3 -c "
@@ -93,6 +94,12 @@ gpu_tests_streaming() {
   echo "== streaming GPU tests"
   (cd $BIN && timeout 200 ./runtime_gpu_test --gtest_filter="${FILTER:-*Streaming*}" > $P/streaming.log 2>&1; echo "exit $? at $SECONDS s")
   grep -E "^\[==========\]|^\[  PASSED|^\[  FAILED|host share|slots for|Failure" $P/streaming.log | head -60
+}
+# gpu_kernels_test's attention tests alone (a quick verdict), log in $P.
+gpu_tests_attention() {
+  echo "== attention kernel tests"
+  (cd $BIN && timeout 60 ./gpu_kernels_test --gtest_filter='*Attention*' > $P/attention_tests.log 2>&1; echo "exit $?")
+  grep -E "^\[  PASSED|^\[  FAILED|^\[       OK|Failure|rel_err|Expected|Which is|heads of" $P/attention_tests.log | head -40
 }
 gpu_tests_all() {
   local t

@@ -26,11 +26,7 @@ gpu_setup
 [[ $STEPS == *d* ]] && { synth deepseek-v3 /tmp/dsv3.gguf --layers 6 --type Q4_K_M & syn1=$!; }
 [[ $STEPS == *g* ]] && { synth glm-5 /tmp/g5.gguf --layers 6 --experts 32 --type Q4_K_M & syn2=$!; }
 [[ $STEPS == *q* ]] && { synth qwen3-30b-a3b /tmp/q30.gguf --type Q4_K_M & syn3=$!; }
-if [[ $STEPS == *k* ]]; then
-  echo "== attention kernel tests"
-  (cd $BIN && timeout 60 ./gpu_kernels_test --gtest_filter='*Attention*' > $P/attention_tests.log 2>&1; echo "exit $?")
-  grep -E "^\[  PASSED|^\[  FAILED|^\[       OK|Failure|rel_err|Expected|Which is|heads of" $P/attention_tests.log | head -40
-fi
+[[ $STEPS == *k* ]] && gpu_tests_attention
 [[ $STEPS == *t* ]] && gpu_tests_all
 [[ $STEPS == *t* ]] && grep -E "^(deepseek|glm)|FAILED" $P/runtime_gpu_test.log | head -30
 [[ $STEPS == *b* ]] && { (cd $BIN && timeout 60 ./kbench > $P/kbench.txt 2>&1; echo "kbench exit $?"); cat $P/kbench.txt; }
@@ -44,20 +40,7 @@ bench() {  # name model: tiles and decode, then llama-bench
       > $P/${name}_$v.md 2> $P/${name}_$v.err
     echo "== $name $v: exit $? after $((SECONDS - t0)) s"; cat $P/${name}_$v.md; tail -2 $P/${name}_$v.err
   done
-  if [[ $STEPS == *l* ]]; then
-    llama_wait
-    local t0=$SECONDS
-    [ $(left) -lt 40 ] && { echo "== $name llama: skipped"; return; }
-    timeout $(( $(left) - 10 )) $LCB/bin/llama-bench -m $M -ngl 99 -fa 1 -t 16 -p 512,4096 -n 0 -r 3 -o json \
-      > $P/${name}_llama.json 2> $P/${name}_llama.err
-    echo "== $name llama-bench: exit $? after $((SECONDS - t0)) s"
-    python3 -c "
-import json, statistics
-for r in json.load(open('$P/${name}_llama.json')):
-    s = r.get('samples_ts') or [r['avg_ts']]
-    print('  n_prompt %4d: median %9.2f tok/s of %s' % (r['n_prompt'], statistics.median(s), ' '.join('%.2f' % x for x in s)))" \
-      || tail -3 $P/${name}_llama.err
-  fi
+  [[ $STEPS == *l* ]] && LBARGS="-p 512,4096 -n 0" lb ${name}_llama
 }
 [[ $STEPS == *d* ]] && { wait $syn1; bench dsv3 /tmp/dsv3.gguf; }
 [[ $STEPS == *g* ]] && { wait $syn2; bench glm5 /tmp/g5.gguf; }
@@ -77,6 +60,6 @@ if [[ $STEPS == *q* ]]; then
   prun prof512 --random-prompt 512 --gpu-profile
   prun prof4096 --random-prompt 4096 --gpu-profile
   M=/tmp/q30.gguf
-  [[ $STEPS == *l* ]] && LBR=3 lb q30_llama_pp -p 512,4096 -n 0
+  [[ $STEPS == *l* ]] && LBARGS="-p 512,4096 -n 0" lb q30_llama_pp
 fi
 echo "end at $SECONDS s"

@@ -23,6 +23,21 @@ inline void prefault(void* p, size_t n) {
     if (b > a) madvise(reinterpret_cast<void*>(a), b - a, 23 /* MADV_POPULATE_WRITE */);
 }
 
+// Asks for [p, p + n) to be backed by 2 MiB pages where the kernel allows it
+// (transparent huge pages in "madvise" mode, Debian's default). Weights, KV
+// and cache slots stream gigabytes per token through 4 KiB pages otherwise:
+// a TLB miss every 4 KiB, each a nested page walk on a VM, and the hardware
+// prefetchers stop at every 4 KiB boundary. Measured on the development VM
+// (2 cores, a qwen3-30b-a3b decode layer's 8 experts from a 15 GB buffer):
+// 23-38 GB/s with 4 KiB pages, 41 GB/s with 2 MiB. Advisory: ignored where
+// THP is off.
+constexpr size_t kHugePage = size_t(2) << 20;
+inline void advise_huge_pages(void* p, size_t n) {
+    const uintptr_t mask = ~uintptr_t(kHugePage - 1);
+    const uintptr_t a = (uintptr_t(p) + kHugePage - 1) & mask, b = (uintptr_t(p) + n) & mask;
+    if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_HUGEPAGE);
+}
+
 class AlignedBuffer {
 public:
     AlignedBuffer() = default;
@@ -44,10 +59,14 @@ public:
         p_ = nullptr;
         n_ = 0;
         if (bytes == 0) return;
-        size_t rounded = (bytes + 63) & ~size_t(63);
-        p_ = static_cast<uint8_t*>(std::aligned_alloc(64, rounded));
+        // Buffers of several huge pages start on one, so that all of them
+        // but the tail can be backed by huge pages.
+        const size_t align = bytes >= 4 * kHugePage ? kHugePage : 64;
+        size_t rounded = (bytes + align - 1) & ~(align - 1);
+        p_ = static_cast<uint8_t*>(std::aligned_alloc(align, rounded));
         if (!p_) throw std::bad_alloc();
         n_ = bytes;
+        if (align == kHugePage) advise_huge_pages(p_, rounded);
     }
 
     uint8_t* data() { return p_; }

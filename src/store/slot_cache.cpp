@@ -7,6 +7,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "ops/buffer.h"
+
 namespace ms {
 
 CachePolicy parse_cache_policy(const std::string& s) {
@@ -29,6 +31,7 @@ SlotCache::SlotCache(int n_slots, uint64_t slot_bytes, int n_layers, int n_exper
             throw std::runtime_error("slot cache: cannot reserve " + std::to_string(slot_bytes * uint64_t(n_slots)) +
                                      " bytes: " + strerror(errno));
         arena_ = static_cast<uint8_t*>(p);
+        advise_huge_pages(arena_, slot_bytes * uint64_t(n_slots));
     }
     slots_.resize(size_t(n_slots));
     index_.assign(size_t(n_layers) * size_t(n_experts), -1);

@@ -64,17 +64,17 @@ void bm_attention(benchmark::State& st, AttentionShape shape, SimdLevel level, G
     const bool tiled = kv_tiles_k(kv_type) && !rows;
     const int64_t kw = int64_t(shape.n_head_kv) * shape.head_dim;
     const size_t layer_bytes = size_t(n_ctx * kv_row_bytes(kv_type, kw));
-    std::vector<AlignedBuffer> kc, vc;
-    for (int l = 0; l < kLayers; l++) {
-        kc.emplace_back(layer_bytes);
-        vc.emplace_back(layer_bytes);
-    }
+    // One buffer for every layer's K and one for V, as the decoder's state
+    // keeps them (and so in huge pages where the model's are).
+    AlignedBuffer k_all(size_t(kLayers) * layer_bytes), v_all(size_t(kLayers) * layer_bytes);
+    auto kc = [&](size_t l) { return k_all.data() + l * layer_bytes; };
+    auto vc = [&](size_t l) { return v_all.data() + l * layer_bytes; };
     const std::vector<float> k = random_floats(size_t(n_ctx * kw), 1), v = random_floats(size_t(n_ctx * kw), 2);
-    const KvLayer first{kv_type, kw, kw, kc[0].data(), vc[0].data(), 0, 0, n_ctx, shape.n_head_kv, tiled};
+    const KvLayer first{kv_type, kw, kw, kc(0), vc(0), 0, 0, n_ctx, shape.n_head_kv, tiled};
     for (int64_t pos = 0; pos < n_ctx; pos++) kv_store(first, pos, k.data() + pos * kw, v.data() + pos * kw);
     for (int l = 1; l < kLayers; l++) {
-        std::memcpy(kc[size_t(l)].data(), kc[0].data(), layer_bytes);
-        std::memcpy(vc[size_t(l)].data(), vc[0].data(), layer_bytes);
+        std::memcpy(kc(size_t(l)), kc(0), layer_bytes);
+        std::memcpy(vc(size_t(l)), vc(0), layer_bytes);
     }
     const std::vector<float> q = random_floats(size_t(shape.n_head * shape.head_dim), 3);
     ThreadPool pool(threads);
@@ -82,7 +82,7 @@ void bm_attention(benchmark::State& st, AttentionShape shape, SimdLevel level, G
     std::vector<float> out(size_t(shape.n_head * shape.head_dim_v));
     size_t l = 0;
     for (auto _ : st) {
-        const KvLayer kv{kv_type, kw, kw, kc[l].data(), vc[l].data(), 0, 0, n_ctx, shape.n_head_kv, tiled};
+        const KvLayer kv{kv_type, kw, kw, kc(l), vc(l), 0, 0, n_ctx, shape.n_head_kv, tiled};
         attention(pool, shape, kv, q.data(), 1, n_ctx - 1, n_ctx, scratch.f32(), out.data());
         benchmark::DoNotOptimize(out.data());
         l = l + 1 == size_t(kLayers) ? 0 : l + 1;

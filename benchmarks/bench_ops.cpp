@@ -41,7 +41,7 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
 
 void bm_mem_read(benchmark::State& st, int threads) {
     ThreadPool pool(threads);
-    AlignedBuffer buf(kColdBytes);
+    AlignedBuffer buf(kColdBytes, PageSize::Huge);
     std::memset(buf.data(), 1, kColdBytes);
     for (auto _ : st) benchmark::DoNotOptimize(stream_sum(pool, buf.data(), kColdBytes));
     st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(kColdBytes));
@@ -65,8 +65,9 @@ void bm_attention(benchmark::State& st, AttentionShape shape, SimdLevel level, G
     const int64_t kw = int64_t(shape.n_head_kv) * shape.head_dim;
     const size_t layer_bytes = size_t(n_ctx * kv_row_bytes(kv_type, kw));
     // One buffer for every layer's K and one for V, as the decoder's state
-    // keeps them (and so in huge pages where the model's are).
-    AlignedBuffer k_all(size_t(kLayers) * layer_bytes), v_all(size_t(kLayers) * layer_bytes);
+    // keeps them.
+    AlignedBuffer k_all(size_t(kLayers) * layer_bytes);
+    AlignedBuffer v_all(size_t(kLayers) * layer_bytes);
     auto kc = [&](size_t l) { return k_all.data() + l * layer_bytes; };
     auto vc = [&](size_t l) { return v_all.data() + l * layer_bytes; };
     const std::vector<float> k = random_floats(size_t(n_ctx * kw), 1), v = random_floats(size_t(n_ctx * kw), 2);
@@ -102,7 +103,7 @@ struct QkvWeights {
                                  int64_t(kShape.n_head_kv) * kShape.head_dim_v};
         for (int64_t r : rows) set_bytes += row_bytes(GgmlType::Q4_K, kEmbd) * size_t(r);
         copies = kColdBytes / set_bytes;
-        data.resize(set_bytes * copies);
+        data.resize(set_bytes * copies, PageSize::Huge);
         uint8_t* p = data.data();
         for (int i = 0; i < 3; i++) {
             fill_random_weights(GgmlType::Q4_K, kEmbd, rows[i], p, uint64_t(i + 1));

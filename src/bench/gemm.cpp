@@ -193,7 +193,7 @@ MemoryRead measure_memory_read(ThreadPool& pool, uint64_t bytes, int passes) {
     MemoryRead m;
     m.bytes = bytes & ~uint64_t(63);
     m.threads = pool.size();
-    AlignedBuffer buf(m.bytes);
+    AlignedBuffer buf(m.bytes, PageSize::Huge);  // as the weights decode streams
     const int64_t t_touch = now_ns();
     prefault(buf.data(), m.bytes);  // as Model::load_resident does
     std::memset(buf.data(), 1, m.bytes);
@@ -247,7 +247,7 @@ GemmReport run_gemm_bench(const GemmOptions& opt) {
         for (const ExpertMatrix* mx : {&l.gate, &l.up, &l.down}) {
             GemmShape s{mx->tensor, mx->type, 0, mx->cols, mx->rows};
             Weights& w = weights[key(s)];
-            w.data.resize(mx->bytes);
+            w.data.resize(mx->bytes, PageSize::Huge);
             f.read(mx->split, mx->offset(0), w.data.data(), mx->bytes);  // expert 0's real weights
             w.t = {mx->type, mx->cols, mx->rows, w.data.data()};
             for (int64_t m : opt.ms) {
@@ -269,7 +269,7 @@ GemmReport run_gemm_bench(const GemmOptions& opt) {
         if (opt.progress) opt.progress(strf("%s M=%lld", type_name(s.type), (long long)s.m), step++, steps);
         Weights& w = weights[key(s)];
         if (!w.data.data()) {
-            w.data.resize(row_bytes(s.type, s.k) * size_t(s.n));
+            w.data.resize(row_bytes(s.type, s.k) * size_t(s.n), PageSize::Huge);
             fill_random_weights(s.type, s.k, s.n, w.data.data(), 11);
             w.t = {s.type, s.k, s.n, w.data.data()};
         }
@@ -280,7 +280,7 @@ GemmReport run_gemm_bench(const GemmOptions& opt) {
     if (opt.sustain_seconds > 0) {
         if (opt.progress) opt.progress("sustained", step, steps);
         Weights w;
-        w.data.resize(row_bytes(sus.type, sus.k) * size_t(sus.n));
+        w.data.resize(row_bytes(sus.type, sus.k) * size_t(sus.n), PageSize::Huge);
         fill_random_weights(sus.type, sus.k, sus.n, w.data.data(), 13);
         w.t = {sus.type, sus.k, sus.n, w.data.data()};
         AlignedBuffer x(size_t(sus.m * sus.k) * sizeof(float)), y(size_t(sus.m * sus.n) * sizeof(float));

@@ -229,7 +229,7 @@ void Model::load_resident(const GgufFile& f, const std::function<void(uint64_t, 
         size_t bytes;
     };
     constexpr size_t kPiece = size_t(16) << 20;
-    arena_.resize(resident_bytes_);
+    arena_.resize(resident_bytes_, PageSize::Huge);
     std::vector<Piece> pieces;
     for (const Pending& p : pending_) {
         const GgufTensor* t = f.tensor(p.name);

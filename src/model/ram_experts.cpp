@@ -25,7 +25,7 @@ RamExperts::RamExperts(const GgufFile& file, const std::vector<ExpertLayer>& lay
     buffers_.reserve(tensors.size());
     uint64_t done = 0;
     for (const auto& [name, t] : tensors) {
-        buffers_.emplace_back(t->nbytes);
+        buffers_.emplace_back(t->nbytes, PageSize::Huge);
         file.read_tensor(*t, buffers_.back().data());
         data[name] = buffers_.back().data();
         done += t->nbytes;

@@ -24,13 +24,14 @@ inline void prefault(void* p, size_t n) {
 }
 
 // Asks for [p, p + n) to be backed by 2 MiB pages where the kernel allows it
-// (transparent huge pages in "madvise" mode, Debian's default). Weights and
-// cache slots stream gigabytes per token through 4 KiB pages otherwise:
-// a TLB miss every 4 KiB, each a nested page walk on a VM, and the hardware
-// prefetchers stop at every 4 KiB boundary. Measured on the development VM
-// (2 cores, a qwen3-30b-a3b decode layer's 8 experts from a 15 GB buffer):
-// 23-38 GB/s with 4 KiB pages, 41 GB/s with 2 MiB. Advisory: ignored where
-// THP is off.
+// (transparent huge pages in "madvise" mode, as on the development VM's
+// Debian 12, give huge pages only to memory that asks). Weights and cache
+// slots stream gigabytes per token; measured on that VM (2 cores, a
+// qwen3-30b-a3b decode layer's 8 experts picked uniformly from a 15 GB
+// buffer): 23-38 GB/s in 4 KiB pages, 41 GB/s in 2 MiB ones. Why, we take
+// to be a TLB miss every 4 KiB (a nested page walk on a VM) and hardware
+// prefetchers that stop at page boundaries; not measured. Advisory: ignored
+// where THP is off.
 constexpr size_t kHugePage = size_t(2) << 20;
 inline void advise_huge_pages(void* p, size_t n) {
     const uintptr_t mask = ~uintptr_t(kHugePage - 1);

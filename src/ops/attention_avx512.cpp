@@ -26,6 +26,10 @@ constexpr int kPrefetchRows = 16;
 constexpr int kMixRows = 64;  // rows in a value run, at most
 constexpr int kMixHeads = 8;  // a value pass's heads: 8 x 2 vectors of the 16 accumulators
 constexpr int kMixBytes = 16384;  // a run, and the next one prefetched: 32 KiB, within L1
+// Value rows a block asks into L2 while its keys are scored (attention_x86.inc,
+// block_partial_tiled): 128 KiB, a 256-row block of 256-byte rows (qwen3 at
+// 4k) whole, beside the keys passing through L2.
+constexpr int64_t kNearBytes = 131072;
 
 inline Vec vzero() { return _mm512_setzero_ps(); }
 inline Vec vset1(float x) { return _mm512_set1_ps(x); }

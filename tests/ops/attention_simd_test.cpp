@@ -379,7 +379,10 @@ TEST(AttentionSimd, BitsIndependentOfThreadsAndBatch) {
 // several flash-decoding blocks: at each level within the bound of
 // MatchesScalarReferenceWithinRounding of the scalar reference (the levels
 // are not held to each other's bits), and bit-identical on 1, 2 and 3
-// threads and in a batch.
+// threads, in a batch and with K in rows (no tiles): the tiled loop asks the
+// first 128 of a block's 256 value rows into L2 and takes them as one run,
+// the rows loop takes all in runs of 16, and each output sums its rows in
+// the same order either way.
 TEST(AttentionSimd, WideHeadsInTilesWithinBoundAndIndependentOfThreads) {
     const AttentionShape s{8, 1, 512, 512, 1.0f / std::sqrt(512.0f)};
     const int64_t n_ctx = 1100, kw = 512, rows = kv_plane_rows(n_ctx);
@@ -387,7 +390,12 @@ TEST(AttentionSimd, WideHeadsInTilesWithinBoundAndIndependentOfThreads) {
     const std::vector<float> q = random_vector(size_t(3 * 8 * 512), 63, 0.5f);
     AlignedBuffer kc(size_t(rows * kv_row_bytes(GgmlType::F16, kw))), vc(size_t(rows * kv_row_bytes(GgmlType::F16, kw)));
     const KvLayer kv{GgmlType::F16, kw, kw, kc.data(), vc.data(), 0, 0, rows, 1, true};
-    for (int64_t t = 0; t < n_ctx; t++) kv_store(kv, t, k.data() + t * kw, v.data() + t * kw);
+    AlignedBuffer kr(kc.size()), vr(vc.size());
+    const KvLayer kv_rows{GgmlType::F16, kw, kw, kr.data(), vr.data(), 0, 0, rows, 1, false};
+    for (int64_t t = 0; t < n_ctx; t++) {
+        kv_store(kv, t, k.data() + t * kw, v.data() + t * kw);
+        kv_store(kv_rows, t, k.data() + t * kw, v.data() + t * kw);
+    }
     double v_max = 0;
     for (float x : v) v_max = std::max(v_max, double(std::fabs(x)));
     const double err = gamma(s.head_dim) * s.head_dim * 0.25 * 1.01 * s.scale;
@@ -405,6 +413,9 @@ TEST(AttentionSimd, WideHeadsInTilesWithinBoundAndIndependentOfThreads) {
         for (size_t i = 0; i < batch.size(); i++) worst = std::max(worst, std::fabs(double(batch[i]) - want[i]));
         printf("%s: worst |level - scalar| %.3e, bound %.3e\n", simd_level_name(lv.level), worst, bound);
         EXPECT_LE(worst, bound) << simd_level_name(lv.level);
+        std::vector<float> in_rows(3 * row);
+        attention(pools[1], s, kv_rows, q.data(), 3, n_ctx - 3, n_ctx, scratch.data(), in_rows.data());
+        ASSERT_EQ(0, std::memcmp(in_rows.data(), batch.data(), batch.size() * 4)) << simd_level_name(lv.level);
         for (ThreadPool& pool : pools) {
             for (int64_t t = 0; t < 3; t++) {
                 attention(pool, s, kv, q.data() + t * int64_t(row), 1, n_ctx - 3 + t, n_ctx, scratch.data(), one.data());

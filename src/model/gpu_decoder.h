@@ -153,12 +153,13 @@ struct GpuOptions {
     // tokens (on an H100, qwen3-30b-a3b resident: 1.6x slower at 512
     // tokens, 3.3x at 4,096, docs/gpu/run15).
     bool prefill_attention_tiles = true;
-    // --gpu-prefill-mla tiles: with prefill_tensor_cores, multi-head latent
-    // attention's prompts on tensor cores in the split-f16 form (gpu.h's
-    // attention_tiled_shared) instead of the decode kernel. Off by default
-    // until it has passed the golden files on a device (docs/gpu.md,
-    // twenty-fourth session); the first, single-f16 form did not.
-    bool prefill_mla_tiles = false;
+    // --gpu-prefill-mla tiles (the default): with prefill_tensor_cores,
+    // multi-head latent attention's prompts on tensor cores in the split-f16
+    // form (gpu.h's attention_tiled_shared) instead of the decode kernel. It
+    // passed the golden files on an H100 (docs/gpu.md, twenty-sixth session:
+    // within 3e-7 of token by token) and gave deepseek-v3 6L pp512 and
+    // pp4096 1.9x and 4.4x the decode kernel's rates.
+    bool prefill_mla_tiles = true;
     // --gpu-prefetch off: no copies ahead of the next layer's predicted experts.
     bool prefetch_next_layer = true;
     // --routing-profile: a file of each (layer, expert)'s uses

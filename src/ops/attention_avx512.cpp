@@ -27,8 +27,8 @@ constexpr int kMixRows = 64;  // rows in a value run, at most
 constexpr int kMixHeads = 8;  // a value pass's heads: 8 x 2 vectors of the 16 accumulators
 constexpr int kMixBytes = 16384;  // a run, and the next one prefetched: 32 KiB, within L1
 // Value rows a block asks into L2 while its keys are scored (attention_x86.inc,
-// block_partial_tiled): 128 KiB, a 256-row block of 256-byte rows (qwen3 at
-// 4k) whole, beside the keys passing through L2.
+// block_partial_tiled): blocks of up to 128 KiB of value rows, as qwen3's
+// 256-512 rows of 256 bytes at 4k-16k positions.
 constexpr int64_t kNearBytes = 131072;
 
 inline Vec vzero() { return _mm512_setzero_ps(); }

@@ -373,54 +373,60 @@ TEST(AttentionSimd, BitsIndependentOfThreadsAndBatch) {
     }
 }
 
-// The models' layout at gemma4-26b-a4b's full-layer width (a plane per KV
-// head, F16 K in tiles, heads of 512: V rows of 1 KiB, which the value loop
-// takes in runs of 16 rows, fewer than narrower heads' 64), decoded over
-// several flash-decoding blocks: at each level within the bound of
-// MatchesScalarReferenceWithinRounding of the scalar reference (the levels
+// The models' layout (a plane per KV head, F16 K in tiles) at gemma4-26b-a4b's
+// full-layer width (heads of 512: V rows of 1 KiB, which the value loop takes
+// in runs of 16 rows, fewer than narrower heads' 64) and at qwen3's 128,
+// decoded over several flash-decoding blocks: at each level within the bound
+// of MatchesScalarReferenceWithinRounding of the scalar reference (the levels
 // are not held to each other's bits), and bit-identical on 1, 2 and 3
-// threads, in a batch and with K in rows (no tiles): the tiled loop asks the
-// first 128 of a block's 256 value rows into L2 and takes them as one run,
-// the rows loop takes all in runs of 16, and each output sums its rows in
-// the same order either way.
-TEST(AttentionSimd, WideHeadsInTilesWithinBoundAndIndependentOfThreads) {
-    const AttentionShape s{8, 1, 512, 512, 1.0f / std::sqrt(512.0f)};
-    const int64_t n_ctx = 1100, kw = 512, rows = kv_plane_rows(n_ctx);
-    const std::vector<float> k = random_vector(size_t(n_ctx * kw), 61, 0.5f), v = random_vector(size_t(n_ctx * kw), 62);
-    const std::vector<float> q = random_vector(size_t(3 * 8 * 512), 63, 0.5f);
-    AlignedBuffer kc(size_t(rows * kv_row_bytes(GgmlType::F16, kw))), vc(size_t(rows * kv_row_bytes(GgmlType::F16, kw)));
-    const KvLayer kv{GgmlType::F16, kw, kw, kc.data(), vc.data(), 0, 0, rows, 1, true};
-    AlignedBuffer kr(kc.size()), vr(vc.size());
-    const KvLayer kv_rows{GgmlType::F16, kw, kw, kr.data(), vr.data(), 0, 0, rows, 1, false};
-    for (int64_t t = 0; t < n_ctx; t++) {
-        kv_store(kv, t, k.data() + t * kw, v.data() + t * kw);
-        kv_store(kv_rows, t, k.data() + t * kw, v.data() + t * kw);
-    }
-    double v_max = 0;
-    for (float x : v) v_max = std::max(v_max, double(std::fabs(x)));
-    const double err = gamma(s.head_dim) * s.head_dim * 0.25 * 1.01 * s.scale;
-    const double bound = 2 * (std::expm1(2 * err) + 16 * kU + gamma(n_ctx)) * v_max;
-    ThreadPool pools[] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
-    std::vector<float> scratch(attention_scratch_floats(s, n_ctx, 3));
-    const size_t row = 8 * 512;
-    std::vector<float> want(3 * row), batch(3 * row), one(row);
-    set_simd_level(SimdLevel::Scalar);
-    attention(pools[1], s, kv, q.data(), 3, n_ctx - 3, n_ctx, scratch.data(), want.data());
-    for (const Level& lv : simd_levels()) {
-        set_simd_level(lv.level);
-        attention(pools[1], s, kv, q.data(), 3, n_ctx - 3, n_ctx, scratch.data(), batch.data());
-        double worst = 0;
-        for (size_t i = 0; i < batch.size(); i++) worst = std::max(worst, std::fabs(double(batch[i]) - want[i]));
-        printf("%s: worst |level - scalar| %.3e, bound %.3e\n", simd_level_name(lv.level), worst, bound);
-        EXPECT_LE(worst, bound) << simd_level_name(lv.level);
-        std::vector<float> in_rows(3 * row);
-        attention(pools[1], s, kv_rows, q.data(), 3, n_ctx - 3, n_ctx, scratch.data(), in_rows.data());
-        ASSERT_EQ(0, std::memcmp(in_rows.data(), batch.data(), batch.size() * 4)) << simd_level_name(lv.level);
-        for (ThreadPool& pool : pools) {
-            for (int64_t t = 0; t < 3; t++) {
-                attention(pool, s, kv, q.data() + t * int64_t(row), 1, n_ctx - 3 + t, n_ctx, scratch.data(), one.data());
-                ASSERT_EQ(0, std::memcmp(one.data(), batch.data() + t * int64_t(row), row * 4))
-                    << simd_level_name(lv.level) << " threads " << pool.size() << " token " << t;
+// threads, in a batch and with K in rows (no tiles). At 128 wide the AVX-512
+// tiled loop asks each block's value rows (256 of 256 bytes) into L2 while it
+// scores and takes them as one run, where the rows loop takes runs of 64:
+// each output sums its rows in the same order either way.
+TEST(AttentionSimd, HeadsInTilesWithinBoundAndIndependentOfThreads) {
+    for (const int dim : {512, 128}) {
+        const AttentionShape s{8, 1, dim, dim, 1.0f / std::sqrt(float(dim))};
+        const int64_t n_ctx = 1100, kw = dim, rows = kv_plane_rows(n_ctx);
+        const std::vector<float> k = random_vector(size_t(n_ctx * kw), 61, 0.5f),
+                                 v = random_vector(size_t(n_ctx * kw), 62);
+        const std::vector<float> q = random_vector(size_t(3 * 8 * dim), 63, 0.5f);
+        AlignedBuffer kc(size_t(rows * kv_row_bytes(GgmlType::F16, kw))),
+            vc(size_t(rows * kv_row_bytes(GgmlType::F16, kw)));
+        const KvLayer kv{GgmlType::F16, kw, kw, kc.data(), vc.data(), 0, 0, rows, 1, true};
+        AlignedBuffer kr(kc.size()), vr(vc.size());
+        const KvLayer kv_rows{GgmlType::F16, kw, kw, kr.data(), vr.data(), 0, 0, rows, 1, false};
+        for (int64_t t = 0; t < n_ctx; t++) {
+            kv_store(kv, t, k.data() + t * kw, v.data() + t * kw);
+            kv_store(kv_rows, t, k.data() + t * kw, v.data() + t * kw);
+        }
+        double v_max = 0;
+        for (float x : v) v_max = std::max(v_max, double(std::fabs(x)));
+        const double err = gamma(s.head_dim) * s.head_dim * 0.25 * 1.01 * s.scale;
+        const double bound = 2 * (std::expm1(2 * err) + 16 * kU + gamma(n_ctx)) * v_max;
+        ThreadPool pools[] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
+        std::vector<float> scratch(attention_scratch_floats(s, n_ctx, 3));
+        const size_t row = size_t(8 * dim);
+        std::vector<float> want(3 * row), batch(3 * row), one(row), in_rows(3 * row);
+        set_simd_level(SimdLevel::Scalar);
+        attention(pools[1], s, kv, q.data(), 3, n_ctx - 3, n_ctx, scratch.data(), want.data());
+        for (const Level& lv : simd_levels()) {
+            set_simd_level(lv.level);
+            attention(pools[1], s, kv, q.data(), 3, n_ctx - 3, n_ctx, scratch.data(), batch.data());
+            double worst = 0;
+            for (size_t i = 0; i < batch.size(); i++) worst = std::max(worst, std::fabs(double(batch[i]) - want[i]));
+            printf("%s, heads of %d: worst |level - scalar| %.3e, bound %.3e\n", simd_level_name(lv.level), dim, worst,
+                   bound);
+            EXPECT_LE(worst, bound) << simd_level_name(lv.level) << " dim " << dim;
+            attention(pools[1], s, kv_rows, q.data(), 3, n_ctx - 3, n_ctx, scratch.data(), in_rows.data());
+            ASSERT_EQ(0, std::memcmp(in_rows.data(), batch.data(), batch.size() * 4))
+                << simd_level_name(lv.level) << " dim " << dim;
+            for (ThreadPool& pool : pools) {
+                for (int64_t t = 0; t < 3; t++) {
+                    attention(pool, s, kv, q.data() + t * int64_t(row), 1, n_ctx - 3 + t, n_ctx, scratch.data(),
+                              one.data());
+                    ASSERT_EQ(0, std::memcmp(one.data(), batch.data() + t * int64_t(row), row * 4))
+                        << simd_level_name(lv.level) << " dim " << dim << " threads " << pool.size() << " token " << t;
+                }
             }
         }
     }

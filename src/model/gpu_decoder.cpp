@@ -2112,7 +2112,12 @@ private:
             }
             const int64_t X = c.n_expert;
             int32_t* ids = reinterpret_cast<int32_t*>(b.ids.data());
-            pass_matmul(m.router.type, d.router, X, E, n, {xb, xb8}, b.router.f32(), s, false, 1);
+            // Decode's split of each router row over a block's warps keeps
+            // decode's bits (--gpu-prefill pass); a tensor-core pass, held
+            // only to rounding, gives each warp whole rows so a block reads
+            // the pass's activations once for 16 rows instead of 2.
+            const bool decode_bits = !options_.prefill_tensor_cores || decode_rows_;
+            pass_matmul(m.router.type, d.router, X, E, n, {xb, xb8}, b.router.f32(), s, false, decode_bits ? 1 : 0);
             if (d.router_bias) gpu::add(b.router.f32(), d.router_bias, X, s, n);
             if (m.routing.gating == Gating::Sigmoid) {
                 gpu::route_sigmoid_topk(b.router.f32(), d.selection_bias, int(X), K, m.routing.renorm,

@@ -1185,9 +1185,11 @@ private:
     // matvec's bits).
     // forward_batch's passes keep decode's arithmetic whatever the flag:
     // each row must carry the bits its sequence's decode step gives alone.
-    bool tensor(GgmlType t, const gpu::Act& x) const {
-        return options_.prefill_tensor_cores && !decode_rows_ && x.q && gpu::mma_supports(t);
-    }
+    bool tensor(GgmlType t, const gpu::Act& x) const { return rounding_pass() && x.q && gpu::mma_supports(t); }
+    // Whether this pass is held only to rounding against decoding
+    // (--gpu-prefill tensor, not forward_batch's rows), so its kernels may
+    // sum in another order than decode's.
+    bool rounding_pass() const { return options_.prefill_tensor_cores && !decode_rows_; }
     void pass_matmul(GgmlType t, const void* w, int64_t rows, int64_t cols, int n, gpu::Act x, float* y,
                      gpu::Stream s, bool add, int parts_of) const {
         if (tensor(t, x)) {
@@ -1200,7 +1202,7 @@ private:
     // matrices' types covered; their inputs' widths take 8-bit rows).
     bool tensor_experts(int il) const {
         const ExpertLayer& el = expert_layers_[size_t(il)];
-        return options_.prefill_tensor_cores && !decode_rows_ && act8(config_.n_embd) && act8(spec_.n_ff_exp) &&
+        return rounding_pass() && act8(config_.n_embd) && act8(spec_.n_ff_exp) &&
                gpu::mma_supports(el.gate.type) && gpu::mma_supports(el.up.type) && gpu::mma_supports(el.down.type);
     }
 
@@ -2112,12 +2114,12 @@ private:
             }
             const int64_t X = c.n_expert;
             int32_t* ids = reinterpret_cast<int32_t*>(b.ids.data());
-            // Decode's split of each router row over a block's warps keeps
-            // decode's bits (--gpu-prefill pass); a tensor-core pass, held
-            // only to rounding, gives each warp whole rows so a block reads
-            // the pass's activations once for 16 rows instead of 2.
-            const bool decode_bits = !options_.prefill_tensor_cores || decode_rows_;
-            pass_matmul(m.router.type, d.router, X, E, n, {xb, xb8}, b.router.f32(), s, false, decode_bits ? 1 : 0);
+            // Decode's split of each router row over a block's four warps
+            // keeps decode's bits (--gpu-prefill pass); a pass held only to
+            // rounding gives each warp whole rows, so a block reads the
+            // pass's activations once for 8 rows instead of 2.
+            pass_matmul(m.router.type, d.router, X, E, n, {xb, xb8}, b.router.f32(), s, false,
+                        rounding_pass() ? 0 : 1);
             if (d.router_bias) gpu::add(b.router.f32(), d.router_bias, X, s, n);
             if (m.routing.gating == Gating::Sigmoid) {
                 gpu::route_sigmoid_topk(b.router.f32(), d.selection_bias, int(X), K, m.routing.renorm,

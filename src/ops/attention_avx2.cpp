@@ -23,7 +23,7 @@ constexpr int kMixHeads = 4;  // a value pass's heads: 4 x 2 vectors, half the b
 constexpr int kMixBytes = 16384;  // a run, and the next one prefetched: 32 KiB, within L1
 // Value rows a block asks into L2 while its keys are scored (attention_x86.inc,
 // block_partial_tiled): none here. Two AVX2 cores are bound by their FMAs, not
-// by memory, and the extra prefetches measured 1-8 % slower.
+// by memory, and the extra prefetches measured 3-8 % slower.
 constexpr int64_t kNearBytes = 0;
 
 inline Vec vzero() { return _mm256_setzero_ps(); }

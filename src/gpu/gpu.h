@@ -285,15 +285,19 @@ void attention(const float* q, float* k_cache, float* v_cache, const int32_t* po
 
 // Prefill attention of one sequence's n tokens at positions *pos .. *pos +
 // n - 1 (their k and v rows in the caches already), with attention's
-// window, chunk and sinks, in tiles (kernels_attention.cu): the query heads
-// of a KV head and several tokens read each tile of positions once, each
-// row's softmax kept online. Within rounding of attention(), not its bits.
-// act: also out's 8-bit rows. False, with nothing launched, for a shape it
-// does not take (head_dim other than 64, 128 or 256; more than 64 query
-// heads a KV head): attention() is then the one to call.
+// window, chunk and sinks, in tiles on tensor cores (kernels_attention.cu):
+// the query heads of a KV head and several tokens read each tile of
+// positions once, each row's softmax kept online. Within float32 rounding
+// of attention(), not its bits. planes: scratch of
+// attention_tiled_scratch_bytes for the positions up to the last one (the
+// k and v rows split into f16 halves once). act: also out's 8-bit rows.
+// False, with nothing launched, for a shape it does not take (head_dim
+// other than 64, 128 or 256; more than 64 query heads a KV head):
+// attention() is then the one to call.
+size_t attention_tiled_scratch_bytes(int64_t positions, int n_kv_head, int head_dim);
 bool attention_tiled(const float* q, const float* k_cache, const float* v_cache, const int32_t* pos, int n_head,
-                     int n_kv_head, int head_dim, float scale, float* out, Stream s, void* act, int n, int window = 0,
-                     const float* sinks = nullptr, int chunk = 0);
+                     int n_kv_head, int head_dim, float scale, float* out, Stream s, void* act, int n, void* planes,
+                     int window = 0, const float* sinks = nullptr, int chunk = 0);
 
 // Multi-head latent attention's prompt (kernels_attention.cu): n tokens at
 // positions *pos .. *pos + n - 1, n_head query heads of k_dim (q: n x

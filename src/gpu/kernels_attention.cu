@@ -1,26 +1,26 @@
-// Prefill attention in tiles (gpu.h's attention_tiled): the query heads of
-// one KV head and several consecutive tokens share a block, which reads each
-// tile of the cache's positions into shared memory once for all of its rows,
-// and keeps each row's softmax online (a running maximum, sum and weighted
-// sum of v rows) across the tiles, as flash attention does. The one-token
-// kernels of kernels.cu read every cached position once a token and query
-// head, so a long prompt's attention grew with its square from L2; here the
-// cache is read once a block of tokens. Float32 throughout; the sums run in
-// another order than the decode kernel's, so it is within rounding of it,
-// not bit for bit (the tensor-core prefill's contract).
+// Prefill attention in tiles, flash-attention style: a block's query rows
+// walk the cached positions a tile at a time, each tile copied into shared
+// memory once for all of them (cp.async, the next tile while this one is
+// used), each row's softmax kept online (a running maximum, sum and weighted
+// sum of value rows). The products run on tensor cores (mma.sync m16n8k16,
+// f16 x f16 -> f32) with each operand split into two f16 halves (hi and
+// the rest) and three MMAs a product, so the result is within float32
+// rounding of the decode kernel's, not its bits (the tensor-core prefill's
+// contract): one f16 MMA a product (run23 call 1) was twice as fast but
+// moved the golden deepseek3 file's logits past the bound.
+//
+// Grouped-query attention (attention_tiled): the query heads of one KV head
+// and a few consecutive tokens share a block; the k and v rows are split
+// into f16 planes once a layer. It replaced a float32 kernel of the same
+// tiling that ran a qwen3-30b-a3b 4,096-token prompt's attention at some 18
+// TFLOP/s on an H100 (docs/gpu.md, twenty-sixth session's profile).
 //
 // Multi-head latent attention's prompts (attention_tiled_shared): every
-// query head reads the same compressed rows, so a block takes 32 query rows
-// (heads of a token, or tokens x heads) and walks the positions 32 at a
-// time on tensor cores (mma.sync m16n8k16, f16 x f16 -> f32), the tile
-// after them copied into shared memory meanwhile with cp.async, the softmax
-// online in float32. Each operand is split into two f16 halves (hi and the
-// rest) and each product takes three MMAs, so the result is within float32
-// rounding of the decode kernel's: one f16 MMA a product (run23 call 1) was
-// twice as fast but moved the golden deepseek3 file's logits past the
-// bound. The float32 kernel above would do 4x the FLOPs of a GQA head here
-// on FP32 units (rows of 576 against 128), which is why MLA prompts kept
-// the decode kernel.
+// query head reads the same compressed rows (keys of 576, their first 512
+// the values), so a block takes 32 query rows (heads of a token, or tokens
+// x heads) and its warps split a tile's positions and value dims, the
+// scores meeting in shared memory.
+
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -35,161 +35,6 @@
 namespace ms::gpu {
 
 namespace {
-
-// A block: 8 warps, at most kRows query rows (a token and a query head
-// each; a warp takes rows warp, warp + 8, ...), positions in tiles of 32 (a
-// lane a position for the scores, a lane a set of dims for the values).
-constexpr int kThreads = 256, kWarps = kThreads / 32, kRows = 64, kRowsPerWarp = kRows / kWarps, kTile = 32;
-
-// The first position a query at p attends to.
-__device__ __forceinline__ int first_position(int p, int window, int chunk) {
-    return window > 0 ? max(0, p - window + 1) : chunk > 0 ? p - p % chunk : 0;
-}
-
-// DPL: dims a lane (head_dim / 32). blockIdx.x: the KV head; blockIdx.y:
-// the block's tokens, tokens_per_block from blockIdx.y * tokens_per_block.
-// Row r of a block is token r / group, query head kv * group + r % group.
-template <int DPL>
-__global__ void __launch_bounds__(kThreads) attention_tiled_kernel(const float* q, const float* k_cache,
-                                                                   const float* v_cache, const int32_t* pos, int n_head,
-                                                                   int n_kv_head, float scale, float* out, int n,
-                                                                   int tokens_per_block, int window, int chunk,
-                                                                   const float* sinks) {
-    constexpr int HD = DPL * 32, KS = HD + 4;  // k rows padded: lane j's float4 loads fall in distinct banks
-    const int group = n_head / n_kv_head, kv = blockIdx.x;
-    const int t0 = int(blockIdx.y) * tokens_per_block;
-    const int tokens = min(tokens_per_block, n - t0), rows = tokens * group;
-    extern __shared__ float4 smem4[];
-    float* ks = reinterpret_cast<float*>(smem4);  // kTile x KS
-    float* vs = ks + kTile * KS;                   // kTile x HD
-    float* qs = vs + kTile * HD;                   // kRows x HD
-    float* ps = qs + kRows * HD;                   // kWarps x kRowsPerWarp x kTile
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    chain_start();
-    const int p0 = *pos + t0;  // the block's first token's position
-    for (int i = threadIdx.x; i < kRows * HD; i += kThreads) {
-        const int r = i / HD, d = i % HD;
-        qs[i] = r < rows ? q[(int64_t(t0 + r / group) * n_head + kv * group + r % group) * HD + d] : 0.0f;
-    }
-    float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][DPL];
-    int last[kRowsPerWarp], first[kRowsPerWarp];  // each row's positions [first, last]
-#pragma unroll
-    for (int j = 0; j < kRowsPerWarp; j++) {
-        const int r = warp + kWarps * j;
-        m[j] = -INFINITY;
-        l[j] = 0;
-#pragma unroll
-        for (int c = 0; c < DPL; c++) acc[j][c] = 0;
-        last[j] = r < rows ? p0 + r / group : -1;
-        first[j] = r < rows ? first_position(last[j], window, chunk) : 0;
-    }
-    const int64_t stride = int64_t(n_kv_head) * HD;
-    const int hi = p0 + tokens - 1;  // the last position any row attends to
-    for (int base = first_position(p0, window, chunk); base <= hi; base += kTile) {
-        __syncthreads();  // the tile before is done with (and, the first time, qs written)
-        for (int i = threadIdx.x; i < kTile * HD / 4; i += kThreads) {
-            const int j = i / (HD / 4), d = (i % (HD / 4)) * 4, p = base + j;
-            float4 kk = make_float4(0, 0, 0, 0), vv = kk;
-            if (p <= hi) {
-                kk = *reinterpret_cast<const float4*>(k_cache + p * stride + kv * HD + d);
-                vv = *reinterpret_cast<const float4*>(v_cache + p * stride + kv * HD + d);
-            }
-            *reinterpret_cast<float4*>(ks + j * KS + d) = kk;
-            *reinterpret_cast<float4*>(vs + j * HD + d) = vv;
-        }
-        __syncthreads();
-        // Scores: lane j takes position base + j against each of the warp's
-        // rows, each k value loaded once for all of them.
-        float dot[kRowsPerWarp];
-#pragma unroll
-        for (int j = 0; j < kRowsPerWarp; j++) dot[j] = 0;
-        for (int d = 0; d < HD; d += 4) {
-            const float4 kk = *reinterpret_cast<const float4*>(ks + lane * KS + d);
-#pragma unroll
-            for (int j = 0; j < kRowsPerWarp; j++) {
-                const float4 qq = *reinterpret_cast<const float4*>(qs + (warp + kWarps * j) * HD + d);
-                dot[j] += qq.x * kk.x + qq.y * kk.y + qq.z * kk.z + qq.w * kk.w;
-            }
-        }
-        const int p = base + lane;
-        float* pw = ps + warp * kRowsPerWarp * kTile;
-#pragma unroll
-        for (int j = 0; j < kRowsPerWarp; j++) {
-            const float s = p >= first[j] && p <= last[j] ? dot[j] * scale : -INFINITY;
-            const float mx = fmaxf(m[j], warp_max(s));
-            // No position of this row yet (all -inf): nothing to rescale.
-            const float keep = mx == -INFINITY ? 1.0f : expf(m[j] - mx);
-            const float e = s == -INFINITY ? 0.0f : expf(s - mx);
-            l[j] = l[j] * keep + warp_sum(e);
-            m[j] = mx;
-#pragma unroll
-            for (int c = 0; c < DPL; c++) acc[j][c] *= keep;
-            pw[j * kTile + lane] = e;
-        }
-        __syncwarp();
-        // Values: lane takes dims lane, lane + 32, ...; each v value loaded
-        // once for all the warp's rows.
-        for (int jp = 0; jp < kTile; jp++) {
-            float vv[DPL];
-#pragma unroll
-            for (int c = 0; c < DPL; c++) vv[c] = vs[jp * HD + lane + 32 * c];
-#pragma unroll
-            for (int j = 0; j < kRowsPerWarp; j++) {
-                const float e = pw[j * kTile + jp];
-#pragma unroll
-                for (int c = 0; c < DPL; c++) acc[j][c] += e * vv[c];
-            }
-        }
-        __syncwarp();
-    }
-#pragma unroll
-    for (int j = 0; j < kRowsPerWarp; j++) {
-        const int r = warp + kWarps * j;
-        if (r >= rows) continue;
-        const int t = t0 + r / group, h = kv * group + r % group;
-        float mx = m[j], sum = l[j], f = 1.0f;
-        if (sinks) {
-            // The head's sink logit takes probability mass but adds no value.
-            const float top = fmaxf(mx, sinks[h]);
-            f = expf(mx - top);
-            sum = sum * f + expf(sinks[h] - top);
-        }
-        const float inv = 1.0f / sum;
-#pragma unroll
-        for (int c = 0; c < DPL; c++) out[(int64_t(t) * n_head + h) * HD + lane + 32 * c] = acc[j][c] * f * inv;
-    }
-}
-
-template <int DPL>
-void launch_tiled(const float* q, const float* k_cache, const float* v_cache, const int32_t* pos, int n_head,
-                  int n_kv_head, float scale, float* out, Stream s, int n, int window, const float* sinks, int chunk) {
-    constexpr int HD = DPL * 32;
-    const size_t smem = (size_t(kTile) * (HD + 4) + size_t(kTile) * HD + size_t(kRows) * HD +
-                         size_t(kWarps) * kRowsPerWarp * kTile) * sizeof(float);
-    static bool sized = false;  // the kernel's shared memory limit raised once
-    if (!sized) {
-        if (cudaFuncSetAttribute(attention_tiled_kernel<DPL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) !=
-            cudaSuccess) {
-            cudaGetLastError();
-            throw std::runtime_error("CUDA attention_tiled: " + std::to_string(smem) +
-                                     " bytes of shared memory a block are more than the device has");
-        }
-        sized = true;
-    }
-    const int group = n_head / n_kv_head, per = kRows / group;
-    const dim3 grid(unsigned(n_kv_head), unsigned((n + per - 1) / per));
-    launch("attention_tiled", attention_tiled_kernel<DPL>, grid, kThreads, smem, native(s), q, k_cache, v_cache, pos,
-           n_head, n_kv_head, scale, out, n, per, window, chunk, sinks);
-}
-
-// The shared-rows kernel's geometry: 8 warps in two groups of four, 32
-// query rows (16 a group), tiles of 32 positions. A warp's scores: its
-// group's rows against 16 of the tile's positions over every other k-step
-// (the two partial sums meet in shared memory); its values: a quarter of the
-// value dims. At rows of 576, the staging tile, the four f16 planes and the
-// partial scores fill the 227 KiB a block may have on Hopper.
-constexpr int kMlaThreads = 256, kMlaRows = 32, kMlaTile = 32, kScoreStride = kMlaTile + 4, kMlaMaxK = 576;
-static_assert(kMlaRows == kMlaTile, "the query and row planes share one shape");
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
     return uint32_t(__cvta_generic_to_shared(p));
@@ -215,6 +60,16 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// d += a . b with each operand split in two f16 halves (split_pair): the
+// cross terms, then hi.hi; the lo.lo term is below float32's rounding. ah,
+// al: a's A fragments; b: b's hi B fragment, then its lo one.
+__device__ __forceinline__ void mma_split(float (&d)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
+                                          const uint32_t (&b)[4]) {
+    mma_f16(d, al, b[0], b[1]);
+    mma_f16(d, ah, b[2], b[3]);
+    mma_f16(d, ah, b[0], b[1]);
 }
 
 // Two floats as two pairs of halves: hi, each rounded to f16, and lo, what
@@ -247,6 +102,237 @@ __device__ __forceinline__ void copy_async(uint32_t to, const void* from, bool v
 }
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void copy_async_wait() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// The first position a query at p attends to.
+__device__ __forceinline__ int first_position(int p, int window, int chunk) {
+    return window > 0 ? max(0, p - window + 1) : chunk > 0 ? p - p % chunk : 0;
+}
+
+// One row's scores in a tile (this thread's 8, in base 2, -inf where the
+// row does not attend; the quad of lanes sharing the row holds the rest)
+// made into its softmax weights against the row's running maximum m, and
+// its running sum l updated: returns the factor its earlier sums are to be
+// rescaled by.
+__device__ __forceinline__ float online_softmax(float (&s)[8], float& m, float& l) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 8; i++) mx = fmaxf(mx, s[i]);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float top = fmaxf(m, mx);
+    const float keep = top == -INFINITY ? 1.0f : exp2f(m - top);  // no position yet: nothing to rescale
+    float sum = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        s[i] = s[i] == -INFINITY ? 0.0f : exp2f(s[i] - top);
+        sum += s[i];
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    l = l * keep + sum;
+    m = top;
+    return keep;
+}
+
+// Grouped-query prompts (attention_tiled). A block: 4 warps of 16 query
+// rows (a token and a query head each; rows of one KV head), tiles of 32
+// positions. A warp keeps its rows' scores, softmax and outputs in
+// registers (the score fragments of two position tiles are the A fragment
+// of the products with the values), so nothing but the tiles passes
+// through shared memory.
+constexpr int kGqaThreads = 128, kGqaRows = 64, kGqaTile = 32;
+static_assert(kGqaTile == 32, "a thread holds 8 positions of a tile for each of its rows (online_softmax)");
+
+// The k and v rows of positions first_position(*pos) .. *pos + n - 1 as f16
+// planes: row (p, kv) at planes + (p * n_kv_head + kv) * 4 * hd holds k's
+// hi and lo halves, then v's. Split once a layer here, the prompt kernel's
+// blocks (a few tokens each) copy them as they are instead of each
+// splitting every tile it reads.
+__global__ void split_kv_kernel(const float* k_cache, const float* v_cache, const int32_t* pos, int n, int n_kv_head,
+                                int hd, int window, int chunk, __half* planes) {
+    chain_start();
+    const int64_t lo = first_position(*pos, window, chunk), hi = int64_t(*pos) + n;  // [lo, hi)
+    const int64_t quads = (hi - lo) * n_kv_head * (hd / 4), first = lo * n_kv_head * hd;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < quads; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t e = first + 4 * i, row = e / hd, d = e % hd;
+        __half* to = planes + row * 4 * hd + d;
+        split_store(*reinterpret_cast<const float4*>(k_cache + e), to, to + hd);
+        split_store(*reinterpret_cast<const float4*>(v_cache + e), to + 2 * hd, to + 3 * hd);
+    }
+}
+
+// HD: the head's dims. blockIdx.x: the KV head; blockIdx.y (the last
+// first: later tokens attend to more positions): tokens_per_block tokens
+// from t0; row r is token t0 + r / group, query head kv * group + r % group.
+// Scores in base 2 (scale2 = scale * log2 e).
+template <int HD>
+__global__ void __launch_bounds__(kGqaThreads) attention_tiled_kernel(const float* q, const __half* planes,
+                                                                      const int32_t* pos, int n_head, int n_kv_head,
+                                                                      float scale2, float* out, int n,
+                                                                      int tokens_per_block, int window, int chunk,
+                                                                      const float* sinks) {
+    constexpr int RS = 2 * HD + 8;  // halves a shared row: hi, lo, 8 more (rows an odd number of 16 bytes apart)
+    constexpr int NT = HD / 8, KS = HD / 16, PT = kGqaTile / 8, Q4 = HD / 4;
+    const int group = n_head / n_kv_head, kv = blockIdx.x;
+    const int t0 = int(gridDim.y - 1 - blockIdx.y) * tokens_per_block;
+    const int tokens = min(tokens_per_block, n - t0), rows = tokens * group;
+    extern __shared__ float4 smem4[];
+    __half* qs = reinterpret_cast<__half*>(smem4);  // kGqaRows rows
+    __half* kvs = qs + kGqaRows * RS;               // two buffers of kGqaTile k rows, then kGqaTile v rows
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t4 = lane % 4;
+    chain_start();
+    const int p0 = *pos + t0;  // the block's first token's position
+    for (int i = threadIdx.x; i < kGqaRows * Q4; i += kGqaThreads) {
+        const int r = i / Q4, d = (i % Q4) * 4;
+        float4 v = make_float4(0, 0, 0, 0);
+        if (r < rows) v = *reinterpret_cast<const float4*>(q + (int64_t(t0 + r / group) * n_head + kv * group + r % group) * HD + d);
+        split_store(v, qs + r * RS + d, qs + r * RS + HD + d);
+    }
+    // This thread's two rows (g and g + 8 of its warp's 16): the positions
+    // each attends to, [first, last]; last -1 for rows past the block's.
+    int first[2], last[2];
+#pragma unroll
+    for (int x = 0; x < 2; x++) {
+        const int r = warp * 16 + g + 8 * x;
+        last[x] = r < rows ? p0 + r / group : -1;
+        first[x] = r < rows ? first_position(last[x], window, chunk) : INT_MAX;
+    }
+    // The warp's positions (a tile outside them is skipped) and the block's.
+    const int w0 = warp * 16, w1 = min(w0 + 15, rows - 1);
+    const int w_first = w0 < rows ? first_position(p0 + w0 / group, window, chunk) : INT_MAX;
+    const int w_last = w0 < rows ? p0 + w1 / group : -1;
+    const int lo = first_position(p0, window, chunk), hi = p0 + tokens - 1;
+    auto load_tile = [&](int base, int buf) {
+        __half* to = kvs + buf * 2 * kGqaTile * RS;
+        for (int i = threadIdx.x; i < kGqaTile * HD / 2; i += kGqaThreads) {  // 16 bytes each: HD / 4 a k row, as many a v row
+            const int j = i / (HD / 2), c = i % (HD / 2), p = base + j;
+            const bool ok = p <= hi;
+            const __half* from = planes + (int64_t(ok ? p : 0) * n_kv_head + kv) * 4 * HD + c * 8;
+            const int at = c < HD / 4 ? j * RS + c * 8 : (kGqaTile + j) * RS + (c - HD / 4) * 8;
+            copy_async(shared_address(to + at), from, ok);
+        }
+        copy_async_commit();
+    };
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
+    float o[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
+    // Lanes' ldmatrix rows. q: the warp's 16 rows, dims 0/8 (+ HD: lo).
+    // k: hi dims 0-7, hi 8-15, lo 0-7, lo 8-15 of 8 positions. v,
+    // transposed: hi positions 0-7, hi 8-15, lo 0-7, lo 8-15 of 8 dims.
+    const uint32_t qa = shared_address(qs + (w0 + lane % 16) * RS + (lane / 16) * 8);
+    const uint32_t qa_lo = qa + HD * 2;
+    const int k_lane = (lane % 8) * RS + (lane / 8) % 2 * 8 + (lane / 16) * HD;
+    const int v_lane = kGqaTile * RS + ((lane / 8) % 2 * 8 + lane % 8) * RS + (lane / 16) * HD;
+    load_tile(lo, 0);
+    for (int base = lo, buf = 0; base <= hi; base += kGqaTile, buf ^= 1) {
+        copy_async_wait();
+        __syncthreads();  // this tile is in; every warp is done with the other buffer
+        if (base + kGqaTile <= hi) load_tile(base + kGqaTile, buf ^ 1);
+        if (base > w_last || base + kGqaTile - 1 < w_first) continue;
+        const uint32_t kb = shared_address(kvs + buf * 2 * kGqaTile * RS + k_lane);
+        const uint32_t vb = shared_address(kvs + buf * 2 * kGqaTile * RS + v_lane);
+        // Scores: the warp's 16 rows against the tile's 32 positions.
+        float c[PT][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            uint32_t ah[4], al[4];
+            load_matrices(ah, qa + kk * 32);
+            load_matrices(al, qa_lo + kk * 32);
+#pragma unroll
+            for (int j = 0; j < PT; j++) {
+                uint32_t b[4];
+                load_matrices(b, kb + (j * 8 * RS + kk * 16) * 2);
+                mma_split(c[j], ah, al, b);
+            }
+        }
+        // Online softmax over this thread's 8 positions of each of its two
+        // rows; c then holds the weights.
+#pragma unroll
+        for (int x = 0; x < 2; x++) {
+            float w[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const int j = i / 2, y = i % 2, p = base + 8 * j + 2 * t4 + y;
+                w[i] = p >= first[x] && p <= last[x] ? c[j][2 * x + y] * scale2 : -INFINITY;
+            }
+            const float keep = online_softmax(w, m[x], l[x]);
+#pragma unroll
+            for (int i = 0; i < 8; i++) c[i / 2][2 * x + i % 2] = w[i];
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                o[j][2 * x] *= keep;
+                o[j][2 * x + 1] *= keep;
+            }
+        }
+        // Values: o += P . V, 16 positions a step.
+#pragma unroll
+        for (int k2 = 0; k2 < PT / 2; k2++) {
+            uint32_t ph[4], pl[4];  // rows g, g + 8 x positions 2 t4 (+8)
+            split_pair(c[2 * k2][0], c[2 * k2][1], ph[0], pl[0]);
+            split_pair(c[2 * k2][2], c[2 * k2][3], ph[1], pl[1]);
+            split_pair(c[2 * k2 + 1][0], c[2 * k2 + 1][1], ph[2], pl[2]);
+            split_pair(c[2 * k2 + 1][2], c[2 * k2 + 1][3], ph[3], pl[3]);
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                uint32_t bv[4];
+                load_matrices_transposed(bv, vb + (k2 * 16 * RS + j * 8) * 2);
+                mma_split(o[j], ph, pl, bv);
+            }
+        }
+    }
+#pragma unroll
+    for (int x = 0; x < 2; x++) {
+        const int r = w0 + g + 8 * x;
+        if (r >= rows) continue;
+        const int t = t0 + r / group, h = kv * group + r % group;
+        float f = 1.0f, sum = l[x];
+        if (sinks) {
+            // The head's sink logit takes probability mass but adds no value.
+            const float sink = sinks[h] * 1.44269504088896341f, top = fmaxf(m[x], sink);
+            f = exp2f(m[x] - top);
+            sum = sum * f + exp2f(sink - top);
+        }
+        const float k = sum > 0 ? f / sum : 0.0f;
+        float* to = out + (int64_t(t) * n_head + h) * HD + 2 * t4;
+#pragma unroll
+        for (int j = 0; j < NT; j++) *reinterpret_cast<float2*>(to + j * 8) = make_float2(o[j][2 * x] * k, o[j][2 * x + 1] * k);
+    }
+}
+
+template <int HD>
+void launch_tiled(const float* q, const float* k_cache, const float* v_cache, void* planes, const int32_t* pos,
+                  int n_head, int n_kv_head, float scale, float* out, Stream s, int n, int window, const float* sinks,
+                  int chunk) {
+    constexpr size_t smem = (size_t(kGqaRows) + 4 * size_t(kGqaTile)) * (2 * HD + 8) * sizeof(__half);
+    static bool sized = false;  // the kernel's shared memory limit raised once
+    if (!sized) {
+        if (cudaFuncSetAttribute(attention_tiled_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) !=
+            cudaSuccess) {
+            cudaGetLastError();
+            throw std::runtime_error("CUDA attention_tiled: " + std::to_string(smem) +
+                                     " bytes of shared memory a block are more than the device has");
+        }
+        sized = true;
+    }
+    __half* p = static_cast<__half*>(planes);
+    launch("split_kv", split_kv_kernel, dim3(1024), 256, 0, native(s), k_cache, v_cache, pos, n, n_kv_head, HD, window,
+           chunk, p);
+    const int group = n_head / n_kv_head, per = kGqaRows / group;
+    const dim3 grid(unsigned(n_kv_head), unsigned((n + per - 1) / per));
+    launch("attention_tiled", attention_tiled_kernel<HD>, grid, kGqaThreads, smem, native(s), q,
+           static_cast<const __half*>(p), pos, n_head, n_kv_head, scale * 1.44269504088896341f, out, n, per, window,
+           chunk, sinks);
+}
+
+// The shared-rows kernel's geometry: 8 warps in two groups of four, 32
+// query rows (16 a group), tiles of 32 positions. A warp's scores: its
+// group's rows against 16 of the tile's positions over every other k-step
+// (the two partial sums meet in shared memory); its values: a quarter of the
+// value dims. At rows of 576, the staging tile, the four f16 planes and the
+// partial scores fill the 227 KiB a block may have on Hopper.
+constexpr int kMlaThreads = 256, kMlaRows = 32, kMlaTile = 32, kScoreStride = kMlaTile + 4, kMlaMaxK = 576;
+static_assert(kMlaRows == kMlaTile, "the query and row planes share one shape");
 
 // NW: n-tiles of 8 value dims a warp (values 32 NW wide). Block b (the last
 // first: later tokens attend to more positions) takes tokens_per_block
@@ -360,28 +446,13 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
         for (int x = 0; x < 2; x++) {
             const float* sr = ss + (group * 16 + g + 8 * x) * kScoreStride;
             float s[8];
-            float mx = -INFINITY;
 #pragma unroll
             for (int i = 0; i < 8; i++) {
                 const int col = (i / 4) * 16 + (i / 2 % 2) * 8 + 2 * t4 + i % 2, idx = base + col;
                 const bool ok = idx < n_pos && (sel ? last[x] >= 0 : idx <= last[x]);
                 s[i] = ok ? (sr[col] + sr[kMlaRows * kScoreStride + col]) * scale2 : -INFINITY;
-                mx = fmaxf(mx, s[i]);
             }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float top = fmaxf(m[x], mx);
-            const float keep = top == -INFINITY ? 1.0f : exp2f(m[x] - top);
-            float sum = 0;
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                s[i] = s[i] == -INFINITY ? 0.0f : exp2f(s[i] - top);
-                sum += s[i];
-            }
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            l[x] = l[x] * keep + sum;
-            m[x] = top;
+            const float keep = online_softmax(s, m[x], l[x]);
 #pragma unroll
             for (int j = 0; j < NW; j++) {
                 acc[j][2 * x] *= keep;
@@ -401,9 +472,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
             for (int j = 0; j < NW; j++) {
                 uint32_t bv[4];
                 load_matrices_transposed(bv, vb + (k2 * 16 * QS + j * 8) * 2);
-                mma_f16(acc[j], pl_[k2], bv[0], bv[1]);
-                mma_f16(acc[j], ph_[k2], bv[2], bv[3]);
-                mma_f16(acc[j], ph_[k2], bv[0], bv[1]);
+                mma_split(acc[j], ph_[k2], pl_[k2], bv);
             }
         }
     }
@@ -461,14 +530,18 @@ bool attention_tiled_shared(const float* q, const float* rows, const int32_t* po
     }
 }
 
+size_t attention_tiled_scratch_bytes(int64_t positions, int n_kv_head, int head_dim) {
+    return size_t(positions) * size_t(n_kv_head) * size_t(head_dim) * 4 * sizeof(__half);
+}
+
 bool attention_tiled(const float* q, const float* k_cache, const float* v_cache, const int32_t* pos, int n_head,
-                     int n_kv_head, int head_dim, float scale, float* out, Stream s, void* act, int n, int window,
-                     const float* sinks, int chunk) {
-    if (n < 1 || n_kv_head < 1 || n_head % n_kv_head != 0 || n_head / n_kv_head > kRows) return false;
+                     int n_kv_head, int head_dim, float scale, float* out, Stream s, void* act, int n, void* planes,
+                     int window, const float* sinks, int chunk) {
+    if (n < 1 || n_kv_head < 1 || n_head % n_kv_head != 0 || n_head / n_kv_head > kGqaRows) return false;
     switch (head_dim) {
-        case 64: launch_tiled<2>(q, k_cache, v_cache, pos, n_head, n_kv_head, scale, out, s, n, window, sinks, chunk); break;
-        case 128: launch_tiled<4>(q, k_cache, v_cache, pos, n_head, n_kv_head, scale, out, s, n, window, sinks, chunk); break;
-        case 256: launch_tiled<8>(q, k_cache, v_cache, pos, n_head, n_kv_head, scale, out, s, n, window, sinks, chunk); break;
+        case 64: launch_tiled<64>(q, k_cache, v_cache, planes, pos, n_head, n_kv_head, scale, out, s, n, window, sinks, chunk); break;
+        case 128: launch_tiled<128>(q, k_cache, v_cache, planes, pos, n_head, n_kv_head, scale, out, s, n, window, sinks, chunk); break;
+        case 256: launch_tiled<256>(q, k_cache, v_cache, planes, pos, n_head, n_kv_head, scale, out, s, n, window, sinks, chunk); break;
         default: return false;
     }
     if (act) quantize_act(out, n, int64_t(n_head) * head_dim, act, s);

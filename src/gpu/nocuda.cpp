@@ -76,8 +76,9 @@ void attention(const float*, float*, float*, const int32_t*, int, int, int, floa
                const FreshRow&, int, int, const float*, int, float* const*, const Chosen&) {
     absent();
 }
+size_t attention_tiled_scratch_bytes(int64_t, int, int) { return 0; }
 bool attention_tiled(const float*, const float*, const float*, const int32_t*, int, int, int, float, float*, Stream,
-                     void*, int, int, const float*, int) {
+                     void*, int, void*, int, const float*, int) {
     absent();
 }
 bool attention_tiled_shared(const float*, const float*, const int32_t*, int, int, int, float, float*, Stream, int,

@@ -99,6 +99,7 @@ struct PrefillRows {
     // logits, the recurrence's output and its 8-bit rows.
     DeviceMemory dn_qkv, dn_conv, dn_z, dn_ba, dn_o, dn_o8;
     DeviceMemory kt, vt;  // q/k norms after RoPE: the rotated k rows (and v rows) before they are cached
+    DeviceMemory kv_planes;  // attention in tiles: a layer's k and v rows as f16 halves (gpu::attention_tiled)
     // Multi-head latent attention's rows, and the head tiles: each head's
     // tokens as gpu::ExpertTiles over the heads' k_b and v_b.
     MlaRows mla;
@@ -815,6 +816,9 @@ public:
         const size_t att_rows = size_t(std::min(cap, kAttentionRows));
         b.att_part = DeviceMemory(att_rows * (mla() ? gpu::attention_scratch_bytes(mla_shape_.n_head, mla_shape_.row())
                                                     : gpu::attention_scratch_bytes(c.n_head, c.head_dim)));
+        if (!mla() && n_kv_layers_ > 0 && options_.prefill_tensor_cores && options_.prefill_attention_tiles) {
+            b.kv_planes = DeviceMemory(gpu::attention_tiled_scratch_bytes(n_ctx, c.n_head_kv, c.head_dim));
+        }
         if (mla()) {
             const MlaShape& m = mla_shape_;
             const size_t H = size_t(m.n_head);
@@ -2087,8 +2091,8 @@ private:
                 const bool tiled = options_.prefill_tensor_cores && options_.prefill_attention_tiles &&
                                    !decode_rows_ && !seq &&
                                    gpu::attention_tiled(q, kc, vc, pos, c.n_head, c.n_head_kv, c.head_dim, scale, att,
-                                                        s, a.q_gate ? nullptr : att8, n, a.window, d.sinks,
-                                                        int(a.chunk));
+                                                        s, a.q_gate ? nullptr : att8, n, b.kv_planes.data(), a.window,
+                                                        d.sinks, int(a.chunk));
                 for (int a0 = 0; !tiled && a0 < n; a0 += kAttentionRows) {
                     const int na = std::min(kAttentionRows, n - a0);
                     void* row8 = att8 && !a.q_gate ? static_cast<uint8_t*>(att8) + size_t(a0) * gpu::act_bytes(Q) : nullptr;

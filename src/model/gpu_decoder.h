@@ -149,9 +149,11 @@ struct GpuOptions {
     bool prefill_tensor_cores = true;
     // --gpu-prefill-attention tiles (the default): with
     // prefill_tensor_cores, a prompt's attention in tiles over all its
-    // tokens (gpu.h's attention_tiled); decode: the decode kernel a run of
-    // tokens (on an H100, qwen3-30b-a3b resident: 1.6x slower at 512
-    // tokens, 3.3x at 4,096, docs/gpu/run15).
+    // tokens on tensor cores (gpu.h's attention_tiled); decode: the decode
+    // kernel a run of tokens (on an H100, qwen3-30b-a3b resident: 1.6x
+    // slower than the float32 tiles before them at 512 tokens, 3.3x at
+    // 4,096, docs/gpu/run15; the tensor-core tiles took that model's
+    // attention from 89.7 to 23.8 us a token at 4,096, docs/gpu/run27).
     bool prefill_attention_tiles = true;
     // --gpu-prefill-mla tiles (the default): with prefill_tensor_cores,
     // multi-head latent attention's prompts on tensor cores in the split-f16

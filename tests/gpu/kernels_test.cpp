@@ -809,16 +809,19 @@ TEST(Kernels, AttentionTiledMatchesDoubleReference) {
     };
     for (const Shape& c : {Shape{8, 2, 64, 0, 100, 0, 0, false}, Shape{32, 4, 128, 37, 200, 0, 0, false},
                            Shape{8, 8, 128, 5, 70, 16, 0, true}, Shape{12, 1, 256, 0, 40, 0, 8, false},
-                           Shape{64, 1, 64, 3, 9, 0, 0, true}, Shape{8, 2, 64, 1000, 3, 128, 0, true}}) {
+                           Shape{64, 1, 64, 3, 9, 0, 0, true}, Shape{8, 2, 64, 1000, 3, 128, 0, true},
+                           Shape{32, 4, 128, 300, 130, 0, 0, true}, Shape{8, 2, 64, 0, 300, 50, 0, false},
+                           Shape{16, 2, 256, 90, 70, 0, 0, false}}) {
         const int rows = c.pos0 + c.n;
         const int64_t Q = int64_t(c.n_head) * c.hd, KV = int64_t(c.n_kv) * c.hd;
         const float scale = 1.0f / std::sqrt(float(c.hd));
         const std::vector<float> q = randoms(size_t(c.n * Q), 21), k = randoms(size_t(rows * KV), 22),
                                  v = randoms(size_t(rows * KV), 23), sinks = randoms(size_t(c.n_head), 24, 2.0f);
         DeviceBuffer dq(q), dk(k), dv(v), dsinks(sinks), dpos(std::vector<int32_t>{c.pos0}),
-            out(size_t(c.n * Q) * 4), act(size_t(c.n) * gpu::act_bytes(Q)), want_act(size_t(c.n) * gpu::act_bytes(Q));
+            out(size_t(c.n * Q) * 4), act(size_t(c.n) * gpu::act_bytes(Q)), want_act(size_t(c.n) * gpu::act_bytes(Q)),
+            planes(gpu::attention_tiled_scratch_bytes(rows, c.n_kv, c.hd));
         ASSERT_TRUE(gpu::attention_tiled(dq.f(), dk.f(), dv.f(), static_cast<const int32_t*>(dpos.p), c.n_head, c.n_kv,
-                                         c.hd, scale, out.f(), nullptr, act.p, c.n, c.window,
+                                         c.hd, scale, out.f(), nullptr, act.p, c.n, planes.p, c.window,
                                          c.sinks ? dsinks.f() : nullptr, c.chunk));
         const std::vector<float> got = out.get<float>();
         std::vector<double> ref;
@@ -838,8 +841,8 @@ TEST(Kernels, AttentionTiledMatchesDoubleReference) {
     }
     // Shapes it does not take are left to attention().
     DeviceBuffer b(size_t(4096));
-    EXPECT_FALSE(gpu::attention_tiled(b.f(), b.f(), b.f(), nullptr, 8, 2, 96, 1.0f, b.f(), nullptr, nullptr, 1));
-    EXPECT_FALSE(gpu::attention_tiled(b.f(), b.f(), b.f(), nullptr, 128, 1, 64, 1.0f, b.f(), nullptr, nullptr, 1));
+    EXPECT_FALSE(gpu::attention_tiled(b.f(), b.f(), b.f(), nullptr, 8, 2, 96, 1.0f, b.f(), nullptr, nullptr, 1, b.p));
+    EXPECT_FALSE(gpu::attention_tiled(b.f(), b.f(), b.f(), nullptr, 128, 1, 64, 1.0f, b.f(), nullptr, nullptr, 1, b.p));
 }
 
 // Llama 4's expert inputs (each token's row times its routing weight) and

@@ -346,6 +346,10 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
                     r["backends"] = "CUDA";
                     r["gpu_info"] = b->as_string().substr(5);
                 }
+                // The pass size the run took (its -ub, or the backend's default).
+                const Json* settings = rj.find("settings");
+                const Json* ub = settings ? settings->find("ubatch") : nullptr;
+                if (ub && ub->is_number()) r["n_ubatch"] = ub->as_int();
             } catch (const std::exception& e) {
                 error = e.what();
                 break;

@@ -20,7 +20,7 @@ struct SessionFlags {
     std::string model;
     int64_t ctx = 4096;
     int threads = 0;
-    int batch = 4096, ubatch = 512;
+    int batch = 4096, ubatch = 0;
     int experts_per_token = 0;
     std::string kv_type = "f16";
     uint64_t mem = 0;

@@ -146,6 +146,12 @@ public:
     // and drafts cannot pay.
     virtual bool one_token_per_pass() const { return false; }
 
+    // Tokens a piece of a layer takes when -ub is not given (its scratch
+    // rows): the CPU's pieces stay small (the rows count in --mem and a
+    // piece's experts are read once either way); the GPU's passes run each
+    // expert's tokens as tensor-core tiles, which fill better with more.
+    virtual int default_ubatch() const { return 512; }
+
     // Routes each token to k experts instead of the file's expert_used_count
     // (Flash-MoE's speed knob: fewer experts, fewer bytes a token, other
     // logits): the router's top k, weighted as the family weights its top

@@ -23,7 +23,7 @@ struct SessionOptions {
     std::string model_path;
     int64_t n_ctx = 4096;              // 0: the model's training context
     int n_batch = 4096;                // most prompt tokens per forward call, evaluated layer by layer
-    int n_ubatch = 512;                // most tokens per piece of a layer (scratch rows)
+    int n_ubatch = 0;                  // most tokens per piece of a layer (scratch rows); 0: Model::default_ubatch
     GgmlType kv_type = GgmlType::F16;  // F16, F32 or Q8_0
     int n_threads = 0;                 // 0: one per CPU
     std::string gpu = "off";           // "auto": the CUDA forward pass where it covers the model (model/gpu_decoder.h)
@@ -73,6 +73,7 @@ public:
     Sampler& sampler() { return sampler_; }
     int64_t n_ctx() const { return state_->options.n_ctx; }
     int n_threads() const { return pool_->size(); }
+    int ubatch() const { return state_->options.max_batch; }  // tokens a piece of a layer takes
     GgmlType kv_type() const { return state_->options.kv_type; }
     uint64_t state_bytes() const { return state_->bytes(); }
     // KV cache bytes per token of context, and what full K/V would take

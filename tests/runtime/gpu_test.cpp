@@ -267,6 +267,23 @@ TEST(GpuOpen, ArchitectureListIsTheFamiliesTaken) {
     }
 }
 
+// -ub 0 (the default) gives a GPU session passes of 2048 tokens where the
+// context holds them, the CPU's 512 otherwise (session_test).
+TEST(GpuOpen, PassesOf2048TokensByDefault) {
+    std::string why;
+    if (!gpu::available(&why)) GTEST_SKIP() << why;
+    const std::string gguf = golden::models_dir() + "/qwen3moe-Q8_0.gguf";
+    if (!std::filesystem::exists(gguf)) GTEST_SKIP() << gguf << " is not here";
+    SessionOptions o;
+    o.model_path = gguf;
+    o.n_ctx = 4096;
+    o.n_threads = 2;
+    o.gpu = "auto";
+    const std::unique_ptr<Session> s = Session::open(o);
+    EXPECT_EQ(s->backend().rfind("GPU", 0), 0u) << s->backend();
+    EXPECT_EQ(s->ubatch(), 2048);
+}
+
 // A VRAM cache of a few slots (the next-layer prefetch on) against every
 // expert resident: qwen3moe's layers all route; glm4moe's lead with a dense
 // layer and route by sigmoid with a shared expert, so its first MoE layer

@@ -99,6 +99,23 @@ TEST(Session, GenerationStopsAtTheEndOfTheContext) {
     EXPECT_LE(out.size(), 12 - p.size() + 1);
 }
 
+// -ub 0 (the default) takes the backend's piece size, capped by -b and the
+// context; a given -ub is kept. The CPU's default is 512.
+TEST(Session, UbatchDefaultsToTheBackends) {
+    SessionOptions o;
+    o.model_path = kModel;
+    o.n_ctx = 4096;
+    o.n_threads = 1;
+    EXPECT_EQ(Session::open(o)->ubatch(), 512);
+    o.n_ubatch = 100;
+    EXPECT_EQ(Session::open(o)->ubatch(), 100);
+    o.n_ubatch = 0;
+    o.n_batch = 64;
+    EXPECT_EQ(Session::open(o)->ubatch(), 64);
+    o.n_ubatch = -1;
+    EXPECT_THROW(Session::open(o), std::runtime_error);
+}
+
 TEST(Session, BadRequestsAreErrors) {
     auto s = open(5, 16);
     std::vector<int32_t> many(17, 1);

@@ -206,6 +206,10 @@ void expert_gate_up_tokens(GgmlType t, const uint8_t* const* table, const Expert
 constexpr int kMmaTile = 32;
 bool mma_supports(GgmlType t);
 void mma_matmul(GgmlType t, const void* w, int64_t rows, int64_t cols, int n, Act x, float* y, Stream s, bool add);
+// Float32 weights over n float rows on tensor cores, each operand split
+// into two f16 halves (split_f16.cuh): within float32 rounding of
+// matmul()'s, not its bits. cols: a multiple of 32.
+void mma_matmul_f32(const float* w, int64_t rows, int64_t cols, int n, const float* x, float* y, Stream s, bool add);
 void mma_matmul_experts(GgmlType t, const uint8_t* const* table, const ExpertTiles& tiles, size_t offset,
                         int64_t rows, int64_t cols, Act x, float* y, Stream s);
 void mma_gate_up_experts(GgmlType t, const uint8_t* const* table, const ExpertTiles& tiles, size_t offset,

@@ -26,6 +26,7 @@
 #include "gpu/expert_hidden.cuh"
 #include "gpu/gpu.h"
 #include "gpu/launch.cuh"
+#include "gpu/split_f16.cuh"
 #include "quant/blocks.h"
 
 namespace ms::gpu {
@@ -443,6 +444,90 @@ void launch_mma(const char* what, const MmaArgs& a, unsigned n_tiles, cudaStream
     launch(what, mma_kernel<T>, grid, kThreads, smem, s, a, x);
 }
 
+// Float32 weights (a router's; every matrix of a float32 file) over float
+// rows, in split_f16.cuh's form: a block takes 64 inputs and 32 outputs (a
+// warp 16 inputs against all 32), walks the columns 32 at a time, each
+// piece of both operands split into hi and lo planes in shared memory (the
+// next piece loaded into registers meanwhile). The batch kernel's float
+// dot products ran a 4,096-token pass's 128-expert router at some 1.3
+// TFLOP/s (docs/gpu.md, twenty-sixth session's profile).
+constexpr int kF32Inputs = 64, kF32Outputs = 32, kF32Piece = 32, kF32Threads = 128;
+constexpr int kF32Stride = 2 * kF32Piece + 8;  // halves a shared row: hi, lo, 8 more (an odd number of 16 bytes)
+
+__global__ void __launch_bounds__(kF32Threads) mma_f32_kernel(const float* w, int64_t rows, int64_t cols, int n,
+                                                              const float* x, float* y, bool add) {
+    __shared__ __align__(16) __half xs[kF32Inputs * kF32Stride];
+    __shared__ __align__(16) __half ws[kF32Outputs * kF32Stride];
+    constexpr int P4 = kF32Piece / 4;  // float4s a row's piece
+    constexpr int XL = kF32Inputs * P4 / kF32Threads, WL = kF32Outputs * P4 / kF32Threads;  // a thread's loads
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t4 = lane % 4;
+    const int64_t o0 = int64_t(blockIdx.x) * kF32Outputs;
+    const int t0 = int(blockIdx.y) * kF32Inputs;
+    chain_start();
+    float4 xr[XL], wr[WL];
+    auto fetch = [&](int64_t k0) {
+#pragma unroll
+        for (int i = 0; i < XL; i++) {
+            const int e = int(threadIdx.x) + kF32Threads * i, r = e / P4, c = (e % P4) * 4;
+            xr[i] = t0 + r < n ? *reinterpret_cast<const float4*>(x + int64_t(t0 + r) * cols + k0 + c)
+                               : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int i = 0; i < WL; i++) {
+            const int e = int(threadIdx.x) + kF32Threads * i, r = e / P4, c = (e % P4) * 4;
+            wr[i] = o0 + r < rows ? *reinterpret_cast<const float4*>(w + (o0 + r) * cols + k0 + c)
+                                  : make_float4(0, 0, 0, 0);
+        }
+    };
+    float acc[kF32Outputs / 8][4] = {};
+    // Lanes' ldmatrix rows: the warp's 16 inputs, dims 0/8 (lo: + a
+    // piece); 8 outputs' hi dims 0-7, hi 8-15, lo 0-7, lo 8-15.
+    const uint32_t xa = shared_address(xs + (warp * 16 + lane % 16) * kF32Stride + (lane / 16) * 8);
+    const uint32_t wb = shared_address(ws + (lane % 8) * kF32Stride + (lane / 8) % 2 * 8 + (lane / 16) * kF32Piece);
+    fetch(0);
+    for (int64_t k0 = 0; k0 < cols; k0 += kF32Piece) {
+        __syncthreads();  // every warp is done with the last piece
+#pragma unroll
+        for (int i = 0; i < XL; i++) {
+            const int e = int(threadIdx.x) + kF32Threads * i, r = e / P4, c = (e % P4) * 4;
+            split_store(xr[i], xs + r * kF32Stride + c, xs + r * kF32Stride + kF32Piece + c);
+        }
+#pragma unroll
+        for (int i = 0; i < WL; i++) {
+            const int e = int(threadIdx.x) + kF32Threads * i, r = e / P4, c = (e % P4) * 4;
+            split_store(wr[i], ws + r * kF32Stride + c, ws + r * kF32Stride + kF32Piece + c);
+        }
+        __syncthreads();
+        if (k0 + kF32Piece < cols) fetch(k0 + kF32Piece);
+#pragma unroll
+        for (int kk = 0; kk < kF32Piece / 16; kk++) {
+            uint32_t ah[4], al[4];
+            load_matrices(ah, xa + kk * 32);
+            load_matrices(al, xa + (kF32Piece + kk * 16) * 2);
+#pragma unroll
+            for (int j = 0; j < kF32Outputs / 8; j++) {
+                uint32_t b[4];
+                load_matrices(b, wb + (j * 8 * kF32Stride + kk * 16) * 2);
+                mma_split(acc[j], ah, al, b);
+            }
+        }
+    }
+#pragma unroll
+    for (int v = 0; v < 2; v++) {
+        const int t = t0 + warp * 16 + g + 8 * v;
+        if (t >= n) continue;
+        float* out = y + int64_t(t) * rows;
+#pragma unroll
+        for (int j = 0; j < kF32Outputs / 8; j++) {
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int64_t o = o0 + 8 * j + 2 * t4 + u;
+                if (o < rows) out[o] = add ? out[o] + acc[j][2 * v + u] : acc[j][2 * v + u];
+            }
+        }
+    }
+}
+
 void dispatch(GgmlType t, const char* what, MmaArgs a, unsigned n_tiles, Stream s, const ExpertExtras& x) {
     if (a.cols % 32 != 0) throw std::runtime_error(std::string("CUDA ") + what + ": a width of 32s is needed");
     a.row_bytes = row_bytes(t, a.cols);
@@ -488,6 +573,13 @@ void mma_matmul(GgmlType t, const void* w, int64_t rows, int64_t cols, int n, Ac
     const MmaArgs a = mma_args("mma_matmul", static_cast<const uint8_t*>(w), nullptr, nullptr, n, 0, 0, rows, cols,
                                x, y, add);
     dispatch(t, "mma_matmul", a, unsigned((n + kPairs - 1) / kPairs), s, {});
+}
+
+void mma_matmul_f32(const float* w, int64_t rows, int64_t cols, int n, const float* x, float* y, Stream s, bool add) {
+    if (n < 1) return;
+    if (cols % kF32Piece != 0) throw std::runtime_error("CUDA mma_matmul_f32: a width of 32s is needed");
+    const dim3 grid(unsigned((rows + kF32Outputs - 1) / kF32Outputs), unsigned((n + kF32Inputs - 1) / kF32Inputs));
+    launch("mma_matmul_f32", mma_f32_kernel, grid, kF32Threads, 0, native(s), w, rows, cols, n, x, y, add);
 }
 
 void mma_matmul_experts(GgmlType t, const uint8_t* const* table, const ExpertTiles& tiles, size_t offset,

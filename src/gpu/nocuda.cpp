@@ -102,6 +102,7 @@ void mma_matmul_experts(GgmlType, const uint8_t* const*, const ExpertTiles&, siz
                         Stream) {
     absent();
 }
+void mma_matmul_f32(const float*, int64_t, int64_t, int, const float*, float*, Stream, bool) { absent(); }
 void mma_gate_up_experts(GgmlType, const uint8_t* const*, const ExpertTiles&, size_t, size_t, int64_t, int64_t, Act,
                          float*, Stream, const ExpertExtras&) {
     absent();

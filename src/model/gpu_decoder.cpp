@@ -1204,6 +1204,8 @@ private:
                      gpu::Stream s, bool add, int parts_of) const {
         if (tensor(t, x)) {
             gpu::mma_matmul(t, w, rows, cols, n, x, y, s, add);
+        } else if (t == GgmlType::F32 && rounding_pass() && cols % 32 == 0) {
+            gpu::mma_matmul_f32(static_cast<const float*>(w), rows, cols, n, x.f, y, s, add);
         } else {
             gpu::matmul(t, w, rows, cols, n, x, y, s, add, parts_of);
         }

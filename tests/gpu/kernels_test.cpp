@@ -1392,6 +1392,43 @@ TEST_P(TensorCore, DenseMatchesDequantizedReference) {
     }
 }
 
+// Float32 weights on tensor cores in the split form: against the double
+// reference within float32's rounding (the batch kernel's float sums are
+// held to the same), set or added, for widths and counts that leave
+// partial tiles of outputs (32 a block) and inputs (64), and a 128-expert
+// router's shape over a pass.
+TEST(TensorCore, Float32MatchesDoubleReference) {
+    SKIP_WITHOUT_GPU();
+    struct Shape {
+        int64_t rows, cols;
+        int n;
+    };
+    for (const Shape& sh : {Shape{37, 32, 1}, Shape{130, 96, 70}, Shape{128, 2048, 300}, Shape{5, 640, 129}}) {
+        const std::vector<float> w = randoms(size_t(sh.rows * sh.cols), uint32_t(sh.rows + sh.cols), 0.05f);
+        const std::vector<float> x = randoms(size_t(sh.n * sh.cols), 7, 2.0f), y0 = randoms(size_t(sh.n * sh.rows), 8);
+        DeviceBuffer dw(w), dx(x), dy(size_t(sh.n * sh.rows) * 4), dadd(y0);
+        gpu::fill(dy.p, 0xff, dy.n, nullptr);
+        gpu::mma_matmul_f32(dw.f(), sh.rows, sh.cols, sh.n, dx.f(), dy.f(), nullptr, false);
+        gpu::mma_matmul_f32(dw.f(), sh.rows, sh.cols, sh.n, dx.f(), dadd.f(), nullptr, true);
+        std::vector<double> ref(size_t(sh.n * sh.rows)), ref_add(ref.size());
+        for (int t = 0; t < sh.n; t++) {
+            for (int64_t r = 0; r < sh.rows; r++) {
+                double acc = 0;
+                for (int64_t c = 0; c < sh.cols; c++) acc += double(w[size_t(r * sh.cols + c)]) * x[size_t(t * sh.cols + c)];
+                ref[size_t(t * sh.rows + r)] = acc;
+                ref_add[size_t(t * sh.rows + r)] = acc + y0[size_t(t * sh.rows + r)];
+            }
+        }
+        const double err = max_rel_err(dy.get<float>(), ref), err_add = max_rel_err(dadd.get<float>(), ref_add);
+        EXPECT_LT(err, 1e-5) << sh.rows << "x" << sh.cols << ", " << sh.n << " inputs";
+        EXPECT_LT(err_add, 1e-5) << "added, " << sh.rows << "x" << sh.cols << ", " << sh.n << " inputs";
+        printf("tensor-core F32 %lldx%lld, %d inputs: max rel err %.2e (added: %.2e)\n", (long long)sh.rows,
+               (long long)sh.cols, sh.n, err, err_add);
+    }
+    DeviceBuffer b(size_t(4096));
+    EXPECT_THROW(gpu::mma_matmul_f32(b.f(), 4, 40, 1, b.f(), b.f(), nullptr, false), std::runtime_error);
+}
+
 TEST_P(TensorCore, ExpertTilesMatchDequantizedReference) {
     SKIP_WITHOUT_GPU();
     const GgmlType t = GetParam();

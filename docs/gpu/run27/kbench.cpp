@@ -1,7 +1,8 @@
 // Timing of the prompt attention kernels alone (twenty-seventh session):
 // gpu::attention_tiled (grouped-query, on tensor cores since this session)
 // at qwen3-30b-a3b's and gpt-oss-120b's shapes, and attention_tiled_shared
-// (MLA) at DeepSeek V3's for comparison with run23's figures. Built beside
+// (MLA) at DeepSeek V3's for comparison with run23's figures, and the
+// router's float32 product (mma_matmul_f32 against the batch kernel). Built beside
 // the bundle: g++ -std=c++20 -O2 -Isrc docs/gpu/run27/kbench.cpp
 // build/libms_gpu.a build/libms_quant.a -L<cuda>/lib -lcudart_static -ldl -lrt -lpthread
 #include <cstdio>
@@ -63,6 +64,22 @@ static void gqa(const char* name, int n_head, int n_kv, int hd, int pos0, int n,
            name, n, pos0, n_head, n_kv, hd, window, us, flop / us * 1e-6, us / n);
     for (void* p : {(void*)q, (void*)k, (void*)v, (void*)sk, (void*)out, planes, (void*)pos}) gpu::release(p);
 }
+// A 128-expert router's float32 product over a pass of n rows of 2,048:
+// the batch kernel (gpu::matmul, a warp's whole rows) against
+// mma_matmul_f32 (split f16 on tensor cores).
+static void router(int n) {
+    const int X = 128, E = 2048;
+    float* w = (float*)dev(rnd(size_t(X) * E, 8));
+    float* x = (float*)dev(rnd(size_t(n) * E, 9));
+    float* y = (float*)gpu::alloc(size_t(n) * X * 4);
+    gpu::sync(nullptr);
+    const double old_us = time_us([&](gpu::Stream s) { gpu::matmul(GgmlType::F32, w, X, E, n, {x}, y, s, false, 0); }, 10);
+    const double new_us = time_us([&](gpu::Stream s) { gpu::mma_matmul_f32(w, X, E, n, x, y, s, false); }, 10);
+    const double flop = 2.0 * n * X * E;
+    printf("router %dx%d over %d rows: batch kernel %8.1f us (%.2f TFLOP/s), mma_matmul_f32 %8.1f us (%.2f TFLOP/s)\n", X,
+           E, n, old_us, flop / old_us * 1e-6, new_us, flop / new_us * 1e-6);
+    for (void* p : {(void*)w, (void*)x, (void*)y}) gpu::release(p);
+}
 static void mla(int pos0) {
     const int n = 512, MH = 128, R = 576, L = 512, rows = pos0 + n;
     float* q = (float*)dev(rnd(size_t(n) * MH * R, 6));
@@ -93,6 +110,9 @@ int main() {
     gqa("gpt-oss-120b", 64, 8, 64, 0, 4096, 0, true);
     gqa("gpt-oss-120b", 64, 8, 64, 0, 4096, 128, true);
     gqa("qwen3-next", 16, 2, 256, 0, 4096, 0, false);
+    router(512);
+    router(2048);
+    router(4096);
     mla(0);
     mla(3584);
     return 0;

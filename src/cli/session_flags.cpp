@@ -26,7 +26,8 @@ void SessionFlags::declare(Args& a, bool sampling) {
     a.option("-ub,--ubatch", &ubatch, "N",
              "most tokens per piece of a layer: the scratch rows of attention and experts (counted in --mem). "
              "On the GPU, a prefill pass's size: larger passes give each expert more tokens per tensor-core "
-             "tile (llama.cpp's -ub). 0 (the default): 512 on the CPU, 2048 on the GPU");
+             "tile (llama.cpp's -ub). 0 (the default): 512 on the CPU, 2048 on the GPU (512 there too for several "
+             "sequences, --parallel: each keeps its own pass rows)");
     a.option("--experts-per-token", &experts_per_token, "K",
              "route each token to its K best experts instead of the model's own count (Flash-MoE's speed knob: "
              "fewer experts read and run a token, other logits; warned about, and recorded in the report; "
@@ -206,7 +207,8 @@ std::vector<std::unique_ptr<Session>> SessionFlags::open_slots(int parallel, uin
 }
 
 std::unique_ptr<Session> SessionFlags::open(int sequences, uint64_t reserved) const {
-    const SessionOptions o = options();
+    SessionOptions o = options();
+    o.n_sequences = sequences;
     std::unique_ptr<ProgressBar> bar;
     std::string phase;
     auto progress = [&](const char* what, uint64_t done, uint64_t total) {

@@ -92,7 +92,8 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o, const ExpertSour
 
     StateOptions so;
     so.n_ctx = o.n_ctx > 0 ? o.n_ctx : c.n_ctx_train;
-    const int ubatch = o.n_ubatch > 0 ? o.n_ubatch : s->model_->default_ubatch();
+    const int model_ubatch = s->model_->default_ubatch();
+    const int ubatch = o.n_ubatch > 0 ? o.n_ubatch : o.n_sequences > 1 ? std::min(512, model_ubatch) : model_ubatch;
     so.max_batch = int(std::min<int64_t>(std::min(ubatch, o.n_batch), so.n_ctx));
     // Models that run layer by layer take the whole logical batch per call;
     // the others take a piece at a time.

@@ -268,7 +268,8 @@ TEST(GpuOpen, ArchitectureListIsTheFamiliesTaken) {
 }
 
 // -ub 0 (the default) gives a GPU session passes of 2048 tokens where the
-// context holds them, the CPU's 512 otherwise (session_test).
+// context holds them, and 512 where several sequences will share the
+// model (the CPU's 512 either way: session_test).
 TEST(GpuOpen, PassesOf2048TokensByDefault) {
     std::string why;
     if (!gpu::available(&why)) GTEST_SKIP() << why;
@@ -282,6 +283,8 @@ TEST(GpuOpen, PassesOf2048TokensByDefault) {
     const std::unique_ptr<Session> s = Session::open(o);
     EXPECT_EQ(s->backend().rfind("GPU", 0), 0u) << s->backend();
     EXPECT_EQ(s->ubatch(), 2048);
+    o.n_sequences = 4;  // serve's slots each keep their own pass rows
+    EXPECT_EQ(Session::open(o)->ubatch(), 512);
 }
 
 // A VRAM cache of a few slots (the next-layer prefetch on) against every

@@ -107,6 +107,9 @@ TEST(Session, UbatchDefaultsToTheBackends) {
     o.n_ctx = 4096;
     o.n_threads = 1;
     EXPECT_EQ(Session::open(o)->ubatch(), 512);
+    o.n_sequences = 3;  // several sequences: at most 512 on any backend
+    EXPECT_EQ(Session::open(o)->ubatch(), 512);
+    o.n_sequences = 1;
     o.n_ubatch = 100;
     EXPECT_EQ(Session::open(o)->ubatch(), 100);
     o.n_ubatch = 0;

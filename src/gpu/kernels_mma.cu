@@ -1,12 +1,12 @@
 // Prefill's matrix products on tensor cores (gpu.h: mma_matmul,
 // mma_matmul_experts, mma_gate_up_experts). A block takes 128 weight rows
 // (of one matrix, or 64 of an expert's gate and the same 64 of its up) and
-// up to 32 inputs (a dense pass's consecutive rows, or one tile of the
-// pairs an expert takes), and walks the columns 256 at a time: the
+// up to kMmaTile (32) inputs (a dense pass's consecutive rows, or one tile
+// of the pairs an expert takes), and walks the columns 256 at a time: the
 // weights' quants unpacked into shared memory as int8 with a float scale
 // per group of 32 (16 for Q6_K) and, for Q4_K/Q5_K, the group's min; the
 // inputs' 8-bit rows (quantize_act's Q8_K for the K-quants, Q8_0 for Q8_0
-// and MXFP4) beside them. Each warp multiplies its 32 rows by the 32
+// and MXFP4) beside them. Each warp multiplies its 32 rows by the block's
 // inputs group by group with mma.sync (s8 x s8 -> s32: m16n8k32, or
 // m16n8k16 for Q6_K's groups of 16), exact integer sums, then scales each
 // group's sum into float accumulators as the decode kernels do a block's
@@ -35,6 +35,12 @@ namespace {
 
 constexpr int kRows = 128;            // weight rows a block (shared-memory rows)
 constexpr int kPairs = kMmaTile;      // inputs a block
+constexpr int kNi = kPairs / 8;       // n-tiles of 8 inputs a warp multiplies
+// Why 32: a block unpacks its 128 rows once for its inputs, so more inputs
+// a block unpack each expert fewer times in a long pass (a 4,096-token pass
+// of qwen3-30b-a3b unpacks each expert's weights 8 times); at 64 the kernel
+// takes 227-242 registers a thread (no spills), 2 blocks an SM against 4.
+// Not yet measured on a device (docs/gpu.md, twenty-seventh session).
 constexpr int kChunk = 256;           // columns a stage
 constexpr int kStride = kChunk + 16;  // bytes a shared row: rows 4 banks apart, so fragment loads meet no conflict
 constexpr int kThreads = 128;         // 4 warps of 32 rows each
@@ -271,7 +277,7 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const MmaArgs a, const Ex
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
     const int64_t nb = a.cols / (W::kSuper ? 256 : 32);
     const int64_t chunks = (a.cols + kChunk - 1) / kChunk;
-    float acc[2][4][4] = {};
+    float acc[2][kNi][4] = {};
     for (int64_t c = 0; c < chunks; c++) {
         __syncthreads();  // the last chunk's fragments are read (and in_rows written)
         for (int i = threadIdx.x; i < kRows * 8; i += kThreads) {
@@ -332,10 +338,10 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const MmaArgs a, const Ex
         }
 #pragma unroll 2
         for (int g = 0; g < NG; g++) {
-            int cs[2][4][4];
+            int cs[2][kNi][4];
             const int row0 = warp * 32 + gid;
             if constexpr (G == 32) {
-                uint32_t af[2][4], bf[4][2];
+                uint32_t af[2][4], bf[kNi][2];
 #pragma unroll
                 for (int mi = 0; mi < 2; mi++) {
                     const int r = row0 + 16 * mi, col = 32 * g + 4 * tig;
@@ -345,17 +351,17 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const MmaArgs a, const Ex
                     af[mi][3] = shared_word(As, r + 8, col + 16);
                 }
 #pragma unroll
-                for (int ni = 0; ni < 4; ni++) {
+                for (int ni = 0; ni < kNi; ni++) {
                     bf[ni][0] = shared_word(Bs, 8 * ni + gid, 32 * g + 4 * tig);
                     bf[ni][1] = shared_word(Bs, 8 * ni + gid, 32 * g + 4 * tig + 16);
                 }
 #pragma unroll
                 for (int mi = 0; mi < 2; mi++) {
 #pragma unroll
-                    for (int ni = 0; ni < 4; ni++) mma_k32(cs[mi][ni], af[mi], bf[ni]);
+                    for (int ni = 0; ni < kNi; ni++) mma_k32(cs[mi][ni], af[mi], bf[ni]);
                 }
             } else {
-                uint32_t af[2][2], bf[4];
+                uint32_t af[2][2], bf[kNi];
 #pragma unroll
                 for (int mi = 0; mi < 2; mi++) {
                     const int r = row0 + 16 * mi, col = 16 * g + 4 * tig;
@@ -363,17 +369,17 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const MmaArgs a, const Ex
                     af[mi][1] = shared_word(As, r + 8, col);
                 }
 #pragma unroll
-                for (int ni = 0; ni < 4; ni++) bf[ni] = shared_word(Bs, 8 * ni + gid, 16 * g + 4 * tig);
+                for (int ni = 0; ni < kNi; ni++) bf[ni] = shared_word(Bs, 8 * ni + gid, 16 * g + 4 * tig);
 #pragma unroll
                 for (int mi = 0; mi < 2; mi++) {
 #pragma unroll
-                    for (int ni = 0; ni < 4; ni++) mma_k16(cs[mi][ni], af[mi], bf[ni]);
+                    for (int ni = 0; ni < kNi; ni++) mma_k16(cs[mi][ni], af[mi], bf[ni]);
                 }
             }
             const int piece = G == 32 ? g : g / 2;
-            float dxv[4][2], xsv[4][2];
+            float dxv[kNi][2], xsv[kNi][2];
 #pragma unroll
-            for (int ni = 0; ni < 4; ni++) {
+            for (int ni = 0; ni < kNi; ni++) {
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const int t = 8 * ni + 2 * tig + e;
@@ -389,7 +395,7 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const MmaArgs a, const Ex
                     const float swv = sw[r * NG + g];
                     const float mwv = W::kMins ? mw[r * 8 + piece] : 0.0f;
 #pragma unroll
-                    for (int ni = 0; ni < 4; ni++) {
+                    for (int ni = 0; ni < kNi; ni++) {
 #pragma unroll
                         for (int e = 0; e < 2; e++) {
                             float& o = acc[mi][ni][2 * h + e];
@@ -412,7 +418,7 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const MmaArgs a, const Ex
         for (int h = 0; h < 2; h++) {
             const int r = warp * 32 + gid + 16 * mi + 8 * h;
 #pragma unroll
-            for (int ni = 0; ni < 4; ni++) {
+            for (int ni = 0; ni < kNi; ni++) {
 #pragma unroll
                 for (int e = 0; e < 2; e++) cs[r * cstride + 8 * ni + 2 * tig + e] = acc[mi][ni][2 * h + e];
             }

@@ -86,7 +86,7 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "f32, float32 throughout (slower; the golden files' exact/ logits are its reference)");
     a.option("--gpu-prefill", &gpu_prefill, "tensor|pass|tokens",
              "GPU prefill: tensor, each layer over all of a pass's tokens (up to -ub) at once, the products "
-             "of quantized weights on tensor cores (equal to decoding within rounding); pass, the same "
+             "of quantized and float32 weights on tensor cores (equal to decoding within rounding); pass, the same "
              "passes with decode's kernels (logits bit for bit those of decoding token by token, slower); "
              "tokens, one token at a time (to compare)");
     a.option("--gpu-prefill-attention", &gpu_prefill_attention, "decode|tiles",

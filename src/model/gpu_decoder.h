@@ -8,7 +8,8 @@
 // in VRAM, or the rest read from the mapped RAM tier), else a layer's
 // misses copied as one batch on a copy stream. Prefill: up to --ubatch
 // tokens through each layer at once, every expert the pass uses read and
-// copied once, the matrix products on tensor cores (equal to token-by-token
+// copied once, the matrix products on tensor cores (quantized weights as
+// int8, float32 ones and attention in split f16; equal to token-by-token
 // decoding within rounding; --gpu-prefill pass: decode's kernels, bit for
 // bit). Covers grouped-query attention (q/k/v and output biases, q/k
 // RMSNorm per head, whole or after RoPE, NeoX or adjacent-pair RoPE on some

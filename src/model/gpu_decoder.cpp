@@ -479,8 +479,10 @@ public:
     // cores: 5,300 tok/s in passes of 512, 7,490 of 2,048, 7,950 of 4,096
     // (docs/gpu.md, twenty-seventh session); a pass's rows of 2,048 tokens
     // take some 0.42 GB of VRAM on that model (new_prefill_rows), of 4,096
-    // twice that, taken from the expert cache where VRAM is short.
-    int default_ubatch() const override { return 2048; }
+    // twice that, taken from the expert cache where VRAM is short. Several
+    // sequences (serve's slots) each hold their rows: 512 keeps 32 of them
+    // at some 3.4 GB where 2,048 would take 13.
+    int default_ubatch(int sequences) const override { return sequences > 1 ? 512 : 2048; }
     // The tensors `spec` names, declared as for the CPU decoder
     // (model/decoder_weights.h), of which missing_feature() has let through
     // only what the GPU runs; each weight a kernel reads must be of a type
@@ -2096,8 +2098,7 @@ private:
                 // else (bit for bit decoding's, or batched decode's rows of
                 // several sequences) the decode kernel, a launch a run of
                 // tokens.
-                const bool tiled = options_.prefill_tensor_cores && options_.prefill_attention_tiles &&
-                                   !decode_rows_ && !seq &&
+                const bool tiled = rounding_pass() && options_.prefill_attention_tiles && !seq &&
                                    gpu::attention_tiled(q, kc, vc, pos, c.n_head, c.n_head_kv, c.head_dim, scale, att,
                                                         s, a.q_gate ? nullptr : att8, n, b.kv_planes.data(), a.window,
                                                         d.sinks, int(a.chunk));

@@ -147,10 +147,14 @@ public:
     virtual bool one_token_per_pass() const { return false; }
 
     // Tokens a piece of a layer takes when -ub is not given (its scratch
-    // rows): the CPU's pieces stay small (the rows count in --mem and a
-    // piece's experts are read once either way); the GPU's passes run each
-    // expert's tokens as tensor-core tiles, which fill better with more.
-    virtual int default_ubatch() const { return 512; }
+    // rows), for a model that `sequences` sequences will share (each keeps
+    // its own rows): the CPU's pieces stay small (the rows count in --mem
+    // and a piece's experts are read once either way); the GPU's passes run
+    // each expert's tokens as tensor-core tiles, which fill better with more.
+    virtual int default_ubatch(int sequences) const {
+        (void)sequences;
+        return 512;
+    }
 
     // Routes each token to k experts instead of the file's expert_used_count
     // (Flash-MoE's speed knob: fewer experts, fewer bytes a token, other

@@ -80,7 +80,7 @@ std::unique_ptr<Session> Session::fork(const SamplerParams& sampling) const {
 
 std::unique_ptr<Session> Session::open(const SessionOptions& o, const ExpertSourceFactory& make_experts,
                                        const std::function<void(const char*, uint64_t, uint64_t)>& progress) {
-    if (o.n_batch < 1 || o.n_ubatch < 0) throw std::runtime_error("batch sizes must be at least 1");
+    if (o.n_batch < 1 || o.n_ubatch < 0) throw std::runtime_error("-b must be at least 1 and -ub at least 0");
     std::unique_ptr<Session> s(new Session(GgufFile::open(o.model_path), o));
     if (o.experts_per_token > 0) s->model_->set_experts_per_token(o.experts_per_token);
     if (o.nextn) s->model_->enable_nextn(*s->file_);
@@ -92,8 +92,7 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o, const ExpertSour
 
     StateOptions so;
     so.n_ctx = o.n_ctx > 0 ? o.n_ctx : c.n_ctx_train;
-    const int model_ubatch = s->model_->default_ubatch();
-    const int ubatch = o.n_ubatch > 0 ? o.n_ubatch : o.n_sequences > 1 ? std::min(512, model_ubatch) : model_ubatch;
+    const int ubatch = o.n_ubatch > 0 ? o.n_ubatch : s->model_->default_ubatch(o.n_sequences);
     so.max_batch = int(std::min<int64_t>(std::min(ubatch, o.n_batch), so.n_ctx));
     // Models that run layer by layer take the whole logical batch per call;
     // the others take a piece at a time.

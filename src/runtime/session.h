@@ -23,11 +23,9 @@ struct SessionOptions {
     std::string model_path;
     int64_t n_ctx = 4096;              // 0: the model's training context
     int n_batch = 4096;                // most prompt tokens per forward call, evaluated layer by layer
-    int n_ubatch = 0;                  // most tokens per piece of a layer (scratch rows); 0: see n_sequences
-    // Sequences that will share the model (serve's slots, run --parallel):
-    // each keeps its own pass rows, so with -ub 0 one takes
-    // Model::default_ubatch and several take at most 512 (on the GPU some
-    // 0.2 MB of VRAM a token of -ub each on qwen3-30b-a3b).
+    int n_ubatch = 0;                  // most tokens per piece of a layer (scratch rows); 0: Model::default_ubatch
+    // Sequences that will share the model (serve's slots, run --parallel),
+    // each keeping its own pass rows: what -ub 0's default is chosen for.
     int n_sequences = 1;
     GgmlType kv_type = GgmlType::F16;  // F16, F32 or Q8_0
     int n_threads = 0;                 // 0: one per CPU

@@ -70,6 +70,17 @@ run() {
   grep -E "^decode:|^prefill:|^gpu: (VRAM|the host|misses split|--gpu-ram-tier)" $P/$name.err | head -6
 }
 
+# A prompt pass of N random tokens (then one token) by moestream on $M:
+# name binary N flags... (MEM: --mem, 80G unless set). The prefill line and,
+# with --gpu-profile, the stages.
+prompt_run() {
+  local name=$1 bin=$2 N=$3; shift 3
+  [ $(left) -lt 25 ] && { echo "== $name: skipped, $(left) s left"; return; }
+  timeout $(( $(left) - 8 )) $bin run -m $M -n 1 --ignore-eos --temp 0 --draft off --mem ${MEM:-80G} -c 8192 \
+    --io buffered -t 16 --gpu auto --seed 3 --random-prompt $N --report $P/$name.json "$@" > /dev/null 2> $P/$name.err
+  echo "== $name: exit $?"; grep -E "^prefill:|router|attention \+|gate/up|q,k,v|output matvec" $P/$name.err | head -8
+}
+
 # llama-bench on $M: name, flags... Each repetition's tok/s is in the JSON's
 # samples_ts: the median is read from there. LBARGS replaces the tests
 # (-p 512 -n 128): llama-bench appends a repeated -p or -n to the list.

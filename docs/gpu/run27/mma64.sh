@@ -27,27 +27,20 @@ if [[ $STEPS == *t* ]]; then
 fi
 [[ $STEPS == *[ql]* ]] && wait $syn
 xz -dc $D/moestream-32.xz > /tmp/moestream-32 && chmod +x /tmp/moestream-32
-one() {  # name binary model tokens [flags]
-  local name=$1 bin=$2 m=$3 N=$4; shift 4
-  [ $(left) -lt 25 ] && { echo "== $name: skipped"; return; }
-  timeout $(( $(left) - 8 )) $bin run -m $m -n 1 --ignore-eos --temp 0 --draft off --mem 80G -c 8192 \
-    --io buffered -t 16 --gpu auto --seed 3 --random-prompt $N --report $P/$name.json "$@" > /dev/null 2> $P/$name.err
-  echo "== $name: exit $?"; grep -E "^prefill:|attention \+|gate/up|q,k,v|output matvec|down" $P/$name.err | head -7
-}
-ab() {  # label model reps
-  local label=$1 m=$2 reps=$3
+ab() {  # label model reps: the two builds interleaved
+  local label=$1 reps=$3; M=$2
   for r in $(seq 1 $reps); do
     for N in 512 4096; do
-      one ${label}_64_${N}_$r $BIN/moestream $m $N
-      one ${label}_32_${N}_$r /tmp/moestream-32 $m $N
+      prompt_run ${label}_64_${N}_$r $BIN/moestream $N
+      prompt_run ${label}_32_${N}_$r /tmp/moestream-32 $N
     done
   done
 }
 if [[ $STEPS == *q* ]]; then
   ab q30 /tmp/q30.gguf 2
   for N in 512 4096; do
-    one q30_64_${N}_prof $BIN/moestream /tmp/q30.gguf $N --gpu-profile
-    one q30_32_${N}_prof /tmp/moestream-32 /tmp/q30.gguf $N --gpu-profile
+    prompt_run q30_64_${N}_prof $BIN/moestream $N --gpu-profile
+    prompt_run q30_32_${N}_prof /tmp/moestream-32 $N --gpu-profile
   done
 fi
 if [[ $STEPS == *g* ]]; then synth gpt-oss-120b /tmp/gptoss.gguf --layers 12; ab gptoss /tmp/gptoss.gguf 1; fi

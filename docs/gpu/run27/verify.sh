@@ -33,13 +33,8 @@ fi
 [[ $STEPS == *[ql]* ]] && wait $syn
 if [[ $STEPS == *q* && -f $D/moestream-old.xz ]]; then
   xz -dc $D/moestream-old.xz > /tmp/moestream-old && chmod +x /tmp/moestream-old
-  one() {  # name binary tokens ub [flags]
-    local name=$1 bin=$2 N=$3 ub=$4; shift 4
-    [ $(left) -lt 25 ] && { echo "== $name: skipped"; return; }
-    timeout $(( $(left) - 8 )) $bin run -m /tmp/q30.gguf -n 1 --ignore-eos --temp 0 --draft off --mem 60G -c 8192 \
-      --io buffered -t 16 --gpu auto --seed 3 --random-prompt $N -ub $ub --report $P/$name.json "$@" > /dev/null 2> $P/$name.err
-    echo "== $name: exit $?"; grep -E "^prefill:|router|attention \+|attention |gate/up|q,k,v" $P/$name.err | head -7
-  }
+  M=/tmp/q30.gguf
+  one() { local name=$1 bin=$2 N=$3 ub=$4; shift 4; MEM=60G prompt_run $name $bin $N -ub $ub "$@"; }
   for r in 1 2; do
     for N in 512 4096; do
       for ub in 512 2048 4096; do

@@ -198,8 +198,9 @@ void expert_gate_up_tokens(GgmlType t, const uint8_t* const* table, const Expert
 // expert_gate_up_tokens over a pass's rows as integer matrix products
 // (mma.sync, int8 x int8 -> int32) of the weights' quants and the 8-bit
 // rows x.q (which must be set), each block's sum scaled in float as the
-// decode kernels scale it: their arithmetic but for the order of the float
-// additions, so equal to them within rounding, not bit for bit. An output
+// decode kernels scale it (the K-quants: a 256-column chunk's sums times
+// their integer scales added as integers, then scaled once), so equal to
+// them within rounding, not bit for bit. An output
 // does not depend on the other inputs of its tile. Weights Q4_K, Q5_K,
 // Q6_K, Q8_0 and MXFP4 (mma_supports); the callers take the kernels above
 // for other types and for float x. Expert tiles hold up to kMmaTile pairs.

@@ -3,20 +3,26 @@
 // (of one matrix, or 64 of an expert's gate and the same 64 of its up) and
 // up to kMmaTile (32) inputs (a dense pass's consecutive rows, or one tile
 // of the pairs an expert takes), and walks the columns 256 at a time: the
-// weights' quants unpacked into shared memory as int8 with a float scale
-// per group of 32 (16 for Q6_K) and, for Q4_K/Q5_K, the group's min; the
-// inputs' 8-bit rows (quantize_act's Q8_K for the K-quants, Q8_0 for Q8_0
-// and MXFP4) beside them. Each warp multiplies its 32 rows by the block's
-// inputs group by group with mma.sync (s8 x s8 -> s32: m16n8k32, or
-// m16n8k16 for Q6_K's groups of 16), exact integer sums, then scales each
-// group's sum into float accumulators as the decode kernels do a block's
-// (weight scale x activation scale x integer sum, less min x activation
-// sum). So the arithmetic is decode's but for the order of the float
-// additions, and an output does not depend on which other inputs share
-// its tile. Why int8 and not bf16 tiles: the activations are already in
-// 8-bit blocks with a scale each (no range or rounding of their own to
-// add), the weights' quants are small integers (exact in int8), and the
-// integer MMA runs at twice bf16's rate.
+// weights' quants unpacked into shared memory as int8 with the scales of
+// their groups of 32 (16 for Q6_K) and, for Q4_K/Q5_K, the groups' mins;
+// the inputs' 8-bit rows (quantize_act's Q8_K for the K-quants, Q8_0 for
+// Q8_0 and MXFP4) beside them. Each warp multiplies its 32 rows by the
+// block's inputs group by group with mma.sync (s8 x s8 -> s32: m16n8k32,
+// or m16n8k16 for Q6_K's groups of 16), exact integer sums. Q8_0 and MXFP4
+// then scale each group's sum into float accumulators (weight scale x
+// activation scale x sum), as the decode kernels do a block's. The
+// K-quants' group scales and mins are small integers and their activations
+// have one scale per 256 columns, so a chunk's sums times their scales, and
+// its mins times the groups' activation sums, are added as integers (exact)
+// and scaled once a chunk (super-block d or dmin x activation scale): a
+// quarter of the float work a group, which bounded the loop (the integer
+// MMA is cheap beside the scaling around it), and closer to the exact
+// product than decode's float sums. Prefill therefore equals decode within
+// rounding, not bit for bit (issue 34's contract); an output does not
+// depend on which other inputs share its tile. Why int8 and not bf16
+// tiles: the activations are already in 8-bit blocks with a scale each (no
+// range or rounding of their own to add), the weights' quants are small
+// integers (exact in int8), and the integer MMA runs at twice bf16's rate.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -44,6 +50,14 @@ constexpr int kNi = kPairs / 8;       // n-tiles of 8 inputs a warp multiplies
 constexpr int kChunk = 256;           // columns a stage
 constexpr int kStride = kChunk + 16;  // bytes a shared row: rows 4 banks apart, so fragment loads meet no conflict
 constexpr int kThreads = 128;         // 4 warps of 32 rows each
+// The copies into shared memory run in whole rounds of the block's threads,
+// unrolled (the weights' eight rounds four at a time), so a thread's loads
+// are in flight together instead of each round waiting on L2 in turn; with
+// at most 128 registers a thread (4 blocks an SM). On an H100 this took
+// qwen3-30b-a3b's shapes 4-15 % faster than one round at a time and 168
+// registers (docs/gpu.md, twenty-eighth session); unrolling all eight
+// spilled and was slower.
+static_assert(kRows * 8 % kThreads == 0 && kPairs * 16 % kThreads == 0 && kPairs * 8 % kThreads == 0);
 
 struct MmaArgs {
     const uint8_t* w0;  // a dense matrix, or null (experts: table)
@@ -79,10 +93,13 @@ __device__ __forceinline__ uint32_t fp4_values(uint32_t codes) {
 }
 
 // Weights, by type: piece s (32 columns) of 256-column chunk c of a row,
-// unpacked into q (32 int8, 8 words), its group scales (kGroup 32: one;
-// 16: two) and, where kMins, the amount its min takes per unit of the
-// activations' sum. nb: the row's blocks (pieces past them are zeros).
-// kSuper: the activations are Q8_K (a scale per 256), else Q8_0.
+// unpacked into q (32 int8, 8 words) and its scales. kSuper (the K-quants,
+// whose activations are Q8_K, a scale per 256): the piece's integer
+// sub-block scales (kGroup 32: one; 16: two) and, where kMins, its integer
+// min, with the super-block's float d and dmin from d_dmin; so a chunk's
+// integer sums are scaled once, not group by group. Else (activations Q8_0,
+// a scale per 32): the group's float scale. nb: the row's blocks (pieces
+// past them are zeros).
 template <GgmlType T>
 struct MmaWeights;
 
@@ -97,20 +114,11 @@ __device__ __forceinline__ void scale_min_k4(const uint8_t* q, int j, int* sc, i
     }
 }
 
-// Q4_K's and Q5_K's sub-block s: d times its scale, dmin times its min.
-__device__ __forceinline__ void k4_scales(const uint8_t* block, int s, float* scale, float* mn) {
-    int sc, m;
-    scale_min_k4(block + 4, s, &sc, &m);
-    scale[0] = half_value(block) * float(sc);
-    *mn = half_value(block + 2) * float(m);
-}
-
 template <>
 struct MmaWeights<GgmlType::Q4_K> {
     static constexpr int kGroup = 32;
     static constexpr bool kMins = true, kSuper = true;
-    __device__ static void piece(const uint8_t* row, int64_t, int64_t c, int s, uint32_t (&q)[8], float* scale,
-                                 float* mn) {
+    __device__ static void piece(const uint8_t* row, int64_t c, int s, uint32_t (&q)[8], int (&sc)[2], int* mn) {
         const uint8_t* b = row + c * int64_t(sizeof(BlockQ4_K));
         const uint4* qs = reinterpret_cast<const uint4*>(b + 16 + 32 * (s / 2));
         const uint4 v0 = qs[0], v1 = qs[1];
@@ -118,7 +126,11 @@ struct MmaWeights<GgmlType::Q4_K> {
         const int shift = 4 * (s % 2);
 #pragma unroll
         for (int k = 0; k < 8; k++) q[k] = (w[k] >> shift) & 0x0F0F0F0Fu;
-        k4_scales(b, s, scale, mn);
+        scale_min_k4(b + 4, s, &sc[0], mn);
+    }
+    __device__ static float2 d_dmin(const uint8_t* row, int64_t c) {
+        const uint8_t* b = row + c * int64_t(sizeof(BlockQ4_K));
+        return make_float2(half_value(b), half_value(b + 2));
     }
 };
 
@@ -126,8 +138,7 @@ template <>
 struct MmaWeights<GgmlType::Q5_K> {
     static constexpr int kGroup = 32;
     static constexpr bool kMins = true, kSuper = true;
-    __device__ static void piece(const uint8_t* row, int64_t, int64_t c, int s, uint32_t (&q)[8], float* scale,
-                                 float* mn) {
+    __device__ static void piece(const uint8_t* row, int64_t c, int s, uint32_t (&q)[8], int (&sc)[2], int* mn) {
         const uint8_t* b = row + c * int64_t(sizeof(BlockQ5_K));
         const uint4* qh = reinterpret_cast<const uint4*>(b + 16);
         const uint4* qs = reinterpret_cast<const uint4*>(b + 48 + 32 * (s / 2));
@@ -137,7 +148,11 @@ struct MmaWeights<GgmlType::Q5_K> {
         const int shift = 4 * (s % 2);
 #pragma unroll
         for (int k = 0; k < 8; k++) q[k] = ((w[k] >> shift) & 0x0F0F0F0Fu) | (((h[k] >> s) & 0x01010101u) << 4);
-        k4_scales(b, s, scale, mn);
+        scale_min_k4(b + 4, s, &sc[0], mn);
+    }
+    __device__ static float2 d_dmin(const uint8_t* row, int64_t c) {
+        const uint8_t* b = row + c * int64_t(sizeof(BlockQ5_K));
+        return make_float2(half_value(b), half_value(b + 2));
     }
 };
 
@@ -149,8 +164,7 @@ template <>
 struct MmaWeights<GgmlType::Q6_K> {
     static constexpr int kGroup = 16;
     static constexpr bool kMins = false, kSuper = true;
-    __device__ static void piece(const uint8_t* row, int64_t, int64_t c, int s, uint32_t (&q)[8], float* scale,
-                                 float*) {
+    __device__ static void piece(const uint8_t* row, int64_t c, int s, uint32_t (&q)[8], int (&sc)[2], int*) {
         const uint8_t* b = row + c * int64_t(sizeof(BlockQ6_K));
         const int n = s / 4, i = s % 4;
         const uint8_t* ql = b + 64 * n + 32 * (i % 2);
@@ -162,9 +176,11 @@ struct MmaWeights<GgmlType::Q6_K> {
                                (((word2(qh + 4 * k) >> hshift) & 0x03030303u) << 4);
             q[k] = __vsub4(v, 0x20202020u);
         }
-        const float d = half_value(b + 208);
-        scale[0] = d * float(int8_t(b[192 + 2 * s]));
-        scale[1] = d * float(int8_t(b[192 + 2 * s + 1]));
+        sc[0] = int8_t(b[192 + 2 * s]);
+        sc[1] = int8_t(b[192 + 2 * s + 1]);
+    }
+    __device__ static float2 d_dmin(const uint8_t* row, int64_t c) {
+        return make_float2(half_value(row + c * int64_t(sizeof(BlockQ6_K)) + 208), 0.0f);
     }
 };
 
@@ -184,8 +200,7 @@ template <>
 struct MmaWeights<GgmlType::Q8_0> {
     static constexpr int kGroup = 32;
     static constexpr bool kMins = false, kSuper = false;
-    __device__ static void piece(const uint8_t* row, int64_t nb, int64_t c, int s, uint32_t (&q)[8], float* scale,
-                                 float*) {
+    __device__ static void piece(const uint8_t* row, int64_t nb, int64_t c, int s, uint32_t (&q)[8], float* scale) {
         const uint8_t* b = block32(row, nb, c, s, sizeof(BlockQ8_0), q, scale);
         if (!b) return;
 #pragma unroll
@@ -201,8 +216,7 @@ template <>
 struct MmaWeights<GgmlType::MXFP4> {
     static constexpr int kGroup = 32;
     static constexpr bool kMins = false, kSuper = false;
-    __device__ static void piece(const uint8_t* row, int64_t nb, int64_t c, int s, uint32_t (&q)[8], float* scale,
-                                 float*) {
+    __device__ static void piece(const uint8_t* row, int64_t nb, int64_t c, int s, uint32_t (&q)[8], float* scale) {
         const uint8_t* b = block32(row, nb, c, s, sizeof(BlockMXFP4), q, scale);
         if (!b) return;
 #pragma unroll
@@ -240,20 +254,21 @@ __device__ __forceinline__ uint32_t shared_word(const uint8_t* base, int row, in
 template <GgmlType T>
 constexpr size_t mma_smem() {
     constexpr int groups = kChunk / MmaWeights<T>::kGroup;
-    return size_t(kRows + kPairs) * kStride + size_t(kRows) * (groups + 8) * 4 + size_t(kPairs) * 16 * 4;
+    return size_t(kRows + kPairs) * kStride + size_t(kRows) * (groups + 10) * 4 + size_t(kPairs) * 16 * 4;
 }
 
 template <GgmlType T>
-__global__ void __launch_bounds__(kThreads) mma_kernel(const MmaArgs a, const ExpertExtras x) {
+__global__ void __launch_bounds__(kThreads, 4) mma_kernel(const MmaArgs a, const ExpertExtras x) {
     using W = MmaWeights<T>;
     constexpr int G = W::kGroup, NG = kChunk / G;
     extern __shared__ __align__(16) uint8_t smem[];
     uint8_t* As = smem;                   // kRows x kStride: the weights' int8 values
     uint8_t* Bs = As + kRows * kStride;   // kPairs x kStride: the inputs'
-    float* sw = reinterpret_cast<float*>(Bs + kPairs * kStride);  // kRows x NG: group scales
-    float* mw = sw + kRows * NG;          // kRows x 8: mins (Q4_K, Q5_K)
-    float* dx = mw + kRows * 8;           // kPairs x 8: the inputs' scale, a 32-column piece
-    float* xs = dx + kPairs * 8;          // kPairs x 8: dx times the piece's sum (for the mins)
+    float* sw = reinterpret_cast<float*>(Bs + kPairs * kStride);  // kRows x NG: group scales (kSuper: ints)
+    float* mw = sw + kRows * NG;          // kRows x 8: mins (Q4_K, Q5_K; ints)
+    float* dd = mw + kRows * 8;           // kRows x 2: kSuper's d and dmin
+    float* dx = dd + kRows * 2;           // kPairs x 8: the inputs' scale, a 32-column piece
+    float* xs = dx + kPairs * 8;          // kPairs x 8: the piece's sum of the activations (mins; ints)
     __shared__ int in_rows[kPairs];
     chain_start();
     int first, count, id = 0;
@@ -280,27 +295,41 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const MmaArgs a, const Ex
     float acc[2][kNi][4] = {};
     for (int64_t c = 0; c < chunks; c++) {
         __syncthreads();  // the last chunk's fragments are read (and in_rows written)
-        for (int i = threadIdx.x; i < kRows * 8; i += kThreads) {
-            const int r = i / 8, s = i % 8;
+#pragma unroll 4
+        for (int it = 0; it < kRows * 8 / kThreads; it++) {
+            const int i = int(threadIdx.x) + it * kThreads, r = i / 8, s = i % 8;
             const bool up = a.gate_up && r >= out_rows;
             const int64_t rr = min(r0 + (r % out_rows), a.rows - 1);  // clamped: written only if < rows
             const uint8_t* row = w + (up ? a.offset2 : a.offset) + rr * int64_t(a.row_bytes);
             uint32_t q[8];
-            float scale[2] = {0, 0}, mn = 0;
-            W::piece(row, nb, c, s, q, scale, &mn);
+            if constexpr (W::kSuper) {
+                int sc[2] = {0, 0}, mn = 0;
+                W::piece(row, c, s, q, sc, &mn);
+                int* isw = reinterpret_cast<int*>(sw);
+                if constexpr (G == 32) {
+                    isw[r * NG + s] = sc[0];
+                } else {
+                    isw[r * NG + 2 * s] = sc[0];
+                    isw[r * NG + 2 * s + 1] = sc[1];
+                }
+                if constexpr (W::kMins) reinterpret_cast<int*>(mw)[r * 8 + s] = mn;
+                if (s == 0) {
+                    const float2 d = W::d_dmin(row, c);
+                    dd[2 * r] = d.x;
+                    dd[2 * r + 1] = d.y;
+                }
+            } else {
+                float scale = 0;
+                W::piece(row, nb, c, s, q, &scale);
+                sw[r * NG + s] = scale;
+            }
             uint4* dst = reinterpret_cast<uint4*>(As + r * kStride + 32 * s);
             dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
             dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
-            if constexpr (G == 32) {
-                sw[r * NG + s] = scale[0];
-            } else {
-                sw[r * NG + 2 * s] = scale[0];
-                sw[r * NG + 2 * s + 1] = scale[1];
-            }
-            if constexpr (W::kMins) mw[r * 8 + s] = mn;
         }
-        for (int i = threadIdx.x; i < kPairs * 16; i += kThreads) {
-            const int t = i / 16, p = i % 16;
+#pragma unroll
+        for (int it = 0; it < kPairs * 16 / kThreads; it++) {
+            const int i = int(threadIdx.x) + it * kThreads, t = i / 16, p = i % 16;
             const int64_t col = c * kChunk + p * 16;
             uint4 v = make_uint4(0, 0, 0, 0);
             if (in_rows[t] >= 0 && col < a.cols) {
@@ -309,8 +338,9 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const MmaArgs a, const Ex
             }
             *reinterpret_cast<uint4*>(Bs + t * kStride + p * 16) = v;
         }
-        for (int i = threadIdx.x; i < kPairs * 8; i += kThreads) {
-            const int t = i / 8, s = i % 8;
+#pragma unroll
+        for (int it = 0; it < kPairs * 8 / kThreads; it++) {
+            const int i = int(threadIdx.x) + it * kThreads, t = i / 8, s = i % 8;
             float d = 0;
             if (in_rows[t] >= 0 && c * kChunk + 32 * s < a.cols) {
                 const float* scales = reinterpret_cast<const float*>(a.xq + size_t(in_rows[t]) * a.xq_stride + 2 * a.cols);
@@ -319,7 +349,7 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const MmaArgs a, const Ex
             dx[t * 8 + s] = d;
         }
         __syncthreads();
-        if constexpr (W::kMins) {
+        if constexpr (W::kMins) {  // each piece's sum of the activations, for the mins
             for (int i = threadIdx.x; i < kPairs * 8; i += kThreads) {
                 const int t = i / 8, s = i % 8;
                 const int4* v = reinterpret_cast<const int4*>(Bs + t * kStride + 32 * s);
@@ -332,14 +362,18 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const MmaArgs a, const Ex
                     sum = __dp4a(u.z, 0x01010101, sum);
                     sum = __dp4a(u.w, 0x01010101, sum);
                 }
-                xs[t * 8 + s] = dx[t * 8 + s] * float(sum);
+                reinterpret_cast<int*>(xs)[t * 8 + s] = sum;
             }
             __syncthreads();
         }
+        // kSuper: the chunk's sums of group sums times their integer scales,
+        // exact (|sum| < 2^27: 16 groups of 16 products of 6-bit quants by
+        // 8-bit activations, times 8-bit scales at most), scaled once below.
+        int isum[2][kNi][4] = {};
+        const int row0 = warp * 32 + gid;
 #pragma unroll 2
         for (int g = 0; g < NG; g++) {
             int cs[2][kNi][4];
-            const int row0 = warp * 32 + gid;
             if constexpr (G == 32) {
                 uint32_t af[2][4], bf[kNi][2];
 #pragma unroll
@@ -376,31 +410,93 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const MmaArgs a, const Ex
                     for (int ni = 0; ni < kNi; ni++) mma_k16(cs[mi][ni], af[mi], bf[ni]);
                 }
             }
-            const int piece = G == 32 ? g : g / 2;
-            float dxv[kNi][2], xsv[kNi][2];
+            if constexpr (W::kSuper) {
+                const int* isw = reinterpret_cast<const int*>(sw);
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int scv = isw[(row0 + 16 * mi + 8 * h) * NG + g];
+#pragma unroll
+                        for (int ni = 0; ni < kNi; ni++) {
+                            isum[mi][ni][2 * h] += scv * cs[mi][ni][2 * h];
+                            isum[mi][ni][2 * h + 1] += scv * cs[mi][ni][2 * h + 1];
+                        }
+                    }
+                }
+            } else {
+                float dxv[kNi][2];
+#pragma unroll
+                for (int ni = 0; ni < kNi; ni++) {
+#pragma unroll
+                    for (int e = 0; e < 2; e++) dxv[ni][e] = dx[(8 * ni + 2 * tig + e) * 8 + g];
+                }
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const float swv = sw[(row0 + 16 * mi + 8 * h) * NG + g];
+#pragma unroll
+                        for (int ni = 0; ni < kNi; ni++) {
+#pragma unroll
+                            for (int e = 0; e < 2; e++) {
+                                float& o = acc[mi][ni][2 * h + e];
+                                o = fmaf(swv, dxv[ni][e] * int_float(cs[mi][ni][2 * h + e]), o);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if constexpr (W::kSuper) {
+            // The mins' part: sum over the pieces of min x the piece's
+            // activation sum (|.| < 2^21), then both parts scaled by the
+            // super-block's d or dmin and the inputs' Q8_K scale.
+            int msum[2][kNi][4] = {};
+            if constexpr (W::kMins) {
+                const int* imw = reinterpret_cast<const int*>(mw);
+                const int* ixs = reinterpret_cast<const int*>(xs);
+#pragma unroll 2
+                for (int p = 0; p < 8; p++) {
+                    int xv[kNi][2];
+#pragma unroll
+                    for (int ni = 0; ni < kNi; ni++) {
+#pragma unroll
+                        for (int e = 0; e < 2; e++) xv[ni][e] = ixs[(8 * ni + 2 * tig + e) * 8 + p];
+                    }
+#pragma unroll
+                    for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int mv = imw[(row0 + 16 * mi + 8 * h) * 8 + p];
+#pragma unroll
+                            for (int ni = 0; ni < kNi; ni++) {
+                                msum[mi][ni][2 * h] += mv * xv[ni][0];
+                                msum[mi][ni][2 * h + 1] += mv * xv[ni][1];
+                            }
+                        }
+                    }
+                }
+            }
+            float dxv[kNi][2];
 #pragma unroll
             for (int ni = 0; ni < kNi; ni++) {
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int t = 8 * ni + 2 * tig + e;
-                    dxv[ni][e] = dx[t * 8 + piece];
-                    xsv[ni][e] = W::kMins ? xs[t * 8 + piece] : 0.0f;
-                }
+                for (int e = 0; e < 2; e++) dxv[ni][e] = dx[(8 * ni + 2 * tig + e) * 8];
             }
 #pragma unroll
             for (int mi = 0; mi < 2; mi++) {
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int r = row0 + 16 * mi + 8 * h;
-                    const float swv = sw[r * NG + g];
-                    const float mwv = W::kMins ? mw[r * 8 + piece] : 0.0f;
+                    const float d = dd[2 * r], dmin = dd[2 * r + 1];
 #pragma unroll
                     for (int ni = 0; ni < kNi; ni++) {
 #pragma unroll
                         for (int e = 0; e < 2; e++) {
                             float& o = acc[mi][ni][2 * h + e];
-                            o = fmaf(swv, dxv[ni][e] * int_float(cs[mi][ni][2 * h + e]), o);
-                            if constexpr (W::kMins) o = fmaf(-mwv, xsv[ni][e], o);
+                            o = fmaf(d * dxv[ni][e], __int2float_rn(isum[mi][ni][2 * h + e]), o);
+                            if constexpr (W::kMins) o = fmaf(-dmin * dxv[ni][e], __int2float_rn(msum[mi][ni][2 * h + e]), o);
                         }
                     }
                 }

@@ -1212,6 +1212,29 @@ private:
             gpu::matmul(t, w, rows, cols, n, x, y, s, add, parts_of);
         }
     }
+    // Products of a pass that read the same rows and write apart (q, k and
+    // v; MLA's two compressions), launched at once: the first on the
+    // compute stream, the others on side streams joined back to it. A short
+    // pass gives the small ones a few blocks each (qwen3-30b-a3b's k at 512
+    // tokens: 4 row blocks x 16 tiles of inputs, 64 blocks on 132 SMs), so
+    // one after another each took about as long as q's whole grid.
+    // Decoding's passes (forward_batch's rows) keep one stream. stream(i):
+    // product i's; join(k) after k products.
+    gpu::Stream fork() const {
+        if (rounding_pass()) {
+            gpu::record(forked_, compute_);
+            for (gpu::Stream t : side_) gpu::wait(t, forked_);
+        }
+        return compute_;
+    }
+    gpu::Stream stream(int i) const { return i == 0 || !rounding_pass() ? compute_ : side_[size_t(i - 1)]; }
+    void join(int k) const {
+        for (int i = 1; i < k && rounding_pass(); i++) {
+            gpu::record(joined_[size_t(i - 1)], side_[size_t(i - 1)]);
+            gpu::wait(compute_, joined_[size_t(i - 1)]);
+        }
+    }
+
     // Whether layer il's experts run on tensor cores in a pass (all three
     // matrices' types covered; their inputs' widths take 8-bit rows).
     bool tensor_experts(int il) const {
@@ -1285,14 +1308,17 @@ private:
         return {dev, n_tiles, dev + tile_ints, dev + tile_ints};
     }
 
-    // k matrices over the same n rows of x (y[i] = w[i] . x): one token as
-    // decode's one matvec_multi launch, a pass as a matmul each.
+    // k (at most 3) matrices over the same n rows of x (y[i] = w[i] . x):
+    // one token as decode's one matvec_multi launch, a pass as a matmul
+    // each, at once (fork).
     void rows_products(int k, const GgmlType* types, const void* const* w, const int64_t* rows, int64_t cols, int n,
                        gpu::Act x, float* const* y) const {
         if (n == 1) {
             gpu::matvec_multi(k, types, w, rows, cols, x, y, compute_);
         } else {
-            for (int i = 0; i < k; i++) pass_matmul(types[i], w[i], rows[i], cols, n, x, y[i], compute_, false, 0);
+            fork();
+            for (int i = 0; i < k; i++) pass_matmul(types[i], w[i], rows[i], cols, n, x, y[i], stream(i), false, 0);
+            join(k);
         }
     }
 
@@ -1323,7 +1349,8 @@ private:
     // rows' key caches as seq gives their KV caches.
     void mla_layer(GpuState& st, int il, const MlaRows& r, float* att_part, float* x, int n, gpu::Act xb,
                    const float* cos_sin, const int32_t* pos, const gpu::ExpertTiles& heads,
-                   float* const* seq = nullptr, float* const* index_seq = nullptr) const {
+                   float* const* seq = nullptr, float* const* index_seq = nullptr,
+                   StageProfile* prof = nullptr) const {
         const ModelConfig& c = config_;
         const MlaShape& m = mla_shape_;
         const MlaLayer& l = mla_[size_t(il)];
@@ -1345,6 +1372,13 @@ private:
             gpu::rms_norm(qa, d.mla_q_a_norm, n, m.q_lora, c.rms_eps, qa, s, qa8);
             rows_product(l.wq_b.type, d.mla_wq_b, H * QH, m.q_lora, n, {qa, qa8}, q, false);
         }
+        // --gpu-profile of a pass: the layer's parts as the stages of
+        // grouped-query attention's (projections, the heads' k_b product
+        // with RoPE and the cache row, attention, v_b and the output).
+        auto mark = [&](StageProfile::Stage stage) {
+            if (prof) prof->mark(stage, 0, s);
+        };
+        mark(StageProfile::kAttnIn);
         const bool sparse = !indexer_.empty();
         if (indexed(il)) index_select(st, il, r, n, xb, {qa, qa8}, cos_sin, pos, index_seq);
         if (n == 1) {
@@ -1376,6 +1410,7 @@ private:
         heads_product(l.wk_b, d.mla_k_b, L, m.nope, {qn, quantize(qn, int64_t(HN), m.nope, r.qn8.data())}, lat);
         gpu::copy_rows(qlat, size_t(R) * 4, lat, size_t(L) * 4, size_t(L) * 4, HN, s);
         gpu::copy_rows(qlat + L, size_t(R) * 4, q + m.nope, size_t(QH) * 4, size_t(m.rope) * 4, HN, s);
+        mark(StageProfile::kQkRope);
         // The rows are keys and (their first L values) values: each head's
         // output row is R wide, of which the first L are the latent output.
         float* att = r.att.f32();
@@ -1401,9 +1436,11 @@ private:
                            chosen);
         }
         if (!tiled) gpu::copy_rows(lat, size_t(L) * 4, att, size_t(R) * 4, size_t(L) * 4, HN, s);
+        mark(StageProfile::kAttention);
         float* o = r.o.f32();
         heads_product(l.wv_b, d.mla_v_b, m.v, L, {lat, quantize(lat, int64_t(HN), L, r.lat8.data())}, o);
         rows_product(l.wo.type, d.wo, E, H * m.v, n, {o, quantize(o, n, H * m.v, r.o8.data())}, x, true);
+        mark(StageProfile::kAttnOut);
     }
 
     // Layer il's indexer over n rows (xb: their normed inputs, qa: their
@@ -1690,8 +1727,10 @@ private:
                     bool add) const {
         const gpu::Stream s = compute_;
         const int64_t n_ff = f.gate.rows, E = config_.n_embd;
-        pass_matmul(f.gate.type, d.gate, n_ff, E, n, xb, b.ffn_gate.f32(), s, false, 0);
-        pass_matmul(f.up.type, d.up, n_ff, E, n, xb, b.ffn_up.f32(), s, false, 0);
+        fork();
+        pass_matmul(f.gate.type, d.gate, n_ff, E, n, xb, b.ffn_gate.f32(), stream(0), false, 0);
+        pass_matmul(f.up.type, d.up, n_ff, E, n, xb, b.ffn_up.f32(), stream(1), false, 0);
+        join(2);
         gpu::swiglu(b.ffn_gate.f32(), b.ffn_up.f32(), n * n_ff, b.ffn_hidden.f32(), s);
         void* h8 = quantize(b.ffn_hidden.f32(), n, n_ff, b.ffn_hidden8.data());
         pass_matmul(f.down.type, d.down, E, n_ff, n, {b.ffn_hidden.f32(), h8}, out, s, add, 1);
@@ -2070,16 +2109,20 @@ private:
             } else if (mla()) {
                 float* const* index_seq =
                     seqs && indexed(il) ? layer_seqs + (n_kv_layers_ + indexer_slot_[size_t(il)]) * 2 * n : nullptr;
-                mla_layer(st, il, b.mla, b.att_part.f32(), x, n, {xb, xb8}, cos_sin, pos, head_tiles, seq, index_seq);
+                mla_layer(st, il, b.mla, b.att_part.f32(), x, n, {xb, xb8}, cos_sin, pos, head_tiles, seq, index_seq,
+                          prof);
                 mark(StageProfile::kAttention, mla_[size_t(il)].weight_bytes());
             } else {
                 float* kc = k_rows(st, il);
                 float* vc = v_rows(st, il);
                 // Gated attention: wq gives [q | gate] heads, split below.
-                pass_matmul(a.wq.type, d.wq, a.q_gate ? 2 * Q : Q, E, n, {xb, xb8}, a.q_gate ? b.qg.f32() : q, s, false, 0);
+                fork();
+                pass_matmul(a.wq.type, d.wq, a.q_gate ? 2 * Q : Q, E, n, {xb, xb8}, a.q_gate ? b.qg.f32() : q,
+                            stream(0), false, 0);
+                pass_matmul(a.wk.type, d.wk, KV, E, n, {xb, xb8}, k, stream(1), false, 0);
+                pass_matmul(a.wv.type, d.wv, KV, E, n, {xb, xb8}, v, stream(2), false, 0);
+                join(3);
                 if (a.q_gate) gpu::split_gated_q(b.qg.f32(), c.n_head, c.head_dim, q, s, n);
-                pass_matmul(a.wk.type, d.wk, KV, E, n, {xb, xb8}, k, s, false, 0);
-                pass_matmul(a.wv.type, d.wv, KV, E, n, {xb, xb8}, v, s, false, 0);
                 if (d.bq) {
                     gpu::add(q, d.bq, Q, s, n);
                     gpu::add(k, d.bk, KV, s, n);
@@ -2722,10 +2765,12 @@ private:
         const double t1 = now();
         compute_ = gpu::new_stream();
         copy_ = gpu::new_stream();
+        for (int i = 0; i < 2; i++) side_[i] = gpu::new_stream(), joined_[i] = gpu::new_event();
+        forked_ = gpu::new_event();
         if (options_.profile) {
             profile_ = std::make_unique<StageProfile>("decode", n_run_ * 12 + 4);
-            prefill_profile_ = std::make_unique<StageProfile>("prefill", n_run_ * 12 + 4);
-            batch_profile_ = std::make_unique<StageProfile>("batched decode", n_run_ * 12 + 4);
+            prefill_profile_ = std::make_unique<StageProfile>("prefill", n_run_ * 16 + 4);
+            batch_profile_ = std::make_unique<StageProfile>("batched decode", n_run_ * 16 + 4);
         }
         copied_ = gpu::new_event();
         prefetched_ = gpu::new_event();
@@ -3183,6 +3228,8 @@ private:
     mutable gpu::Event tabled_ = nullptr;
     mutable uint64_t pinned_bytes_ = 0;  // of the RAM tier, page-locked
     mutable gpu::Stream compute_ = nullptr, copy_ = nullptr;
+    mutable gpu::Stream side_[2] = {nullptr, nullptr};  // at_once's
+    mutable gpu::Event forked_ = nullptr, joined_[2] = {nullptr, nullptr};
     mutable gpu::Event copied_ = nullptr;
     mutable std::unique_ptr<StageProfile> profile_, prefill_profile_, batch_profile_;
     mutable int held_ = -1;  // the layer whose copied misses the RAM tier still holds

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 #include "gpu/gpu.h"
+#include "../kbench_time.h"
 using namespace ms;
 static void* dev(const std::vector<float>& v) {
     void* p = gpu::alloc(v.size() * 4);
@@ -21,18 +22,6 @@ static std::vector<float> rnd(size_t n, int seed) {
     std::vector<float> v(n);
     for (auto& x : v) x = d(r);
     return v;
-}
-template <class F>
-double time_us(F f, int reps) {
-    gpu::Stream s = gpu::new_stream();
-    gpu::Event a = gpu::new_event(), b = gpu::new_event();
-    f(s);
-    gpu::sync(s);
-    gpu::record(a, s);
-    for (int i = 0; i < reps; i++) f(s);
-    gpu::record(b, s);
-    gpu::sync(s);
-    return gpu::elapsed_ms(a, b) * 1000.0 / reps;
 }
 // n tokens after pos0 cached positions; useful FLOPs: q.k and p.v over hd,
 // each position a token sees (a window's only).

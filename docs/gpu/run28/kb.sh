@@ -23,4 +23,8 @@ for v in vs:
 print('%-52s' % 'case (best us)' + ''.join('%8s' % v for v in vs))
 for k, r in rows.items():
     print('%-52s' % re.sub(r'\s+', ' ', k)[:52] + ''.join('%8.1f' % min(r.get(v, [0])) for v in vs))
+# kbench_mma's check against decode's kernel: the largest error a variant showed.
+for v in vs:
+    errs = [float(e) for f in glob.glob(os.path.join(d, v + '-*.txt')) for e in re.findall(r'err ([0-9.e+-]+|inf|nan)', open(f).read())]
+    print('%-8s largest err against gpu::matmul: %s' % (v, max(errs) if errs else 'none printed'))
 PY

@@ -1739,8 +1739,11 @@ private:
     // A pass's expert tiles on tensor cores: gate/up and their activation
     // (one launch where gate and up share a type), the hidden rows' 8-bit
     // form, down into b.down.
+    // prof: --gpu-profile's, marked after gate/up (their bytes), so that
+    // down falls in the next stage as in the other paths.
     void tensor_expert_tiles(PrefillRows& b, int il, const gpu::ExpertTiles& g, const gpu::ExpertTiles& gd,
-                             gpu::Act in, int n, const gpu::ExpertExtras& extras) const {
+                             gpu::Act in, int n, const gpu::ExpertExtras& extras, StageProfile* prof,
+                             uint64_t gate_up_bytes) const {
         const gpu::Stream s = compute_;
         const ExpertLayer& el = expert_layers_[size_t(il)];
         const uint8_t* const* table = vram_.table(il);
@@ -1755,6 +1758,7 @@ private:
             gpu::mma_matmul_experts(el.up.type, table, g, vram_.up_offset(il), F, E, in, up, s);
             gpu::swiglu(gate, up, int64_t(n) * K * F, hidden, s);
         }
+        if (prof) prof->mark(StageProfile::kGateUp, gate_up_bytes, s);
         void* hidden8 = quantize(hidden, int64_t(n) * K, F, b.hidden8.data());
         gpu::mma_matmul_experts(el.down.type, table, gd, vram_.down_offset(il), E, F, {hidden, hidden8}, b.down.f32(),
                                 s);
@@ -2215,8 +2219,8 @@ private:
                 gd.tiles += 3 * first;
                 g.n_tiles = gd.n_tiles = count;
                 if (tc) {
-                    tensor_expert_tiles(b, il, g, gd, in, n, d.extras(clamped(), own));
-                    mark(StageProfile::kGateUp, uint64_t(count) * (el.gate.bytes + el.up.bytes));
+                    tensor_expert_tiles(b, il, g, gd, in, n, d.extras(clamped(), own), prof,
+                                        uint64_t(count) * (el.gate.bytes + el.up.bytes));
                     return;
                 }
                 if (el.gate.type == el.up.type) {

@@ -1,15 +1,20 @@
 #!/bin/bash
 # kbench_mma builds side by side (twenty-eighth session): carry a folder
 # (D) whose kb.txz holds kbm-<variant> binaries; VARIANTS names them in
-# the order run, ROUNDS rounds interleaved. Raw output in $OUT/kb/, and the
-# best of the rounds per case and variant printed as one table.
+# the order run, ROUNDS rounds interleaved. Raw output in $OUT/kb.txz, and
+# the best of the rounds per case and variant printed as one table.
 D=${D:-.gpuwork/h30}
-mkdir -p /tmp/kb $OUT/kb && tar xJf $D/kb.txz -C /tmp/kb
+# Raw files go to /tmp/kbout and come back as one $OUT/kb.txz, packed at
+# exit even when the call's limit cuts the run (a call returns only a few
+# files: s28-kb lost seven of its sixteen to that count).
+K=/tmp/kbout
+rm -rf $K && mkdir -p /tmp/kb $K && tar xJf $D/kb.txz -C /tmp/kb
+trap 'tar cJf $OUT/kb.txz -C $K .' EXIT
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv
 for r in $(seq 1 ${ROUNDS:-2}); do
-  for v in $VARIANTS; do timeout 60 /tmp/kb/kbm-$v > $OUT/kb/$v-$r.txt 2>&1 || echo "$v round $r: exit $?"; done
+  for v in $VARIANTS; do timeout 60 /tmp/kb/kbm-$v > $K/$v-$r.txt 2>&1 || echo "$v round $r: exit $?"; done
 done
-python3 - $OUT/kb "$VARIANTS" <<'PY'
+python3 - $K "$VARIANTS" <<'PY' | tee $K/table.txt
 import re, sys, glob, os
 d, vs = sys.argv[1], sys.argv[2].split()
 rows = {}

@@ -6,7 +6,7 @@
 D=${D:-.gpuwork/h30}
 # Raw files go to /tmp/kbout and come back as one $OUT/kb.txz, packed at
 # exit even when the call's limit cuts the run (a call returns only a few
-# files: s28-kb lost seven of its sixteen to that count).
+# files: s28-kb lost seven of its fifteen to that count).
 K=/tmp/kbout
 rm -rf $K && mkdir -p /tmp/kb $K && tar xJf $D/kb.txz -C /tmp/kb
 trap 'tar cJf $OUT/kb.txz -C $K .' EXIT

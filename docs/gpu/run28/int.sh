@@ -11,7 +11,8 @@
 # and kbm-new64 (kMmaTile 64); moestream-32.xz main's moestream; golden.txz the Q8_0 golden
 # files of qwen3moe, gpt-oss, llama4, glm4moe and exact/. STEPS:
 #  t  the change's gpu_kernels_test and runtime_gpu_test;
-#  k  the seven kbench builds, interleaved, twice;
+#  k  the kbench builds (VARIANTS, kbm-<name> in bin.txz; the seven above
+#     by default), interleaved, ROUNDS times (2);
 #  q  qwen3-30b-a3b Q4_K_M synth resident: prompts of 512 and 4,096 random
 #     tokens, the change against main interleaved, REPS times (2), and a
 #     profile of each (PROF=0: none);
@@ -30,8 +31,8 @@ if [[ $STEPS == *t* ]]; then
   grep -E "tensor-core|FAILED" $P/gpu_kernels_test.log | head -40
 fi
 if [[ $STEPS == *k* ]]; then
-  for r in 1 2; do
-    for v in old new new4 C C3 old64 new64; do
+  for r in $(seq 1 ${ROUNDS:-2}); do
+    for v in ${VARIANTS:-old new new4 C C3 old64 new64}; do
       echo "== kbench $v, round $r"
       timeout 60 $BIN/kbm-$v > $P/kbench-$v-$r.txt 2>&1; echo "exit $?"
       cat $P/kbench-$v-$r.txt

@@ -18,6 +18,7 @@
 #     profile of each (PROF=0: none);
 #  d  deepseek-v3 --layers 6 Q4_K_M: the same, once, with a profile;
 #  l  llama.cpp built, llama-bench -p 512,4096 -n 0 on qwen3's file (and
+#     pp4096 at -ub 4096, its fastest;
 #     DeepSeek V3's where a call made it).
 D=${D:-.gpuwork/h29}
 P=/tmp/r28/${NAME:-int}
@@ -59,6 +60,7 @@ ab() {  # label model reps: the two builds interleaved
 if [[ $STEPS == *d* ]]; then synth deepseek-v3 /tmp/dsv3.gguf --layers 6 --type Q4_K_M; ab dsv3 /tmp/dsv3.gguf 1; fi
 if [[ $STEPS == *l* ]]; then
   M=/tmp/q30.gguf; LBARGS="-p 512,4096 -n 0" lb llama_q30_pp
+  M=/tmp/q30.gguf; LBARGS="-p 4096 -n 0" lb llama_q30_pp_ub4096 -ub 4096
   [ -f /tmp/dsv3.gguf ] && { M=/tmp/dsv3.gguf; LBARGS="-p 512,4096 -n 0" lb llama_dsv3_pp; }
 fi
 echo "end at $SECONDS s"

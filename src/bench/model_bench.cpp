@@ -16,6 +16,7 @@
 #include "bench/run_figures.h"
 #include "bench/table.h"
 #include "gguf/gguf.h"
+#include "store/budget.h"
 #include "telemetry/build_info.h"
 #include "telemetry/system.h"
 
@@ -147,6 +148,8 @@ std::vector<MdColumn> model_md_columns(const ModelBenchOptions& opt) {
     c.push_back({"test", [](const Json& r) { return r.at("test").as_string(); }});
     c.push_back({"t/s", [](const Json& r) {
                      if (r.at("error").is_string()) return std::string("failed");
+                     const Json* sk = r.find("skipped");
+                     if (sk && sk->is_string()) return std::string("skipped");
                      return strf("%.2f ± %.2f", r.at("avg_ts").as_number(), r.at("stddev_ts").as_number());
                  }});
     c.push_back({"hit %", [](const Json& r) { return num_cell(r, "hit_rate", "%.1f", 100); }});
@@ -292,8 +295,8 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
         int64_t prompt_run = 0, gen_run = 0;
         uint64_t peak_rss = 0, dev_bytes = 0;
         bool has_dev = false;
-        std::string error;
-        for (int rep_i = opt.warmup ? -1 : 0; rep_i < opt.repetitions && error.empty(); ++rep_i) {
+        std::string error, skipped;
+        for (int rep_i = opt.warmup ? -1 : 0; rep_i < opt.repetitions && error.empty() && skipped.empty(); ++rep_i) {
             bool warm = rep_i < 0;
             if (opt.progress)
                 opt.progress(strf("%s %s%s", c.test.name().c_str(), warm ? "warm-up" : "run ", warm ? "" : std::to_string(rep_i + 1).c_str()),
@@ -330,6 +333,13 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
             co.timeout_s = opt.timeout_s;
             ChildResult cr = run_child(co);
             ++done;
+            if (cr.exit_code == kExitBudget && cr.signal == 0 && !cr.timed_out) {
+                // A budget of the sweep too small for this model (--mem,
+                // --gpu-mem): a case that cannot run, not a failure.
+                skipped = strf("%s: %s skipped: %s", c.model->path.c_str(), c.test.name().c_str(),
+                               tail_lines(co.stderr_path, 1).c_str());
+                break;
+            }
             if (!cr.ok()) {
                 error = strf("%s: %s failed (%s): %s", c.model->path.c_str(), c.test.name().c_str(),
                              cr.describe().c_str(), tail_lines(co.stderr_path, 3).c_str());
@@ -418,10 +428,10 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
         // model file the page cache holds after the case.
         r["model_cached_bytes"] = page_cache_bytes(c.model->path);
         r["error"] = error.empty() ? Json(nullptr) : Json(error);
-        if (!error.empty()) {
-            rep.errors.push_back(error);
-            done = (ci + 1) * runs_per_case;
-        }
+        r["skipped"] = skipped.empty() ? Json(nullptr) : Json(skipped);
+        if (!error.empty()) rep.errors.push_back(error);
+        if (!skipped.empty()) rep.skipped.push_back(skipped);
+        if (!error.empty() || !skipped.empty()) done = (ci + 1) * runs_per_case;
         rep.records.push_back(r);
     }
     if (opt.progress) opt.progress("done", total, total);

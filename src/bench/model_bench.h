@@ -49,6 +49,10 @@ struct ModelBenchOptions {
 struct ModelBenchReport {
     std::vector<Json> records;           // one per case, llama-bench fields first
     std::vector<std::string> errors;     // cases that failed, with the run's last words
+    // Cases a budget of the sweep cannot hold (the run exited kExitBudget,
+    // store/budget.h), with its reason: in the records as "skipped", not
+    // failures.
+    std::vector<std::string> skipped;
     Json json;                           // machine, settings, records
 };
 

@@ -436,7 +436,9 @@ int bench_model(int argc, char** argv) {
            "lists sweep: every combination of the listed values is a case. --limit-mem runs each case inside a "
            "fresh memory cgroup (v2 or v1) that bounds the page cache, as on a smaller machine. Output (-o) uses "
            "llama-bench's field names plus: hit_rate, mb_read_per_token, io_stall_ms_per_token, "
-           "read_amplification, peak_rss_bytes, cgroup_peak_bytes, cgroup_file_bytes.");
+           "read_amplification, peak_rss_bytes, cgroup_peak_bytes, cgroup_file_bytes. A case whose --mem or --gpu-mem "
+           "is too small for the model (the run exits 3) is listed as skipped, with the reason in its record's "
+           "\"skipped\"; a run that fails otherwise is listed as failed (\"error\") and the command exits 1.");
     a.option("-m,--model", &models, "LIST", "GGUF model(s), comma separated");
     a.option("-p,--n-prompt", &prompts, "LIST", "prompt lengths of pp tests (0: none)");
     a.option("-n,--n-gen", &gens, "LIST", "generation lengths of tg tests (0: none)");
@@ -506,6 +508,7 @@ int bench_model(int argc, char** argv) {
     ModelBenchReport r = run_model_bench(o);
     fputs(format_records(output, r.records, model_md_columns(o)).c_str(), stdout);
     if (!json.empty()) write_json(json, r.json);
+    for (const std::string& e : r.skipped) fprintf(stderr, "bench model: %s\n", e.c_str());
     for (const std::string& e : r.errors) fprintf(stderr, "bench model: %s\n", e.c_str());
     return r.errors.empty() ? 0 : 1;
 }

@@ -1,12 +1,14 @@
 // moestream: run Mixture-of-Experts models larger than memory by streaming
 // routed experts from disk. This file only dispatches to the subcommands and
-// turns any escaped exception into a one-line error and exit status 1.
+// turns any escaped exception into a one-line error and exit status 1 (3 for a
+// memory budget too small for the run: store/budget.h).
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string>
 
 #include "cli/commands.h"
+#include "store/budget.h"
 
 namespace {
 
@@ -35,6 +37,10 @@ const Command kCommands[] = {
 void usage(FILE* f) {
     fprintf(f, "usage: moestream <command> [options]   (moestream <command> --help for details)\n\ncommands:\n");
     for (const Command& c : kCommands) fprintf(f, "  %-10s %s\n", c.name, c.summary);
+    fprintf(f,
+            "\nexit status: 0 done, 1 an error (one line on stderr), 2 a usage error, %d a memory budget\n"
+            "(--mem, --gpu-mem) too small for the least the run needs\n",
+            ms::kExitBudget);
 }
 
 }  // namespace
@@ -49,6 +55,9 @@ int main(int argc, char** argv) {
         if (strcmp(argv[1], c.name) != 0) continue;
         try {
             return c.fn(argc, argv);
+        } catch (const ms::BudgetTooSmall& e) {
+            fprintf(stderr, "moestream %s: error: %s\n", c.name, e.what());
+            return ms::kExitBudget;
         } catch (const std::exception& e) {
             fprintf(stderr, "moestream %s: error: %s\n", c.name, e.what());
             return 1;

@@ -19,6 +19,7 @@
 #include "model/ffn_block.h"
 #include "model/moe.h"
 #include "quant/dequant.h"
+#include "store/budget.h"
 #include "store/slot_cache.h"
 
 namespace ms {
@@ -292,7 +293,7 @@ public:
         for (const ExpertLayer& l : layers) total += l.n_expert;
         n_slots_ = slot_bytes_ ? int(std::min<int64_t>(total, int64_t(budget / slot_bytes_))) : 0;
         if (n_slots_ < min_slots) {
-            throw std::runtime_error("--gpu-mem: " + std::to_string(budget >> 20) + " MiB holds " +
+            throw BudgetTooSmall("--gpu-mem: " + std::to_string(budget >> 20) + " MiB holds " +
                                      std::to_string(n_slots_) + " experts of " + std::to_string(slot_bytes_ >> 10) +
                                      " KiB; a layer needs " + std::to_string(min_slots));
         }

@@ -17,7 +17,7 @@ MemoryPlan plan_memory(const MemoryNeeds& n) {
     p.fixed_bytes = n.resident + n.kv + n.scratch + n.process + n.requests;
     uint64_t min_cache = uint64_t(n.min_slots) * n.slot_bytes;
     if (p.fixed_bytes + min_cache > n.budget)
-        throw std::runtime_error("memory budget: needs at least " + mib(p.fixed_bytes + min_cache) +
+        throw BudgetTooSmall("memory budget: needs at least " + mib(p.fixed_bytes + min_cache) +
                                  " (resident weights " + mib(n.resident) + " + KV cache " + mib(n.kv) +
                                  " + scratch " + mib(n.scratch) + " + process " + mib(n.process) +
                                  (n.requests ? " + requests " + mib(n.requests) : "") + " + " +

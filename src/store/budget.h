@@ -4,9 +4,19 @@
 // run is refused up front (saying what would fit) when that is impossible.
 #pragma once
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 namespace ms {
+
+// A run refused because a memory budget (--mem, --gpu-mem) cannot hold the
+// least it needs. The commands exit with kExitBudget for it (main.cpp), so
+// a caller that sweeps budgets (bench model) tells a case that cannot fit
+// from one that failed.
+struct BudgetTooSmall : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+constexpr int kExitBudget = 3;
 
 struct MemoryNeeds {
     uint64_t budget = 0;      // --mem
@@ -28,9 +38,9 @@ struct MemoryPlan {
     bool all_experts_fit = false;
 };
 
-// Throws "memory budget: needs at least X (resident R + KV K + scratch S +
-// process P [+ requests Q] + N expert slots of B), have Y" when even the
-// minimum does not fit.
+// Throws BudgetTooSmall("memory budget: needs at least X (resident R + KV
+// K + scratch S + process P [+ requests Q] + N expert slots of B), have Y")
+// when even the minimum does not fit.
 MemoryPlan plan_memory(const MemoryNeeds& needs);
 
 }  // namespace ms

@@ -115,7 +115,8 @@ while [ $# -gt 0 ]; do
     -t) threads="$2"; shift;;
     -c) ctx="$2"; shift;;
     --gpu-mem) gm="$2"; shift;;
-    --fail) echo "fake failure: $2" >&2; exit 3;;
+    --fail) echo "fake failure: $2" >&2; exit 6;;
+    --mem) if [ "$2" = "1M" ]; then echo "moestream run: error: memory budget: needs at least 99.0 MiB, have 1.0 MiB" >&2; exit 3; fi; shift;;
     "") echo "unexpected argument ''" >&2; exit 4;;
   esac
   shift
@@ -310,12 +311,41 @@ TEST_F(FakeRun, FailingRunIsReportedNotFatal) {
     ms::ModelBenchReport r = ms::run_model_bench(o);
     ASSERT_EQ(r.errors.size(), 1u);
     EXPECT_NE(r.errors[0].find("fake failure: no such engine"), std::string::npos) << r.errors[0];
-    EXPECT_NE(r.errors[0].find("exit 3"), std::string::npos);
+    EXPECT_NE(r.errors[0].find("exit 6"), std::string::npos);
     EXPECT_TRUE(r.records.at(0).at("error").is_string());
     EXPECT_NE(ms::format_records("md", r.records, ms::model_md_columns(o)).find("failed"), std::string::npos);
 
     o.binary = (dir / "missing").string();
     EXPECT_THROW(ms::run_model_bench(o), std::runtime_error);
+}
+
+// A case whose budget the run refuses as too small (exit 3, store/budget.h's
+// kExitBudget) is a skipped case: a record with the reason and "skipped" in
+// the table, no error, and the sweep's other cases run.
+TEST_F(FakeRun, BudgetTooSmallIsASkippedCaseNotAFailure) {
+    ms::ModelBenchOptions o;
+    o.binary = binary;
+    o.models = {model};
+    o.tests = {{8, 0}};
+    o.sweeps = {{"--mem", {"1M", "8G"}}};
+    o.repetitions = 2;
+    ms::ModelBenchReport r = ms::run_model_bench(o);
+    EXPECT_TRUE(r.errors.empty()) << r.errors[0];
+    ASSERT_EQ(r.skipped.size(), 1u);
+    EXPECT_NE(r.skipped[0].find("needs at least 99.0 MiB"), std::string::npos) << r.skipped[0];
+    ASSERT_EQ(r.records.size(), 2u);
+    // The 1M case: its reason, no timings, no error.
+    EXPECT_TRUE(r.records[0].at("error").is_null());
+    ASSERT_TRUE(r.records[0].at("skipped").is_string());
+    EXPECT_NE(r.records[0].at("skipped").as_string().find("needs at least 99.0 MiB"), std::string::npos);
+    EXPECT_EQ(r.records[0].at("samples_ts").size(), 0u);
+    // The 8G case ran both repetitions at the stand-in's 1000 tok/s.
+    EXPECT_TRUE(r.records[1].at("skipped").is_null());
+    ASSERT_EQ(r.records[1].at("samples_ts").size(), 2u);
+    EXPECT_NEAR(r.records[1].at("avg_ts").as_number(), 1000.0, 1.0);
+    const std::string md = ms::format_records("md", r.records, ms::model_md_columns(o));
+    EXPECT_NE(md.find("skipped"), std::string::npos) << md;
+    EXPECT_EQ(md.find("failed"), std::string::npos) << md;
 }
 
 // A switch from --run-args ("--ignore-eos") is passed alone, not followed by

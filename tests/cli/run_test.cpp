@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -230,6 +231,22 @@ TEST_F(RunCli, BadPromptFlagsAreOneLineErrors) {
     CliResult dir = run_cli("run -m " + model_ + trace_budget_ + "-p hi -n 2 --trace /nonexistent/dir/t.json", true);
     EXPECT_NE(dir.rc, 0);
     EXPECT_NE(dir.out.find("/nonexistent/dir/t.json"), std::string::npos) << dir.out;
+}
+
+// A --mem that cannot hold the run's least is refused with a one-line error
+// saying what it needs, and exit status 3 (store/budget.h's kExitBudget),
+// which bench model takes as a skipped case; other errors stay status 1.
+TEST_F(RunCli, TooSmallABudgetExitsThree) {
+    CliResult small = run_cli("run -m " + model_ + " -p hi -n 2 --mem 1M", true);
+    EXPECT_EQ(small.rc, 3) << small.out;
+    // The error is the last line, whole (after the load's progress line).
+    const size_t at = small.out.find("moestream run: error: memory budget: needs at least");
+    ASSERT_NE(at, std::string::npos) << small.out;
+    EXPECT_EQ(std::count(small.out.begin() + long(at), small.out.end(), '\n'), 1) << small.out;
+    CliResult bad = run_cli("run -m " + model_ + trace_budget_ + "-p hi -n 2 --trace /nonexistent/dir/t.json", true);
+    EXPECT_EQ(bad.rc, 1) << bad.out;
+    CliResult help = run_cli("--help", false);
+    EXPECT_NE(help.out.find("exit status"), std::string::npos) << help.out;
 }
 
 // Speculative decoding streamed from the drive: greedy text with n-gram and

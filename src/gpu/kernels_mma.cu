@@ -15,9 +15,10 @@
 // have one scale per 256 columns, so a chunk's sums times their scales, and
 // its mins times the groups' activation sums, are added as integers (exact)
 // and scaled once a chunk (super-block d or dmin x activation scale): a
-// quarter of the float work a group, which bounded the loop (the integer
-// MMA is cheap beside the scaling around it), and closer to the exact
-// product than decode's float sums. Prefill therefore equals decode within
+// quarter of the float work a group (worth 0-15 % on an H100: the loop
+// waits on its loads more than on its arithmetic, docs/gpu.md,
+// twenty-eighth session), with exact integer sums where decode adds
+// floats. Prefill therefore equals decode within
 // rounding, not bit for bit (issue 34's contract); an output does not
 // depend on which other inputs share its tile. Why int8 and not bf16
 // tiles: the activations are already in 8-bit blocks with a scale each (no

@@ -43,21 +43,22 @@ namespace {
 constexpr int kRows = 128;            // weight rows a block (shared-memory rows)
 constexpr int kPairs = kMmaTile;      // inputs a block
 constexpr int kNi = kPairs / 8;       // n-tiles of 8 inputs a warp multiplies
-// Why 32: a block unpacks its 128 rows once for its inputs, so more inputs
-// a block unpack each expert fewer times in a long pass (a 4,096-token pass
-// of qwen3-30b-a3b unpacks each expert's weights 8 times); at 64 the kernel
-// takes 227-242 registers a thread (no spills), 2 blocks an SM against 4.
-// Not yet measured on a device (docs/gpu.md, twenty-seventh session).
+// Why 32: more inputs a block would unpack each expert fewer times in a
+// long pass (a 4,096-token pass of qwen3-30b-a3b unpacks each expert's
+// weights 8 times), but at 64 the kernel takes 227-255 registers a thread,
+// 2 blocks an SM against 4, and on an H100 it was slower on the experts
+// (1.01-1.41x) and on most dense shapes; only Q6_K gained (docs/gpu.md,
+// twenty-eighth session).
 constexpr int kChunk = 256;           // columns a stage
 constexpr int kStride = kChunk + 16;  // bytes a shared row: rows 4 banks apart, so fragment loads meet no conflict
 constexpr int kThreads = 128;         // 4 warps of 32 rows each
 // The copies into shared memory run in whole rounds of the block's threads,
 // unrolled (the weights' eight rounds four at a time), so a thread's loads
 // are in flight together instead of each round waiting on L2 in turn; with
-// at most 128 registers a thread (4 blocks an SM). On an H100 this took
-// qwen3-30b-a3b's shapes 4-15 % faster than one round at a time and 168
-// registers (docs/gpu.md, twenty-eighth session); unrolling all eight
-// spilled and was slower.
+// at most 128 registers a thread (4 blocks an SM). On an H100 the cap took
+// the integer K-quant form's Q4_K products 11-31 % faster than at its
+// uncapped 168 registers, and the unrolling 0-4 % more (docs/gpu.md,
+// twenty-eighth session); unrolling all eight spilled and was slower.
 static_assert(kRows * 8 % kThreads == 0 && kPairs * 16 % kThreads == 0 && kPairs * 8 % kThreads == 0);
 
 struct MmaArgs {

@@ -1219,14 +1219,12 @@ private:
     // pass gives the small ones a few blocks each (qwen3-30b-a3b's k at 512
     // tokens: 4 row blocks x 16 tiles of inputs, 64 blocks on 132 SMs), so
     // one after another each took about as long as q's whole grid.
-    // Decoding's passes (forward_batch's rows) keep one stream. stream(i):
-    // product i's; join(k) after k products.
-    gpu::Stream fork() const {
-        if (rounding_pass()) {
-            gpu::record(forked_, compute_);
-            for (gpu::Stream t : side_) gpu::wait(t, forked_);
-        }
-        return compute_;
+    // Decoding's passes (forward_batch's rows) keep one stream. fork(k)
+    // before k products (at most 3), stream(i) product i's, join(k) after.
+    void fork(int k) const {
+        if (!rounding_pass()) return;
+        gpu::record(forked_, compute_);
+        for (int i = 1; i < k; i++) gpu::wait(side_[size_t(i - 1)], forked_);
     }
     gpu::Stream stream(int i) const { return i == 0 || !rounding_pass() ? compute_ : side_[size_t(i - 1)]; }
     void join(int k) const {
@@ -1317,7 +1315,7 @@ private:
         if (n == 1) {
             gpu::matvec_multi(k, types, w, rows, cols, x, y, compute_);
         } else {
-            fork();
+            fork(k);
             for (int i = 0; i < k; i++) pass_matmul(types[i], w[i], rows[i], cols, n, x, y[i], stream(i), false, 0);
             join(k);
         }
@@ -1728,7 +1726,7 @@ private:
                     bool add) const {
         const gpu::Stream s = compute_;
         const int64_t n_ff = f.gate.rows, E = config_.n_embd;
-        fork();
+        fork(2);
         pass_matmul(f.gate.type, d.gate, n_ff, E, n, xb, b.ffn_gate.f32(), stream(0), false, 0);
         pass_matmul(f.up.type, d.up, n_ff, E, n, xb, b.ffn_up.f32(), stream(1), false, 0);
         join(2);
@@ -2121,7 +2119,7 @@ private:
                 float* kc = k_rows(st, il);
                 float* vc = v_rows(st, il);
                 // Gated attention: wq gives [q | gate] heads, split below.
-                fork();
+                fork(3);
                 pass_matmul(a.wq.type, d.wq, a.q_gate ? 2 * Q : Q, E, n, {xb, xb8}, a.q_gate ? b.qg.f32() : q,
                             stream(0), false, 0);
                 pass_matmul(a.wk.type, d.wk, KV, E, n, {xb, xb8}, k, stream(1), false, 0);
@@ -3233,7 +3231,7 @@ private:
     mutable gpu::Event tabled_ = nullptr;
     mutable uint64_t pinned_bytes_ = 0;  // of the RAM tier, page-locked
     mutable gpu::Stream compute_ = nullptr, copy_ = nullptr;
-    mutable gpu::Stream side_[2] = {nullptr, nullptr};  // at_once's
+    mutable gpu::Stream side_[2] = {nullptr, nullptr};  // fork's: products 1 and 2 of a pass
     mutable gpu::Event forked_ = nullptr, joined_[2] = {nullptr, nullptr};
     mutable gpu::Event copied_ = nullptr;
     mutable std::unique_ptr<StageProfile> profile_, prefill_profile_, batch_profile_;

@@ -169,6 +169,9 @@ std::vector<MdColumn> model_md_columns(const ModelBenchOptions& opt) {
         c.push_back({"PCIe MB/tok", [](const Json& r) { return num_cell(r, "pcie_mb_per_token", "%.1f"); }});
         // --gpu-ram-tier cpu: the experts' weights the host's cores read.
         c.push_back({"host MB/tok", [](const Json& r) { return num_cell(r, "host_mb_per_token", "%.1f"); }});
+        // With VRAM short: the copies alone at the link's rate over the
+        // test's time (1.0: the run was as fast as its copies allow).
+        c.push_back({"copy bound", [](const Json& r) { return num_cell(r, "copy_bound_fraction", "%.2f"); }});
     }
     c.push_back({"peak RSS", [](const Json& r) {
                      const Json& v = r.at("peak_rss_bytes");
@@ -291,7 +294,7 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
         r["test"] = c.test.name();
         r["test_time"] = time_now("%Y-%m-%dT%H:%M:%SZ", true);
 
-        std::vector<double> ns, ts, hit, mbt, stall, amp, vram_hit, pcie, host_mb;
+        std::vector<double> ns, ts, hit, mbt, stall, amp, vram_hit, pcie, host_mb, copy_bound;
         int64_t prompt_run = 0, gen_run = 0;
         uint64_t peak_rss = 0, dev_bytes = 0;
         bool has_dev = false;
@@ -384,6 +387,7 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
             if (!std::isnan(vf.hit_rate)) vram_hit.push_back(vf.hit_rate);
             if (!std::isnan(vf.pcie_mb_per_token)) pcie.push_back(vf.pcie_mb_per_token);
             if (!std::isnan(vf.host_mb_per_token)) host_mb.push_back(vf.host_mb_per_token);
+            if (!std::isnan(vf.copy_bound_fraction)) copy_bound.push_back(vf.copy_bound_fraction);
             peak_rss = std::max(peak_rss, f.peak_rss_bytes);
             dev_bytes += f.device_read_bytes;
             has_dev = has_dev || f.has_device;
@@ -420,6 +424,7 @@ ModelBenchReport run_model_bench(const ModelBenchOptions& opt) {
         r["vram_hit_rate"] = avg_or_null(vram_hit);
         r["pcie_mb_per_token"] = avg_or_null(pcie);
         r["host_mb_per_token"] = avg_or_null(host_mb);
+        r["copy_bound_fraction"] = avg_or_null(copy_bound);
         r["peak_rss_bytes"] = peak_rss ? Json(peak_rss) : Json(nullptr);
         r["device_read_bytes"] = has_dev ? Json(dev_bytes) : Json(nullptr);
         r["cgroup_peak_bytes"] = cg ? Json(cg->peak_bytes()) : Json(nullptr);

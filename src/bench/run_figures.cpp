@@ -161,6 +161,7 @@ RunFigures read_run_figures(const Json& report, const std::string& what) {
                 x.pcie_mb_per_token = (number_or_nan(o->find("copied_bytes_per_token")) +
                                        (bus && bus->is_number() ? bus->as_number() : 0.0)) / 1e6;
                 x.host_mb_per_token = number_or_nan(o->find("host_bytes_per_token")) / 1e6;
+                x.copy_bound_fraction = number_or_nan(o->find("copy_bound_fraction"));
                 return x;
             };
             f.vram = read(v);

@@ -64,6 +64,9 @@ struct VramFigures {
     double hit_rate = NAN;
     double pcie_mb_per_token = NAN;
     double host_mb_per_token = NAN;  // experts the host computed (--gpu-ram-tier cpu)
+    // The copies alone at the link's measured rate over the phase's time
+    // (gpu.vram_tier.*.copy_bound_fraction; NAN where not measured).
+    double copy_bound_fraction = NAN;
 };
 
 struct RunFigures {

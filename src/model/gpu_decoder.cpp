@@ -562,6 +562,14 @@ public:
                 100.0 * double(hits_) / double(std::max<uint64_t>(1, hits_ + misses_)), copied_bytes_ / 1e9,
                 copied_bytes_ / 1e6 / double(tokens_), (unsigned long long)tokens_, pinned_bytes_ / double(1 << 30),
                 mapped_ ? ", mapped: misses read from it by the kernels, a CUDA graph a token" : "");
+        const TierCounts& pc = phase_counts_[0];
+        if (copy_gbps_ > 0 && pc.copied_bytes > 0 && pc.seconds > 0) {
+            const double bound_s = double(pc.copied_bytes) / (copy_gbps_ * 1e9);
+            fprintf(stderr,
+                    "gpu: prompt passes: %.2f GB copied in %.3f s; alone at the link's %.1f GB/s (measured at "
+                    "start-up) the copies take %.3f s: the passes ran at %.2f of that copy bound\n",
+                    pc.copied_bytes / 1e9, pc.seconds, copy_gbps_, bound_s, bound_s / pc.seconds);
+        }
         if (mapped_) {
             fprintf(stderr, "gpu: mapped RAM tier: %.1f MB a token read by the kernels over the bus\n",
                     bus_read_bytes_ / 1e6 / double(tokens_));
@@ -659,8 +667,8 @@ public:
         v["prefetch_used"] = prefetch_used_;
         // The same for prefill calls and decode calls alone (a prefill pass
         // reads each expert it uses once for many tokens).
-        v["prefill"] = phase_counts_[0].json();
-        v["decode"] = phase_counts_[1].json();
+        v["prefill"] = phase_counts_[0].json(copy_gbps_);
+        v["decode"] = phase_counts_[1].json(copy_gbps_);
         const TierCounts& dc = phase_counts_[1];
         if (cpu_misses_ && copy_gbps_ > 0 && host_gbps_ > 0 && dc.tokens > 0) {
             // The most tokens a second that the link and the host's cores
@@ -932,6 +940,7 @@ public:
         std::call_once(uploaded_, [&] { upload(experts); });
         prepare_batch_host(experts);
         const TierCounts before = tier_counts();
+        const double t0 = now();
         for (int i = 0; i < n; i++) {
             lead.prefill.seqs[size_t(i)] = static_cast<GpuState*>(states[i]);
             states[i]->decode_time.calls++;
@@ -947,6 +956,7 @@ public:
         }
         decode_rows_ = false;
         phase_counts_[1].add(tier_counts(), before);
+        phase_counts_[1].seconds += now() - t0;
         batched_passes_++;
         batched_rows_ += uint64_t(n);
     }
@@ -956,14 +966,16 @@ public:
         pool_ = &pool;
         std::call_once(uploaded_, [&] { upload(experts); });
         const TierCounts before = tier_counts();
-        const double t0 = n == 1 ? now() : 0;
+        const double t0 = now();
         vram_.begin_step(n, 1);
         forward_call(static_cast<GpuState&>(state), experts, tokens, n, logits, all_logits);
+        const double dt = now() - t0;
         if (n == 1) {
-            step_seconds_ += now() - t0;
+            step_seconds_ += dt;
             steps_timed_++;
         }
         phase_counts_[n > 1 ? 0 : 1].add(tier_counts(), before);
+        phase_counts_[n > 1 ? 0 : 1].seconds += dt;
     }
 
 private:
@@ -972,6 +984,7 @@ private:
     struct TierCounts {
         uint64_t hits = 0, misses = 0, copied_bytes = 0, bus_read_bytes = 0, tokens = 0;
         uint64_t host_computed = 0, host_bytes = 0;  // --gpu-ram-tier cpu
+        double seconds = 0;                          // the calls' wall time (TierCounts::add leaves it)
         void add(const TierCounts& now, const TierCounts& before) {
             hits += now.hits - before.hits;
             misses += now.misses - before.misses;
@@ -982,9 +995,14 @@ private:
             host_bytes += now.host_bytes - before.host_bytes;
         }
         double per_token(uint64_t x) const { return tokens > 0 ? double(x) / double(tokens) : 0.0; }
-        Json json() const {
+        // link_gbps: the link's measured rate for expert copies (0: not
+        // measured; the RAM tier mapped, holding only part of the experts,
+        // or every expert in VRAM).
+        Json json(double link_gbps) const {
             Json o = Json::object();
             o["tokens"] = tokens;
+            o["seconds"] = seconds;
+            o["copied_bytes"] = copied_bytes;
             o["hits"] = hits;
             o["misses"] = misses;
             o["hit_rate"] = hits + misses > 0 ? Json(double(hits) / double(hits + misses)) : Json(nullptr);
@@ -992,6 +1010,14 @@ private:
             o["bus_read_bytes_per_token"] = per_token(bus_read_bytes);
             o["host_computed_per_token"] = per_token(host_computed);
             o["host_bytes_per_token"] = per_token(host_bytes);
+            if (link_gbps > 0 && copied_bytes > 0 && seconds > 0) {
+                // The copies alone at the link's rate, against the calls'
+                // time: 1.0 where the calls took no longer than their copies.
+                const double bound_s = double(copied_bytes) / (link_gbps * 1e9);
+                o["link_gbps"] = link_gbps;
+                o["copy_bound_seconds"] = bound_s;
+                o["copy_bound_fraction"] = bound_s / seconds;
+            }
             return o;
         }
     };
@@ -2885,6 +2911,8 @@ private:
                 }
                 measure_split(experts);
             }
+            // The link's rate, for the copy bound of the runs' report.
+            if (copy_gbps_ <= 0) measure_link(experts);
             batch_host_wanted_ = options_.batch_host;
         }
         if (!options_.routing_profile.empty() && !vram_.holds_all()) {
@@ -2965,6 +2993,44 @@ private:
     // moe_forward over n_expert_used experts for one token, and copies of
     // experts from the RAM tier into VRAM slots (which then hold them).
     // The shares equalize the two sides' time for a layer's misses.
+    // The link's rate for expert copies (copy_gbps_): a warm-up group, then
+    // up to three timed ones (the median rate: one group of 16 experts
+    // measured 28.7 to 46.6 GB/s on one H100 host, docs/gpu/run21), each of
+    // experts of the first MoE layer not yet in VRAM, copied into free
+    // slots from the RAM tier. What the VRAM-short runs' copy bound is
+    // counted against (TierCounts::json).
+    void measure_link(ExpertSource& experts) const {
+        int il = 0;
+        while (il < n_run_ && expert_layers_[size_t(il)].n_expert == 0) il++;
+        if (il == n_run_) return;
+        const ExpertLayer& el = expert_layers_[size_t(il)];
+        const int K = std::min(config_.n_expert_used, el.n_expert);
+        std::vector<int32_t> ids(size_t(el.n_expert));
+        const int group = std::min({2 * K, el.n_expert / 2, vram_.n_slots() / 4});
+        std::vector<double> gbps;
+        for (int pass = 0; pass < 4 && group > 0; pass++) {
+            int n = 0;
+            for (int e = pass * group; e < el.n_expert && n < group; e++)
+                if (!vram_.has(il, e)) ids[size_t(n++)] = e;
+            if (n == 0) break;
+            const double t0 = now();
+            experts.acquire(il, ids.data(), n);
+            ExpertView v;
+            for (int i; (i = experts.next_ready(il, &v)) >= 0;) {
+                vram_.copy(vram_.take(il, ids[size_t(i)]), il, ids[size_t(i)], el, v, copy_);
+            }
+            gpu::sync(copy_);
+            experts.release(il);
+            if (pass > 0) gbps.push_back(double(n) * double(el.expert_bytes()) / (now() - t0) / 1e9);
+        }
+        if (!gbps.empty()) {
+            std::sort(gbps.begin(), gbps.end());
+            copy_gbps_ = gbps[gbps.size() / 2];
+        }
+        vram_.upload_table(nullptr);
+        gpu::sync(nullptr);
+    }
+
     void measure_split(ExpertSource& experts) const {
         int il = 0;
         while (il < n_run_ && expert_layers_[size_t(il)].n_expert == 0) il++;
@@ -3001,33 +3067,7 @@ private:
         host_expert_s_ = K > 1 ? std::max(median_s[1] - median_s[0], 0.0) / double(K - 1) : median_s[0];
         host_fixed_s_ = std::max(median_s[0] - host_expert_s_, 0.0);
         host_gbps_ = double(K) * double(el.expert_bytes()) / median_s[1] / 1e9;
-        // Copies: a warm-up group, then up to three timed ones (the median
-        // rate: one group of 16 experts measured 28.7 to 46.6 GB/s on one
-        // H100 host, docs/gpu/run21), each of experts of this layer not yet
-        // in VRAM.
-        const int group = std::min({2 * K, el.n_expert / 2, vram_.n_slots() / 4});
-        std::vector<double> gbps;
-        for (int pass = 0; pass < 4 && group > 0; pass++) {
-            int n = 0;
-            for (int e = pass * group; e < el.n_expert && n < group; e++)
-                if (!vram_.has(il, e)) ids[size_t(n++)] = e;
-            if (n == 0) break;
-            const double t0 = now();
-            experts.acquire(il, ids.data(), n);
-            ExpertView v;
-            for (int i; (i = experts.next_ready(il, &v)) >= 0;) {
-                vram_.copy(vram_.take(il, ids[size_t(i)]), il, ids[size_t(i)], el, v, copy_);
-            }
-            gpu::sync(copy_);
-            experts.release(il);
-            if (pass > 0) gbps.push_back(double(n) * double(el.expert_bytes()) / (now() - t0) / 1e9);
-        }
-        if (!gbps.empty()) {
-            std::sort(gbps.begin(), gbps.end());
-            copy_gbps_ = gbps[gbps.size() / 2];
-        }
-        vram_.upload_table(nullptr);
-        gpu::sync(nullptr);
+        if (copy_gbps_ <= 0) measure_link(experts);
         if (options_.host_share_eighths >= 0) {
             cpu_share_ = options_.host_share_eighths;
         } else if (copy_gbps_ > 0) {

@@ -129,7 +129,7 @@ awk -v n="$n" -v g="$g" -v t="$threads" -v gm="$gm" 'BEGIN {
   printf "\"store\":{\"hit_rate\":0.75,\"mb_read_per_token\":12.5,\"read_amplification\":1.25},\"time_split\":{\"io_wait\":0.02},"
   if (gm != "") {
     printf "\"backend\":\"GPU: Fake\",\"gpu\":{\"vram_tier\":{\"hit_rate\":0.9,\"copied_bytes_per_token\":2500000"
-    if (gm == "split") printf ",\"prefill\":{\"hit_rate\":0.5,\"copied_bytes_per_token\":1000000},\"decode\":{\"hit_rate\":0.8,\"copied_bytes_per_token\":3000000,\"bus_read_bytes_per_token\":500000,\"host_bytes_per_token\":4000000}"
+    if (gm == "split") printf ",\"prefill\":{\"hit_rate\":0.5,\"copied_bytes_per_token\":1000000,\"copy_bound_fraction\":0.75},\"decode\":{\"hit_rate\":0.8,\"copied_bytes_per_token\":3000000,\"bus_read_bytes_per_token\":500000,\"host_bytes_per_token\":4000000}"
     printf "}},"
   }
   printf "\"peak_rss_bytes\":1048576,\"disk\":{\"device\":\"vda\",\"read_bytes\":4096}}\n"
@@ -269,8 +269,8 @@ TEST_F(FakeRun, GpuRowsCarryTheVramTier) {
     EXPECT_DOUBLE_EQ(tg.at("vram_hit_rate").as_number(), 0.9);
     EXPECT_DOUBLE_EQ(tg.at("pcie_mb_per_token").as_number(), 2.5);
     const std::string md = ms::format_records("md", r.records, ms::model_md_columns(o));
-    EXPECT_NE(md.find("| VRAM hit % | PCIe MB/tok | host MB/tok |"), std::string::npos) << md;
-    EXPECT_NE(md.find("| 90.0 | 2.5 | - |"), std::string::npos) << md;
+    EXPECT_NE(md.find("| VRAM hit % | PCIe MB/tok | host MB/tok | copy bound |"), std::string::npos) << md;
+    EXPECT_NE(md.find("| 90.0 | 2.5 | - | - |"), std::string::npos) << md;
     // Without a GPU sweep there are no such columns.
     o.sweeps = {{"-t", {"1"}}};
     EXPECT_EQ(ms::format_records("md", r.records, ms::model_md_columns(o)).find("VRAM hit"), std::string::npos);
@@ -297,6 +297,12 @@ TEST_F(FakeRun, GpuRowsTakeTheTimedPhasesVramFigures) {
     // --gpu-ram-tier cpu's host-computed experts: only the decode has them.
     EXPECT_DOUBLE_EQ(r.records[1].at("host_mb_per_token").as_number(), 4.0);
     EXPECT_TRUE(r.records[0].at("host_mb_per_token").is_null());
+    // The copy bound's fraction: only the prompt's phase reports one.
+    EXPECT_DOUBLE_EQ(r.records[0].at("copy_bound_fraction").as_number(), 0.75);
+    EXPECT_TRUE(r.records[1].at("copy_bound_fraction").is_null());
+    const std::string md = ms::format_records("md", r.records, ms::model_md_columns(o));
+    EXPECT_NE(md.find("| VRAM hit % | PCIe MB/tok | host MB/tok | copy bound |"), std::string::npos) << md;
+    EXPECT_NE(md.find("| 50.0 | 1.0 | - | 0.75 |"), std::string::npos) << md;
     EXPECT_DOUBLE_EQ(r.records[2].at("vram_hit_rate").as_number(), 0.9);
     EXPECT_DOUBLE_EQ(r.records[2].at("pcie_mb_per_token").as_number(), 2.5);
 }

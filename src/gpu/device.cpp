@@ -19,7 +19,11 @@ namespace ms::gpu {
 namespace {
 
 void check(cudaError_t e, const std::string& what) {
-    if (e != cudaSuccess) throw std::runtime_error("CUDA: " + what + ": " + cudaGetErrorString(e));
+    if (e == cudaSuccess) return;
+    // Cleared, so that a caller who catches this (an allocation it can do
+    // without) does not see it again at the next launch's check_last.
+    cudaGetLastError();
+    throw std::runtime_error("CUDA: " + what + ": " + cudaGetErrorString(e));
 }
 
 cudaStream_t native(Stream s) { return reinterpret_cast<cudaStream_t>(s); }

@@ -1308,23 +1308,40 @@ private:
         }
     }
 
+    // Whether a pass takes MLA's per-head k_b and v_b products on tensor
+    // cores: a rounding pass, both inputs as 8-bit rows, and every layer's
+    // two types with a kernel there (the head tiles are cut for one or the
+    // other kernel, for all layers at once). On an H100 this took DeepSeek
+    // V3's 6-layer cut from 4,756 to 6,855 prompt tokens a second at 512
+    // tokens and from 4,214 to 5,758 at 4,096 (docs/gpu.md, twenty-ninth
+    // session).
+    bool mla_heads_mma() const {
+        if (!rounding_pass() || !act8(mla_shape_.nope) || !act8(mla_shape_.kv_lora)) return false;
+        for (const MlaLayer& l : mla_)
+            if (!gpu::mma_supports(l.wk_b.type) || !gpu::mma_supports(l.wv_b.type)) return false;
+        return true;
+    }
     // Prefill's MLA head products as expert tiles: head h's pairs are the n
     // tokens' rows t * n_head + h (read and written), in tiles of up to
-    // kExpertTile, so matmul_experts runs each head's k_b (v_b) over its
-    // rows with decode's lanes and order (bit for bit its matvec_experts).
+    // kMmaTile pairs for the tensor cores (mla_heads_mma), else kExpertTile,
+    // so matmul_experts runs each head's k_b (v_b) over its rows with
+    // decode's lanes and order (bit for bit its matvec_experts).
     gpu::ExpertTiles mla_head_tiles(PrefillRows& b, int n) const {
         const int H = mla_shape_.n_head;
         const size_t tile_ints = 3 * size_t(H) * ((size_t(b.cap) + gpu::kExpertTile - 1) / gpu::kExpertTile);
         int32_t* tiles = b.host_mla_tiles.data();
         int32_t* rows = tiles + tile_ints;
         int n_tiles = 0;
+        // Tensor-core tiles hold kMmaTile pairs (fewer tiles than the
+        // buffer's count).
+        const int per_tile = mla_heads_mma() ? gpu::kMmaTile : gpu::kExpertTile;
         for (int h = 0; h < H; h++) {
             for (int t = 0; t < n; t++) rows[h * n + t] = t * H + h;
-            for (int j = 0; j < n; j += gpu::kExpertTile) {
+            for (int j = 0; j < n; j += per_tile) {
                 int32_t* tl = tiles + 3 * n_tiles++;
                 tl[0] = h;
                 tl[1] = h * n + j;
-                tl[2] = std::min(gpu::kExpertTile, n - j);
+                tl[2] = std::min(per_tile, n - j);
             }
         }
         int32_t* dev = reinterpret_cast<int32_t*>(b.mla_tiles.data());
@@ -1423,6 +1440,8 @@ private:
                                  float* hy) {
             if (n == 1) {
                 gpu::matvec_experts(t.type, table, nullptr, int(H), 0, out, in, hx, in, hy, s);
+            } else if (mla_heads_mma()) {
+                gpu::mma_matmul_experts(t.type, table, heads, 0, out, in, hx, hy, s);
             } else {
                 gpu::matmul_experts(t.type, table, heads, 0, out, in, hx, hy, s, int(H));
             }

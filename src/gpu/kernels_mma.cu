@@ -4,7 +4,8 @@
 // up to kMmaTile (32) inputs (a dense pass's consecutive rows, or one tile
 // of the pairs an expert takes), and walks the columns 256 at a time: the
 // weights' quants unpacked into shared memory as int8 with the scales of
-// their groups of 32 (16 for Q6_K) and, for Q4_K/Q5_K, the groups' mins;
+// their groups of 32 (16 for Q6_K) and, for Q5_K, the groups' mins (Q4_K
+// skips the unpacking: mma_raw_q4k_kernel, below, reads its raw blocks);
 // the inputs' 8-bit rows (quantize_act's Q8_K for the K-quants, Q8_0 for
 // Q8_0 and MXFP4) beside them. Each warp multiplies its 32 rows by the
 // block's inputs group by group with mma.sync (s8 x s8 -> s32: m16n8k32,
@@ -56,7 +57,8 @@ constexpr int kThreads = 128;         // 4 warps of 32 rows each
 // unrolled (the weights' eight rounds four at a time), so a thread's loads
 // are in flight together instead of each round waiting on L2 in turn; with
 // at most 128 registers a thread (4 blocks an SM). On an H100 the cap took
-// the integer K-quant form's Q4_K products 11-31 % faster than at its
+// the integer K-quant form's Q4_K products (then unpacked as the others
+// are) 11-31 % faster than at its
 // uncapped 168 registers, and the unrolling 0-4 % more (docs/gpu.md,
 // twenty-eighth session); unrolling all eight spilled and was slower.
 static_assert(kRows * 8 % kThreads == 0 && kPairs * 16 % kThreads == 0 && kPairs * 8 % kThreads == 0);
@@ -115,26 +117,6 @@ __device__ __forceinline__ void scale_min_k4(const uint8_t* q, int j, int* sc, i
         *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
     }
 }
-
-template <>
-struct MmaWeights<GgmlType::Q4_K> {
-    static constexpr int kGroup = 32;
-    static constexpr bool kMins = true, kSuper = true;
-    __device__ static void piece(const uint8_t* row, int64_t c, int s, uint32_t (&q)[8], int (&sc)[2], int* mn) {
-        const uint8_t* b = row + c * int64_t(sizeof(BlockQ4_K));
-        const uint4* qs = reinterpret_cast<const uint4*>(b + 16 + 32 * (s / 2));
-        const uint4 v0 = qs[0], v1 = qs[1];
-        const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-        const int shift = 4 * (s % 2);
-#pragma unroll
-        for (int k = 0; k < 8; k++) q[k] = (w[k] >> shift) & 0x0F0F0F0Fu;
-        scale_min_k4(b + 4, s, &sc[0], mn);
-    }
-    __device__ static float2 d_dmin(const uint8_t* row, int64_t c) {
-        const uint8_t* b = row + c * int64_t(sizeof(BlockQ4_K));
-        return make_float2(half_value(b), half_value(b + 2));
-    }
-};
 
 template <>
 struct MmaWeights<GgmlType::Q5_K> {
@@ -534,18 +516,257 @@ __global__ void __launch_bounds__(kThreads, 4) mma_kernel(const MmaArgs a, const
     }
 }
 
+// Q4_K straight from its raw blocks (the other types take mma_kernel).
+// Chunk c + 1's raw weight blocks (144 bytes a row), 8-bit activations and
+// their Q8_K scales are copied by cp.async into the other half of a double
+// buffer while chunk c is multiplied, so a block no longer loads, waits,
+// unpacks and waits again a chunk; the A fragments are built from the raw
+// nibbles (one 32-bit load, a shift and a mask), the 6-bit scales and mins
+// from the block's 12 scale bytes once a chunk. The mins' part: the groups'
+// activation sums (int16 pairs, one pass a chunk) against the mins' bytes
+// by dp2a. The sums are the integer form's (exact, scaled once a chunk).
+// On an H100 (docs/gpu.md, twenty-ninth session) it took qwen3-30b-a3b's
+// Q4_K expert gate/up 0.58x (512 inputs) and 0.64x (4,096) of the unpacking
+// kernel's time and a 4096x2048 matrix over 4,096 rows 0.70x; held to 128
+// registers (4 blocks an SM, small spills) with the groups unrolled by 4,
+// the fastest of four register caps and unrollings there.
+constexpr int kRawGUnroll = 4;
+constexpr int kRawMinBlocks = 4;
+constexpr int kRawW = kRows * 144;              // a stage's weight bytes
+constexpr int kRawXStride = 256 + 16;           // an input's bytes a stage (rows 4 banks apart)
+constexpr int kRawX = kPairs * kRawXStride;
+constexpr int kRawStage = kRawW + kRawX + kPairs * 4;
+constexpr size_t kRawSmem = size_t(2) * kRawStage + size_t(kPairs) * 16;
+static_assert(kRawW % 16 == 0 && kRawX % 16 == 0);
+
+__device__ __forceinline__ void copy_async4(uint32_t to, const void* from, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(to), "l"(from), "r"(valid ? 4 : 0) : "memory");
+}
+__device__ __forceinline__ void copy_async_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+__device__ __forceinline__ uint32_t lds32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+__global__ void __launch_bounds__(kThreads, kRawMinBlocks) mma_raw_q4k_kernel(const MmaArgs a, const ExpertExtras x) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    uint32_t* xs16 = reinterpret_cast<uint32_t*>(smem + 2 * kRawStage);  // kPairs x 4: group sums, int16 pairs
+    __shared__ int in_rows[kPairs];
+    chain_start();
+    int first, count, id = 0;
+    const uint8_t* w = a.w0;
+    if (a.t.tiles) {
+        const int32_t* tile = a.t.tiles + 3 * blockIdx.y;
+        id = tile[0];
+        w = a.table[id];
+        first = tile[1];
+        count = tile[2];
+    } else {
+        first = int(blockIdx.y) * kPairs;
+        count = min(kPairs, a.n - first);
+    }
+    const int out_rows = a.gate_up ? kRows / 2 : kRows;
+    const int64_t r0 = int64_t(blockIdx.x) * out_rows;
+    if (threadIdx.x < kPairs) {
+        const int t = threadIdx.x;
+        in_rows[t] = t < count ? (a.t.tiles ? a.t.in_row[first + t] : first + t) : -1;
+    }
+    __syncthreads();
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
+    const int64_t chunks = a.cols / 256;
+    const bool w16 = ((reinterpret_cast<uintptr_t>(w) + a.offset) % 16 == 0) &&
+                     (!a.gate_up || (reinterpret_cast<uintptr_t>(w) + a.offset2) % 16 == 0) && a.row_bytes % 16 == 0;
+    const bool x16 = (reinterpret_cast<uintptr_t>(a.xq) | a.xq_stride) % 16 == 0;
+    auto issue = [&](int64_t c, int stage) {
+        uint8_t* W = smem + stage * kRawStage;
+        uint8_t* X = W + kRawW;
+        uint8_t* DX = X + kRawX;
+        {  // thread r copies weight row r's 144 bytes (one base address a thread)
+            static_assert(kThreads == kRows);
+            const int r = threadIdx.x;
+            const bool up = a.gate_up && r >= out_rows;
+            const int64_t rr = min(r0 + (r % out_rows), a.rows - 1);
+            const uint8_t* src = w + (up ? a.offset2 : a.offset) + rr * int64_t(a.row_bytes) + c * 144;
+            const uint32_t dst = shared_address(W + r * 144);
+            if (w16) {
+#pragma unroll
+                for (int k = 0; k < 9; k++) copy_async(dst + 16 * k, src + 16 * k, true);
+            } else {
+#pragma unroll
+                for (int k = 0; k < 36; k++) copy_async4(dst + 4 * k, src + 4 * k, true);
+            }
+        }
+        {  // four threads an input, 64 bytes each
+            const int t = threadIdx.x / 4, p = threadIdx.x % 4;
+            const bool valid = in_rows[t] >= 0;
+            const uint8_t* src = a.xq + (valid ? size_t(in_rows[t]) * a.xq_stride + c * 256 + 64 * p : 0);
+            const uint32_t dst = shared_address(X + t * kRawXStride + 64 * p);
+            if (x16) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) copy_async(dst + 16 * k, src + 16 * k, valid);
+            } else {
+#pragma unroll
+                for (int k = 0; k < 16; k++) copy_async4(dst + 4 * k, src + 4 * k, valid);
+            }
+        }
+        if (threadIdx.x < kPairs) {
+            const int t = threadIdx.x;
+            const bool valid = in_rows[t] >= 0;
+            const uint8_t* src = a.xq + (valid ? size_t(in_rows[t]) * a.xq_stride + 2 * a.cols + 4 * c : 0);
+            copy_async4(shared_address(DX + 4 * t), src, valid);
+        }
+        copy_async_commit();
+    };
+    float acc[2][kNi][4] = {};
+    const int row0 = warp * 32 + gid;
+    issue(0, 0);
+    for (int64_t c = 0; c < chunks; c++) {
+        const int stage = int(c & 1);
+        if (c + 1 < chunks) {
+            issue(c + 1, stage ^ 1);
+        } else {
+            copy_async_commit();  // an empty group, so wait_group 1 still means chunk c
+        }
+        copy_async_wait_one();
+        __syncthreads();
+        const uint8_t* W = smem + stage * kRawStage;
+        const uint8_t* X = W + kRawW;
+        const float* DX = reinterpret_cast<const float*>(X + kRawX);
+        {  // the groups' activation sums, two groups a thread
+            const int t = threadIdx.x / 4, pp = threadIdx.x % 4;
+            const int4* v = reinterpret_cast<const int4*>(X + t * kRawXStride + 64 * pp);
+            int s0 = 0, s1 = 0;
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const int4 u = v[k], u2 = v[k + 2];
+                s0 = __dp4a(u.x, 0x01010101, s0), s0 = __dp4a(u.y, 0x01010101, s0);
+                s0 = __dp4a(u.z, 0x01010101, s0), s0 = __dp4a(u.w, 0x01010101, s0);
+                s1 = __dp4a(u2.x, 0x01010101, s1), s1 = __dp4a(u2.y, 0x01010101, s1);
+                s1 = __dp4a(u2.z, 0x01010101, s1), s1 = __dp4a(u2.w, 0x01010101, s1);
+            }
+            xs16[t * 4 + pp] = (uint32_t(s0) & 0xFFFFu) | (uint32_t(s1) << 16);
+        }
+        // Each of the thread's four rows: its scales' and mins' bytes (groups 0-3, 4-7).
+        uint32_t scw[2][2][2], mnw[2][2][2];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint8_t* b = W + (row0 + 16 * mi + 8 * h) * 144;
+                const uint32_t w0 = lds32(b + 4), w1 = lds32(b + 8), w2 = lds32(b + 12);
+                scw[mi][h][0] = w0 & 0x3F3F3F3Fu;
+                scw[mi][h][1] = (w2 & 0x0F0F0F0Fu) | ((w0 >> 2) & 0x30303030u);
+                mnw[mi][h][0] = w1 & 0x3F3F3F3Fu;
+                mnw[mi][h][1] = ((w2 >> 4) & 0x0F0F0F0Fu) | ((w1 >> 2) & 0x30303030u);
+            }
+        }
+        __syncthreads();  // xs16 written
+        int isum[2][kNi][4] = {};
+#pragma unroll kRawGUnroll
+        for (int g = 0; g < 8; g++) {
+            uint32_t af[2][4], bf[kNi][2];
+            const int qoff = 16 + 32 * (g / 2) + 4 * tig, sh = 4 * (g % 2);
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+                const uint8_t* b = W + (row0 + 16 * mi) * 144 + qoff;
+                af[mi][0] = (lds32(b) >> sh) & 0x0F0F0F0Fu;
+                af[mi][1] = (lds32(b + 8 * 144) >> sh) & 0x0F0F0F0Fu;
+                af[mi][2] = (lds32(b + 16) >> sh) & 0x0F0F0F0Fu;
+                af[mi][3] = (lds32(b + 8 * 144 + 16) >> sh) & 0x0F0F0F0Fu;
+            }
+#pragma unroll
+            for (int ni = 0; ni < kNi; ni++) {
+                const uint8_t* b = X + (8 * ni + gid) * kRawXStride + 32 * g + 4 * tig;
+                bf[ni][0] = lds32(b);
+                bf[ni][1] = lds32(b + 16);
+            }
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                for (int ni = 0; ni < kNi; ni++) {
+                    int cs[4];
+                    mma_k32(cs, af[mi], bf[ni]);
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int scv = int(((g < 4 ? scw[mi][h][0] : scw[mi][h][1]) >> (8 * (g % 4))) & 0xFFu);
+                        isum[mi][ni][2 * h] += scv * cs[2 * h];
+                        isum[mi][ni][2 * h + 1] += scv * cs[2 * h + 1];
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int ni = 0; ni < kNi; ni++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int t = 8 * ni + 2 * tig + e;
+                const uint4 xv = *reinterpret_cast<const uint4*>(xs16 + t * 4);
+                const float dx = DX[t];
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const uint32_t m0 = mnw[mi][h][0], m1 = mnw[mi][h][1];
+                        int ms = __dp2a_lo(int(xv.x), int(m0), 0);
+                        ms = __dp2a_hi(int(xv.y), int(m0), ms);
+                        ms = __dp2a_lo(int(xv.z), int(m1), ms);
+                        ms = __dp2a_hi(int(xv.w), int(m1), ms);
+                        const float2 d = __half22float2(
+                            *reinterpret_cast<const __half2*>(W + (row0 + 16 * mi + 8 * h) * 144));
+                        float& o = acc[mi][ni][2 * h + e];
+                        o = fmaf(d.x * dx, __int2float_rn(isum[mi][ni][2 * h + e]), o);
+                        o = fmaf(-d.y * dx, __int2float_rn(ms), o);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // this stage's reads are done before the next issue overwrites it
+    }
+    copy_async_wait();
+    float* cs = reinterpret_cast<float*>(smem);
+    constexpr int cstride = kPairs + 1;
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = row0 + 16 * mi + 8 * h;
+#pragma unroll
+            for (int ni = 0; ni < kNi; ni++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) cs[r * cstride + 8 * ni + 2 * tig + e] = acc[mi][ni][2 * h + e];
+            }
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < out_rows * kPairs; i += kThreads) {
+        const int t = i / out_rows, r = i % out_rows;
+        if (t >= count || r0 + r >= a.rows) continue;
+        const int64_t out = a.t.tiles ? a.t.out_row[first + t] : first + t;
+        float* y = a.y + out * a.rows + r0 + r;
+        float v = cs[r * cstride + t];
+        if (a.gate_up) v = expert_hidden(v, cs[(r + out_rows) * cstride + t], x, id, a.rows, r0 + r);
+        *y = a.add ? *y + v : v;
+    }
+}
+
 template <GgmlType T>
 void launch_mma(const char* what, const MmaArgs& a, unsigned n_tiles, cudaStream_t s, const ExpertExtras& x) {
     if (n_tiles == 0) return;
-    constexpr size_t smem = mma_smem<T>();
-    static const bool raised = [] {
-        return cudaFuncSetAttribute(mma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
-               cudaSuccess;
-    }();
-    if (!raised) throw std::runtime_error(std::string("CUDA: ") + what + ": shared memory of " + std::to_string(smem) + " bytes refused");
     const int out_rows = a.gate_up ? kRows / 2 : kRows;
     const dim3 grid(unsigned((a.rows + out_rows - 1) / out_rows), n_tiles);
-    launch(what, mma_kernel<T>, grid, kThreads, smem, s, a, x);
+    auto raise = [what](const void* kernel, size_t smem) {
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess) {
+            throw std::runtime_error(std::string("CUDA: ") + what + ": shared memory of " + std::to_string(smem) +
+                                     " bytes refused");
+        }
+    };
+    if constexpr (T == GgmlType::Q4_K) {
+        static const bool raised = (raise(reinterpret_cast<const void*>(mma_raw_q4k_kernel), kRawSmem), true);
+        (void)raised;
+        launch(what, mma_raw_q4k_kernel, grid, kThreads, kRawSmem, s, a, x);
+    } else {
+        constexpr size_t smem = mma_smem<T>();
+        static const bool raised = (raise(reinterpret_cast<const void*>(mma_kernel<T>), smem), true);
+        (void)raised;
+        launch(what, mma_kernel<T>, grid, kThreads, smem, s, a, x);
+    }
 }
 
 // Float32 weights (a router's; every matrix of a float32 file) over float

@@ -140,34 +140,6 @@ struct MmaWeights<GgmlType::Q5_K> {
     }
 };
 
-// Q6_K: piece s = quarter i of half n (s = 4n + i): ql's low (i 0, 1) or
-// high (i 2, 3) nibbles of bytes 64n + 32 (i % 2) .., qh's bits 2i of
-// bytes 128 + 32n ..; minus 32. Two 16-column groups, scales[2s], [2s + 1].
-// 210-byte blocks: 2-byte loads.
-template <>
-struct MmaWeights<GgmlType::Q6_K> {
-    static constexpr int kGroup = 16;
-    static constexpr bool kMins = false, kSuper = true;
-    __device__ static void piece(const uint8_t* row, int64_t c, int s, uint32_t (&q)[8], int (&sc)[2], int*) {
-        const uint8_t* b = row + c * int64_t(sizeof(BlockQ6_K));
-        const int n = s / 4, i = s % 4;
-        const uint8_t* ql = b + 64 * n + 32 * (i % 2);
-        const uint8_t* qh = b + 128 + 32 * n;
-        const int lshift = 4 * (i / 2), hshift = 2 * i;
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const uint32_t v = ((word2(ql + 4 * k) >> lshift) & 0x0F0F0F0Fu) |
-                               (((word2(qh + 4 * k) >> hshift) & 0x03030303u) << 4);
-            q[k] = __vsub4(v, 0x20202020u);
-        }
-        sc[0] = int8_t(b[192 + 2 * s]);
-        sc[1] = int8_t(b[192 + 2 * s + 1]);
-    }
-    __device__ static float2 d_dmin(const uint8_t* row, int64_t c) {
-        return make_float2(half_value(row + c * int64_t(sizeof(BlockQ6_K)) + 208), 0.0f);
-    }
-};
-
 // The block of a 32-weight type (bytes each) behind piece s of chunk c,
 // or null, q and the scale zeroed, past the row's nb blocks.
 __device__ __forceinline__ const uint8_t* block32(const uint8_t* row, int64_t nb, int64_t c, int s, size_t bytes,
@@ -235,6 +207,69 @@ __device__ __forceinline__ uint32_t shared_word(const uint8_t* base, int row, in
     return *reinterpret_cast<const uint32_t*>(base + row * kStride + col);
 }
 
+// A block's tile: its weights (a dense matrix, or its expert's), its inputs
+// (in_rows: each pair's activation row, -1 past count; in shared memory,
+// read after the block's next barrier) and its first output row.
+struct MmaTile {
+    const uint8_t* w;
+    int first, count, id, out_rows;
+    int64_t r0;
+};
+
+__device__ __forceinline__ MmaTile mma_tile(const MmaArgs& a, int* in_rows) {
+    MmaTile t{a.w0, 0, 0, 0, a.gate_up ? kRows / 2 : kRows, 0};
+    if (a.t.tiles) {
+        const int32_t* tile = a.t.tiles + 3 * blockIdx.y;
+        t.id = tile[0];
+        t.w = a.table[t.id];
+        t.first = tile[1];
+        t.count = tile[2];
+    } else {
+        t.first = int(blockIdx.y) * kPairs;
+        t.count = min(kPairs, a.n - t.first);
+    }
+    t.r0 = int64_t(blockIdx.x) * t.out_rows;
+    if (threadIdx.x < kPairs) {
+        const int i = threadIdx.x;
+        in_rows[i] = i < t.count ? (a.t.tiles ? a.t.in_row[t.first + i] : t.first + i) : -1;
+    }
+    return t;
+}
+
+// The accumulators (a warp's 32 rows x the block's inputs, in mma's C
+// layout) through shared memory over the stages, so each output row is
+// written by consecutive threads; gate/up's halves meet there.
+__device__ __forceinline__ void mma_store(const MmaArgs& a, const ExpertExtras& x, const MmaTile& tl,
+                                          const float (&acc)[2][kNi][4], uint8_t* smem) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
+    __syncthreads();
+    float* cs = reinterpret_cast<float*>(smem);
+    constexpr int cstride = kPairs + 1;
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = warp * 32 + gid + 16 * mi + 8 * h;
+#pragma unroll
+            for (int ni = 0; ni < kNi; ni++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) cs[r * cstride + 8 * ni + 2 * tig + e] = acc[mi][ni][2 * h + e];
+            }
+        }
+    }
+    __syncthreads();
+    const int out_rows = tl.out_rows;
+    for (int i = threadIdx.x; i < out_rows * kPairs; i += kThreads) {
+        const int t = i / out_rows, r = i % out_rows;
+        if (t >= tl.count || tl.r0 + r >= a.rows) continue;
+        const int64_t out = a.t.tiles ? a.t.out_row[tl.first + t] : tl.first + t;
+        float* y = a.y + out * a.rows + tl.r0 + r;
+        float v = cs[r * cstride + t];
+        if (a.gate_up) v = expert_hidden(v, cs[(r + out_rows) * cstride + t], x, tl.id, a.rows, tl.r0 + r);
+        *y = a.add ? *y + v : v;
+    }
+}
+
 template <GgmlType T>
 constexpr size_t mma_smem() {
     constexpr int groups = kChunk / MmaWeights<T>::kGroup;
@@ -255,24 +290,10 @@ __global__ void __launch_bounds__(kThreads, 4) mma_kernel(const MmaArgs a, const
     float* xs = dx + kPairs * 8;          // kPairs x 8: the piece's sum of the activations (mins; ints)
     __shared__ int in_rows[kPairs];
     chain_start();
-    int first, count, id = 0;
-    const uint8_t* w = a.w0;
-    if (a.t.tiles) {
-        const int32_t* tile = a.t.tiles + 3 * blockIdx.y;
-        id = tile[0];
-        w = a.table[id];
-        first = tile[1];
-        count = tile[2];
-    } else {
-        first = int(blockIdx.y) * kPairs;
-        count = min(kPairs, a.n - first);
-    }
-    const int out_rows = a.gate_up ? kRows / 2 : kRows;
-    const int64_t r0 = int64_t(blockIdx.x) * out_rows;
-    if (threadIdx.x < kPairs) {
-        const int t = threadIdx.x;
-        in_rows[t] = t < count ? (a.t.tiles ? a.t.in_row[first + t] : first + t) : -1;
-    }
+    const MmaTile tl = mma_tile(a, in_rows);
+    const uint8_t* w = tl.w;
+    const int out_rows = tl.out_rows;
+    const int64_t r0 = tl.r0;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
     const int64_t nb = a.cols / (W::kSuper ? 256 : 32);
     const int64_t chunks = (a.cols + kChunk - 1) / kChunk;
@@ -487,33 +508,7 @@ __global__ void __launch_bounds__(kThreads, 4) mma_kernel(const MmaArgs a, const
             }
         }
     }
-    // The accumulators through shared memory (over the weights' tile), so
-    // each output row is written by consecutive threads.
-    __syncthreads();
-    float* cs = reinterpret_cast<float*>(smem);
-    constexpr int cstride = kPairs + 1;
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int r = warp * 32 + gid + 16 * mi + 8 * h;
-#pragma unroll
-            for (int ni = 0; ni < kNi; ni++) {
-#pragma unroll
-                for (int e = 0; e < 2; e++) cs[r * cstride + 8 * ni + 2 * tig + e] = acc[mi][ni][2 * h + e];
-            }
-        }
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < out_rows * kPairs; i += kThreads) {
-        const int t = i / out_rows, r = i % out_rows;
-        if (t >= count || r0 + r >= a.rows) continue;
-        const int64_t out = a.t.tiles ? a.t.out_row[first + t] : first + t;
-        float* y = a.y + out * a.rows + r0 + r;
-        float v = cs[r * cstride + t];
-        if (a.gate_up) v = expert_hidden(v, cs[(r + out_rows) * cstride + t], x, id, a.rows, r0 + r);
-        *y = a.add ? *y + v : v;
-    }
+    mma_store(a, x, tl, acc, smem);
 }
 
 // Q4_K straight from its raw blocks (the other types take mma_kernel).
@@ -539,35 +534,51 @@ constexpr int kRawStage = kRawW + kRawX + kPairs * 4;
 constexpr size_t kRawSmem = size_t(2) * kRawStage + size_t(kPairs) * 16;
 static_assert(kRawW % 16 == 0 && kRawX % 16 == 0);
 
+// 4 bytes, of which the first n (0-4) are read and the rest zeroed.
+__device__ __forceinline__ void copy_async4(uint32_t to, const void* from, int n) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(to), "l"(from), "r"(n) : "memory");
+}
 __device__ __forceinline__ void copy_async4(uint32_t to, const void* from, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(to), "l"(from), "r"(valid ? 4 : 0) : "memory");
+    copy_async4(to, from, valid ? 4 : 0);
 }
 __device__ __forceinline__ void copy_async_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 __device__ __forceinline__ uint32_t lds32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// A raw kernel's inputs for chunk c, by cp.async: each pair's 256 8-bit
+// activations (four threads an input, 64 bytes each; zeros past the tile's
+// count) into X (kRawXStride apart) and its Q8_K scale into DX.
+__device__ __forceinline__ void raw_copy_inputs(const MmaArgs& a, const int* in_rows, int64_t c, uint8_t* X,
+                                                uint8_t* DX, bool x16) {
+    {
+        const int t = threadIdx.x / 4, p = threadIdx.x % 4;
+        const bool valid = in_rows[t] >= 0;
+        const uint8_t* src = a.xq + (valid ? size_t(in_rows[t]) * a.xq_stride + c * 256 + 64 * p : 0);
+        const uint32_t dst = shared_address(X + t * kRawXStride + 64 * p);
+        if (x16) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) copy_async(dst + 16 * k, src + 16 * k, valid);
+        } else {
+#pragma unroll
+            for (int k = 0; k < 16; k++) copy_async4(dst + 4 * k, src + 4 * k, valid);
+        }
+    }
+    if (threadIdx.x < kPairs) {
+        const int t = threadIdx.x;
+        const bool valid = in_rows[t] >= 0;
+        const uint8_t* src = a.xq + (valid ? size_t(in_rows[t]) * a.xq_stride + 2 * a.cols + 4 * c : 0);
+        copy_async4(shared_address(DX + 4 * t), src, valid);
+    }
+}
 
 __global__ void __launch_bounds__(kThreads, kRawMinBlocks) mma_raw_q4k_kernel(const MmaArgs a, const ExpertExtras x) {
     extern __shared__ __align__(16) uint8_t smem[];
     uint32_t* xs16 = reinterpret_cast<uint32_t*>(smem + 2 * kRawStage);  // kPairs x 4: group sums, int16 pairs
     __shared__ int in_rows[kPairs];
     chain_start();
-    int first, count, id = 0;
-    const uint8_t* w = a.w0;
-    if (a.t.tiles) {
-        const int32_t* tile = a.t.tiles + 3 * blockIdx.y;
-        id = tile[0];
-        w = a.table[id];
-        first = tile[1];
-        count = tile[2];
-    } else {
-        first = int(blockIdx.y) * kPairs;
-        count = min(kPairs, a.n - first);
-    }
-    const int out_rows = a.gate_up ? kRows / 2 : kRows;
-    const int64_t r0 = int64_t(blockIdx.x) * out_rows;
-    if (threadIdx.x < kPairs) {
-        const int t = threadIdx.x;
-        in_rows[t] = t < count ? (a.t.tiles ? a.t.in_row[first + t] : first + t) : -1;
-    }
+    const MmaTile tl = mma_tile(a, in_rows);
+    const uint8_t* w = tl.w;
+    const int out_rows = tl.out_rows;
+    const int64_t r0 = tl.r0;
     __syncthreads();
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
     const int64_t chunks = a.cols / 256;
@@ -593,25 +604,7 @@ __global__ void __launch_bounds__(kThreads, kRawMinBlocks) mma_raw_q4k_kernel(co
                 for (int k = 0; k < 36; k++) copy_async4(dst + 4 * k, src + 4 * k, true);
             }
         }
-        {  // four threads an input, 64 bytes each
-            const int t = threadIdx.x / 4, p = threadIdx.x % 4;
-            const bool valid = in_rows[t] >= 0;
-            const uint8_t* src = a.xq + (valid ? size_t(in_rows[t]) * a.xq_stride + c * 256 + 64 * p : 0);
-            const uint32_t dst = shared_address(X + t * kRawXStride + 64 * p);
-            if (x16) {
-#pragma unroll
-                for (int k = 0; k < 4; k++) copy_async(dst + 16 * k, src + 16 * k, valid);
-            } else {
-#pragma unroll
-                for (int k = 0; k < 16; k++) copy_async4(dst + 4 * k, src + 4 * k, valid);
-            }
-        }
-        if (threadIdx.x < kPairs) {
-            const int t = threadIdx.x;
-            const bool valid = in_rows[t] >= 0;
-            const uint8_t* src = a.xq + (valid ? size_t(in_rows[t]) * a.xq_stride + 2 * a.cols + 4 * c : 0);
-            copy_async4(shared_address(DX + 4 * t), src, valid);
-        }
+        raw_copy_inputs(a, in_rows, c, X, DX, x16);
         copy_async_commit();
     };
     float acc[2][kNi][4] = {};
@@ -720,30 +713,167 @@ __global__ void __launch_bounds__(kThreads, kRawMinBlocks) mma_raw_q4k_kernel(co
         __syncthreads();  // this stage's reads are done before the next issue overwrites it
     }
     copy_async_wait();
-    float* cs = reinterpret_cast<float*>(smem);
-    constexpr int cstride = kPairs + 1;
+    mma_store(a, x, tl, acc, smem);
+}
+
+// Q6_K from its raw blocks, as mma_raw_q4k_kernel takes Q4_K: chunk c + 1's
+// 210-byte blocks, activations and scales copied by cp.async while chunk c
+// is multiplied. A block starts on an even byte, so a row's copy starts at
+// the word below it (`off` 0 or 2 bytes before, kept a row) and each 32-bit
+// fragment word is read as two words and a funnel shift. Groups of 16
+// columns (m16n8k16): group 8n + 2i + hh of a chunk is quarter i of half n,
+// columns 16 hh.. of it; its 4 bytes a thread are ql's nibbles (low for i
+// 0, 1, high for 2, 3) of bytes 64n + 32 (i % 2) + 16 hh + 4 tig, with qh's
+// 2 bits (2i) of bytes 128 + 32n + 16 hh + 4 tig, minus 32; one load of
+// ql, ql + 32 and qh serves a half's four quarters. Scales (signed bytes
+// at 192..) times the group sums are added as integers, scaled by d (at
+// 208) and the input's scale once a chunk.
+constexpr int kRaw6Stride = 240;  // a row's bytes a stage: 60 words, a warp's 8 rows 28 banks apart
+constexpr int kRaw6W = kRows * kRaw6Stride;
+constexpr int kRaw6Stage = kRaw6W + kRawX + kPairs * 4 + kRows;  // + each row's off
+constexpr size_t kRaw6Smem = size_t(2) * kRaw6Stage;
+constexpr int kRaw6MinBlocks = 2;  // 77.5 KB of shared memory a block
+static_assert(kRaw6W % 16 == 0 && (kRaw6W + kRawX) % 16 == 0);
+
+__global__ void __launch_bounds__(kThreads, kRaw6MinBlocks) mma_raw_q6k_kernel(const MmaArgs a, const ExpertExtras x) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    __shared__ int in_rows[kPairs];
+    chain_start();
+    const MmaTile tl = mma_tile(a, in_rows);
+    __syncthreads();
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
+    const int64_t chunks = a.cols / 256;
+    const bool x16 = (reinterpret_cast<uintptr_t>(a.xq) | a.xq_stride) % 16 == 0;
+    auto issue = [&](int64_t c, int stage) {
+        uint8_t* W = smem + stage * kRaw6Stage;
+        uint8_t* X = W + kRaw6W;
+        uint8_t* DX = X + kRawX;
+        uint8_t* offs = DX + kPairs * 4;
+        {  // thread r copies weight row r's block: 53 words from the word at or below it
+            static_assert(kThreads == kRows);
+            const int r = threadIdx.x;
+            const bool up = a.gate_up && r >= tl.out_rows;
+            const int64_t rr = min(tl.r0 + (r % tl.out_rows), a.rows - 1);
+            const uint8_t* src = tl.w + (up ? a.offset2 : a.offset) + rr * int64_t(a.row_bytes) + c * 210;
+            const int off = int(reinterpret_cast<uintptr_t>(src) & 3);
+            const uint8_t* from = src - off;
+            const uint32_t dst = shared_address(W + r * kRaw6Stride);
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++) {
+            for (int k = 0; k < 53; k++) copy_async4(dst + 4 * k, from + 4 * k, min(4, off + 210 - 4 * k));
+            offs[r] = uint8_t(off);
+        }
+        raw_copy_inputs(a, in_rows, c, X, DX, x16);
+        copy_async_commit();
+    };
+    float acc[2][kNi][4] = {};
+    const int row0 = warp * 32 + gid;
+    issue(0, 0);
+    for (int64_t c = 0; c < chunks; c++) {
+        const int stage = int(c & 1);
+        if (c + 1 < chunks) {
+            issue(c + 1, stage ^ 1);
+        } else {
+            copy_async_commit();  // an empty group, so wait_group 1 still means chunk c
+        }
+        copy_async_wait_one();
+        __syncthreads();
+        const uint8_t* W = smem + stage * kRaw6Stage;
+        const uint8_t* X = W + kRaw6W;
+        const float* DX = reinterpret_cast<const float*>(X + kRawX);
+        const uint8_t* offs = X + kRawX + kPairs * 4;
+        // The thread's four rows (16 mi + 8 h past row0): where each block
+        // starts, and a 32-bit word of it at byte k (k % 4 == 0).
+        const uint8_t* rb[2][2];
+        int sh[2][2];
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int r = row0 + 16 * mi + 8 * h;
+        for (int mi = 0; mi < 2; mi++) {
 #pragma unroll
-            for (int ni = 0; ni < kNi; ni++) {
-#pragma unroll
-                for (int e = 0; e < 2; e++) cs[r * cstride + 8 * ni + 2 * tig + e] = acc[mi][ni][2 * h + e];
+            for (int h = 0; h < 2; h++) {
+                const int r = row0 + 16 * mi + 8 * h;
+                rb[mi][h] = W + r * kRaw6Stride;
+                sh[mi][h] = 8 * offs[r];
             }
         }
+        auto word = [&](int mi, int h, int k) {
+            return __funnelshift_r(lds32(rb[mi][h] + k), lds32(rb[mi][h] + k + 4), sh[mi][h]);
+        };
+        uint32_t scw[2][2][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) scw[mi][h][k] = word(mi, h, 192 + 4 * k);
+            }
+        }
+        int isum[2][kNi][4] = {};
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                uint32_t ql[2][2][2], qh[2][2];
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        ql[mi][h][0] = word(mi, h, 64 * n + 16 * hh + 4 * tig);
+                        ql[mi][h][1] = word(mi, h, 64 * n + 32 + 16 * hh + 4 * tig);
+                        qh[mi][h] = word(mi, h, 128 + 32 * n + 16 * hh + 4 * tig);
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int g = 8 * n + 2 * i + hh;  // the group's scale
+                    uint32_t af[2][2], bf[kNi];
+#pragma unroll
+                    for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const uint32_t v = ((ql[mi][h][i % 2] >> (4 * (i / 2))) & 0x0F0F0F0Fu) |
+                                               (((qh[mi][h] >> (2 * i)) & 0x03030303u) << 4);
+                            af[mi][h] = __vsub4(v, 0x20202020u);
+                        }
+                    }
+#pragma unroll
+                    for (int ni = 0; ni < kNi; ni++) {
+                        bf[ni] = lds32(X + (8 * ni + gid) * kRawXStride + 128 * n + 32 * i + 16 * hh + 4 * tig);
+                    }
+#pragma unroll
+                    for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                        for (int ni = 0; ni < kNi; ni++) {
+                            int cs[4];
+                            mma_k16(cs, af[mi], bf[ni]);
+#pragma unroll
+                            for (int h = 0; h < 2; h++) {
+                                const int scv = int(int8_t((scw[mi][h][g / 4] >> (8 * (g % 4))) & 0xFFu));
+                                isum[mi][ni][2 * h] += scv * cs[2 * h];
+                                isum[mi][ni][2 * h + 1] += scv * cs[2 * h + 1];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float d = __half2float(__ushort_as_half(uint16_t(word(mi, h, 208) & 0xFFFFu)));
+#pragma unroll
+                for (int ni = 0; ni < kNi; ni++) {
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float& o = acc[mi][ni][2 * h + e];
+                        o = fmaf(d * DX[8 * ni + 2 * tig + e], __int2float_rn(isum[mi][ni][2 * h + e]), o);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // this stage's reads are done before the next issue overwrites it
     }
-    __syncthreads();
-    for (int i = threadIdx.x; i < out_rows * kPairs; i += kThreads) {
-        const int t = i / out_rows, r = i % out_rows;
-        if (t >= count || r0 + r >= a.rows) continue;
-        const int64_t out = a.t.tiles ? a.t.out_row[first + t] : first + t;
-        float* y = a.y + out * a.rows + r0 + r;
-        float v = cs[r * cstride + t];
-        if (a.gate_up) v = expert_hidden(v, cs[(r + out_rows) * cstride + t], x, id, a.rows, r0 + r);
-        *y = a.add ? *y + v : v;
-    }
+    copy_async_wait();
+    mma_store(a, x, tl, acc, smem);
 }
 
 template <GgmlType T>
@@ -761,6 +891,10 @@ void launch_mma(const char* what, const MmaArgs& a, unsigned n_tiles, cudaStream
         static const bool raised = (raise(reinterpret_cast<const void*>(mma_raw_q4k_kernel), kRawSmem), true);
         (void)raised;
         launch(what, mma_raw_q4k_kernel, grid, kThreads, kRawSmem, s, a, x);
+    } else if constexpr (T == GgmlType::Q6_K) {
+        static const bool raised = (raise(reinterpret_cast<const void*>(mma_raw_q6k_kernel), kRaw6Smem), true);
+        (void)raised;
+        launch(what, mma_raw_q6k_kernel, grid, kThreads, kRaw6Smem, s, a, x);
     } else {
         constexpr size_t smem = mma_smem<T>();
         static const bool raised = (raise(reinterpret_cast<const void*>(mma_kernel<T>), smem), true);

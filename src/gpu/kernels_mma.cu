@@ -570,6 +570,27 @@ __device__ __forceinline__ void raw_copy_inputs(const MmaArgs& a, const int* in_
     }
 }
 
+// The raw kernels' double buffer: chunk c + 1's copies issued into the
+// other stage (issue(c, stage) commits one cp.async group) before chunk c's
+// are waited for and multiplied (multiply(stage)).
+template <class Issue, class Multiply>
+__device__ __forceinline__ void raw_pipeline(int64_t chunks, Issue& issue, Multiply&& multiply) {
+    issue(0, 0);
+    for (int64_t c = 0; c < chunks; c++) {
+        const int stage = int(c & 1);
+        if (c + 1 < chunks) {
+            issue(c + 1, stage ^ 1);
+        } else {
+            copy_async_commit();  // an empty group, so wait_group 1 still means chunk c
+        }
+        copy_async_wait_one();
+        __syncthreads();
+        multiply(stage);
+        __syncthreads();  // this stage's reads are done before the next issue overwrites it
+    }
+    copy_async_wait();
+}
+
 __global__ void __launch_bounds__(kThreads, kRawMinBlocks) mma_raw_q4k_kernel(const MmaArgs a, const ExpertExtras x) {
     extern __shared__ __align__(16) uint8_t smem[];
     uint32_t* xs16 = reinterpret_cast<uint32_t*>(smem + 2 * kRawStage);  // kPairs x 4: group sums, int16 pairs
@@ -609,16 +630,7 @@ __global__ void __launch_bounds__(kThreads, kRawMinBlocks) mma_raw_q4k_kernel(co
     };
     float acc[2][kNi][4] = {};
     const int row0 = warp * 32 + gid;
-    issue(0, 0);
-    for (int64_t c = 0; c < chunks; c++) {
-        const int stage = int(c & 1);
-        if (c + 1 < chunks) {
-            issue(c + 1, stage ^ 1);
-        } else {
-            copy_async_commit();  // an empty group, so wait_group 1 still means chunk c
-        }
-        copy_async_wait_one();
-        __syncthreads();
+    raw_pipeline(chunks, issue, [&](int stage) {
         const uint8_t* W = smem + stage * kRawStage;
         const uint8_t* X = W + kRawW;
         const float* DX = reinterpret_cast<const float*>(X + kRawX);
@@ -710,9 +722,7 @@ __global__ void __launch_bounds__(kThreads, kRawMinBlocks) mma_raw_q4k_kernel(co
                 }
             }
         }
-        __syncthreads();  // this stage's reads are done before the next issue overwrites it
-    }
-    copy_async_wait();
+    });
     mma_store(a, x, tl, acc, smem);
 }
 
@@ -767,16 +777,7 @@ __global__ void __launch_bounds__(kThreads, kRaw6MinBlocks) mma_raw_q6k_kernel(c
     };
     float acc[2][kNi][4] = {};
     const int row0 = warp * 32 + gid;
-    issue(0, 0);
-    for (int64_t c = 0; c < chunks; c++) {
-        const int stage = int(c & 1);
-        if (c + 1 < chunks) {
-            issue(c + 1, stage ^ 1);
-        } else {
-            copy_async_commit();  // an empty group, so wait_group 1 still means chunk c
-        }
-        copy_async_wait_one();
-        __syncthreads();
+    raw_pipeline(chunks, issue, [&](int stage) {
         const uint8_t* W = smem + stage * kRaw6Stage;
         const uint8_t* X = W + kRaw6W;
         const float* DX = reinterpret_cast<const float*>(X + kRawX);
@@ -870,9 +871,7 @@ __global__ void __launch_bounds__(kThreads, kRaw6MinBlocks) mma_raw_q6k_kernel(c
                 }
             }
         }
-        __syncthreads();  // this stage's reads are done before the next issue overwrites it
-    }
-    copy_async_wait();
+    });
     mma_store(a, x, tl, acc, smem);
 }
 

@@ -3006,22 +3006,22 @@ private:
         filled_bytes_ = bytes;
     }
 
-    // --gpu-ram-tier cpu and --gpu-batch-host: the host's share of a layer's misses, in eighths,
-    // from --gpu-host-share or from two rates measured here on the first
-    // MoE layer's experts: the host's threads running the CPU path's
-    // moe_forward over n_expert_used experts for one token, and copies of
-    // experts from the RAM tier into VRAM slots (which then hold them).
-    // The shares equalize the two sides' time for a layer's misses.
+    // The first layer with routed experts (n_run_ where none has).
+    int first_moe_layer() const {
+        int il = 0;
+        while (il < n_run_ && expert_layers_[size_t(il)].n_expert == 0) il++;
+        return il;
+    }
+
     // The link's rate for expert copies (copy_gbps_): a warm-up group, then
-    // up to three timed ones (the median rate: one group of 16 experts
+    // three timed ones (the median rate: one group of 16 experts
     // measured 28.7 to 46.6 GB/s on one H100 host, docs/gpu/run21), each of
     // other experts of the first MoE layer, copied from the RAM tier into a
     // scratch buffer of at most 256 MB, so the VRAM tier's slots and counts
     // stay as they were. What the VRAM-short runs' copy bound is counted
     // against (TierCounts::json).
     void measure_link(ExpertSource& experts) const {
-        int il = 0;
-        while (il < n_run_ && expert_layers_[size_t(il)].n_expert == 0) il++;
+        const int il = first_moe_layer();
         if (il == n_run_) return;
         const ExpertLayer& el = expert_layers_[size_t(il)];
         const int K = std::min(config_.n_expert_used, el.n_expert);
@@ -3057,9 +3057,14 @@ private:
         copy_gbps_ = gbps[gbps.size() / 2];
     }
 
+    // --gpu-ram-tier cpu and --gpu-batch-host: the host's share of a layer's misses, in eighths,
+    // from --gpu-host-share or from two rates measured here on the first
+    // MoE layer's experts: the host's threads running the CPU path's
+    // moe_forward over n_expert_used experts for one token, and the link's
+    // (measure_link). The shares equalize the two sides' time for a
+    // layer's misses.
     void measure_split(ExpertSource& experts) const {
-        int il = 0;
-        while (il < n_run_ && expert_layers_[size_t(il)].n_expert == 0) il++;
+        const int il = first_moe_layer();
         if (il == n_run_) return;
         const ExpertLayer& el = expert_layers_[size_t(il)];
         const int K = std::min(config_.n_expert_used, el.n_expert);

@@ -2,14 +2,16 @@
 // mma_matmul_experts, mma_gate_up_experts). A block takes 128 weight rows
 // (of one matrix, or 64 of an expert's gate and the same 64 of its up) and
 // up to kMmaTile (32) inputs (a dense pass's consecutive rows, or one tile
-// of the pairs an expert takes), and walks the columns 256 at a time: the
-// weights' quants unpacked into shared memory as int8 with the scales of
-// their groups of 32 (16 for Q6_K) and, for Q5_K, the groups' mins (Q4_K
-// skips the unpacking: mma_raw_q4k_kernel, below, reads its raw blocks);
-// the inputs' 8-bit rows (quantize_act's Q8_K for the K-quants, Q8_0 for
-// Q8_0 and MXFP4) beside them. Each warp multiplies its 32 rows by the
-// block's inputs group by group with mma.sync (s8 x s8 -> s32: m16n8k32,
-// or m16n8k16 for Q6_K's groups of 16), exact integer sums. Q8_0 and MXFP4
+// of the pairs an expert takes), and walks the columns 256 at a time. In
+// mma_kernel (Q5_K, Q8_0, MXFP4) the weights' quants are unpacked into
+// shared memory as int8 with the scales of their groups of 32 and, for
+// Q5_K, the groups' mins; Q4_K and Q6_K skip the unpacking (the raw
+// kernels below read their blocks as they are, copied while the last chunk
+// is multiplied). The inputs' 8-bit rows (quantize_act's Q8_K for the
+// K-quants, Q8_0 for Q8_0 and MXFP4) sit beside them. Each warp multiplies
+// its 32 rows by the block's inputs group by group with mma.sync (s8 x s8
+// -> s32: m16n8k32, or m16n8k16 for Q6_K's groups of 16), exact integer
+// sums. Q8_0 and MXFP4
 // then scale each group's sum into float accumulators (weight scale x
 // activation scale x sum), as the decode kernels do a block's. The
 // K-quants' group scales and mins are small integers and their activations
@@ -96,11 +98,10 @@ __device__ __forceinline__ uint32_t fp4_values(uint32_t codes) {
     return __byte_perm(pos, neg, 0x3210u | ((idx & 0x8888u) >> 1));
 }
 
-// Weights, by type: piece s (32 columns) of 256-column chunk c of a row,
-// unpacked into q (32 int8, 8 words) and its scales. kSuper (the K-quants,
-// whose activations are Q8_K, a scale per 256): the piece's integer
-// sub-block scales (kGroup 32: one; 16: two) and, where kMins, its integer
-// min, with the super-block's float d and dmin from d_dmin; so a chunk's
+// mma_kernel's weights, by type: piece s (32 columns, one group) of
+// 256-column chunk c of a row, unpacked into q (32 int8, 8 words) and its
+// scale. kSuper (Q5_K, whose activations are Q8_K, a scale per 256): the
+// piece's integer sub-block scale and, where kMins, its integer min, with the super-block's float d and dmin from d_dmin; so a chunk's
 // integer sums are scaled once, not group by group. Else (activations Q8_0,
 // a scale per 32): the group's float scale. nb: the row's blocks (pieces
 // past them are zeros).
@@ -120,9 +121,8 @@ __device__ __forceinline__ void scale_min_k4(const uint8_t* q, int j, int* sc, i
 
 template <>
 struct MmaWeights<GgmlType::Q5_K> {
-    static constexpr int kGroup = 32;
     static constexpr bool kMins = true, kSuper = true;
-    __device__ static void piece(const uint8_t* row, int64_t c, int s, uint32_t (&q)[8], int (&sc)[2], int* mn) {
+    __device__ static void piece(const uint8_t* row, int64_t c, int s, uint32_t (&q)[8], int* sc, int* mn) {
         const uint8_t* b = row + c * int64_t(sizeof(BlockQ5_K));
         const uint4* qh = reinterpret_cast<const uint4*>(b + 16);
         const uint4* qs = reinterpret_cast<const uint4*>(b + 48 + 32 * (s / 2));
@@ -132,7 +132,7 @@ struct MmaWeights<GgmlType::Q5_K> {
         const int shift = 4 * (s % 2);
 #pragma unroll
         for (int k = 0; k < 8; k++) q[k] = ((w[k] >> shift) & 0x0F0F0F0Fu) | (((h[k] >> s) & 0x01010101u) << 4);
-        scale_min_k4(b + 4, s, &sc[0], mn);
+        scale_min_k4(b + 4, s, sc, mn);
     }
     __device__ static float2 d_dmin(const uint8_t* row, int64_t c) {
         const uint8_t* b = row + c * int64_t(sizeof(BlockQ5_K));
@@ -154,7 +154,6 @@ __device__ __forceinline__ const uint8_t* block32(const uint8_t* row, int64_t nb
 
 template <>
 struct MmaWeights<GgmlType::Q8_0> {
-    static constexpr int kGroup = 32;
     static constexpr bool kMins = false, kSuper = false;
     __device__ static void piece(const uint8_t* row, int64_t nb, int64_t c, int s, uint32_t (&q)[8], float* scale) {
         const uint8_t* b = block32(row, nb, c, s, sizeof(BlockQ8_0), q, scale);
@@ -170,7 +169,6 @@ struct MmaWeights<GgmlType::Q8_0> {
 // e8m0_half).
 template <>
 struct MmaWeights<GgmlType::MXFP4> {
-    static constexpr int kGroup = 32;
     static constexpr bool kMins = false, kSuper = false;
     __device__ static void piece(const uint8_t* row, int64_t nb, int64_t c, int s, uint32_t (&q)[8], float* scale) {
         const uint8_t* b = block32(row, nb, c, s, sizeof(BlockMXFP4), q, scale);
@@ -272,19 +270,18 @@ __device__ __forceinline__ void mma_store(const MmaArgs& a, const ExpertExtras& 
 
 template <GgmlType T>
 constexpr size_t mma_smem() {
-    constexpr int groups = kChunk / MmaWeights<T>::kGroup;
-    return size_t(kRows + kPairs) * kStride + size_t(kRows) * (groups + 10) * 4 + size_t(kPairs) * 16 * 4;
+    return size_t(kRows + kPairs) * kStride + size_t(kRows) * (kChunk / 32 + 10) * 4 + size_t(kPairs) * 16 * 4;
 }
 
 template <GgmlType T>
 __global__ void __launch_bounds__(kThreads, 4) mma_kernel(const MmaArgs a, const ExpertExtras x) {
     using W = MmaWeights<T>;
-    constexpr int G = W::kGroup, NG = kChunk / G;
+    constexpr int NG = kChunk / 32;  // groups a chunk
     extern __shared__ __align__(16) uint8_t smem[];
     uint8_t* As = smem;                   // kRows x kStride: the weights' int8 values
     uint8_t* Bs = As + kRows * kStride;   // kPairs x kStride: the inputs'
     float* sw = reinterpret_cast<float*>(Bs + kPairs * kStride);  // kRows x NG: group scales (kSuper: ints)
-    float* mw = sw + kRows * NG;          // kRows x 8: mins (Q4_K, Q5_K; ints)
+    float* mw = sw + kRows * NG;          // kRows x 8: mins (Q5_K; ints)
     float* dd = mw + kRows * 8;           // kRows x 2: kSuper's d and dmin
     float* dx = dd + kRows * 2;           // kPairs x 8: the inputs' scale, a 32-column piece
     float* xs = dx + kPairs * 8;          // kPairs x 8: the piece's sum of the activations (mins; ints)
@@ -308,15 +305,9 @@ __global__ void __launch_bounds__(kThreads, 4) mma_kernel(const MmaArgs a, const
             const uint8_t* row = w + (up ? a.offset2 : a.offset) + rr * int64_t(a.row_bytes);
             uint32_t q[8];
             if constexpr (W::kSuper) {
-                int sc[2] = {0, 0}, mn = 0;
-                W::piece(row, c, s, q, sc, &mn);
-                int* isw = reinterpret_cast<int*>(sw);
-                if constexpr (G == 32) {
-                    isw[r * NG + s] = sc[0];
-                } else {
-                    isw[r * NG + 2 * s] = sc[0];
-                    isw[r * NG + 2 * s + 1] = sc[1];
-                }
+                int sc = 0, mn = 0;
+                W::piece(row, c, s, q, &sc, &mn);
+                reinterpret_cast<int*>(sw)[r * NG + s] = sc;
                 if constexpr (W::kMins) reinterpret_cast<int*>(mw)[r * 8 + s] = mn;
                 if (s == 0) {
                     const float2 d = W::d_dmin(row, c);
@@ -372,48 +363,31 @@ __global__ void __launch_bounds__(kThreads, 4) mma_kernel(const MmaArgs a, const
             __syncthreads();
         }
         // kSuper: the chunk's sums of group sums times their integer scales,
-        // exact (|sum| < 2^27: 16 groups of 16 products of 6-bit quants by
-        // 8-bit activations, times 8-bit scales at most), scaled once below.
+        // exact (|sum| < 2^26: 8 groups of 32 products of 5-bit quants by
+        // 8-bit activations, times 6-bit scales), scaled once below.
         int isum[2][kNi][4] = {};
         const int row0 = warp * 32 + gid;
 #pragma unroll 2
         for (int g = 0; g < NG; g++) {
             int cs[2][kNi][4];
-            if constexpr (G == 32) {
-                uint32_t af[2][4], bf[kNi][2];
+            uint32_t af[2][4], bf[kNi][2];
 #pragma unroll
-                for (int mi = 0; mi < 2; mi++) {
-                    const int r = row0 + 16 * mi, col = 32 * g + 4 * tig;
-                    af[mi][0] = shared_word(As, r, col);
-                    af[mi][1] = shared_word(As, r + 8, col);
-                    af[mi][2] = shared_word(As, r, col + 16);
-                    af[mi][3] = shared_word(As, r + 8, col + 16);
-                }
+            for (int mi = 0; mi < 2; mi++) {
+                const int r = row0 + 16 * mi, col = 32 * g + 4 * tig;
+                af[mi][0] = shared_word(As, r, col);
+                af[mi][1] = shared_word(As, r + 8, col);
+                af[mi][2] = shared_word(As, r, col + 16);
+                af[mi][3] = shared_word(As, r + 8, col + 16);
+            }
 #pragma unroll
-                for (int ni = 0; ni < kNi; ni++) {
-                    bf[ni][0] = shared_word(Bs, 8 * ni + gid, 32 * g + 4 * tig);
-                    bf[ni][1] = shared_word(Bs, 8 * ni + gid, 32 * g + 4 * tig + 16);
-                }
+            for (int ni = 0; ni < kNi; ni++) {
+                bf[ni][0] = shared_word(Bs, 8 * ni + gid, 32 * g + 4 * tig);
+                bf[ni][1] = shared_word(Bs, 8 * ni + gid, 32 * g + 4 * tig + 16);
+            }
 #pragma unroll
-                for (int mi = 0; mi < 2; mi++) {
+            for (int mi = 0; mi < 2; mi++) {
 #pragma unroll
-                    for (int ni = 0; ni < kNi; ni++) mma_k32(cs[mi][ni], af[mi], bf[ni]);
-                }
-            } else {
-                uint32_t af[2][2], bf[kNi];
-#pragma unroll
-                for (int mi = 0; mi < 2; mi++) {
-                    const int r = row0 + 16 * mi, col = 16 * g + 4 * tig;
-                    af[mi][0] = shared_word(As, r, col);
-                    af[mi][1] = shared_word(As, r + 8, col);
-                }
-#pragma unroll
-                for (int ni = 0; ni < kNi; ni++) bf[ni] = shared_word(Bs, 8 * ni + gid, 16 * g + 4 * tig);
-#pragma unroll
-                for (int mi = 0; mi < 2; mi++) {
-#pragma unroll
-                    for (int ni = 0; ni < kNi; ni++) mma_k16(cs[mi][ni], af[mi], bf[ni]);
-                }
+                for (int ni = 0; ni < kNi; ni++) mma_k32(cs[mi][ni], af[mi], bf[ni]);
             }
             if constexpr (W::kSuper) {
                 const int* isw = reinterpret_cast<const int*>(sw);

@@ -565,20 +565,28 @@ __device__ __forceinline__ void raw_pipeline(int64_t chunks, Issue& issue, Multi
     copy_async_wait();
 }
 
+// The raw kernels' weight row r of the block (gate's or up's half; past
+// a.rows the last row again, computed but not written), chunk c of blocks
+// of `block` bytes.
+__device__ __forceinline__ const uint8_t* raw_row_chunk(const MmaArgs& a, const MmaTile& tl, int r, int64_t c,
+                                                        int block) {
+    const bool up = a.gate_up && r >= tl.out_rows;
+    const int64_t rr = min(tl.r0 + (r % tl.out_rows), a.rows - 1);
+    return tl.w + (up ? a.offset2 : a.offset) + rr * int64_t(a.row_bytes) + c * block;
+}
+
 __global__ void __launch_bounds__(kThreads, kRawMinBlocks) mma_raw_q4k_kernel(const MmaArgs a, const ExpertExtras x) {
     extern __shared__ __align__(16) uint8_t smem[];
     uint32_t* xs16 = reinterpret_cast<uint32_t*>(smem + 2 * kRawStage);  // kPairs x 4: group sums, int16 pairs
     __shared__ int in_rows[kPairs];
     chain_start();
     const MmaTile tl = mma_tile(a, in_rows);
-    const uint8_t* w = tl.w;
-    const int out_rows = tl.out_rows;
-    const int64_t r0 = tl.r0;
     __syncthreads();
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
     const int64_t chunks = a.cols / 256;
-    const bool w16 = ((reinterpret_cast<uintptr_t>(w) + a.offset) % 16 == 0) &&
-                     (!a.gate_up || (reinterpret_cast<uintptr_t>(w) + a.offset2) % 16 == 0) && a.row_bytes % 16 == 0;
+    const bool w16 = ((reinterpret_cast<uintptr_t>(tl.w) + a.offset) % 16 == 0) &&
+                     (!a.gate_up || (reinterpret_cast<uintptr_t>(tl.w) + a.offset2) % 16 == 0) &&
+                     a.row_bytes % 16 == 0;
     const bool x16 = (reinterpret_cast<uintptr_t>(a.xq) | a.xq_stride) % 16 == 0;
     auto issue = [&](int64_t c, int stage) {
         uint8_t* W = smem + stage * kRawStage;
@@ -587,9 +595,7 @@ __global__ void __launch_bounds__(kThreads, kRawMinBlocks) mma_raw_q4k_kernel(co
         {  // thread r copies weight row r's 144 bytes (one base address a thread)
             static_assert(kThreads == kRows);
             const int r = threadIdx.x;
-            const bool up = a.gate_up && r >= out_rows;
-            const int64_t rr = min(r0 + (r % out_rows), a.rows - 1);
-            const uint8_t* src = w + (up ? a.offset2 : a.offset) + rr * int64_t(a.row_bytes) + c * 144;
+            const uint8_t* src = raw_row_chunk(a, tl, r, c, 144);
             const uint32_t dst = shared_address(W + r * 144);
             if (w16) {
 #pragma unroll
@@ -736,9 +742,7 @@ __global__ void __launch_bounds__(kThreads, kRaw6MinBlocks) mma_raw_q6k_kernel(c
         {  // thread r copies weight row r's block: 53 words from the word at or below it
             static_assert(kThreads == kRows);
             const int r = threadIdx.x;
-            const bool up = a.gate_up && r >= tl.out_rows;
-            const int64_t rr = min(tl.r0 + (r % tl.out_rows), a.rows - 1);
-            const uint8_t* src = tl.w + (up ? a.offset2 : a.offset) + rr * int64_t(a.row_bytes) + c * 210;
+            const uint8_t* src = raw_row_chunk(a, tl, r, c, 210);
             const int off = int(reinterpret_cast<uintptr_t>(src) & 3);
             const uint8_t* from = src - off;
             const uint32_t dst = shared_address(W + r * kRaw6Stride);

@@ -81,6 +81,32 @@ prompt_run() {
   echo "== $name: exit $?"; grep -E "^prefill:|router|attention \+|gate/up|q,k,v|output matvec" $P/$name.err | head -8
 }
 
+# A call's start: P=$1/$NAME (default $2) emptied, the bundle unpacked
+# (gpu_setup). The caller sets D and STEPS before sourcing this file.
+call_start() { P=$1/${NAME:-$2}; rm -rf $P; gpu_setup; }
+
+# The bundle's earlier build (moestream-32.xz) as /tmp/moestream-main, for
+# prompt_ab's comparisons.
+main_binary() { xz -dc $D/moestream-32.xz > /tmp/moestream-main && chmod +x /tmp/moestream-main; }
+
+# Prompts of 512 and 4,096 random tokens on $M, the bundle's build ("new")
+# and main_binary's alternated: label reps. Then (PROF=0: not) a
+# --gpu-profile run of each.
+prompt_ab() {
+  local label=$1 reps=$2 r N
+  for r in $(seq 1 $reps); do
+    for N in 512 4096; do
+      prompt_run ${label}_new_${N}_$r $BIN/moestream $N
+      prompt_run ${label}_main_${N}_$r /tmp/moestream-main $N
+    done
+  done
+  [ "${PROF:-1}" = 1 ] || return 0
+  for N in 512 4096; do
+    prompt_run ${label}_new_${N}_prof $BIN/moestream $N --gpu-profile
+    prompt_run ${label}_main_${N}_prof /tmp/moestream-main $N --gpu-profile
+  done
+}
+
 # llama-bench on $M: name, flags... Each repetition's tok/s is in the JSON's
 # samples_ts: the median is read from there. LBARGS replaces the tests
 # (-p 512 -n 128): llama-bench appends a repeated -p or -n to the list.

@@ -16,11 +16,9 @@
 #     refused), after the 508-token English prompt, x3; with l, llama-bench
 #     -ncmoe 6 -p 512 -n 128 beside it.
 D=${D:-.gpuwork/h27}
-P=/tmp/r27/${NAME:-v}
-rm -rf $P
 STEPS=${STEPS:-tkq}
 source docs/gpu/call.sh
-gpu_setup
+call_start /tmp/r27 v
 [[ $STEPS == *[ql]* ]] && { synth qwen3-30b-a3b /tmp/q30.gguf --type Q4_K_M & syn=$!; }
 if [[ $STEPS == *t* ]]; then
   gpu_tests_all

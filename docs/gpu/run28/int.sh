@@ -21,11 +21,9 @@
 #     pp4096 at -ub 4096, its fastest;
 #     DeepSeek V3's where a call made it).
 D=${D:-.gpuwork/h29}
-P=/tmp/r28/${NAME:-int}
-rm -rf $P
 STEPS=${STEPS:-tkq}
 source docs/gpu/call.sh
-gpu_setup
+call_start /tmp/r28 int
 [[ $STEPS == *[ql]* ]] && { synth qwen3-30b-a3b /tmp/q30.gguf --type Q4_K_M & syn=$!; }
 if [[ $STEPS == *t* ]]; then
   gpu_tests_all
@@ -41,23 +39,9 @@ if [[ $STEPS == *k* ]]; then
   done
 fi
 [[ $STEPS == *[ql]* ]] && wait $syn
-xz -dc $D/moestream-32.xz > /tmp/moestream-main && chmod +x /tmp/moestream-main
-ab() {  # label model reps: the two builds interleaved
-  local label=$1 reps=$3; M=$2
-  for r in $(seq 1 $reps); do
-    for N in 512 4096; do
-      prompt_run ${label}_new_${N}_$r $BIN/moestream $N
-      prompt_run ${label}_main_${N}_$r /tmp/moestream-main $N
-    done
-  done
-  [ "${PROF:-1}" = 1 ] || return 0
-  for N in 512 4096; do
-    prompt_run ${label}_new_${N}_prof $BIN/moestream $N --gpu-profile
-    prompt_run ${label}_main_${N}_prof /tmp/moestream-main $N --gpu-profile
-  done
-}
-[[ $STEPS == *q* ]] && ab q30 /tmp/q30.gguf ${REPS:-2}
-if [[ $STEPS == *d* ]]; then synth deepseek-v3 /tmp/dsv3.gguf --layers 6 --type Q4_K_M; ab dsv3 /tmp/dsv3.gguf 1; fi
+main_binary
+[[ $STEPS == *q* ]] && { M=/tmp/q30.gguf; prompt_ab q30 ${REPS:-2}; }
+if [[ $STEPS == *d* ]]; then synth deepseek-v3 /tmp/dsv3.gguf --layers 6 --type Q4_K_M; M=/tmp/dsv3.gguf; prompt_ab dsv3 1; fi
 if [[ $STEPS == *l* ]]; then
   M=/tmp/q30.gguf; LBARGS="-p 512,4096 -n 0" lb llama_q30_pp
   M=/tmp/q30.gguf; LBARGS="-p 4096 -n 0" lb llama_q30_pp_ub4096 -ub 4096

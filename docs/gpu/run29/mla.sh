@@ -14,33 +14,19 @@
 #     8G (when /tmp/q30.gguf is there) and the DeepSeek V3 cut at 2G; the
 #     prompt passes' copy-bound line and the report's vram_tier.prefill.
 D=${D:-.gpuwork/h34}
-P=/tmp/r29/${NAME:-mla}
-rm -rf $P
 STEPS=${STEPS:-tdc}
 source docs/gpu/call.sh
-gpu_setup
+call_start /tmp/r29 mla
 [[ $STEPS == *[dc]* ]] && { synth deepseek-v3 /tmp/dsv3.gguf --layers 6 --type Q4_K_M & syn=$!; }
 if [[ $STEPS == *t* ]]; then
   gpu_tests_all
   grep -E "Mla|FAILED" $P/runtime_gpu_test.log | grep -E "OK|FAILED|rel|err" | head -30
 fi
 [[ $STEPS == *[dc]* ]] && wait $syn
-xz -dc $D/moestream-32.xz > /tmp/moestream-main && chmod +x /tmp/moestream-main
+main_binary
 if [[ $STEPS == *d* ]]; then
   M=/tmp/dsv3.gguf
-  for r in $(seq 1 ${REPS:-1}); do
-    for N in 512 4096; do
-      prompt_run dsv3_new_${N}_$r $BIN/moestream $N
-      prompt_run dsv3_main_${N}_$r /tmp/moestream-main $N
-    done
-  done
-  if [ "${PROF:-1}" = 1 ]; then
-    for N in 512 4096; do
-      prompt_run dsv3_new_${N}_prof $BIN/moestream $N --gpu-profile
-      prompt_run dsv3_main_${N}_prof /tmp/moestream-main $N --gpu-profile
-    done
-    grep -h -E "k_b|v_b|MLA|mla|attention" $P/dsv3_*_prof.err | head -24
-  fi
+  prompt_ab dsv3 ${REPS:-1}
 fi
 if [[ $STEPS == *c* ]]; then
   # qwen3-30b-a3b at --gpu-mem 8G (issue 34's case) where an earlier

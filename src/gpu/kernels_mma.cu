@@ -3,15 +3,14 @@
 // (of one matrix, or 64 of an expert's gate and the same 64 of its up) and
 // up to kMmaTile (32) inputs (a dense pass's consecutive rows, or one tile
 // of the pairs an expert takes), and walks the columns 256 at a time. In
-// mma_kernel (Q5_K, Q8_0, MXFP4) the weights' quants are unpacked into
-// shared memory as int8 with the scales of their groups of 32 and, for
-// Q5_K, the groups' mins; Q4_K and Q6_K skip the unpacking (the raw
-// kernels below read their blocks as they are, copied while the last chunk
-// is multiplied). The inputs' 8-bit rows (quantize_act's Q8_K for the
-// K-quants, Q8_0 for Q8_0 and MXFP4) sit beside them. Each warp multiplies
-// its 32 rows by the block's inputs group by group with mma.sync (s8 x s8
-// -> s32: m16n8k32, or m16n8k16 for Q6_K's groups of 16), exact integer
-// sums. Q8_0 and MXFP4
+// mma_kernel (Q8_0, MXFP4) the weights' quants are unpacked into shared
+// memory as int8 with the scales of their groups of 32; Q4_K, Q5_K and
+// Q6_K skip the unpacking (the raw kernels below read their blocks as they
+// are, copied while the last chunk is multiplied). The inputs' 8-bit rows
+// (quantize_act's Q8_K for the K-quants, Q8_0 for Q8_0 and MXFP4) sit
+// beside them. Each warp multiplies its 32 rows by the block's inputs group
+// by group with mma.sync (s8 x s8 -> s32: m16n8k32, or m16n8k16 for Q6_K's
+// groups of 16), exact integer sums. Q8_0 and MXFP4
 // then scale each group's sum into float accumulators (weight scale x
 // activation scale x sum), as the decode kernels do a block's. The
 // K-quants' group scales and mins are small integers and their activations
@@ -98,47 +97,12 @@ __device__ __forceinline__ uint32_t fp4_values(uint32_t codes) {
     return __byte_perm(pos, neg, 0x3210u | ((idx & 0x8888u) >> 1));
 }
 
-// mma_kernel's weights, by type: piece s (32 columns, one group) of
-// 256-column chunk c of a row, unpacked into q (32 int8, 8 words) and its
-// scale. kSuper (Q5_K, whose activations are Q8_K, a scale per 256): the
-// piece's integer sub-block scale and, where kMins, its integer min, with the super-block's float d and dmin from d_dmin; so a chunk's
-// integer sums are scaled once, not group by group. Else (activations Q8_0,
-// a scale per 32): the group's float scale. nb: the row's blocks (pieces
-// past them are zeros).
+// mma_kernel's weights (Q8_0 and MXFP4, whose activations are Q8_0, a
+// scale per 32), by type: piece s (32 columns, one group) of 256-column
+// chunk c of a row, unpacked into q (32 int8, 8 words) and the group's
+// float scale. nb: the row's blocks (pieces past them are zeros).
 template <GgmlType T>
 struct MmaWeights;
-
-// get_scale_min_k4 of quant/dequant.cpp: the 6-bit scale and min of sub-block j.
-__device__ __forceinline__ void scale_min_k4(const uint8_t* q, int j, int* sc, int* m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
-template <>
-struct MmaWeights<GgmlType::Q5_K> {
-    static constexpr bool kMins = true, kSuper = true;
-    __device__ static void piece(const uint8_t* row, int64_t c, int s, uint32_t (&q)[8], int* sc, int* mn) {
-        const uint8_t* b = row + c * int64_t(sizeof(BlockQ5_K));
-        const uint4* qh = reinterpret_cast<const uint4*>(b + 16);
-        const uint4* qs = reinterpret_cast<const uint4*>(b + 48 + 32 * (s / 2));
-        const uint4 h0 = qh[0], h1 = qh[1], v0 = qs[0], v1 = qs[1];
-        const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-        const uint32_t h[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-        const int shift = 4 * (s % 2);
-#pragma unroll
-        for (int k = 0; k < 8; k++) q[k] = ((w[k] >> shift) & 0x0F0F0F0Fu) | (((h[k] >> s) & 0x01010101u) << 4);
-        scale_min_k4(b + 4, s, sc, mn);
-    }
-    __device__ static float2 d_dmin(const uint8_t* row, int64_t c) {
-        const uint8_t* b = row + c * int64_t(sizeof(BlockQ5_K));
-        return make_float2(half_value(b), half_value(b + 2));
-    }
-};
 
 // The block of a 32-weight type (bytes each) behind piece s of chunk c,
 // or null, q and the scale zeroed, past the row's nb blocks.
@@ -154,7 +118,6 @@ __device__ __forceinline__ const uint8_t* block32(const uint8_t* row, int64_t nb
 
 template <>
 struct MmaWeights<GgmlType::Q8_0> {
-    static constexpr bool kMins = false, kSuper = false;
     __device__ static void piece(const uint8_t* row, int64_t nb, int64_t c, int s, uint32_t (&q)[8], float* scale) {
         const uint8_t* b = block32(row, nb, c, s, sizeof(BlockQ8_0), q, scale);
         if (!b) return;
@@ -169,7 +132,6 @@ struct MmaWeights<GgmlType::Q8_0> {
 // e8m0_half).
 template <>
 struct MmaWeights<GgmlType::MXFP4> {
-    static constexpr bool kMins = false, kSuper = false;
     __device__ static void piece(const uint8_t* row, int64_t nb, int64_t c, int s, uint32_t (&q)[8], float* scale) {
         const uint8_t* b = block32(row, nb, c, s, sizeof(BlockMXFP4), q, scale);
         if (!b) return;
@@ -270,7 +232,7 @@ __device__ __forceinline__ void mma_store(const MmaArgs& a, const ExpertExtras& 
 
 template <GgmlType T>
 constexpr size_t mma_smem() {
-    return size_t(kRows + kPairs) * kStride + size_t(kRows) * (kChunk / 32 + 10) * 4 + size_t(kPairs) * 16 * 4;
+    return size_t(kRows + kPairs) * kStride + size_t(kRows) * (kChunk / 32) * 4 + size_t(kPairs) * 8 * 4;
 }
 
 template <GgmlType T>
@@ -280,11 +242,8 @@ __global__ void __launch_bounds__(kThreads, 4) mma_kernel(const MmaArgs a, const
     extern __shared__ __align__(16) uint8_t smem[];
     uint8_t* As = smem;                   // kRows x kStride: the weights' int8 values
     uint8_t* Bs = As + kRows * kStride;   // kPairs x kStride: the inputs'
-    float* sw = reinterpret_cast<float*>(Bs + kPairs * kStride);  // kRows x NG: group scales (kSuper: ints)
-    float* mw = sw + kRows * NG;          // kRows x 8: mins (Q5_K; ints)
-    float* dd = mw + kRows * 8;           // kRows x 2: kSuper's d and dmin
-    float* dx = dd + kRows * 2;           // kPairs x 8: the inputs' scale, a 32-column piece
-    float* xs = dx + kPairs * 8;          // kPairs x 8: the piece's sum of the activations (mins; ints)
+    float* sw = reinterpret_cast<float*>(Bs + kPairs * kStride);  // kRows x NG: group scales
+    float* dx = sw + kRows * NG;          // kPairs x 8: the inputs' scale, a 32-column piece
     __shared__ int in_rows[kPairs];
     chain_start();
     const MmaTile tl = mma_tile(a, in_rows);
@@ -292,7 +251,7 @@ __global__ void __launch_bounds__(kThreads, 4) mma_kernel(const MmaArgs a, const
     const int out_rows = tl.out_rows;
     const int64_t r0 = tl.r0;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
-    const int64_t nb = a.cols / (W::kSuper ? 256 : 32);
+    const int64_t nb = a.cols / 32;
     const int64_t chunks = (a.cols + kChunk - 1) / kChunk;
     float acc[2][kNi][4] = {};
     for (int64_t c = 0; c < chunks; c++) {
@@ -304,21 +263,9 @@ __global__ void __launch_bounds__(kThreads, 4) mma_kernel(const MmaArgs a, const
             const int64_t rr = min(r0 + (r % out_rows), a.rows - 1);  // clamped: written only if < rows
             const uint8_t* row = w + (up ? a.offset2 : a.offset) + rr * int64_t(a.row_bytes);
             uint32_t q[8];
-            if constexpr (W::kSuper) {
-                int sc = 0, mn = 0;
-                W::piece(row, c, s, q, &sc, &mn);
-                reinterpret_cast<int*>(sw)[r * NG + s] = sc;
-                if constexpr (W::kMins) reinterpret_cast<int*>(mw)[r * 8 + s] = mn;
-                if (s == 0) {
-                    const float2 d = W::d_dmin(row, c);
-                    dd[2 * r] = d.x;
-                    dd[2 * r + 1] = d.y;
-                }
-            } else {
-                float scale = 0;
-                W::piece(row, nb, c, s, q, &scale);
-                sw[r * NG + s] = scale;
-            }
+            float scale = 0;
+            W::piece(row, nb, c, s, q, &scale);
+            sw[r * NG + s] = scale;
             uint4* dst = reinterpret_cast<uint4*>(As + r * kStride + 32 * s);
             dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
             dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
@@ -329,7 +276,7 @@ __global__ void __launch_bounds__(kThreads, 4) mma_kernel(const MmaArgs a, const
             const int64_t col = c * kChunk + p * 16;
             uint4 v = make_uint4(0, 0, 0, 0);
             if (in_rows[t] >= 0 && col < a.cols) {
-                const uint8_t* base = a.xq + size_t(in_rows[t]) * a.xq_stride + (W::kSuper ? 0 : a.cols);
+                const uint8_t* base = a.xq + size_t(in_rows[t]) * a.xq_stride + a.cols;  // the Q8_0 bytes
                 v = *reinterpret_cast<const uint4*>(base + col);
             }
             *reinterpret_cast<uint4*>(Bs + t * kStride + p * 16) = v;
@@ -340,32 +287,11 @@ __global__ void __launch_bounds__(kThreads, 4) mma_kernel(const MmaArgs a, const
             float d = 0;
             if (in_rows[t] >= 0 && c * kChunk + 32 * s < a.cols) {
                 const float* scales = reinterpret_cast<const float*>(a.xq + size_t(in_rows[t]) * a.xq_stride + 2 * a.cols);
-                d = W::kSuper ? scales[c] : scales[a.cols / 256 + c * 8 + s];
+                d = scales[a.cols / 256 + c * 8 + s];
             }
             dx[t * 8 + s] = d;
         }
         __syncthreads();
-        if constexpr (W::kMins) {  // each piece's sum of the activations, for the mins
-            for (int i = threadIdx.x; i < kPairs * 8; i += kThreads) {
-                const int t = i / 8, s = i % 8;
-                const int4* v = reinterpret_cast<const int4*>(Bs + t * kStride + 32 * s);
-                int sum = 0;
-#pragma unroll
-                for (int k = 0; k < 2; k++) {
-                    const int4 u = v[k];
-                    sum = __dp4a(u.x, 0x01010101, sum);
-                    sum = __dp4a(u.y, 0x01010101, sum);
-                    sum = __dp4a(u.z, 0x01010101, sum);
-                    sum = __dp4a(u.w, 0x01010101, sum);
-                }
-                reinterpret_cast<int*>(xs)[t * 8 + s] = sum;
-            }
-            __syncthreads();
-        }
-        // kSuper: the chunk's sums of group sums times their integer scales,
-        // exact (|sum| < 2^26: 8 groups of 32 products of 5-bit quants by
-        // 8-bit activations, times 6-bit scales), scaled once below.
-        int isum[2][kNi][4] = {};
         const int row0 = warp * 32 + gid;
 #pragma unroll 2
         for (int g = 0; g < NG; g++) {
@@ -389,93 +315,23 @@ __global__ void __launch_bounds__(kThreads, 4) mma_kernel(const MmaArgs a, const
 #pragma unroll
                 for (int ni = 0; ni < kNi; ni++) mma_k32(cs[mi][ni], af[mi], bf[ni]);
             }
-            if constexpr (W::kSuper) {
-                const int* isw = reinterpret_cast<const int*>(sw);
-#pragma unroll
-                for (int mi = 0; mi < 2; mi++) {
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int scv = isw[(row0 + 16 * mi + 8 * h) * NG + g];
-#pragma unroll
-                        for (int ni = 0; ni < kNi; ni++) {
-                            isum[mi][ni][2 * h] += scv * cs[mi][ni][2 * h];
-                            isum[mi][ni][2 * h + 1] += scv * cs[mi][ni][2 * h + 1];
-                        }
-                    }
-                }
-            } else {
-                float dxv[kNi][2];
-#pragma unroll
-                for (int ni = 0; ni < kNi; ni++) {
-#pragma unroll
-                    for (int e = 0; e < 2; e++) dxv[ni][e] = dx[(8 * ni + 2 * tig + e) * 8 + g];
-                }
-#pragma unroll
-                for (int mi = 0; mi < 2; mi++) {
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const float swv = sw[(row0 + 16 * mi + 8 * h) * NG + g];
-#pragma unroll
-                        for (int ni = 0; ni < kNi; ni++) {
-#pragma unroll
-                            for (int e = 0; e < 2; e++) {
-                                float& o = acc[mi][ni][2 * h + e];
-                                o = fmaf(swv, dxv[ni][e] * int_float(cs[mi][ni][2 * h + e]), o);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        if constexpr (W::kSuper) {
-            // The mins' part: sum over the pieces of min x the piece's
-            // activation sum (|.| < 2^21), then both parts scaled by the
-            // super-block's d or dmin and the inputs' Q8_K scale.
-            int msum[2][kNi][4] = {};
-            if constexpr (W::kMins) {
-                const int* imw = reinterpret_cast<const int*>(mw);
-                const int* ixs = reinterpret_cast<const int*>(xs);
-#pragma unroll 2
-                for (int p = 0; p < 8; p++) {
-                    int xv[kNi][2];
-#pragma unroll
-                    for (int ni = 0; ni < kNi; ni++) {
-#pragma unroll
-                        for (int e = 0; e < 2; e++) xv[ni][e] = ixs[(8 * ni + 2 * tig + e) * 8 + p];
-                    }
-#pragma unroll
-                    for (int mi = 0; mi < 2; mi++) {
-#pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            const int mv = imw[(row0 + 16 * mi + 8 * h) * 8 + p];
-#pragma unroll
-                            for (int ni = 0; ni < kNi; ni++) {
-                                msum[mi][ni][2 * h] += mv * xv[ni][0];
-                                msum[mi][ni][2 * h + 1] += mv * xv[ni][1];
-                            }
-                        }
-                    }
-                }
-            }
             float dxv[kNi][2];
 #pragma unroll
             for (int ni = 0; ni < kNi; ni++) {
 #pragma unroll
-                for (int e = 0; e < 2; e++) dxv[ni][e] = dx[(8 * ni + 2 * tig + e) * 8];
+                for (int e = 0; e < 2; e++) dxv[ni][e] = dx[(8 * ni + 2 * tig + e) * 8 + g];
             }
 #pragma unroll
             for (int mi = 0; mi < 2; mi++) {
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const int r = row0 + 16 * mi + 8 * h;
-                    const float d = dd[2 * r], dmin = dd[2 * r + 1];
+                    const float swv = sw[(row0 + 16 * mi + 8 * h) * NG + g];
 #pragma unroll
                     for (int ni = 0; ni < kNi; ni++) {
 #pragma unroll
                         for (int e = 0; e < 2; e++) {
                             float& o = acc[mi][ni][2 * h + e];
-                            o = fmaf(d * dxv[ni][e], __int2float_rn(isum[mi][ni][2 * h + e]), o);
-                            if constexpr (W::kMins) o = fmaf(-dmin * dxv[ni][e], __int2float_rn(msum[mi][ni][2 * h + e]), o);
+                            o = fmaf(swv, dxv[ni][e] * int_float(cs[mi][ni][2 * h + e]), o);
                         }
                     }
                 }
@@ -485,8 +341,9 @@ __global__ void __launch_bounds__(kThreads, 4) mma_kernel(const MmaArgs a, const
     mma_store(a, x, tl, acc, smem);
 }
 
-// Q4_K straight from its raw blocks (the other types take mma_kernel).
-// Chunk c + 1's raw weight blocks (144 bytes a row), 8-bit activations and
+// Q4_K and Q5_K straight from their raw blocks (Q6_K: below; the other
+// types take mma_kernel).
+// Chunk c + 1's raw weight blocks (144 or 176 bytes a row), 8-bit activations and
 // their Q8_K scales are copied by cp.async into the other half of a double
 // buffer while chunk c is multiplied, so a block no longer loads, waits,
 // unpacks and waits again a chunk; the A fragments are built from the raw
@@ -500,13 +357,23 @@ __global__ void __launch_bounds__(kThreads, 4) mma_kernel(const MmaArgs a, const
 // registers (4 blocks an SM, small spills) with the groups unrolled by 4,
 // the fastest of four register caps and unrollings there.
 constexpr int kRawGUnroll = 4;
-constexpr int kRawMinBlocks = 4;
-constexpr int kRawW = kRows * 144;              // a stage's weight bytes
 constexpr int kRawXStride = 256 + 16;           // an input's bytes a stage (rows 4 banks apart)
 constexpr int kRawX = kPairs * kRawXStride;
-constexpr int kRawStage = kRawW + kRawX + kPairs * 4;
-constexpr size_t kRawSmem = size_t(2) * kRawStage + size_t(kPairs) * 16;
-static_assert(kRawW % 16 == 0 && kRawX % 16 == 0);
+// A K-quant block of 256 with 6-bit scales and mins (12 bytes at 4):
+// Q4_K's 144 bytes (qs at 16), Q5_K's 176 (qh at 16, qs at 48). Rows of
+// either are 4 banks apart in shared memory (36 or 44 words).
+template <GgmlType T>
+__host__ __device__ constexpr int raw_block_bytes() { return T == GgmlType::Q4_K ? 144 : 176; }
+template <GgmlType T>
+__host__ __device__ constexpr int raw_w() { return kRows * raw_block_bytes<T>(); }  // a stage's weight bytes
+template <GgmlType T>
+__host__ __device__ constexpr int raw_stage() { return raw_w<T>() + kRawX + kPairs * 4; }
+template <GgmlType T>
+__host__ __device__ constexpr size_t raw_smem() { return size_t(2) * raw_stage<T>() + size_t(kPairs) * 16; }
+// 4 blocks an SM for Q4_K (54.5 KB each), 3 for Q5_K (63.3 KB).
+template <GgmlType T>
+__host__ __device__ constexpr int raw_min_blocks() { return T == GgmlType::Q4_K ? 4 : 3; }
+static_assert(raw_w<GgmlType::Q4_K>() % 16 == 0 && raw_w<GgmlType::Q5_K>() % 16 == 0 && kRawX % 16 == 0);
 
 // 4 bytes, of which the first n (0-4) are read and the rest zeroed.
 __device__ __forceinline__ void copy_async4(uint32_t to, const void* from, int n) {
@@ -575,9 +442,12 @@ __device__ __forceinline__ const uint8_t* raw_row_chunk(const MmaArgs& a, const 
     return tl.w + (up ? a.offset2 : a.offset) + rr * int64_t(a.row_bytes) + c * block;
 }
 
-__global__ void __launch_bounds__(kThreads, kRawMinBlocks) mma_raw_q4k_kernel(const MmaArgs a, const ExpertExtras x) {
+template <GgmlType T>
+__global__ void __launch_bounds__(kThreads, raw_min_blocks<T>()) mma_raw_k4_kernel(const MmaArgs a, const ExpertExtras x) {
+    constexpr int B = raw_block_bytes<T>(), kStage = raw_stage<T>(), kW = raw_w<T>();
+    constexpr int kQs = T == GgmlType::Q4_K ? 16 : 48;  // the nibbles' offset in a block
     extern __shared__ __align__(16) uint8_t smem[];
-    uint32_t* xs16 = reinterpret_cast<uint32_t*>(smem + 2 * kRawStage);  // kPairs x 4: group sums, int16 pairs
+    uint32_t* xs16 = reinterpret_cast<uint32_t*>(smem + 2 * kStage);  // kPairs x 4: group sums, int16 pairs
     __shared__ int in_rows[kPairs];
     chain_start();
     const MmaTile tl = mma_tile(a, in_rows);
@@ -589,20 +459,20 @@ __global__ void __launch_bounds__(kThreads, kRawMinBlocks) mma_raw_q4k_kernel(co
                      a.row_bytes % 16 == 0;
     const bool x16 = (reinterpret_cast<uintptr_t>(a.xq) | a.xq_stride) % 16 == 0;
     auto issue = [&](int64_t c, int stage) {
-        uint8_t* W = smem + stage * kRawStage;
-        uint8_t* X = W + kRawW;
+        uint8_t* W = smem + stage * kStage;
+        uint8_t* X = W + kW;
         uint8_t* DX = X + kRawX;
-        {  // thread r copies weight row r's 144 bytes (one base address a thread)
+        {  // thread r copies weight row r's block (one base address a thread)
             static_assert(kThreads == kRows);
             const int r = threadIdx.x;
-            const uint8_t* src = raw_row_chunk(a, tl, r, c, 144);
-            const uint32_t dst = shared_address(W + r * 144);
+            const uint8_t* src = raw_row_chunk(a, tl, r, c, B);
+            const uint32_t dst = shared_address(W + r * B);
             if (w16) {
 #pragma unroll
-                for (int k = 0; k < 9; k++) copy_async(dst + 16 * k, src + 16 * k, true);
+                for (int k = 0; k < B / 16; k++) copy_async(dst + 16 * k, src + 16 * k, true);
             } else {
 #pragma unroll
-                for (int k = 0; k < 36; k++) copy_async4(dst + 4 * k, src + 4 * k, true);
+                for (int k = 0; k < B / 4; k++) copy_async4(dst + 4 * k, src + 4 * k, true);
             }
         }
         raw_copy_inputs(a, in_rows, c, X, DX, x16);
@@ -611,8 +481,8 @@ __global__ void __launch_bounds__(kThreads, kRawMinBlocks) mma_raw_q4k_kernel(co
     float acc[2][kNi][4] = {};
     const int row0 = warp * 32 + gid;
     raw_pipeline(chunks, issue, [&](int stage) {
-        const uint8_t* W = smem + stage * kRawStage;
-        const uint8_t* X = W + kRawW;
+        const uint8_t* W = smem + stage * kStage;
+        const uint8_t* X = W + kW;
         const float* DX = reinterpret_cast<const float*>(X + kRawX);
         {  // the groups' activation sums, two groups a thread
             const int t = threadIdx.x / 4, pp = threadIdx.x % 4;
@@ -634,7 +504,7 @@ __global__ void __launch_bounds__(kThreads, kRawMinBlocks) mma_raw_q4k_kernel(co
         for (int mi = 0; mi < 2; mi++) {
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const uint8_t* b = W + (row0 + 16 * mi + 8 * h) * 144;
+                const uint8_t* b = W + (row0 + 16 * mi + 8 * h) * B;
                 const uint32_t w0 = lds32(b + 4), w1 = lds32(b + 8), w2 = lds32(b + 12);
                 scw[mi][h][0] = w0 & 0x3F3F3F3Fu;
                 scw[mi][h][1] = (w2 & 0x0F0F0F0Fu) | ((w0 >> 2) & 0x30303030u);
@@ -647,14 +517,21 @@ __global__ void __launch_bounds__(kThreads, kRawMinBlocks) mma_raw_q4k_kernel(co
 #pragma unroll kRawGUnroll
         for (int g = 0; g < 8; g++) {
             uint32_t af[2][4], bf[kNi][2];
-            const int qoff = 16 + 32 * (g / 2) + 4 * tig, sh = 4 * (g % 2);
+            const int qoff = kQs + 32 * (g / 2) + 4 * tig, sh = 4 * (g % 2);
 #pragma unroll
             for (int mi = 0; mi < 2; mi++) {
-                const uint8_t* b = W + (row0 + 16 * mi) * 144 + qoff;
+                const uint8_t* b = W + (row0 + 16 * mi) * B + qoff;
                 af[mi][0] = (lds32(b) >> sh) & 0x0F0F0F0Fu;
-                af[mi][1] = (lds32(b + 8 * 144) >> sh) & 0x0F0F0F0Fu;
+                af[mi][1] = (lds32(b + 8 * B) >> sh) & 0x0F0F0F0Fu;
                 af[mi][2] = (lds32(b + 16) >> sh) & 0x0F0F0F0Fu;
-                af[mi][3] = (lds32(b + 8 * 144 + 16) >> sh) & 0x0F0F0F0Fu;
+                af[mi][3] = (lds32(b + 8 * B + 16) >> sh) & 0x0F0F0F0Fu;
+                if constexpr (T == GgmlType::Q5_K) {  // the fifth bit: bit g of qh's bytes 16 + column
+                    const uint8_t* h = W + (row0 + 16 * mi) * B + 16 + 4 * tig;
+                    af[mi][0] |= ((lds32(h) >> g) & 0x01010101u) << 4;
+                    af[mi][1] |= ((lds32(h + 8 * B) >> g) & 0x01010101u) << 4;
+                    af[mi][2] |= ((lds32(h + 16) >> g) & 0x01010101u) << 4;
+                    af[mi][3] |= ((lds32(h + 8 * B + 16) >> g) & 0x01010101u) << 4;
+                }
             }
 #pragma unroll
             for (int ni = 0; ni < kNi; ni++) {
@@ -694,7 +571,7 @@ __global__ void __launch_bounds__(kThreads, kRawMinBlocks) mma_raw_q4k_kernel(co
                         ms = __dp2a_lo(int(xv.z), int(m1), ms);
                         ms = __dp2a_hi(int(xv.w), int(m1), ms);
                         const float2 d = __half22float2(
-                            *reinterpret_cast<const __half2*>(W + (row0 + 16 * mi + 8 * h) * 144));
+                            *reinterpret_cast<const __half2*>(W + (row0 + 16 * mi + 8 * h) * B));
                         float& o = acc[mi][ni][2 * h + e];
                         o = fmaf(d.x * dx, __int2float_rn(isum[mi][ni][2 * h + e]), o);
                         o = fmaf(-d.y * dx, __int2float_rn(ms), o);
@@ -706,7 +583,7 @@ __global__ void __launch_bounds__(kThreads, kRawMinBlocks) mma_raw_q4k_kernel(co
     mma_store(a, x, tl, acc, smem);
 }
 
-// Q6_K from its raw blocks, as mma_raw_q4k_kernel takes Q4_K: chunk c + 1's
+// Q6_K from its raw blocks, as mma_raw_k4_kernel takes Q4_K: chunk c + 1's
 // 210-byte blocks, activations and scales copied by cp.async while chunk c
 // is multiplied. A block starts on an even byte, so a row's copy starts at
 // the word below it (`off` 0 or 2 bytes before, kept a row) and each 32-bit
@@ -864,10 +741,10 @@ void launch_mma(const char* what, const MmaArgs& a, unsigned n_tiles, cudaStream
                                      " bytes refused");
         }
     };
-    if constexpr (T == GgmlType::Q4_K) {
-        static const bool raised = (raise(reinterpret_cast<const void*>(mma_raw_q4k_kernel), kRawSmem), true);
+    if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
+        static const bool raised = (raise(reinterpret_cast<const void*>(mma_raw_k4_kernel<T>), raw_smem<T>()), true);
         (void)raised;
-        launch(what, mma_raw_q4k_kernel, grid, kThreads, kRawSmem, s, a, x);
+        launch(what, mma_raw_k4_kernel<T>, grid, kThreads, raw_smem<T>(), s, a, x);
     } else if constexpr (T == GgmlType::Q6_K) {
         static const bool raised = (raise(reinterpret_cast<const void*>(mma_raw_q6k_kernel), kRaw6Smem), true);
         (void)raised;

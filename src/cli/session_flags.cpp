@@ -95,12 +95,15 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "default: equal to decoding within float32 rounding), or by the decode kernel, a launch a run of "
              "64 tokens (decode: much slower, 3.3x slower than the float32 tiles that came before at 4,096 "
              "tokens on an H100)");
-    a.option("--gpu-prefill-mla", &gpu_prefill_mla, "decode|tiles",
-             "with --gpu-prefill tensor: multi-head latent attention's prompts (DeepSeek V2/V3, Kimi K2, GLM-5) in "
-             "tiles on tensor cores with each operand split into two f16 halves (tiles, the default: within float32 "
-             "rounding of decoding; needs 227 KiB of shared memory a block, else the decode kernel runs), or by the "
-             "decode kernel, a launch a run of 64 tokens (decode: 1.9x slower at 512 tokens, 4.4x at 4,096 on an "
-             "H100)");
+    a.option("--gpu-prefill-mla", &gpu_prefill_mla, "expand|tiles|decode",
+             "with --gpu-prefill tensor: multi-head latent attention's prompts (DeepSeek V2/V3, Kimi K2, GLM-5). "
+             "expand (the default): each head's keys and values built from the compressed rows for the pass's "
+             "positions (up to 8,192; 164 KiB a position for DeepSeek V3's 128 heads), then attention over heads "
+             "of 192/128 dims instead of the latent rows' 576/512, on tensor cores with each operand split into "
+             "two f16 halves (within float32 rounding of decoding); GLM-5's sparse attention, longer contexts and "
+             "shapes it lacks take tiles. tiles: the latent rows in tiles on tensor cores (needs 227 KiB of shared "
+             "memory a block, else the decode kernel runs). decode: the decode kernel, a launch a run of 64 tokens "
+             "(1.9x slower than tiles at 512 tokens, 4.4x at 4,096 on an H100)");
     a.option("--routing-profile", &routing_profile, "FILE",
              "GPU with experts streamed: a file of how often each expert was chosen; read at load to copy the "
              "hottest experts into VRAM first (a restart does not start cold), and this run's uses merged into it "
@@ -181,7 +184,10 @@ SessionOptions SessionFlags::options() const {
     g.prefill_pass = gpu_prefill != "tokens";
     g.prefill_tensor_cores = gpu_prefill == "tensor";
     g.prefill_attention_tiles = choose("--gpu-prefill-attention", gpu_prefill_attention, "decode", "tiles");
-    g.prefill_mla_tiles = choose("--gpu-prefill-mla", gpu_prefill_mla, "decode", "tiles");
+    if (gpu_prefill_mla != "expand" && gpu_prefill_mla != "tiles" && gpu_prefill_mla != "decode")
+        throw std::runtime_error("--gpu-prefill-mla must be expand, tiles or decode, not '" + gpu_prefill_mla + "'");
+    g.prefill_mla_tiles = gpu_prefill_mla != "decode";
+    g.prefill_mla_expand = gpu_prefill_mla == "expand";
     g.prefetch_next_layer = !choose("--gpu-prefetch", gpu_prefetch, "on", "off");
     g.profile = gpu_profile;
     g.routing_profile = routing_profile;

@@ -31,7 +31,7 @@ struct SessionFlags {
     std::string gpu_batch_host = "on";
     std::string routing_profile;
     std::string gpu_prefill_attention = "tiles";
-    std::string gpu_prefill_mla = "tiles";
+    std::string gpu_prefill_mla = "expand";
     bool gpu_profile = false;
     std::string report;
     // Sampling (declared only by commands that sample).

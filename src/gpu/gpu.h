@@ -316,6 +316,37 @@ bool attention_tiled(const float* q, const float* k_cache, const float* v_cache,
 bool attention_tiled_shared(const float* q, const float* rows, const int32_t* pos, int n_head, int k_dim, int v_dim,
                             float scale, float* out, Stream s, int n, const Chosen& chosen = {});
 
+// Multi-head latent attention's prompt in the expanded form, for passes
+// whose positions fit the planes (kernels_attention.cu). The caller builds
+// each head's keys and values for every position up to the pass's last:
+// k_nope = k_b c (mla_k_b_transposed gives k_b as float rows of kv_lora
+// for mma_matmul_f32) and v = v_b c; mla_expand_planes splits them, with
+// the cache rows' rope dims, into planes of attention_expanded_scratch_bytes
+// (rows (p, h): head_dim = nope + rope key dims, v_dim value dims, each
+// as f16 hi and lo halves), from position `first`, `count` of them (k_nope
+// and v: count x n_head rows). attention_expanded then runs n queries
+// (n x n_head rows of head_dim: [q_nope | rotated q_pe]) at positions
+// *pos .. *pos + n - 1 over positions 0 .. *pos + n - 1, causal, on tensor
+// cores in the split-f16 form (within float32 rounding of the latent form,
+// whose scores and outputs it equals); out: n x n_head rows of v_dim.
+// False, with nothing launched, for a shape it lacks
+// (attention_expanded_supports: 192/128, DeepSeek V2/V3 and Kimi K2; 48/32,
+// the golden files').
+// With 8-bit activations the latent form meets k_b with q_nope rounded to
+// Q8_0 blocks; the expanded form rounds q_nope the same way first
+// (round_q8_0: each row's first `width` floats, rows `stride` apart, in
+// place as quantize_act's Q8_0 blocks give them back), so that its scores
+// are the latent form's to float rounding.
+void round_q8_0(float* x, int64_t rows, int width, int64_t stride, Stream s);
+size_t attention_expanded_scratch_bytes(int64_t positions, int n_head, int head_dim, int v_dim);
+bool attention_expanded_supports(int head_dim, int v_dim);
+bool mla_k_b_transposable(GgmlType t);
+void mla_k_b_transposed(GgmlType t, const void* k_b, int n_head, int kv_lora, int nope, float* out, Stream s);
+void mla_expand_planes(const float* k_nope, const float* v, const float* rows, int64_t first, int count, int n_head,
+                       int nope, int rope, int v_dim, int row_width, int rope_at, void* planes, Stream s);
+bool attention_expanded(const float* q, const void* planes, const int32_t* pos, int n_head, int head_dim, int v_dim,
+                        float scale, float* out, Stream s, int n);
+
 // Per head: q's n_head heads RMS-normed with q_norm and NeoX-rotated in
 // place; k's n_kv_head heads normed with k_norm and rotated into row *pos of
 // k_cache, v's heads copied into row *pos of v_cache (rows of n_kv_head *

@@ -15,6 +15,13 @@
 // tiling that ran a qwen3-30b-a3b 4,096-token prompt's attention at some 18
 // TFLOP/s on an H100 (docs/gpu.md, twenty-sixth session's profile).
 //
+// Multi-head latent attention's prompts in the expanded form
+// (attention_expanded): each head's keys [k_b c | k_pe] and values v_b c
+// built for every cached position (mla_expand_planes, straight into the
+// split planes), then the grouped-query kernel with one query head a KV
+// head over keys of nope + rope dims and values of v: DeepSeek V3's 192 and
+// 128 against the latent form's 576 and 512, 3.4 times fewer products.
+//
 // Multi-head latent attention's prompts (attention_tiled_shared): every
 // query head reads the same compressed rows (keys of 576, their first 512
 // the values), so a block takes 32 query rows (heads of a token, or tokens
@@ -74,7 +81,7 @@ __device__ __forceinline__ float online_softmax(float (&s)[8], float& m, float& 
 // registers (the score fragments of two position tiles are the A fragment
 // of the products with the values), so nothing but the tiles passes
 // through shared memory.
-constexpr int kGqaThreads = 128, kGqaRows = 64, kGqaTile = 32;
+constexpr int kGqaRows = 64, kGqaTile = 32;
 static_assert(kGqaTile == 32, "a thread holds 8 positions of a tile for each of its rows (online_softmax)");
 
 // The k and v rows of positions first_position(*pos) .. *pos + n - 1 as f16
@@ -95,28 +102,34 @@ __global__ void split_kv_kernel(const float* k_cache, const float* v_cache, cons
     }
 }
 
-// HD: the head's dims. blockIdx.x: the KV head; blockIdx.y (the last
-// first: later tokens attend to more positions): tokens_per_block tokens
-// from t0; row r is token t0 + r / group, query head kv * group + r % group.
-// Scores in base 2 (scale2 = scale * log2 e).
-template <int HD>
-__global__ void __launch_bounds__(kGqaThreads) attention_tiled_kernel(const float* q, const __half* planes,
+// HD: the keys' (and queries') dims, HDV the values' (MLA's expanded
+// heads: 192 and 128; else HDV == HD). A plane row holds k's hi and lo
+// halves, then v's: 2 HD + 2 HDV halves. blockIdx.x: the KV head;
+// blockIdx.y (the last first: later tokens attend to more positions):
+// tokens_per_block tokens from t0; row r is token t0 + r / group, query
+// head kv * group + r % group. Scores in base 2 (scale2 = scale * log2 e).
+// W: warps a block, of 16 query rows each (4: kGqaRows; the expanded MLA
+// heads take 8, two blocks' rows for each tile copied).
+template <int HD, int HDV, int W>
+__global__ void __launch_bounds__(32 * W) attention_tiled_kernel(const float* q, const __half* planes,
                                                                       const int32_t* pos, int n_head, int n_kv_head,
                                                                       float scale2, float* out, int n,
                                                                       int tokens_per_block, int window, int chunk,
                                                                       const float* sinks) {
     constexpr int RS = 2 * HD + 8;  // halves a shared row: hi, lo, 8 more (rows an odd number of 16 bytes apart)
-    constexpr int NT = HD / 8, KS = HD / 16, PT = kGqaTile / 8, Q4 = HD / 4;
+    constexpr int NT = HDV / 8, KS = HD / 16, PT = kGqaTile / 8, Q4 = HD / 4, PR = 2 * HD + 2 * HDV;
+    static_assert(HDV <= HD && HD % 16 == 0 && HDV % 8 == 0, "a v row fits a shared row of RS halves");
     const int group = n_head / n_kv_head, kv = blockIdx.x;
     const int t0 = int(gridDim.y - 1 - blockIdx.y) * tokens_per_block;
     const int tokens = min(tokens_per_block, n - t0), rows = tokens * group;
     extern __shared__ float4 smem4[];
-    __half* qs = reinterpret_cast<__half*>(smem4);  // kGqaRows rows
-    __half* kvs = qs + kGqaRows * RS;               // two buffers of kGqaTile k rows, then kGqaTile v rows
+    constexpr int kRows = 16 * W, kThreads = 32 * W;
+    __half* qs = reinterpret_cast<__half*>(smem4);  // kRows rows
+    __half* kvs = qs + kRows * RS;                  // two buffers of kGqaTile k rows, then kGqaTile v rows
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t4 = lane % 4;
     chain_start();
     const int p0 = *pos + t0;  // the block's first token's position
-    for (int i = threadIdx.x; i < kGqaRows * Q4; i += kGqaThreads) {
+    for (int i = threadIdx.x; i < kRows * Q4; i += kThreads) {
         const int r = i / Q4, d = (i % Q4) * 4;
         float4 v = make_float4(0, 0, 0, 0);
         if (r < rows) v = *reinterpret_cast<const float4*>(q + (int64_t(t0 + r / group) * n_head + kv * group + r % group) * HD + d);
@@ -138,10 +151,10 @@ __global__ void __launch_bounds__(kGqaThreads) attention_tiled_kernel(const floa
     const int lo = first_position(p0, window, chunk), hi = p0 + tokens - 1;
     auto load_tile = [&](int base, int buf) {
         __half* to = kvs + buf * 2 * kGqaTile * RS;
-        for (int i = threadIdx.x; i < kGqaTile * HD / 2; i += kGqaThreads) {  // 16 bytes each: HD / 4 a k row, as many a v row
-            const int j = i / (HD / 2), c = i % (HD / 2), p = base + j;
+        for (int i = threadIdx.x; i < kGqaTile * PR / 8; i += kThreads) {  // 16 bytes each: HD / 4 a k row, HDV / 4 a v row
+            const int j = i / (PR / 8), c = i % (PR / 8), p = base + j;
             const bool ok = p <= hi;
-            const __half* from = planes + (int64_t(ok ? p : 0) * n_kv_head + kv) * 4 * HD + c * 8;
+            const __half* from = planes + (int64_t(ok ? p : 0) * n_kv_head + kv) * PR + c * 8;
             const int at = c < HD / 4 ? j * RS + c * 8 : (kGqaTile + j) * RS + (c - HD / 4) * 8;
             copy_async(shared_address(to + at), from, ok);
         }
@@ -157,7 +170,7 @@ __global__ void __launch_bounds__(kGqaThreads) attention_tiled_kernel(const floa
     const uint32_t qa = shared_address(qs + (w0 + lane % 16) * RS + (lane / 16) * 8);
     const uint32_t qa_lo = qa + HD * 2;
     const int k_lane = (lane % 8) * RS + (lane / 8) % 2 * 8 + (lane / 16) * HD;
-    const int v_lane = kGqaTile * RS + ((lane / 8) % 2 * 8 + lane % 8) * RS + (lane / 16) * HD;
+    const int v_lane = kGqaTile * RS + ((lane / 8) % 2 * 8 + lane % 8) * RS + (lane / 16) * HDV;
     load_tile(lo, 0);
     for (int base = lo, buf = 0; base <= hi; base += kGqaTile, buf ^= 1) {
         copy_async_wait();
@@ -228,35 +241,41 @@ __global__ void __launch_bounds__(kGqaThreads) attention_tiled_kernel(const floa
             sum = sum * f + exp2f(sink - top);
         }
         const float k = sum > 0 ? f / sum : 0.0f;
-        float* to = out + (int64_t(t) * n_head + h) * HD + 2 * t4;
+        float* to = out + (int64_t(t) * n_head + h) * HDV + 2 * t4;
 #pragma unroll
         for (int j = 0; j < NT; j++) *reinterpret_cast<float2*>(to + j * 8) = make_float2(o[j][2 * x] * k, o[j][2 * x + 1] * k);
     }
 }
 
-template <int HD>
-void launch_tiled(const float* q, const float* k_cache, const float* v_cache, void* planes, const int32_t* pos,
-                  int n_head, int n_kv_head, float scale, float* out, Stream s, int n, int window, const float* sinks,
-                  int chunk) {
-    constexpr size_t smem = (size_t(kGqaRows) + 4 * size_t(kGqaTile)) * (2 * HD + 8) * sizeof(__half);
+// The tiles over planes already split (HD-wide keys, HDV-wide values).
+template <int HD, int HDV, int W = kGqaRows / 16>
+void launch_planes(const float* q, const __half* planes, const int32_t* pos, int n_head, int n_kv_head, float scale,
+                   float* out, Stream s, int n, int window, const float* sinks, int chunk) {
+    constexpr size_t smem = (16 * size_t(W) + 4 * size_t(kGqaTile)) * (2 * HD + 8) * sizeof(__half);
     static bool sized = false;  // the kernel's shared memory limit raised once
     if (!sized) {
-        if (cudaFuncSetAttribute(attention_tiled_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) !=
-            cudaSuccess) {
+        if (cudaFuncSetAttribute(attention_tiled_kernel<HD, HDV, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 int(smem)) != cudaSuccess) {
             cudaGetLastError();
             throw std::runtime_error("CUDA attention_tiled: " + std::to_string(smem) +
                                      " bytes of shared memory a block are more than the device has");
         }
         sized = true;
     }
+    const int group = n_head / n_kv_head, per = 16 * W / group;
+    const dim3 grid(unsigned(n_kv_head), unsigned((n + per - 1) / per));
+    launch("attention_tiled", attention_tiled_kernel<HD, HDV, W>, grid, 32 * W, smem, native(s), q, planes, pos,
+           n_head, n_kv_head, scale * 1.44269504088896341f, out, n, per, window, chunk, sinks);
+}
+
+template <int HD>
+void launch_tiled(const float* q, const float* k_cache, const float* v_cache, void* planes, const int32_t* pos,
+                  int n_head, int n_kv_head, float scale, float* out, Stream s, int n, int window, const float* sinks,
+                  int chunk) {
     __half* p = static_cast<__half*>(planes);
     launch("split_kv", split_kv_kernel, dim3(1024), 256, 0, native(s), k_cache, v_cache, pos, n, n_kv_head, HD, window,
            chunk, p);
-    const int group = n_head / n_kv_head, per = kGqaRows / group;
-    const dim3 grid(unsigned(n_kv_head), unsigned((n + per - 1) / per));
-    launch("attention_tiled", attention_tiled_kernel<HD>, grid, kGqaThreads, smem, native(s), q,
-           static_cast<const __half*>(p), pos, n_head, n_kv_head, scale * 1.44269504088896341f, out, n, per, window,
-           chunk, sinks);
+    launch_planes<HD, HD>(q, p, pos, n_head, n_kv_head, scale, out, s, n, window, sinks, chunk);
 }
 
 // The shared-rows kernel's geometry: 8 warps in two groups of four, 32
@@ -449,7 +468,63 @@ bool launch_shared_tiled(const float* q, const float* rows, const int32_t* pos, 
     return true;
 }
 
+// Positions first .. first + count - 1 of MLA's expanded heads into the
+// planes (row (p, h): k hi, k lo, v hi, v lo): k = [k_nope | the cache
+// row's rope dims], v as given.
+__global__ void mla_expand_planes_kernel(const float* k_nope, const float* v, const float* rows, int64_t first,
+                                         int count, int n_head, int nope, int rope, int hv, int row_width,
+                                         int rope_at, __half* planes) {
+    chain_start();
+    const int hd = nope + rope, kq = hd / 4, per = kq + hv / 4;
+    const int64_t total = int64_t(count) * n_head * per;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t r = i / per, lp = r / n_head;  // r: (local position, head)
+        const int c = int(i % per), h = int(r % n_head);
+        __half* to = planes + ((first + lp) * n_head + h) * (2 * hd + 2 * hv);
+        if (c < kq) {
+            const int d = 4 * c;
+            const float* from = d < nope ? k_nope + r * nope + d : rows + (first + lp) * row_width + rope_at + d - nope;
+            split_store(*reinterpret_cast<const float4*>(from), to + d, to + hd + d);
+        } else {
+            const int d = 4 * (c - kq);
+            split_store(*reinterpret_cast<const float4*>(v + r * hv + d), to + 2 * hd + d, to + 2 * hd + hv + d);
+        }
+    }
+}
+
 }  // namespace
+
+size_t attention_expanded_scratch_bytes(int64_t positions, int n_head, int head_dim, int v_dim) {
+    return size_t(positions) * size_t(n_head) * size_t(2 * head_dim + 2 * v_dim) * sizeof(__half);
+}
+
+bool attention_expanded_supports(int head_dim, int v_dim) {
+    return (head_dim == 192 && v_dim == 128) || (head_dim == 48 && v_dim == 32);
+}
+
+void mla_expand_planes(const float* k_nope, const float* v, const float* rows, int64_t first, int count, int n_head,
+                       int nope, int rope, int v_dim, int row_width, int rope_at, void* planes, Stream s) {
+    if (count < 1) return;
+    if (nope % 4 != 0 || rope % 4 != 0 || v_dim % 4 != 0 || row_width % 4 != 0 || rope_at % 4 != 0) {
+        throw std::runtime_error("CUDA mla_expand_planes: widths of 4s are needed");
+    }
+    launch("mla_expand_planes", mla_expand_planes_kernel, dim3(1024), 256, 0, native(s), k_nope, v, rows, first, count,
+           n_head, nope, rope, v_dim, row_width, rope_at, static_cast<__half*>(planes));
+}
+
+bool attention_expanded(const float* q, const void* planes, const int32_t* pos, int n_head, int head_dim, int v_dim,
+                        float scale, float* out, Stream s, int n) {
+    if (n < 1 || n_head < 1) return false;
+    const __half* p = static_cast<const __half*>(planes);
+    if (head_dim == 192 && v_dim == 128) {
+        launch_planes<192, 128, 8>(q, p, pos, n_head, n_head, scale, out, s, n, 0, nullptr, 0);
+    } else if (head_dim == 48 && v_dim == 32) {
+        launch_planes<48, 32, 8>(q, p, pos, n_head, n_head, scale, out, s, n, 0, nullptr, 0);
+    } else {
+        return false;
+    }
+    return true;
+}
 
 bool attention_tiled_shared(const float* q, const float* rows, const int32_t* pos, int n_head, int k_dim, int v_dim,
                             float scale, float* out, Stream s, int n, const Chosen& chosen) {

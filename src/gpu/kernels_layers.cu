@@ -4,8 +4,10 @@
 // the shared expert's sigmoid gate, and DeepSeek sparse attention's
 // indexer. Each follows the CPU's arithmetic (ops/rope.cpp, model/moe.cpp,
 // model/ffn_block.cpp, model/dsa_indexer.cpp) to float rounding.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -14,6 +16,7 @@
 #include "gpu/launch.cuh"
 #include "gpu/warp_topk.cuh"
 #include "ops/gates.h"
+#include "quant/types.h"
 
 namespace ms::gpu {
 
@@ -356,7 +359,77 @@ __global__ void __launch_bounds__(kSelectThreads) indexer_topk_kernel(const floa
     }
     if (tid == 0) count[t] = top_k;
 }
+// k_b's heads (row h * kv_lora + j holds its nope columns) as float32
+// rows of kv_lora: out row h * nope + i, column j. One thread an element,
+// read along a head's column (8.5 MB a DeepSeek V3 layer, once a pass).
+template <GgmlType T>
+__device__ __forceinline__ float weight_at(const uint8_t* row, int i) {
+    if constexpr (T == GgmlType::F32) {
+        return reinterpret_cast<const float*>(row)[i];
+    } else if constexpr (T == GgmlType::F16) {
+        return __half2float(reinterpret_cast<const __half*>(row)[i]);
+    } else if constexpr (T == GgmlType::BF16) {
+        return __uint_as_float(uint32_t(reinterpret_cast<const uint16_t*>(row)[i]) << 16);
+    } else {  // Q8_0: blocks of an f16 scale and 32 int8
+        const uint8_t* block = row + (i / 32) * 34;
+        uint16_t d;
+        memcpy(&d, block, 2);
+        return __half2float(__ushort_as_half(d)) * float(int8_t(block[2 + i % 32]));
+    }
+}
+
+template <GgmlType T>
+__global__ void mla_k_b_transposed_kernel(const uint8_t* k_b, int n_head, int kv_lora, int nope, size_t row_bytes,
+                                          float* out) {
+    chain_start();
+    const int64_t total = int64_t(n_head) * nope * kv_lora;
+    for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t r = e / kv_lora;  // h * nope + i
+        const int j = int(e % kv_lora), h = int(r / nope), i = int(r % nope);
+        out[e] = weight_at<T>(k_b + (int64_t(h) * kv_lora + j) * row_bytes, i);
+    }
+}
+
+// Row r's values [32 b, 32 b + 32) of x (rows `stride` floats apart) in
+// place as quantize_act's Q8_0 blocks give them back: d x q, d the block's
+// largest magnitude / 127 in fp16, q = x * (127 / that) rounded to nearest
+// even (kernels.cu's quantize_chunk). One thread a block.
+__global__ void round_q8_0_kernel(float* x, int64_t rows, int blocks, int64_t stride) {
+    chain_start();
+    const int64_t total = rows * blocks;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        float* v = x + (i / blocks) * stride + (i % blocks) * 32;
+        float amax = 0;
+        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(v[k]));
+        const float d = __half2float(__float2half_rn(amax / 127.0f)), id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        for (int k = 0; k < 32; k++) v[k] = d * float(__float2int_rn(__fmul_rn(v[k], id)));
+    }
+}
+
 }  // namespace
+
+void round_q8_0(float* x, int64_t rows, int width, int64_t stride, Stream s) {
+    if (width % 32 != 0) throw std::runtime_error("CUDA round_q8_0: a width of 32s is needed");
+    if (rows < 1 || width == 0) return;
+    launch("round_q8_0", round_q8_0_kernel, dim3(1024), 128, 0, native(s), x, rows, width / 32, stride);
+}
+
+bool mla_k_b_transposable(GgmlType t) {
+    return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0;
+}
+
+void mla_k_b_transposed(GgmlType t, const void* k_b, int n_head, int kv_lora, int nope, float* out, Stream s) {
+    const uint8_t* w = static_cast<const uint8_t*>(k_b);
+    const size_t rb = row_bytes(t, nope);
+    const dim3 grid(1024);
+    switch (t) {
+        case GgmlType::F32: launch("mla_k_b_transposed", mla_k_b_transposed_kernel<GgmlType::F32>, grid, 256, 0, native(s), w, n_head, kv_lora, nope, rb, out); break;
+        case GgmlType::F16: launch("mla_k_b_transposed", mla_k_b_transposed_kernel<GgmlType::F16>, grid, 256, 0, native(s), w, n_head, kv_lora, nope, rb, out); break;
+        case GgmlType::BF16: launch("mla_k_b_transposed", mla_k_b_transposed_kernel<GgmlType::BF16>, grid, 256, 0, native(s), w, n_head, kv_lora, nope, rb, out); break;
+        case GgmlType::Q8_0: launch("mla_k_b_transposed", mla_k_b_transposed_kernel<GgmlType::Q8_0>, grid, 256, 0, native(s), w, n_head, kv_lora, nope, rb, out); break;
+        default: throw std::runtime_error(std::string("CUDA mla_k_b_transposed: no kernel for ") + type_name(t));
+    }
+}
 
 void mla_rope_store(float* q, int n_head, int q_head, int q_rope_at, float* row, int row_width, int row_rope_at,
                     int n_rot, bool neox, const float* cos_sin, float* cache, const int32_t* pos, Stream s, int n,

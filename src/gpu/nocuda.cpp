@@ -85,6 +85,18 @@ bool attention_tiled_shared(const float*, const float*, const int32_t*, int, int
                             const Chosen&) {
     absent();
 }
+void round_q8_0(float*, int64_t, int, int64_t, Stream) { absent(); }
+size_t attention_expanded_scratch_bytes(int64_t, int, int, int) { return 0; }
+bool attention_expanded_supports(int, int) { return false; }
+bool mla_k_b_transposable(GgmlType) { return false; }
+void mla_k_b_transposed(GgmlType, const void*, int, int, int, float*, Stream) { absent(); }
+void mla_expand_planes(const float*, const float*, const float*, int64_t, int, int, int, int, int, int, int, void*,
+                       Stream) {
+    absent();
+}
+bool attention_expanded(const float*, const void*, const int32_t*, int, int, int, float, float*, Stream, int) {
+    absent();
+}
 void capture_begin(Stream) { absent(); }
 Graph capture_end(Stream) { absent(); }
 void launch(Graph, Stream) { absent(); }

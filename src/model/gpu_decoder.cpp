@@ -57,6 +57,10 @@ struct MlaRows {
     DeviceMemory qa, qa8, q, ckv, c, qn, qn8, lat, lat8, qlat, att, o, o8;
     DeviceMemory iq, ik, iw, scores, chosen, count;
     int score_rows = 0;
+    // A prompt's expanded heads (gpu.h's attention_expanded): the planes of
+    // `expanded` positions, and k_b as float rows of kv_lora.
+    DeviceMemory planes, k_b_rows;
+    int64_t expanded = 0;
     void alloc_indexer(const IndexerShape& s, size_t tokens, int rows, int64_t n_ctx, int top_k) {
         const size_t T = tokens, H = size_t(s.n_head), D = size_t(s.head_dim);
         iq = DeviceMemory(T * H * D * 4);
@@ -844,6 +848,25 @@ public:
             const size_t tiles = H * ((T + gpu::kExpertTile - 1) / gpu::kExpertTile);
             b.mla_tiles = DeviceMemory((3 * tiles + T * H) * 4);
             b.host_mla_tiles.resize(3 * tiles + T * H);
+            if (mla_expands()) {
+                // Only where VRAM has room for them besides a margin: else
+                // the prompts take the latent form's tiles.
+                const int64_t positions = std::min<int64_t>(n_ctx, kMlaExpandedPositions);
+                const size_t bytes = gpu::attention_expanded_scratch_bytes(positions, m.n_head, m.q_head(), m.v);
+                const size_t k_b_bytes = H * size_t(m.nope) * size_t(m.kv_lora) * 4;
+                size_t free_b = 0, total_b = 0;
+                gpu::memory_info(&free_b, &total_b);
+                if (free_b > bytes + k_b_bytes + (size_t(512) << 20)) {
+                    b.mla.planes = DeviceMemory(bytes);
+                    b.mla.k_b_rows = DeviceMemory(k_b_bytes);
+                    b.mla.expanded = positions;
+                } else {
+                    fprintf(stderr,
+                            "gpu: no room for the expanded MLA prompt planes (%.1f MiB): prompts take the latent "
+                            "form's tiles\n",
+                            double(bytes) / (1 << 20));
+                }
+            }
         }
         b.router = DeviceMemory(T * size_t(c.n_expert) * 4);
         b.ids = DeviceMemory(T * K * 4);
@@ -1134,6 +1157,7 @@ private:
         const float *mla_q_a_norm, *mla_kv_a_norm;
         const uint8_t* const* mla_k_b;
         const uint8_t* const* mla_v_b;
+        const uint8_t *mla_k_b0, *mla_v_b0;  // the first head's matrix: all of them, one after another
         // The layer's sparse-attention indexer's, where it has one.
         const uint8_t *idx_wq_b, *idx_wk, *idx_proj;
         const float *idx_k_norm, *idx_k_bias;
@@ -1321,6 +1345,28 @@ private:
             if (!gpu::mma_supports(l.wk_b.type) || !gpu::mma_supports(l.wv_b.type)) return false;
         return true;
     }
+    // Whether prompt passes may take MLA's expanded form (--gpu-prefill-mla
+    // expand): every head's keys [k_b c | k_pe] and values v_b c built for
+    // the positions, then attention over keys of nope + rope and values of
+    // v (DeepSeek V3: 192 and 128, against the latent form's 576 and 512).
+    // Dense MLA only (the indexer's chosen positions keep the latent
+    // form), k_b of a type mla_k_b_transposed reads, a shape the kernel
+    // has, and the pass's rows (lat, qlat) wide enough to hold a chunk's
+    // k_nope and v.
+    bool mla_expands() const {
+        const MlaShape& m = mla_shape_;
+        if (!options_.prefill_tensor_cores || !options_.prefill_mla_tiles || !options_.prefill_mla_expand) return false;
+        if (!indexer_.empty() || m.kv_lora < m.nope || m.row() < m.v || m.kv_lora % 32 != 0) return false;
+        if (!gpu::attention_expanded_supports(m.q_head(), m.v)) return false;
+        for (const MlaLayer& l : mla_)
+            if (!gpu::mla_k_b_transposable(l.wk_b.type)) return false;
+        return true;
+    }
+    // The positions whose expanded planes a pass keeps at most: 164 KiB a
+    // position for DeepSeek V3 (128 heads of 192 + 128 dims as f16 halves),
+    // 1.3 GiB at 8,192. Longer contexts' later passes take the latent form.
+    static constexpr int64_t kMlaExpandedPositions = 8192;
+
     // Prefill's MLA head products as expert tiles: head h's pairs are the n
     // tokens' rows t * n_head + h (read and written), in tiles of up to
     // kMmaTile pairs for the tensor cores (mla_heads_mma), else kExpertTile,
@@ -1434,6 +1480,36 @@ private:
         float* cache = k_rows(st, il);
         gpu::mla_rope_store(q, int(H), int(QH), m.nope, row, int(R), int(L), m.rope, rope_.neox, cos_sin, cache, pos,
                             s, n, seq);
+        const int64_t positions = st.n_past + n;  // the pass's last position + 1 (one sequence)
+        if (n > 1 && !seq && !sparse && !decode_rows_ && positions <= r.expanded) {
+            // The expanded form: every position's heads built, a chunk of
+            // the pass's rows at a time, into the planes (k_nope in lat, v
+            // in qlat: both wider).
+            float* kb_rows = r.k_b_rows.f32();
+            gpu::mla_k_b_transposed(l.wk_b.type, d.mla_k_b0, int(H), int(L), m.nope, kb_rows, s);
+            for (int64_t p0 = 0; p0 < positions; p0 += n) {
+                const int count = int(std::min<int64_t>(n, positions - p0));
+                float* lc = r.c.f32();
+                gpu::copy_rows(lc, size_t(L) * 4, cache + p0 * R, size_t(R) * 4, size_t(L) * 4, size_t(count), s);
+                gpu::mma_matmul_f32(kb_rows, H * m.nope, L, count, lc, r.lat.f32(), s, false);
+                rows_product(l.wv_b.type, d.mla_v_b0, H * m.v, L, count,
+                             {lc, quantize(lc, count, L, r.lat8.data())}, r.qlat.f32(), false);
+                gpu::mla_expand_planes(r.lat.f32(), r.qlat.f32(), cache, p0, count, int(H), m.nope, m.rope, m.v,
+                                       int(R), int(L), r.planes.data(), s);
+            }
+            // The latent form (and decode) meets k_b with q_nope as 8-bit
+            // rows: the same rounding here keeps the scores its own.
+            if (act8(m.nope) && l.wk_b.type == GgmlType::Q8_0) {
+                gpu::round_q8_0(q, int64_t(HN), m.nope, QH, s);
+            }
+            mark(StageProfile::kQkRope);
+            float* o = r.o.f32();
+            gpu::attention_expanded(q, r.planes.data(), pos, int(H), int(QH), m.v, m.scale, o, s, n);
+            mark(StageProfile::kAttention);
+            rows_product(l.wo.type, d.wo, E, H * m.v, n, {o, quantize(o, n, H * m.v, r.o8.data())}, x, true);
+            mark(StageProfile::kAttnOut);
+            return;
+        }
         // The heads' matrices over the (token, head) rows: one token as
         // decode's expert-table launch, a pass through the head tiles.
         auto heads_product = [&](const Tensor& t, const uint8_t* const* table, int64_t out, int64_t in, gpu::Act hx,
@@ -2778,6 +2854,8 @@ private:
                 d.mla_kv_a_norm = f32(l.kv_a_norm);
                 const uint8_t* kb = to_device(l.wk_b);
                 const uint8_t* vb = to_device(l.wv_b);
+                d.mla_k_b0 = kb;
+                d.mla_v_b0 = vb;
                 d.wo = to_device(l.wo);
                 if (indexed(il)) {
                     const IndexerLayer& x = indexer_[size_t(il)];

@@ -163,6 +163,12 @@ struct GpuOptions {
     // within 3e-7 of token by token) and gave deepseek-v3 6L pp512 and
     // pp4096 1.9x and 4.4x the decode kernel's rates.
     bool prefill_mla_tiles = true;
+    // --gpu-prefill-mla expand (the default): with prefill_mla_tiles, a
+    // dense-MLA prompt's pass builds every head's keys and values for its
+    // positions (up to 8,192) and attends over them (gpu.h's
+    // attention_expanded): DeepSeek V3's heads of 192/128 against the
+    // latent rows' 576/512, 3.4x fewer products.
+    bool prefill_mla_expand = true;
     // --gpu-prefetch off: no copies ahead of the next layer's predicted experts.
     bool prefetch_next_layer = true;
     // --routing-profile: a file of each (layer, expert)'s uses

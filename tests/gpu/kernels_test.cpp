@@ -797,6 +797,126 @@ TEST(Kernels, AttentionTiledSharedMatchesDoubleReference) {
     EXPECT_FALSE(gpu::attention_tiled_shared(b.f(), b.f(), nullptr, 4, 592, 512, 1.0f, b.f(), nullptr, 1));
 }
 
+// round_q8_0 gives back, bit for bit, d x q of the Q8_0 blocks quantize_act
+// writes for the same rows (its scales as fp16 floats after the Q8_K and
+// Q8_0 bytes), here over rows inside wider ones (q's nope dims of MLA's
+// heads); the values past the width stay as they were.
+TEST(Kernels, RoundQ8_0IsQuantizeActsBlocks) {
+    SKIP_WITHOUT_GPU();
+    const int64_t rows = 37, width = 128, stride = 192;
+    std::vector<float> x = randoms(size_t(rows * stride), 61, 3.0f);
+    for (int k = 0; k < 32; k++) x[size_t(stride + 32 + k)] = 0.0f;  // a block of zeros
+    std::vector<float> inner(size_t(rows * width));
+    for (int64_t r = 0; r < rows; r++) std::copy_n(x.begin() + r * stride, width, inner.begin() + r * width);
+    DeviceBuffer dx(x), din(inner), act(size_t(rows) * gpu::act_bytes(width));
+    gpu::quantize_act(din.f(), rows, width, act.p, nullptr);
+    gpu::round_q8_0(dx.f(), rows, int(width), stride, nullptr);
+    const std::vector<float> got = dx.get<float>();
+    const std::vector<uint8_t> bytes = act.get<uint8_t>();
+    bool same = true;
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t* a = bytes.data() + size_t(r) * gpu::act_bytes(width);
+        const int8_t* q0 = reinterpret_cast<const int8_t*>(a + width);
+        const float* d0 = reinterpret_cast<const float*>(a + 2 * width + 4 * (width / 256));
+        for (int64_t i = 0; i < stride; i++) {
+            const float want = i < width ? d0[i / 32] * float(q0[i]) : x[size_t(r * stride + i)];
+            same = same && memcmp(&want, &got[size_t(r * stride + i)], 4) == 0;
+        }
+    }
+    EXPECT_TRUE(same);
+    EXPECT_THROW(gpu::round_q8_0(dx.f(), 1, 48, 48, nullptr), std::runtime_error);
+}
+
+// MLA's expanded prompt form: k_b as float rows (each type it reads, bit
+// for bit dequantize_row's values), each head's keys and values built from
+// the compressed rows (mma_matmul_f32, in two chunks of positions to test
+// `first`), split into planes with the rows' rope dims, and attention over
+// them, against the latent form in double: q's nope part through k_b,
+// attention over the compressed rows, the latent output through v_b. The
+// two forms are the same sums regrouped, so only rounding parts them.
+TEST(Kernels, AttentionExpandedMatchesLatentForm) {
+    SKIP_WITHOUT_GPU();
+    struct Shape {
+        int n_head, nope, rope, v, kv_lora, pos0, n;
+        GgmlType k_b;
+    };
+    for (const Shape& c : {Shape{4, 32, 16, 32, 32, 0, 70, GgmlType::Q8_0}, Shape{4, 32, 16, 32, 32, 9, 50, GgmlType::F32},
+                           Shape{128, 128, 64, 128, 512, 37, 40, GgmlType::Q8_0},
+                           Shape{16, 128, 64, 128, 512, 200, 65, GgmlType::BF16},
+                           Shape{8, 128, 64, 128, 512, 3, 130, GgmlType::F16}}) {
+        const int H = c.n_head, L = c.kv_lora, R = L + c.rope, QH = c.nope + c.rope, rows = c.pos0 + c.n;
+        const float scale = 1.0f / std::sqrt(float(QH));
+        const std::vector<uint8_t> k_b = random_rows(c.k_b, int64_t(H) * L, c.nope, 51);
+        std::vector<float> kb(size_t(H) * L * c.nope);  // [h][j][i]
+        for (int64_t r = 0; r < int64_t(H) * L; r++) {
+            ASSERT_TRUE(dequantize_row(c.k_b, k_b.data() + size_t(r) * row_bytes(c.k_b, c.nope),
+                                       kb.data() + size_t(r) * c.nope, c.nope));
+        }
+        const std::vector<float> v_b = randoms(size_t(H) * c.v * L, 52, 0.05f);  // [h][d][j]
+        const std::vector<float> cache = randoms(size_t(rows) * R, 53), q = randoms(size_t(c.n) * H * QH, 54, 0.5f);
+        // k_b's float rows: [h][i][j], each kb[h][j][i] as it is.
+        DeviceBuffer dk_b(k_b), kb_rows(size_t(H) * c.nope * L * 4);
+        gpu::mla_k_b_transposed(c.k_b, dk_b.p, H, L, c.nope, kb_rows.f(), nullptr);
+        const std::vector<float> got_rows = kb_rows.get<float>();
+        bool same = true;
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < c.nope; i++)
+                for (int j = 0; j < L; j++)
+                    same = same && memcmp(&got_rows[(size_t(h) * c.nope + i) * L + j],
+                                          &kb[(size_t(h) * L + j) * c.nope + i], 4) == 0;
+        EXPECT_TRUE(same) << type_name(c.k_b) << ": k_b's rows differ from dequantize_row's";
+        // The compressed rows' latent parts, the keys' nope parts and the
+        // values, in two chunks of positions.
+        std::vector<float> lat(size_t(rows) * L);
+        for (int p = 0; p < rows; p++) std::copy_n(cache.begin() + int64_t(p) * R, L, lat.begin() + int64_t(p) * L);
+        DeviceBuffer dlat(lat), dcache(cache), dvb(v_b), dq(q), dpos(std::vector<int32_t>{c.pos0}),
+            k_nope(size_t(rows) * H * c.nope * 4), vals(size_t(rows) * H * c.v * 4),
+            planes(gpu::attention_expanded_scratch_bytes(rows, H, QH, c.v)), out(size_t(c.n) * H * c.v * 4);
+        const int first = rows / 3;
+        for (auto [p0, count] : {std::pair<int, int>{0, first}, {first, rows - first}}) {
+            gpu::mma_matmul_f32(kb_rows.f(), int64_t(H) * c.nope, L, count, dlat.f() + int64_t(p0) * L, k_nope.f(),
+                                nullptr, false);
+            gpu::mma_matmul_f32(dvb.f(), int64_t(H) * c.v, L, count, dlat.f() + int64_t(p0) * L, vals.f(), nullptr,
+                                false);
+            gpu::mla_expand_planes(k_nope.f(), vals.f(), dcache.f(), p0, count, H, c.nope, c.rope, c.v, R, L, planes.p,
+                                   nullptr);
+        }
+        ASSERT_TRUE(gpu::attention_expanded(dq.f(), planes.p, static_cast<const int32_t*>(dpos.p), H, QH, c.v, scale,
+                                            out.f(), nullptr, c.n));
+        const std::vector<float> got = out.get<float>();
+        std::vector<double> ref;
+        std::vector<float> q_lat(size_t(H) * R);
+        for (int t = 0; t < c.n; t++) {
+            for (int h = 0; h < H; h++) {
+                const float* qh = q.data() + (int64_t(t) * H + h) * QH;
+                for (int j = 0; j < L; j++) {
+                    double acc = 0;
+                    for (int i = 0; i < c.nope; i++) acc += double(kb[(size_t(h) * L + j) * c.nope + i]) * qh[i];
+                    q_lat[size_t(h) * R + j] = float(acc);
+                }
+                std::copy_n(qh + c.nope, c.rope, q_lat.begin() + int64_t(h) * R + L);
+            }
+            const std::vector<double> r = reference_attention(q_lat, cache, cache, H, 1, R, scale, 0, c.pos0 + t + 1);
+            for (int h = 0; h < H; h++) {
+                for (int d = 0; d < c.v; d++) {
+                    double acc = 0;
+                    for (int j = 0; j < L; j++) acc += double(v_b[(size_t(h) * c.v + d) * L + j]) * r[size_t(h) * R + j];
+                    ref.push_back(acc);
+                }
+            }
+        }
+        const double err = rel_err(got, ref);
+        EXPECT_LT(err, 5e-5) << H << " heads of " << QH << "/" << c.v << ", " << c.n << " tokens after " << c.pos0;
+        printf("expanded MLA %d heads of %d/%d (k_b %s), %d tokens after %d: rel err %.2e\n", H, QH, c.v,
+               type_name(c.k_b), c.n, c.pos0, err);
+    }
+    EXPECT_FALSE(gpu::attention_expanded_supports(576, 512));
+    EXPECT_FALSE(gpu::mla_k_b_transposable(GgmlType::Q4_K));
+    DeviceBuffer b(size_t(4096));
+    EXPECT_FALSE(gpu::attention_expanded(b.f(), b.p, nullptr, 4, 96, 64, 1.0f, b.f(), nullptr, 1));
+    EXPECT_THROW(gpu::mla_k_b_transposed(GgmlType::Q4_K, b.p, 1, 32, 256, b.f(), nullptr), std::runtime_error);
+}
+
 // Prefill attention in tiles: n tokens after pos0 cached positions, each
 // against the double reference over its own positions (causal, windows,
 // chunks, sinks), across head sizes and query heads a KV head (1 to 64:

@@ -21,8 +21,11 @@ namespace ms {
 // sidecar: the experts come through the store (slots for all of them), read
 // from this packed sidecar (every expert's gate, up and down at the same
 // offsets, which the mapped RAM tier needs), instead of RamExperts.
-inline std::unique_ptr<Session> open_gpu(const std::string& gguf, GpuOptions gpu_options, const std::string& sidecar = "") {
+// ubatch: the tokens a prompt pass takes (-ub; 0: the backend's default).
+inline std::unique_ptr<Session> open_gpu(const std::string& gguf, GpuOptions gpu_options, const std::string& sidecar = "",
+                                         int ubatch = 0) {
     SessionOptions o;
+    o.n_ubatch = ubatch;
     o.model_path = gguf;
     o.n_ctx = 64;
     o.kv_type = GgmlType::F32;

@@ -332,12 +332,6 @@ bool attention_tiled_shared(const float* q, const float* rows, const int32_t* po
 // False, with nothing launched, for a shape it lacks
 // (attention_expanded_supports: 192/128, DeepSeek V2/V3 and Kimi K2; 48/32,
 // the golden files').
-// With 8-bit activations the latent form meets k_b with q_nope rounded to
-// Q8_0 blocks; the expanded form rounds q_nope the same way first
-// (round_q8_0: each row's first `width` floats, rows `stride` apart, in
-// place as quantize_act's Q8_0 blocks give them back), so that its scores
-// are the latent form's to float rounding.
-void round_q8_0(float* x, int64_t rows, int width, int64_t stride, Stream s);
 size_t attention_expanded_scratch_bytes(int64_t positions, int n_head, int head_dim, int v_dim);
 bool attention_expanded_supports(int head_dim, int v_dim);
 bool mla_k_b_transposable(GgmlType t);

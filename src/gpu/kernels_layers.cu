@@ -390,29 +390,7 @@ __global__ void mla_k_b_transposed_kernel(const uint8_t* k_b, int n_head, int kv
     }
 }
 
-// Row r's values [32 b, 32 b + 32) of x (rows `stride` floats apart) in
-// place as quantize_act's Q8_0 blocks give them back: d x q, d the block's
-// largest magnitude / 127 in fp16, q = x * (127 / that) rounded to nearest
-// even (kernels.cu's quantize_chunk). One thread a block.
-__global__ void round_q8_0_kernel(float* x, int64_t rows, int blocks, int64_t stride) {
-    chain_start();
-    const int64_t total = rows * blocks;
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-        float* v = x + (i / blocks) * stride + (i % blocks) * 32;
-        float amax = 0;
-        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(v[k]));
-        const float d = __half2float(__float2half_rn(amax / 127.0f)), id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        for (int k = 0; k < 32; k++) v[k] = d * float(__float2int_rn(__fmul_rn(v[k], id)));
-    }
-}
-
 }  // namespace
-
-void round_q8_0(float* x, int64_t rows, int width, int64_t stride, Stream s) {
-    if (width % 32 != 0) throw std::runtime_error("CUDA round_q8_0: a width of 32s is needed");
-    if (rows < 1 || width == 0) return;
-    launch("round_q8_0", round_q8_0_kernel, dim3(1024), 128, 0, native(s), x, rows, width / 32, stride);
-}
 
 bool mla_k_b_transposable(GgmlType t) {
     return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0;

@@ -85,7 +85,6 @@ bool attention_tiled_shared(const float*, const float*, const int32_t*, int, int
                             const Chosen&) {
     absent();
 }
-void round_q8_0(float*, int64_t, int, int64_t, Stream) { absent(); }
 size_t attention_expanded_scratch_bytes(int64_t, int, int, int) { return 0; }
 bool attention_expanded_supports(int, int) { return false; }
 bool mla_k_b_transposable(GgmlType) { return false; }

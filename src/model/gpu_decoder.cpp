@@ -1497,11 +1497,6 @@ private:
                 gpu::mla_expand_planes(r.lat.f32(), r.qlat.f32(), cache, p0, count, int(H), m.nope, m.rope, m.v,
                                        int(R), int(L), r.planes.data(), s);
             }
-            // The latent form (and decode) meets k_b with q_nope as 8-bit
-            // rows: the same rounding here keeps the scores its own.
-            if (act8(m.nope) && l.wk_b.type == GgmlType::Q8_0) {
-                gpu::round_q8_0(q, int64_t(HN), m.nope, QH, s);
-            }
             mark(StageProfile::kQkRope);
             float* o = r.o.f32();
             gpu::attention_expanded(q, r.planes.data(), pos, int(H), int(QH), m.v, m.scale, o, s, n);

@@ -797,36 +797,6 @@ TEST(Kernels, AttentionTiledSharedMatchesDoubleReference) {
     EXPECT_FALSE(gpu::attention_tiled_shared(b.f(), b.f(), nullptr, 4, 592, 512, 1.0f, b.f(), nullptr, 1));
 }
 
-// round_q8_0 gives back, bit for bit, d x q of the Q8_0 blocks quantize_act
-// writes for the same rows (its scales as fp16 floats after the Q8_K and
-// Q8_0 bytes), here over rows inside wider ones (q's nope dims of MLA's
-// heads); the values past the width stay as they were.
-TEST(Kernels, RoundQ8_0IsQuantizeActsBlocks) {
-    SKIP_WITHOUT_GPU();
-    const int64_t rows = 37, width = 128, stride = 192;
-    std::vector<float> x = randoms(size_t(rows * stride), 61, 3.0f);
-    for (int k = 0; k < 32; k++) x[size_t(stride + 32 + k)] = 0.0f;  // a block of zeros
-    std::vector<float> inner(size_t(rows * width));
-    for (int64_t r = 0; r < rows; r++) std::copy_n(x.begin() + r * stride, width, inner.begin() + r * width);
-    DeviceBuffer dx(x), din(inner), act(size_t(rows) * gpu::act_bytes(width));
-    gpu::quantize_act(din.f(), rows, width, act.p, nullptr);
-    gpu::round_q8_0(dx.f(), rows, int(width), stride, nullptr);
-    const std::vector<float> got = dx.get<float>();
-    const std::vector<uint8_t> bytes = act.get<uint8_t>();
-    bool same = true;
-    for (int64_t r = 0; r < rows; r++) {
-        const uint8_t* a = bytes.data() + size_t(r) * gpu::act_bytes(width);
-        const int8_t* q0 = reinterpret_cast<const int8_t*>(a + width);
-        const float* d0 = reinterpret_cast<const float*>(a + 2 * width + 4 * (width / 256));
-        for (int64_t i = 0; i < stride; i++) {
-            const float want = i < width ? d0[i / 32] * float(q0[i]) : x[size_t(r * stride + i)];
-            same = same && memcmp(&want, &got[size_t(r * stride + i)], 4) == 0;
-        }
-    }
-    EXPECT_TRUE(same);
-    EXPECT_THROW(gpu::round_q8_0(dx.f(), 1, 48, 48, nullptr), std::runtime_error);
-}
-
 // MLA's expanded prompt form: k_b as float rows (each type it reads, bit
 // for bit dequantize_row's values), each head's keys and values built from
 // the compressed rows (mma_matmul_f32, in two chunks of positions to test

@@ -67,8 +67,7 @@ bool has_mla(const std::string& name) {
 // The bound of quantized golden file `name`'s prompt logits (8-bit
 // activations) where its multi-head latent attention's prompts run expanded
 // (--gpu-prefill-mla expand, the default): the expanded form never forms
-// the per-head rows that the reference rounds to 8 bits before k_b and v_b
-// (it rounds q_nope as the reference does, not the heads' latent outputs),
+// the per-head rows that the reference rounds to 8 bits before k_b and v_b,
 // so there those products keep float32 activations, and the golden README
 // holds such an engine to exact/ on a file where that rounding alone moves
 // the logits past 2e-2: deepseek3-Q8_0's own logits are 0.031 from its

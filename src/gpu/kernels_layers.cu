@@ -359,9 +359,8 @@ __global__ void __launch_bounds__(kSelectThreads) indexer_topk_kernel(const floa
     }
     if (tid == 0) count[t] = top_k;
 }
-// k_b's heads (row h * kv_lora + j holds its nope columns) as float32
-// rows of kv_lora: out row h * nope + i, column j. One thread an element,
-// read along a head's column (8.5 MB a DeepSeek V3 layer, once a pass).
+
+// Weight i of a row of type T, as quant/dequant.cpp gives it.
 template <GgmlType T>
 __device__ __forceinline__ float weight_at(const uint8_t* row, int i) {
     if constexpr (T == GgmlType::F32) {
@@ -378,6 +377,9 @@ __device__ __forceinline__ float weight_at(const uint8_t* row, int i) {
     }
 }
 
+// k_b's heads (row h * kv_lora + j holds its nope columns) as float32
+// rows of kv_lora: out row h * nope + i, column j. One thread an element,
+// read along a head's column (8.5 MB a DeepSeek V3 layer, once a pass).
 template <GgmlType T>
 __global__ void mla_k_b_transposed_kernel(const uint8_t* k_b, int n_head, int kv_lora, int nope, size_t row_bytes,
                                           float* out) {

@@ -19,6 +19,7 @@
 #include "gpu/gpu.h"
 #include "gpu/block_sum.cuh"
 #include "gpu/expert_hidden.cuh"
+#include "gpu/half_at.cuh"
 #include "gpu/launch.cuh"
 #include "gpu/warp_topk.cuh"
 #include "ops/gates.h"
@@ -27,12 +28,6 @@
 namespace ms::gpu {
 
 namespace {
-
-__device__ __forceinline__ float half_at(const uint8_t* p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return __half2float(__ushort_as_half(h));
-}
 
 // float(q) for 0 <= q < 2^23 (less `bias`) without the int-to-float
 // instruction, which runs at a quarter of the FMA rate and was what bounded

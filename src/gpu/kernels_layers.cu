@@ -7,12 +7,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include "gpu/gpu.h"
 #include "gpu/block_sum.cuh"
+#include "gpu/half_at.cuh"
 #include "gpu/launch.cuh"
 #include "gpu/warp_topk.cuh"
 #include "ops/gates.h"
@@ -366,14 +366,12 @@ __device__ __forceinline__ float weight_at(const uint8_t* row, int i) {
     if constexpr (T == GgmlType::F32) {
         return reinterpret_cast<const float*>(row)[i];
     } else if constexpr (T == GgmlType::F16) {
-        return __half2float(reinterpret_cast<const __half*>(row)[i]);
+        return half_at(row + 2 * i);
     } else if constexpr (T == GgmlType::BF16) {
-        return __uint_as_float(uint32_t(reinterpret_cast<const uint16_t*>(row)[i]) << 16);
+        return bf16_at(row + 2 * i);
     } else {  // Q8_0: blocks of an f16 scale and 32 int8
         const uint8_t* block = row + (i / 32) * 34;
-        uint16_t d;
-        memcpy(&d, block, 2);
-        return __half2float(__ushort_as_half(d)) * float(int8_t(block[2 + i % 32]));
+        return half_at(block) * float(int8_t(block[2 + i % 32]));
     }
 }
 

@@ -34,6 +34,7 @@
 
 #include "gpu/expert_hidden.cuh"
 #include "gpu/gpu.h"
+#include "gpu/half_at.cuh"
 #include "gpu/launch.cuh"
 #include "gpu/split_f16.cuh"
 #include "quant/blocks.h"
@@ -79,10 +80,6 @@ struct MmaArgs {
     bool gate_up;  // shared rows [64, 128) are the up matrix's (offset2) rows of [0, 64)
 };
 
-__device__ __forceinline__ float half_value(const uint8_t* p) {
-    return __half2float(__ushort_as_half(uint16_t(p[0] | (p[1] << 8))));
-}
-
 // A word of 2-byte aligned memory.
 __device__ __forceinline__ uint32_t word2(const uint8_t* p) {
     const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
@@ -123,7 +120,7 @@ struct MmaWeights<GgmlType::Q8_0> {
         if (!b) return;
 #pragma unroll
         for (int k = 0; k < 8; k++) q[k] = word2(b + 2 + 4 * k);
-        scale[0] = half_value(b);
+        scale[0] = half_at(b);
     }
 };
 
@@ -230,10 +227,9 @@ __device__ __forceinline__ void mma_store(const MmaArgs& a, const ExpertExtras& 
     }
 }
 
-template <GgmlType T>
-constexpr size_t mma_smem() {
-    return size_t(kRows + kPairs) * kStride + size_t(kRows) * (kChunk / 32) * 4 + size_t(kPairs) * 8 * 4;
-}
+// mma_kernel's shared memory: the weights' and inputs' int8 rows, the
+// weights' group scales and the inputs' piece scales.
+constexpr size_t kMmaSmem = size_t(kRows + kPairs) * kStride + size_t(kRows) * (kChunk / 32) * 4 + size_t(kPairs) * 8 * 4;
 
 template <GgmlType T>
 __global__ void __launch_bounds__(kThreads, 4) mma_kernel(const MmaArgs a, const ExpertExtras x) {
@@ -750,10 +746,9 @@ void launch_mma(const char* what, const MmaArgs& a, unsigned n_tiles, cudaStream
         (void)raised;
         launch(what, mma_raw_q6k_kernel, grid, kThreads, kRaw6Smem, s, a, x);
     } else {
-        constexpr size_t smem = mma_smem<T>();
-        static const bool raised = (raise(reinterpret_cast<const void*>(mma_kernel<T>), smem), true);
+        static const bool raised = (raise(reinterpret_cast<const void*>(mma_kernel<T>), kMmaSmem), true);
         (void)raised;
-        launch(what, mma_kernel<T>, grid, kThreads, smem, s, a, x);
+        launch(what, mma_kernel<T>, grid, kThreads, kMmaSmem, s, a, x);
     }
 }
 

@@ -109,8 +109,9 @@ void SessionFlags::declare(Args& a, bool sampling) {
              "hottest experts into VRAM first (a restart does not start cold), and this run's uses merged into it "
              "(older counts halved) when the model closes; created if missing");
     a.option("--gpu-prefetch", &gpu_prefetch, "on|off",
-             "GPU streaming: copy the experts layer L's router predicts for layer L+1 while L runs (on) "
-             "or not");
+             "GPU streaming: copy the experts layer L's router predicts for layer L+1 while L runs, and in "
+             "prompt passes that choose nearly every expert, layer L+1's first experts behind L's copies, "
+             "ahead of L+1's routing (on), or neither");
     a.flag("--gpu-profile", &gpu_profile,
            "time each stage of the GPU forward pass (kernels launched one by one, no CUDA graph) and print the "
            "split to stderr at exit");

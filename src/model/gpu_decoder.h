@@ -169,7 +169,8 @@ struct GpuOptions {
     // attention_expanded): DeepSeek V3's heads of 192/128 against the
     // latent rows' 576/512, 3.4x fewer products.
     bool prefill_mla_expand = true;
-    // --gpu-prefetch off: no copies ahead of the next layer's predicted experts.
+    // --gpu-prefetch off: no copies ahead of the next layer's predicted
+    // experts (decode), nor of its first experts (prompt passes).
     bool prefetch_next_layer = true;
     // --routing-profile: a file of each (layer, expert)'s uses
     // (model/routing_profile.h). Read at load, where VRAM cannot hold every

@@ -400,6 +400,86 @@ TEST_P(GpuStreaming, FewVramSlotsMatchResidentBitForBit) {
     }
 }
 
+// A VRAM slot's bytes (streamed through `few` bytes of slots), a layer's
+// experts, all the layers' experts and the experts a token chooses, of
+// golden case g.
+struct SlotShape {
+    uint64_t slot_bytes = 0;
+    int64_t n_expert = 0, all_experts = 0, n_used = 0;
+};
+SlotShape slot_shape(const golden::Case& g, uint64_t few, const std::string& sidecar) {
+    GpuOptions o;
+    o.expert_bytes = few;
+    auto s = open_gpu(g.gguf, o, sidecar);
+    s->prefill(std::vector<int32_t>(g.prompt.begin(), g.prompt.begin() + 1));
+    Json report = Json::object();
+    add_gpu_report(s->model(), &report);
+    SlotShape out;
+    out.slot_bytes = uint64_t(report.at("gpu").at("vram_tier").at("slot_bytes").as_int());
+    out.n_expert = s->model().config().n_expert;
+    out.n_used = s->model().config().n_expert_used;
+    for (const ExpertLayer& l : s->model().expert_layers()) out.all_experts += l.n_expert;
+    return out;
+}
+
+// A prompt pass that chooses nearly every expert, its experts copied into
+// slots for a layer's experts and half as many again: the next layer's
+// first experts by id are copied behind a layer's copies, ahead of its
+// routing (--gpu-prefetch on), and the prompt's logits and the greedy
+// tokens after it are, bit for bit, those of every expert resident and of
+// copies made after each layer's routing alone (off).
+TEST_P(GpuStreaming, PromptCopiesAheadOfRoutingMatchResident) {
+    const auto [name, few] = GetParam();
+    if (const std::string why = streaming_skip(name); !why.empty()) GTEST_SKIP() << why;
+    const golden::Case g = golden::load(name);
+    test::TempDir dir;
+    const std::string sidecar = packed_sidecar(g, dir);
+    const auto [slot_bytes, n_expert, all_experts, n_used] = slot_shape(g, few, sidecar);
+    const int64_t slots = n_expert + n_expert / 2 + 1;
+    if (slots >= all_experts) GTEST_SKIP() << name << ": a layer and a half of experts is all of them";
+    // open_gpu's context holds 64 positions: 48 of prompt (its tokens
+    // repeated), 8 generated. 48 rows choose n_expert * 4 experts (with
+    // repeats) where copy_ahead takes the pass for one choosing nearly all.
+    std::vector<int32_t> prompt;
+    while (prompt.size() < 48) prompt.push_back(g.prompt[prompt.size() % g.prompt.size()]);
+    if (48 * n_used < 4 * n_expert) GTEST_SKIP() << name << ": 48 rows choose fewer than 4 experts' worth a expert";
+    const int64_t V = g.n_vocab;
+    std::vector<float> logits[3];
+    std::vector<int32_t> text[3];
+    const char* runs[3] = {"resident", "copied ahead", "copied after routing"};
+    for (int run = 0; run < 3; run++) {
+        GpuOptions o;
+        o.expert_bytes = run == 0 ? 0 : uint64_t(slots) * slot_bytes;
+        o.map_ram_tier = false;
+        o.prefetch_next_layer = run != 2;
+        auto s = open_gpu(g.gguf, o, sidecar);
+        logits[run].resize(prompt.size() * size_t(V));
+        s->prefill_all(prompt, logits[run].data());
+        s->generate(8, [&](int32_t t) {
+            text[run].push_back(t);
+            return true;
+        });
+        Json report = Json::object();
+        add_gpu_report(s->model(), &report);
+        const Json& t = report.at("gpu").at("vram_tier");
+        if (run == 0) continue;
+        const int64_t ahead = t.at("copied_ahead_of_routing").as_int(), used = t.at("copied_ahead_used").as_int();
+        printf("%s, %s through %lld slots: %lld experts copied ahead of routing, %lld used\n", name, runs[run],
+               (long long)slots, (long long)ahead, (long long)used);
+        if (run == 1) {
+            EXPECT_GT(ahead, 0);
+            EXPECT_GT(used, 0);
+            EXPECT_LE(used, ahead);
+        } else {
+            EXPECT_EQ(ahead, 0);
+        }
+    }
+    for (int run = 1; run < 3; run++) {
+        EXPECT_EQ(memcmp(logits[0].data(), logits[run].data(), logits[0].size() * 4), 0) << runs[run];
+        EXPECT_EQ(text[0], text[run]) << runs[run];
+    }
+}
+
 // Batched decode through the same few VRAM slots, copied and mapped: each
 // step's union of experts acquired in groups, the logits bit for bit those
 // of each sequence alone.
@@ -433,19 +513,7 @@ TEST_P(GpuStreaming, BatchedDecodeWithAHostPartMatchesAloneWithinRounding) {
     const golden::Case g = golden::load(name);
     test::TempDir dir;
     const std::string sidecar = packed_sidecar(g, dir);
-    uint64_t slot_bytes = 0;
-    int64_t n_expert = 0, all_experts = 0;
-    {
-        GpuOptions o;
-        o.expert_bytes = few;
-        auto s = open_gpu(g.gguf, o, sidecar);
-        s->prefill(std::vector<int32_t>(g.prompt.begin(), g.prompt.begin() + 1));
-        Json report = Json::object();
-        add_gpu_report(s->model(), &report);
-        slot_bytes = uint64_t(report.at("gpu").at("vram_tier").at("slot_bytes").as_int());
-        n_expert = s->model().config().n_expert;
-        for (const ExpertLayer& l : s->model().expert_layers()) all_experts += l.n_expert;
-    }
+    const auto [slot_bytes, n_expert, all_experts, n_used] = slot_shape(g, few, sidecar);
     if (n_expert + 1 >= all_experts) GTEST_SKIP() << name << ": one layer's experts are nearly all of them";
     const int steps = std::min<int>(6, int(g.greedy.size()));
     std::vector<float> logits[2];  // each run's batched logits

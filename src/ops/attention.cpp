@@ -310,6 +310,29 @@ const float* block_query(const KvLayer& kv, const float* q, int n_q, int head_di
     return qh;
 }
 
+// block_f16_tiled's arguments for the n positions of `at` (K in tiles) for
+// n_q heads of KV head g.
+TiledBlock tiled_block(const AttentionShape& s, const KvLayer& at, int g, int n_q, const float* qb, int64_t n,
+                       float* scores, const Partial& part) {
+    TiledBlock b;
+    b.q = qb;
+    b.n_q = n_q;
+    b.k = reinterpret_cast<const uint16_t*>(at.k) + at.head_at(g, s.head_dim);
+    b.k_skip = at.k_skip;
+    b.dim = s.head_dim;
+    b.v = reinterpret_cast<const uint16_t*>(at.v) + at.head_at(g, s.head_dim_v);
+    b.v_stride = at.pitch(at.v_width, s.head_dim_v);
+    b.dim_v = s.head_dim_v;
+    b.n_pos = n;
+    b.scale = s.scale;
+    b.scores = scores;
+    b.s_stride = scores_stride(n);
+    b.max = part.max;
+    b.sum = part.sum;
+    b.out = part.out;
+    return b;
+}
+
 // The n positions of `at` (consecutive rows from its start) for n_q heads of
 // KV head g, reduced to a partial result.
 void block_partial(const AttentionShape& s, const AttentionKernels& simd, const KvLayer& at, int g, int n_q,
@@ -328,10 +351,9 @@ void block_partial(const AttentionShape& s, const AttentionKernels& simd, const 
         simd.block_q8(qb, n_q, K, kw / QK, s.head_dim, V, vw / QK, s.head_dim_v, n, s.scale, scores, s_stride,
                       part.max, part.sum, part.out);
     } else if (at.k_tiled) {
-        const uint16_t* K = reinterpret_cast<const uint16_t*>(at.k) + k_at;
-        const uint16_t* V = reinterpret_cast<const uint16_t*>(at.v) + v_at;
-        simd.block_f16_tiled(qb, n_q, K, at.k_skip, s.head_dim, V, vw, s.head_dim_v, n, s.scale, scores, s_stride,
-                             part.max, part.sum, part.out);
+        const TiledBlock b = tiled_block(s, at, g, n_q, qb, n, scores, part);
+        simd.block_f16_tiled(b.q, b.n_q, b.k, b.k_skip, b.dim, b.v, b.v_stride, b.dim_v, b.n_pos, b.scale, b.scores,
+                             b.s_stride, b.max, b.sum, b.out);
     } else {
         const uint16_t* K = reinterpret_cast<const uint16_t*>(at.k) + k_at;
         const uint16_t* V = reinterpret_cast<const uint16_t*>(at.v) + v_at;
@@ -462,14 +484,29 @@ void attention_decode_split(ThreadPool& pool, const AttentionShape& s, const Att
     float* qh = scratch + size_t(pool.size()) * per_thread;  // the query rounded once, not once a block
     float* parts = qh + size_t(s.n_head) * size_t(s.head_dim);
     const float* qb = block_query(kv, q, s.n_head, s.head_dim, qh);
+    // Over K in tiles, where the level has the loop and a thread's scratch
+    // two blocks' scores, each block's value loop runs with the next
+    // block's score loop (AttentionKernels::tiled_pipe): the same bits.
+    const bool pipe = simd.tiled_pipe && kv.k_tiled && 2 * group <= tile_tokens(s) * group;
     pool.parallel_for(s.n_head_kv * nb, [&](int64_t b, int64_t e, int thread) {
         float* scores = scratch + size_t(thread) * per_thread;
+        TiledBlock last;
         for (int64_t i = b; i < e; i++) {
             const int g = int(i / nb);
-            const int64_t j0 = cut.begin(i % nb);
-            block_partial(s, simd, at_position(kv, j0), g, group, qb + int64_t(g) * group * s.head_dim,
-                          cut.end(i % nb) - j0, scores, partial_at(s, parts + size_t(i) * part_size, group));
+            const int64_t j0 = cut.begin(i % nb), n = cut.end(i % nb) - j0;
+            const Partial part = partial_at(s, parts + size_t(i) * part_size, group);
+            const float* qg = qb + int64_t(g) * group * s.head_dim;
+            if (!pipe) {
+                block_partial(s, simd, at_position(kv, j0), g, group, qg, n, scores, part);
+                continue;
+            }
+            // The two score buffers in turn: the last block's terms are read while this one's are written.
+            float* sc = scores + ((i - b) % 2) * group * scores_stride(cut.len);
+            const TiledBlock next = tiled_block(s, at_position(kv, j0), g, group, qg, n, sc, part);
+            simd.tiled_pipe(&next, i > b ? &last : nullptr);
+            last = next;
         }
+        if (pipe && e > b) simd.tiled_pipe(nullptr, &last);
     });
     auto fold = [&](int64_t b, int64_t e, int thread) {
         const Partial acc = partial_at(s, scratch + size_t(thread) * per_thread, group);

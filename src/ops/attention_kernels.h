@@ -13,6 +13,22 @@
 
 namespace ms {
 
+// block_f16_tiled's arguments: one block of flash-decoding over K in tiles.
+struct TiledBlock {
+    const float* q = nullptr;
+    int n_q = 0;
+    const uint16_t* k = nullptr;
+    int k_skip = 0, dim = 0;
+    const uint16_t* v = nullptr;
+    int64_t v_stride = 0;
+    int dim_v = 0;
+    int64_t n_pos = 0;
+    float scale = 0;
+    float* scores = nullptr;
+    int64_t s_stride = 0;
+    float *max = nullptr, *sum = nullptr, *out = nullptr;
+};
+
 struct AttentionKernels {
     // For each of n_q query heads (q: n_q rows of dim floats) and j in
     // [0, n_pos): scores[h * s_stride + j] = dot(q row h, k row j), the k rows
@@ -45,6 +61,16 @@ struct AttentionKernels {
     void (*block_f16_tiled)(const float* q, int n_q, const uint16_t* k, int k_skip, int dim, const uint16_t* v,
                             int64_t v_stride, int dim_v, int64_t n_pos, float scale, float* scores, int64_t s_stride,
                             float* max, float* sum, float* out);
+    // block_f16_tiled cut in two, for a thread's run of blocks: the scores
+    // and softmax terms of block `score` (its max and sum) and the value
+    // loop of block `mix` (its out, from the terms an earlier call left in
+    // its scores), either null. A block's results are block_f16_tiled's,
+    // bit for bit. Where both take 8 heads and the value rows of `mix`
+    // were asked into L2 by its own score loop, the two loops run
+    // interleaved, a step of each in turn, so that the value loop's FMAs
+    // fill the score loop's waits on memory. Null where the level has no
+    // such loop (AVX2).
+    void (*tiled_pipe)(const TiledBlock* score, const TiledBlock* mix);
     // The same over a Q8_0 cache: rows of dim / 32 blocks, k_stride and
     // v_stride counted in blocks; each key and value element is its block's
     // scale times its int8, widened in registers.

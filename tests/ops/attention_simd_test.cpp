@@ -433,6 +433,106 @@ TEST(AttentionSimd, HeadsInTilesWithinBoundAndIndependentOfThreads) {
     set_simd_level(best_simd_level());
 }
 
+// A decoded token over K in tiles at qwen3-30b-a3b's shape (4 KV heads of 8
+// query heads, 128 wide), its 36 blocks of 256 positions shared out over 2,
+// 3 and 5 threads in chunks of several blocks each, so that on AVX-512 each
+// block's value loop runs interleaved with the next block's score loop
+// (AttentionKernels::tiled_pipe): bit for bit the result of the token on one
+// thread and in a batch, where every block runs whole, and of K in rows. Also
+// tiled_pipe's two halves called alone, against block_f16_tiled, at the
+// shapes it interleaves and those it runs one after the other (4 heads, a
+// block of 513 positions whose values are not asked into L2, heads of 48).
+TEST(AttentionSimd, PipelinedBlocksGiveBlockByBlockBits) {
+    const AttentionShape s{32, 4, 128, 128, 1.0f / std::sqrt(128.0f)};
+    const int64_t n_ctx = 9000, kw = 4 * 128, rows = kv_plane_rows(n_ctx);
+    const std::vector<float> k = random_vector(size_t(n_ctx * kw), 71, 0.5f), v = random_vector(size_t(n_ctx * kw), 72);
+    const std::vector<float> q = random_vector(size_t(2 * 32 * 128), 73, 0.5f);
+    AlignedBuffer kc(size_t(rows * kv_row_bytes(GgmlType::F16, kw))), vc(size_t(rows * kv_row_bytes(GgmlType::F16, kw)));
+    AlignedBuffer kr(kc.size()), vr(vc.size());
+    const KvLayer kv{GgmlType::F16, kw, kw, kc.data(), vc.data(), 0, 0, rows, 4, true};
+    const KvLayer kv_rows{GgmlType::F16, kw, kw, kr.data(), vr.data(), 0, 0, rows, 4, false};
+    for (int64_t t = 0; t < n_ctx; t++) {
+        kv_store(kv, t, k.data() + t * kw, v.data() + t * kw);
+        kv_store(kv_rows, t, k.data() + t * kw, v.data() + t * kw);
+    }
+    ThreadPool pools[] = {ThreadPool(1), ThreadPool(2), ThreadPool(3), ThreadPool(5)};
+    std::vector<float> scratch(attention_scratch_floats(s, n_ctx, 5));
+    const size_t row = size_t(32 * 128);
+    for (const Level& lv : simd_levels()) {
+        set_simd_level(lv.level);
+        std::vector<float> batch(2 * row), one(row), in_rows(row);
+        attention(pools[1], s, kv, q.data(), 2, n_ctx - 2, n_ctx, scratch.data(), batch.data());
+        for (ThreadPool& pool : pools) {
+            attention(pool, s, kv, q.data() + row, 1, n_ctx - 1, n_ctx, scratch.data(), one.data());
+            ASSERT_EQ(0, std::memcmp(one.data(), batch.data() + row, row * 4))
+                << simd_level_name(lv.level) << " threads " << pool.size();
+            attention(pool, s, kv_rows, q.data() + row, 1, n_ctx - 1, n_ctx, scratch.data(), in_rows.data());
+            ASSERT_EQ(0, std::memcmp(one.data(), in_rows.data(), row * 4))
+                << simd_level_name(lv.level) << " threads " << pool.size();
+        }
+        if (!lv.kernels->tiled_pipe) continue;
+        // The halves alone: block a's scores with block b's values (whose
+        // scores an earlier call computed), against each block whole.
+        struct Case {
+            int n_q, dim;
+            int64_t n_pos;
+        };
+        for (const Case c : {Case{8, 128, 256}, Case{8, 128, 200}, Case{4, 128, 256}, Case{8, 128, 513},
+                             Case{8, 48, 256}, Case{8, 512, 64}}) {
+            const int64_t stride = (c.n_pos + kAttentionSimdWidth - 1) / kAttentionSimdWidth * kAttentionSimdWidth;
+            std::vector<float> sc[2], want_out[2], want_ms[2], got_out[2], got_ms[2];
+            std::vector<float> qs = random_vector(size_t(c.n_q * c.dim), 74, 0.5f);
+            for (float& x : qs) x = fp16_to_fp32(fp32_to_fp16(x));
+            const Rows kr2(2 * c.n_pos + 16, c.dim, 75), vr2(2 * c.n_pos + 16, c.dim, 76);
+            std::vector<uint16_t> kt(kr2.f16.size());  // K in tiles of kKvTile keys, a plane of one head
+            for (int64_t j = 0; j < 2 * c.n_pos + 16; j++) {
+                for (int d = 0; d < c.dim; d++) {
+                    kt[size_t(j / kKvTile * kKvTile * c.dim + d * kKvTile + j % kKvTile)] = kr2.f16[size_t(j * c.dim + d)];
+                }
+            }
+            auto block = [&](int i, std::vector<float>& scores, std::vector<float>& out, std::vector<float>& ms) {
+                scores.assign(size_t(c.n_q * stride), 0.0f);
+                out.assign(size_t(c.n_q * c.dim), 0.0f);
+                ms.assign(size_t(2 * c.n_q), 0.0f);
+                TiledBlock b;
+                b.q = qs.data();
+                b.n_q = c.n_q;
+                b.k = kt.data() + (i * c.n_pos) / kKvTile * kKvTile * c.dim;
+                b.k_skip = int(i * c.n_pos % kKvTile);
+                b.dim = b.dim_v = c.dim;
+                b.v = vr2.f16.data() + i * c.n_pos * c.dim;
+                b.v_stride = c.dim;
+                b.n_pos = c.n_pos;
+                b.scale = 0.1f;
+                b.scores = scores.data();
+                b.s_stride = stride;
+                b.max = ms.data();
+                b.sum = ms.data() + c.n_q;
+                b.out = out.data();
+                return b;
+            };
+            for (int i = 0; i < 2; i++) {
+                const TiledBlock b = block(i, sc[i], want_out[i], want_ms[i]);
+                lv.kernels->block_f16_tiled(b.q, b.n_q, b.k, b.k_skip, b.dim, b.v, b.v_stride, b.dim_v, b.n_pos,
+                                            b.scale, b.scores, b.s_stride, b.max, b.sum, b.out);
+            }
+            std::vector<float> sc2[2];
+            const TiledBlock b0 = block(0, sc2[0], got_out[0], got_ms[0]);
+            const TiledBlock b1 = block(1, sc2[1], got_out[1], got_ms[1]);
+            lv.kernels->tiled_pipe(&b0, nullptr);
+            lv.kernels->tiled_pipe(&b1, &b0);
+            lv.kernels->tiled_pipe(nullptr, &b1);
+            for (int i = 0; i < 2; i++) {
+                EXPECT_EQ(0, std::memcmp(want_out[i].data(), got_out[i].data(), want_out[i].size() * 4))
+                    << c.n_q << " heads of " << c.dim << ", " << c.n_pos << " positions, block " << i;
+                EXPECT_EQ(0, std::memcmp(want_ms[i].data(), got_ms[i].data(), want_ms[i].size() * 4))
+                    << c.n_q << " heads of " << c.dim << ", " << c.n_pos << " positions, block " << i;
+            }
+        }
+    }
+    set_simd_level(best_simd_level());
+}
+
 // Decode and a batch give the same bits at every level, for any thread count:
 // the store's bit-exactness rests on it.
 TEST(AttentionSimd, TokenAloneEqualsTokenInBatch) {

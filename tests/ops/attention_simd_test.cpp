@@ -440,8 +440,9 @@ TEST(AttentionSimd, HeadsInTilesWithinBoundAndIndependentOfThreads) {
 // (AttentionKernels::tiled_pipe): bit for bit the result of the token on one
 // thread and in a batch, where every block runs whole, and of K in rows. Also
 // tiled_pipe's two halves called alone, against block_f16_tiled, at the
-// shapes it interleaves and those it runs one after the other (4 heads, a
-// block of 513 positions whose values are not asked into L2, heads of 48).
+// shapes it interleaves (blocks starting inside a tile among them) and those
+// it runs one after the other (4 heads, a block of 513 positions whose
+// values are not asked into L2, heads of 48).
 TEST(AttentionSimd, PipelinedBlocksGiveBlockByBlockBits) {
     const AttentionShape s{32, 4, 128, 128, 1.0f / std::sqrt(128.0f)};
     const int64_t n_ctx = 9000, kw = 4 * 128, rows = kv_plane_rows(n_ctx);
@@ -475,17 +476,19 @@ TEST(AttentionSimd, PipelinedBlocksGiveBlockByBlockBits) {
         // scores an earlier call computed), against each block whole.
         struct Case {
             int n_q, dim;
-            int64_t n_pos;
+            int64_t n_pos, first;  // block 0's first key
         };
-        for (const Case c : {Case{8, 128, 256}, Case{8, 128, 200}, Case{4, 128, 256}, Case{8, 128, 513},
-                             Case{8, 48, 256}, Case{8, 512, 64}}) {
+        for (const Case c : {Case{8, 128, 256, 0}, Case{8, 128, 128, 9}, Case{8, 128, 200, 0}, Case{4, 128, 256, 0},
+                             Case{8, 128, 513, 0}, Case{8, 48, 256, 0}, Case{8, 512, 64, 0}}) {
             const int64_t stride = (c.n_pos + kAttentionSimdWidth - 1) / kAttentionSimdWidth * kAttentionSimdWidth;
             std::vector<float> sc[2], want_out[2], want_ms[2], got_out[2], got_ms[2];
             std::vector<float> qs = random_vector(size_t(c.n_q * c.dim), 74, 0.5f);
             for (float& x : qs) x = fp16_to_fp32(fp32_to_fp16(x));
-            const Rows kr2(2 * c.n_pos + 16, c.dim, 75), vr2(2 * c.n_pos + 16, c.dim, 76);
-            std::vector<uint16_t> kt(kr2.f16.size());  // K in tiles of kKvTile keys, a plane of one head
-            for (int64_t j = 0; j < 2 * c.n_pos + 16; j++) {
+            const int64_t n_rows = c.first + 2 * c.n_pos + 16;
+            const Rows kr2(n_rows, c.dim, 75), vr2(n_rows, c.dim, 76);
+            // K in whole tiles of kKvTile keys, a plane of one head.
+            std::vector<uint16_t> kt(size_t(kv_plane_rows(n_rows) * c.dim));
+            for (int64_t j = 0; j < n_rows; j++) {
                 for (int d = 0; d < c.dim; d++) {
                     kt[size_t(j / kKvTile * kKvTile * c.dim + d * kKvTile + j % kKvTile)] = kr2.f16[size_t(j * c.dim + d)];
                 }
@@ -497,10 +500,11 @@ TEST(AttentionSimd, PipelinedBlocksGiveBlockByBlockBits) {
                 TiledBlock b;
                 b.q = qs.data();
                 b.n_q = c.n_q;
-                b.k = kt.data() + (i * c.n_pos) / kKvTile * kKvTile * c.dim;
-                b.k_skip = int(i * c.n_pos % kKvTile);
+                const int64_t j0 = c.first + i * c.n_pos;
+                b.k = kt.data() + j0 / kKvTile * kKvTile * c.dim;
+                b.k_skip = int(j0 % kKvTile);
                 b.dim = b.dim_v = c.dim;
-                b.v = vr2.f16.data() + i * c.n_pos * c.dim;
+                b.v = vr2.f16.data() + j0 * c.dim;
                 b.v_stride = c.dim;
                 b.n_pos = c.n_pos;
                 b.scale = 0.1f;

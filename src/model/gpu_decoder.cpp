@@ -2039,9 +2039,9 @@ private:
     // were uniform). Slots: none that layer il used (its kernels still read
     // them; at most kept_slots_) is taken, and the next layer's own copies
     // find a slot it does not use while the slots outnumber its experts.
-    // --gpu-prefetch off: none. 32 experts: about the link's share of the
-    // next layer's attention and router on qwen3-30b-a3b (2.8 MB each, some
-    // 2 ms at 46.9 GB/s).
+    // --gpu-prefetch off: none. 32 measured best on qwen3-30b-a3b at
+    // --gpu-mem 8G (H100, docs/gpu/run31): 0.78-0.83 of the copy bound,
+    // against 0.68-0.73 with 64 and 0.71 with 128 ahead.
     static constexpr int kCopyAhead = 32;
     void copy_ahead(ExpertSource& experts, int il, int n) const {
         ahead_layer_ = -1;
